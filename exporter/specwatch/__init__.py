@@ -1,0 +1,3 @@
+"""specwatch: monitoring for speculative decoding on vLLM."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,116 @@
+"""``specwatch serve``: run the exporter (HTTP server with ``/`` landing page and ``/metrics``)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+import click
+from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
+
+from specwatch import __version__
+from specwatch.collector import SpecwatchCollector
+from specwatch.config import DEFAULT_LISTEN_ADDRESS, ConfigError, ExporterConfig, build_config
+
+log = logging.getLogger("specwatch.exporter")
+
+
+def make_registry(config: ExporterConfig, **collector_kwargs) -> CollectorRegistry:
+    """A fresh registry holding only the specwatch collector (no process/platform metrics, whose
+    values say nothing about speculation and would differ per host)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SpecwatchCollector(config, **collector_kwargs))
+    return registry
+
+
+def make_app(config: ExporterConfig, registry: CollectorRegistry):
+    """WSGI app: ``/`` is a landing page linking ``/metrics``; ``/metrics`` the exposition;
+    anything else 404. No request parameter ever selects what is fetched."""
+    metrics_app = make_wsgi_app(registry)
+    names = "".join(f"<li>{u.name}</li>" for u in config.upstreams)
+    landing = (
+        "<!doctype html><html><head><title>specwatch</title></head><body>"
+        f"<h1>specwatch {__version__}</h1><p>Speculative-decoding exporter for vLLM.</p>"
+        f'<p><a href="/metrics">/metrics</a></p><p>Upstreams:</p><ul>{names}</ul>'
+        "</body></html>"
+    ).encode()
+
+    def app(environ, start_response):
+        path = environ.get("PATH_INFO", "/")
+        if path == "/metrics":
+            environ["QUERY_STRING"] = ""  # name[] filters are not offered
+            return metrics_app(environ, start_response)
+        if path in ("/", ""):
+            start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
+            return [landing]
+        start_response("404 Not Found", [("Content-Type", "text/plain")])
+        return [b"not found; see /metrics\n"]
+
+    return app
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 - signature of the base class
+        pass
+
+
+@click.command("serve")
+@click.option("--upstream", "upstreams", multiple=True, envvar="SPECWATCH_UPSTREAMS",
+              help="vLLM server to scrape: URL or NAME=URL (base URL or full /metrics URL). "
+                   "Repeatable; env SPECWATCH_UPSTREAMS takes a space-separated list.")
+@click.option("--window", "windows", multiple=True, default=("1m", "5m"), show_default=True,
+              envvar="SPECWATCH_WINDOWS",
+              help="Sliding window for derived values, besides window=\"lifetime\" (e.g. 30s, 1m, 5m). Repeatable.")
+@click.option("--listen-address", default=DEFAULT_LISTEN_ADDRESS, show_default=True,
+              envvar="SPECWATCH_LISTEN_ADDRESS", help="HOST:PORT to serve / and /metrics on.")
+@click.option("--timeout", "timeout_seconds", type=float, default=5.0, show_default=True,
+              help="Per-upstream fetch deadline in seconds (keep below the scrape timeout).")
+@click.option("--max-body-bytes", type=int, default=16 * 1024 * 1024, show_default=True,
+              help="Largest /metrics body accepted from an upstream.")
+@click.option("--cost-per-draft-token", type=float, default=0.05, show_default=True,
+              help="Cost model a: verify-step cost per draft token, relative to a plain step.")
+@click.option("--cost-per-draft-token-per-running-request", type=float, default=0.02, show_default=True,
+              help="Cost model s: extra cost per draft token and running request.")
+@click.option("--once", is_flag=True, help="Scrape once, print the exposition to stdout and exit.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
+              show_default=True)
+def serve(upstreams, windows, listen_address, timeout_seconds, max_body_bytes,
+          cost_per_draft_token, cost_per_draft_token_per_running_request, once, log_level):
+    """Run the exporter: on each scrape, fetch every upstream's /metrics and derive draft
+    acceptance rate, mean acceptance length, per-position acceptance (unconditional and
+    conditional), the what-if curve for every smaller k and the live k advice."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    ups = [u for spec in upstreams for u in spec.split()]
+    try:
+        config = build_config(ups, windows, listen_address, timeout_seconds, max_body_bytes,
+                              cost_per_draft_token, cost_per_draft_token_per_running_request)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc)) from None
+    registry = make_registry(config)
+    if once:
+        sys.stdout.write(generate_latest(registry).decode())
+        return
+    try:
+        httpd = make_server(config.listen_host, config.listen_port, make_app(config, registry),
+                            ThreadingWSGIServer, handler_class=_QuietHandler)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {listen_address}: {exc.strerror or exc}") from None
+    log.info("specwatch %s listening on http://%s:%d/metrics for %s", __version__, config.listen_host,
+             config.listen_port, ", ".join(u.name for u in config.upstreams))
+    stop = threading.Event()
+
+    def _term(*_):
+        stop.set()
+        threading.Thread(target=httpd.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, _term)
+    try:
+        httpd.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        httpd.server_close()
