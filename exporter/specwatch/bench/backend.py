@@ -1,0 +1,260 @@
+"""Async streaming client for OpenAI-compatible servers (vLLM's ``/v1/completions`` and
+``/v1/chat/completions``), built on aiohttp.
+
+Every request streams (``stream: true`` with ``stream_options.include_usage``). Timing, all from
+``time.perf_counter`` on the client:
+
+- TTFT: from sending the request to the first *content chunk* (a completions chunk carrying a
+  choice; a chat chunk whose delta carries non-empty content — vLLM's first, role-only chat
+  chunk is not a token);
+- ITL: between consecutive content chunks (one value per chunk after the first);
+- E2E latency: from sending to the end of the stream (``data: [DONE]``);
+- output tokens: ``usage.completion_tokens`` of the final usage chunk when the server sends it,
+  else the number of content chunks;
+- TPOT = (E2E − TTFT) / (output tokens − 1), for requests with more than one token.
+
+A failed request (connection refused or dropped, HTTP status other than 200, an error event in
+the stream, a stream that ends without ``[DONE]``, a timeout) comes back as a
+:class:`RequestOutcome` with ``success=False`` and the error text; :meth:`OpenAIBackend.send`
+never raises (except ``asyncio.CancelledError``, which is re-raised so a run can be
+interrupted). The API key is sent as ``Authorization: Bearer …`` and never appears in outcomes,
+reprs or errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from specwatch.bench.workloads import BenchRequest
+
+#: Longest error text kept per request (characters).
+MAX_ERROR_CHARS = 500
+
+
+def normalize_base_url(url: str) -> str:
+    """Server root without trailing ``/`` or ``/v1`` (``http://h:8000/v1/`` → ``http://h:8000``).
+
+    Raises ValueError for a URL that is not http(s)://…
+    """
+    u = url.strip().rstrip("/")
+    if not u.startswith(("http://", "https://")):
+        raise ValueError(f"base URL must start with http:// or https://, got {url!r}")
+    if u.endswith("/v1"):
+        u = u[: -len("/v1")]
+    return u
+
+
+@dataclass
+class RequestOutcome:
+    """What happened to one streamed request. Times are seconds (``perf_counter`` based).
+
+    ``ttft`` is None when no content chunk arrived; ``itl`` holds one inter-chunk gap per content
+    chunk after the first; ``output_tokens`` comes from ``usage.completion_tokens`` when
+    ``tokens_from_usage`` is True, else it counts content chunks; ``prompt_tokens`` is
+    ``usage.prompt_tokens`` (or the request's known token-id count), None if unknown.
+    """
+
+    index: int
+    success: bool = False
+    error: str = ""
+    status: int | None = None
+    generated_text: str = ""
+    output_tokens: int = 0
+    tokens_from_usage: bool = False
+    prompt_tokens: int | None = None
+    ttft: float | None = None
+    itl: list[float] = field(default_factory=list)
+    latency: float = 0.0
+    start_time: float = 0.0
+    chunks: int = 0
+    finish_reason: str | None = None
+
+    @property
+    def tpot(self) -> float | None:
+        """(E2E − TTFT) / (output_tokens − 1) in seconds; None for ≤ 1 token or a failure."""
+        if not self.success or self.ttft is None or self.output_tokens <= 1:
+            return None
+        return (self.latency - self.ttft) / (self.output_tokens - 1)
+
+
+def _clip(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
+
+
+class OpenAIBackend:
+    """A pooled aiohttp session to one OpenAI-compatible server; use as ``async with``.
+
+    ``base_url``: server root (``/v1`` suffix tolerated). ``model``: value of the request's
+    ``model`` field. ``api_key``: sent as a Bearer token (None: no header). ``read_timeout``:
+    seconds without any byte from the server before a request fails. ``metrics_url``: where
+    :meth:`fetch_metrics` reads Prometheus text (default ``<base_url>/metrics``).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None,
+        *,
+        api_key: str | None = None,
+        read_timeout: float = 600.0,
+        connect_timeout: float = 30.0,
+        metrics_url: str | None = None,
+    ) -> None:
+        self.base_url = normalize_base_url(base_url)
+        self.model = model
+        self.metrics_url = metrics_url or self.base_url + "/metrics"
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout, sock_read=read_timeout)
+        self._session: aiohttp.ClientSession | None = None
+
+    def __repr__(self) -> str:  # never show the key
+        return f"OpenAIBackend(base_url={self.base_url!r}, model={self.model!r})"
+
+    async def __aenter__(self) -> "OpenAIBackend":
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=60)
+        self._session = aiohttp.ClientSession(
+            connector=connector, timeout=self._timeout, headers=self._headers
+        )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("OpenAIBackend must be used as 'async with OpenAIBackend(...)'")
+        return self._session
+
+    async def first_model(self) -> str:
+        """The first model id listed by ``GET /v1/models`` (as ``vllm bench serve`` does when
+        ``--model`` is not given). Raises RuntimeError if the server cannot be asked."""
+        try:
+            async with self.session.get(self.base_url + "/v1/models") as resp:
+                if resp.status != 200:
+                    raise RuntimeError(f"GET {self.base_url}/v1/models returned HTTP {resp.status}")
+                data = await resp.json()
+            return str(data["data"][0]["id"])
+        except (aiohttp.ClientError, asyncio.TimeoutError, KeyError, IndexError, ValueError) as exc:
+            raise RuntimeError(f"cannot list models at {self.base_url}/v1/models: {type(exc).__name__}: {exc}") from exc
+
+    async def fetch_metrics(self) -> str:
+        """GET the server's Prometheus text. Raises RuntimeError (with the reason) on failure."""
+        try:
+            async with self.session.get(self.metrics_url) as resp:
+                if resp.status != 200:
+                    raise RuntimeError(f"GET {self.metrics_url} returned HTTP {resp.status}")
+                return await resp.text()
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            raise RuntimeError(f"GET {self.metrics_url} failed: {type(exc).__name__}: {exc}") from exc
+
+    async def send(self, request: BenchRequest) -> RequestOutcome:
+        """Send one request and stream the answer. Never raises except CancelledError."""
+        out = RequestOutcome(index=request.index, prompt_tokens=request.prompt_len)
+        model = self.model or ""
+        is_chat = request.endpoint == "chat"
+        url = self.base_url + request.path
+        payload = request.payload(model)
+        text_parts: list[str] = []
+        itl = out.itl
+        loads = json.loads
+        perf = time.perf_counter
+        st = perf()
+        out.start_time = st
+        last = st
+        done = False
+        done_ts = st
+        chunks = 0
+        usage_tokens: int | None = None
+        try:
+            async with self.session.post(url, json=payload) as resp:
+                out.status = resp.status
+                if resp.status != 200:
+                    body = await resp.text()
+                    out.error = _clip(f"HTTP {resp.status} {resp.reason or ''}: {body}")
+                    return out
+                buf = b""
+                async for data in resp.content.iter_any():
+                    ts = perf()
+                    if b"\r" in data:
+                        data = data.replace(b"\r\n", b"\n")
+                    buf += data
+                    if b"\n\n" not in buf:
+                        continue
+                    events = buf.split(b"\n\n")
+                    buf = events.pop()
+                    for ev in events:
+                        for line in ev.split(b"\n"):
+                            if not line.startswith(b"data:"):
+                                continue  # SSE comments (":ping"), event:/id: lines
+                            body = line[5:].strip()
+                            if body == b"[DONE]":
+                                done = True
+                                done_ts = ts
+                                continue
+                            obj = loads(body)
+                            choices = obj.get("choices")
+                            if choices:
+                                c0 = choices[0]
+                                if is_chat:
+                                    delta = c0.get("delta") or {}
+                                    piece = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+                                    is_token = bool(piece)
+                                else:
+                                    piece = c0.get("text")
+                                    is_token = True
+                                if c0.get("finish_reason"):
+                                    out.finish_reason = c0["finish_reason"]
+                                if is_token:
+                                    if chunks == 0:
+                                        out.ttft = ts - st
+                                    else:
+                                        itl.append(ts - last)
+                                    last = ts
+                                    chunks += 1
+                                    if piece:
+                                        text_parts.append(piece)
+                            usage = obj.get("usage")
+                            if usage:
+                                ct = usage.get("completion_tokens")
+                                if ct is not None:
+                                    usage_tokens = int(ct)
+                                pt = usage.get("prompt_tokens")
+                                if pt is not None:
+                                    out.prompt_tokens = int(pt)
+                            if "error" in obj and not choices:
+                                err = obj["error"]
+                                msg = err.get("message", err) if isinstance(err, dict) else err
+                                raise RuntimeError(f"error event in stream: {msg}")
+                end = done_ts if done else perf()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a failed request is recorded, never raised
+            out.error = _clip(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+            out.latency = perf() - st
+            out.chunks = chunks
+            out.generated_text = "".join(text_parts)
+            return out
+        out.latency = end - st
+        out.chunks = chunks
+        out.generated_text = "".join(text_parts)
+        if usage_tokens is not None:
+            out.output_tokens = usage_tokens
+            out.tokens_from_usage = True
+        else:
+            out.output_tokens = chunks
+        if not done:
+            out.error = f"stream ended before 'data: [DONE]' after {chunks} content chunks"
+        elif chunks == 0:
+            out.error = "stream finished without any content chunk"
+        else:
+            out.success = True
+        return out

@@ -1,0 +1,113 @@
+"""``specwatch bench``: click command; flag names follow ``vllm bench serve`` where the meaning
+is the same. Builds one frozen :class:`~specwatch.bench.runner.BenchConfig` and calls
+:func:`~specwatch.bench.runner.run_bench`.
+
+Exit status: 0 when the run completed (failed requests are reported, not fatal), 2 for bad
+input, 130 when interrupted (the result files then hold every finished batch).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import click
+
+from specwatch.bench.runner import BenchConfig, BenchConfigError, BenchInterrupted, run_bench
+from specwatch.bench.workloads import DEFAULT_VOCAB_SIZE, WORKLOADS, WorkloadError, WorkloadOptions, parse_workloads
+
+DEFAULT_METRICS_PORT = 19338
+
+
+def _int_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
+    try:
+        out = tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers such as 1,8,32, got {value!r}") from None
+    if not out or any(v < 1 for v in out):
+        raise click.BadParameter(f"every concurrency must be >= 1, got {value!r}")
+    return out
+
+
+def _workloads(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
+    try:
+        return parse_workloads(value)
+    except WorkloadError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@click.command("bench", context_settings={"show_default": True})
+@click.option("--base-url", default="http://127.0.0.1:8000", help="Root URL of the (speculative) vLLM server.")
+@click.option("--baseline-url", default=None, help="Root URL of a baseline server: the same run is made against it first, then the table compares both.")
+@click.option("--role", type=click.Choice(["speculative", "baseline"]), default="speculative", help="Role label of --base-url when no --baseline-url is given.")
+@click.option("--model", default=None, help="Model name (default: first id of GET /v1/models).")
+@click.option("--served-model-name", default=None, help="Name sent in the request's model field (default: --model).")
+@click.option("--dataset-name", "workloads", default="copy", callback=_workloads,
+              help=f"Comma-separated workloads: {', '.join(WORKLOADS)}.")
+@click.option("--dataset-path", default=None, type=click.Path(dir_okay=False), help="ShareGPT-format JSON file for the sharegpt workload.")
+@click.option("--max-concurrency", "concurrencies", default="1", callback=_int_list, help="Comma-separated concurrencies, e.g. 1,8,32.")
+@click.option("--num-prompts", type=click.IntRange(min=1), default=None, help="Requests per batch (default: the concurrency).")
+@click.option("--num-batches", type=click.IntRange(min=1), default=3, help="Measured batches per workload and concurrency.")
+@click.option("--warmup-batches", type=click.IntRange(min=0), default=1, help="Warm-up batches before them (recorded, excluded from results).")
+@click.option("--request-rate", type=float, default=math.inf, help="Requests per second (Poisson arrivals); inf sends all at once.")
+@click.option("--output-len", type=click.IntRange(min=1), default=None, help="Output tokens per request (default: the workload's: 256, or natural end for chat).")
+@click.option("--ignore-eos/--no-ignore-eos", default=None, help="Override the workload's ignore_eos.")
+@click.option("--temperature", type=click.FloatRange(min=0.0), default=None, help="Override the workload's temperature.")
+@click.option("--seed", type=int, default=0, help="Seed of prompt sampling (same prompts on every server).")
+@click.option("--input-len", "prompt_words", type=click.IntRange(min=1), default=200, help="Words / token ids per generated prompt.")
+@click.option("--vocab-size", type=click.IntRange(min=2), default=DEFAULT_VOCAB_SIZE, help="Vocabulary size for random-output token ids (SmolLM2: 49152).")
+@click.option("--api-key", envvar="OPENAI_API_KEY", default=None, show_default=False, show_envvar=True,
+              help="Bearer token for the servers (never written to results or logs).")
+@click.option("--metrics-port", type=click.IntRange(min=0, max=65535), default=DEFAULT_METRICS_PORT, help="Serve specwatch_bench_* metrics here (0: off).")
+@click.option("--metrics-url", default=None, help="Where to read the server's Prometheus metrics (default <base-url>/metrics).")
+@click.option("--baseline-metrics-url", default=None, help="Same for the baseline server.")
+@click.option("--equivalence/--no-equivalence", default=True, help="Greedy-output equivalence check (needs --baseline-url).")
+@click.option("--equivalence-output-len", type=click.IntRange(min=1), default=128, help="Tokens per equivalence prompt.")
+@click.option("--save-result/--no-save-result", default=True, help="Write JSON + CSV results (after every batch).")
+@click.option("--result-dir", default=".", type=click.Path(file_okay=False), help="Directory of the result files.")
+@click.option("--result-filename", default=None, help="JSON file name (CSV beside it); default specwatch-bench-<date>.json.")
+@click.option("--timeout", "read_timeout", type=click.FloatRange(min=0.1), default=600.0, help="Seconds without data before a request fails.")
+@click.option("--progress/--no-progress", default=True, help="Live progress bar.")
+def bench(workloads, concurrencies, dataset_path, output_len, ignore_eos, temperature, seed, prompt_words,
+          vocab_size, metrics_port, **kw) -> None:
+    """Drive OpenAI-compatible vLLM servers with the seed workloads and report throughput,
+    latency (TTFT, TPOT, ITL, E2E) and the spec-decode acceptance of every batch."""
+    from rich.console import Console
+
+    console = Console(stderr=False)
+    try:
+        options = WorkloadOptions(output_len=output_len, ignore_eos=ignore_eos, temperature=temperature,
+                                  seed=seed, vocab_size=vocab_size, prompt_words=prompt_words,
+                                  dataset_path=dataset_path)
+        config = BenchConfig(workloads=workloads, concurrencies=concurrencies, options=options,
+                             metrics_port=metrics_port or None, **kw)
+    except (WorkloadError, BenchConfigError) as exc:
+        raise click.UsageError(str(exc)) from None
+    if config.equivalence and not config.baseline_url:
+        config = BenchConfig(**{**config.__dict__, "equivalence": False})
+    try:
+        result = run_bench(config)
+    except BenchInterrupted as exc:
+        result = exc.result
+        _print(console, result)
+        console.print(f"[yellow]interrupted: {sum(1 for _ in result.batches)} finished batches kept"
+                      + (f" in {result.json_path} and {result.csv_path}" if result.json_path else ""))
+        sys.exit(130)
+    except OSError as exc:  # e.g. the metrics port is taken
+        raise click.ClickException(f"{exc}") from None
+    except (WorkloadError, RuntimeError) as exc:
+        raise click.ClickException(str(exc)) from None
+    _print(console, result)
+    if result.json_path:
+        console.print(f"results: {result.json_path}  {result.csv_path}")
+
+
+def _print(console, result) -> None:
+    from specwatch.bench.results import render_tables
+
+    for t in render_tables(result.batches, result.equivalence):
+        console.print(t)
+    failed = sum(b.failed for b in result.batches)
+    if failed:
+        first = next(b.errors[0]["error"] for b in result.batches if b.errors)
+        console.print(f"[red]{failed} request(s) failed; first error: {first}")

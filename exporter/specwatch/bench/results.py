@@ -1,0 +1,418 @@
+"""Metrics of a benchmark run: per-batch and per-cell results, JSON/CSV files, console tables.
+
+Field names follow ``vllm bench serve``'s result JSON where the meaning is the same
+(``completed``, ``failed``, ``duration``, ``total_input_tokens``, ``total_output_tokens``,
+``request_throughput``, ``output_throughput``, ``total_token_throughput``,
+``mean_ttft_ms`` / ``median_ttft_ms`` / ``std_ttft_ms`` / ``p90_ttft_ms`` / ``p99_ttft_ms`` and the
+same for ``tpot``, ``itl``, ``e2el``; ``spec_decode_acceptance_rate`` (percent, as vLLM reports it),
+``spec_decode_acceptance_length``, ``spec_decode_num_drafts``, ``spec_decode_draft_tokens``,
+``spec_decode_accepted_tokens``, ``spec_decode_per_position_acceptance_rates`` (0–1 each)).
+Spec-decode values are computed from the difference of the server's ``vllm:spec_decode_*``
+counters read before and after the batch (:mod:`specwatch.vllm_metrics`,
+:mod:`specwatch.derive`); a value whose denominator is zero is ``null``. Latency statistics of a
+batch with no successful request are ``null`` (vLLM prints 0).
+
+Files are rewritten atomically (temporary file + ``os.replace``) after every batch, so an
+interrupted or crashed run leaves valid files holding every finished batch.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import statistics
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from specwatch.derive import derive, sum_counters
+from specwatch.vllm_metrics import SpecDecodeCounters
+
+#: Percentiles reported for every latency (besides mean, median and std).
+PERCENTILES = (90, 99)
+LATENCY_KINDS = ("ttft", "tpot", "itl", "e2el")
+#: Errors kept per batch in the JSON (the count is always exact).
+MAX_ERRORS_KEPT = 20
+
+
+def percentile(sorted_values: Sequence[float], p: float) -> float:
+    """Linear-interpolated percentile of an ascending sequence (numpy's default method, which
+    ``vllm bench serve`` uses). Raises ValueError on an empty sequence."""
+    if not sorted_values:
+        raise ValueError("percentile of an empty sequence")
+    pos = (len(sorted_values) - 1) * p / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def latency_stats(kind: str, seconds: Iterable[float]) -> dict[str, float | None]:
+    """``mean_<kind>_ms``, ``median_…``, ``std_…`` (population, as numpy), ``p90_…``, ``p99_…`` in
+    milliseconds from values in seconds; all None when there are no values."""
+    vals = sorted(seconds)
+    keys = [f"mean_{kind}_ms", f"median_{kind}_ms", f"std_{kind}_ms"] + [f"p{p}_{kind}_ms" for p in PERCENTILES]
+    if not vals:
+        return dict.fromkeys(keys)
+    out = {
+        f"mean_{kind}_ms": statistics.fmean(vals) * 1000,
+        f"median_{kind}_ms": percentile(vals, 50) * 1000,
+        f"std_{kind}_ms": statistics.pstdev(vals) * 1000,
+    }
+    for p in PERCENTILES:
+        out[f"p{p}_{kind}_ms"] = percentile(vals, p) * 1000
+    return out
+
+
+@dataclass(frozen=True)
+class SpecDecodeStats:
+    """Spec-decode values over one interval, from a counter delta (summed over engines).
+
+    ``delta`` is None when the server exports no spec-decode counters (``schema`` "none", e.g. a
+    baseline) or /metrics could not be read (``metrics_error`` says why).
+    """
+
+    schema: str | None
+    delta: SpecDecodeCounters | None
+    metrics_error: str | None = None
+
+    def record(self) -> dict[str, Any]:
+        """vLLM-named fields (rate in percent like ``vllm bench serve``) plus specwatch's extras."""
+        rec: dict[str, Any] = {
+            "server_metrics_schema": self.schema,
+            "metrics_error": self.metrics_error,
+            "spec_decode_acceptance_rate": None,
+            "spec_decode_acceptance_length": None,
+            "spec_decode_num_drafts": None,
+            "spec_decode_draft_tokens": None,
+            "spec_decode_accepted_tokens": None,
+            "spec_decode_per_position_acceptance_rates": None,
+            "spec_decode_conditional_per_position_acceptance_rates": None,
+            "spec_decode_num_speculative_tokens": None,
+            "spec_decode_generation_tokens": None,
+            "spec_decode_output_from_drafts_ratio": None,
+        }
+        d = self.delta
+        if d is None:
+            return rec
+        v = derive(d)
+        rec.update(
+            spec_decode_acceptance_rate=None if v.draft_acceptance_rate is None else v.draft_acceptance_rate * 100,
+            spec_decode_acceptance_length=v.mean_acceptance_length,
+            spec_decode_num_drafts=None if d.drafts is None else int(round(d.drafts)),
+            spec_decode_draft_tokens=int(round(d.draft_tokens)),
+            spec_decode_accepted_tokens=int(round(d.accepted_tokens)),
+            spec_decode_per_position_acceptance_rates=list(v.position_acceptance_rates),
+            spec_decode_conditional_per_position_acceptance_rates=list(v.position_conditional_acceptance_rates),
+            spec_decode_num_speculative_tokens=d.num_speculative_tokens,
+            spec_decode_generation_tokens=None if d.generation_tokens is None else int(round(d.generation_tokens)),
+            spec_decode_output_from_drafts_ratio=v.output_from_drafts_ratio,
+        )
+        return rec
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """Draft acceptance rate 0–1 (Δaccepted / Δdraft_tokens), None if unknown."""
+        return None if self.delta is None else derive(self.delta).draft_acceptance_rate
+
+    @property
+    def acceptance_length(self) -> float | None:
+        """Mean acceptance length (1 + Δaccepted / Δdrafts), None if unknown."""
+        return None if self.delta is None else derive(self.delta).mean_acceptance_length
+
+
+@dataclass
+class BatchResult:
+    """One batch: requests of one workload at one concurrency against one server (role).
+
+    Throughputs divide by ``duration`` (seconds from the first send to the last request's end).
+    ``ttfts``/``tpots``/``itls``/``e2els`` (seconds, successful requests) are kept in memory for
+    the pooled cell summary and not written per batch.
+    """
+
+    role: str
+    workload: str
+    max_concurrency: int
+    batch_index: int
+    warmup: bool
+    started_at: str
+    duration: float
+    num_prompts: int
+    completed: int
+    failed: int
+    total_input_tokens: int
+    total_output_tokens: int
+    output_tokens_from_usage: bool
+    request_rate: float | None
+    spec: SpecDecodeStats
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    ttfts: list[float] = field(default_factory=list, repr=False)
+    tpots: list[float] = field(default_factory=list, repr=False)
+    itls: list[float] = field(default_factory=list, repr=False)
+    e2els: list[float] = field(default_factory=list, repr=False)
+
+    @property
+    def output_throughput(self) -> float:
+        """Output tokens per second of the batch (``total_output_tokens / duration``)."""
+        return self.total_output_tokens / self.duration if self.duration > 0 else 0.0
+
+    def record(self) -> dict[str, Any]:
+        """The JSON/CSV record of the batch (vLLM field names where they exist)."""
+        d = self.duration
+        rec: dict[str, Any] = {
+            "role": self.role,
+            "workload": self.workload,
+            "max_concurrency": self.max_concurrency,
+            "batch_index": self.batch_index,
+            "warmup": self.warmup,
+            "started_at": self.started_at,
+            "request_rate": "inf" if self.request_rate is None else self.request_rate,
+            "num_prompts": self.num_prompts,
+            "duration": d,
+            "completed": self.completed,
+            "failed": self.failed,
+            "total_input_tokens": self.total_input_tokens,
+            "total_output_tokens": self.total_output_tokens,
+            "output_tokens_from_usage": self.output_tokens_from_usage,
+            "request_throughput": self.completed / d if d > 0 else 0.0,
+            "output_throughput": self.output_throughput,
+            "total_token_throughput": (self.total_input_tokens + self.total_output_tokens) / d if d > 0 else 0.0,
+        }
+        for kind, vals in zip(LATENCY_KINDS, (self.ttfts, self.tpots, self.itls, self.e2els)):
+            rec.update(latency_stats(kind, vals))
+        rec.update(self.spec.record())
+        rec["errors"] = self.errors[:MAX_ERRORS_KEPT]
+        return rec
+
+
+@dataclass
+class CellSummary:
+    """Measured (non-warm-up) batches of one (role, workload, concurrency), pooled.
+
+    ``output_throughput`` is the mean of the batches' throughputs (tok/s); latency statistics pool
+    all successful requests; spec-decode values use the summed counter deltas.
+    """
+
+    role: str
+    workload: str
+    max_concurrency: int
+    batches: list[BatchResult]
+
+    @property
+    def output_throughput(self) -> float | None:
+        return statistics.fmean(b.output_throughput for b in self.batches) if self.batches else None
+
+    @property
+    def spec(self) -> SpecDecodeStats:
+        deltas = [b.spec.delta for b in self.batches if b.spec.delta is not None]
+        schema = next((b.spec.schema for b in self.batches if b.spec.schema), None)
+        errs = [b.spec.metrics_error for b in self.batches if b.spec.metrics_error]
+        return SpecDecodeStats(schema, sum_counters(deltas) if deltas else None, errs[0] if errs else None)
+
+    def record(self) -> dict[str, Any]:
+        bs = self.batches
+        dur = sum(b.duration for b in bs)
+        completed = sum(b.completed for b in bs)
+        out = sum(b.total_output_tokens for b in bs)
+        inp = sum(b.total_input_tokens for b in bs)
+        rec: dict[str, Any] = {
+            "role": self.role,
+            "workload": self.workload,
+            "max_concurrency": self.max_concurrency,
+            "num_batches": len(bs),
+            "duration": dur,
+            "completed": completed,
+            "failed": sum(b.failed for b in bs),
+            "total_input_tokens": inp,
+            "total_output_tokens": out,
+            "request_throughput": completed / dur if dur > 0 else None,
+            "output_throughput": self.output_throughput,
+            "output_throughput_pooled": out / dur if dur > 0 else None,
+            "output_throughput_per_batch": [b.output_throughput for b in bs],
+        }
+        for kind, attr in zip(LATENCY_KINDS, ("ttfts", "tpots", "itls", "e2els")):
+            rec.update(latency_stats(kind, (v for b in bs for v in getattr(b, attr))))
+        rec.update(self.spec.record())
+        return rec
+
+
+def summarize(batches: Iterable[BatchResult]) -> list[CellSummary]:
+    """Group measured batches by (role, workload, concurrency), in first-seen order."""
+    cells: dict[tuple[str, str, int], CellSummary] = {}
+    for b in batches:
+        if b.warmup:
+            continue
+        key = (b.role, b.workload, b.max_concurrency)
+        if key not in cells:
+            cells[key] = CellSummary(*key, [])
+        cells[key].batches.append(b)
+    return list(cells.values())
+
+
+def compare(cells: Iterable[CellSummary]) -> list[dict[str, Any]]:
+    """The seed's table rows: workload | concurrency | baseline tok/s | spec tok/s | ratio |
+    acceptance, for every (workload, concurrency) measured on both roles. ``ratio`` =
+    speculative / baseline output throughput; ``spec_decode_acceptance_rate`` in percent."""
+    by_key: dict[tuple[str, int], dict[str, CellSummary]] = {}
+    for c in cells:
+        by_key.setdefault((c.workload, c.max_concurrency), {})[c.role] = c
+    rows = []
+    for (wl, conc), roles in by_key.items():
+        if "baseline" not in roles or "speculative" not in roles:
+            continue
+        base, spec = roles["baseline"], roles["speculative"]
+        bt, st = base.output_throughput, spec.output_throughput
+        s = spec.spec
+        rate = s.acceptance_rate
+        rows.append({
+            "workload": wl,
+            "max_concurrency": conc,
+            "baseline_output_throughput": bt,
+            "speculative_output_throughput": st,
+            "ratio": st / bt if bt and st is not None else None,
+            "spec_decode_acceptance_rate": None if rate is None else rate * 100,
+            "spec_decode_acceptance_length": s.acceptance_length,
+            "baseline_failed": sum(b.failed for b in base.batches),
+            "speculative_failed": sum(b.failed for b in spec.batches),
+        })
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# Files.
+
+CSV_FIELDS = (
+    "role", "workload", "max_concurrency", "batch_index", "warmup", "started_at", "request_rate",
+    "num_prompts", "duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
+    "request_throughput", "output_throughput", "total_token_throughput",
+    *[f"{s}_{k}_ms" for k in LATENCY_KINDS for s in ("mean", "median", "std", *[f"p{p}" for p in PERCENTILES])],
+    "spec_decode_acceptance_rate", "spec_decode_acceptance_length", "spec_decode_num_drafts",
+    "spec_decode_draft_tokens", "spec_decode_accepted_tokens", "spec_decode_per_position_acceptance_rates",
+    "spec_decode_num_speculative_tokens", "metrics_error", "first_error",
+)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, float) and not math.isfinite(o):
+        return None
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+def _finite(o: Any) -> Any:
+    """Replace NaN/inf floats by None recursively (JSON has no NaN)."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {k: _finite(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_finite(v) for v in o]
+    return o
+
+
+class ResultWriter:
+    """Writes ``<stem>.json`` (one document: config, batches, summary, comparison, equivalence,
+    status) and ``<stem>.csv`` (one row per batch), both rewritten atomically on every
+    :meth:`write`. ``config`` must already be free of secrets."""
+
+    def __init__(self, json_path: str | Path, csv_path: str | Path | None, config: dict[str, Any]) -> None:
+        self.json_path = Path(json_path)
+        self.csv_path = Path(csv_path) if csv_path is not None else None
+        self.config = config
+
+    def write(self, batches: Sequence[BatchResult], status: str, equivalence: dict[str, Any] | None = None,
+              started_at: str | None = None) -> None:
+        cells = summarize(batches)
+        doc = {
+            "specwatch_bench_format": 1,
+            "status": status,
+            "started_at": started_at,
+            "config": self.config,
+            "batches": [b.record() for b in batches],
+            "summary": [c.record() for c in cells],
+            "comparison": compare(cells),
+            "equivalence": equivalence,
+        }
+        _atomic_write(self.json_path, json.dumps(_finite(doc), indent=1, default=_json_default) + "\n")
+        if self.csv_path is not None:
+            buf = io.StringIO()
+            w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore")
+            w.writeheader()
+            for b in batches:
+                rec = b.record()
+                pp = rec.get("spec_decode_per_position_acceptance_rates")
+                rec["spec_decode_per_position_acceptance_rates"] = "" if pp is None else ";".join(f"{x:.6g}" for x in pp)
+                rec["first_error"] = b.errors[0]["error"] if b.errors else ""
+                w.writerow({k: ("" if rec.get(k) is None else rec.get(k)) for k in CSV_FIELDS})
+            _atomic_write(self.csv_path, buf.getvalue())
+
+
+# --------------------------------------------------------------------------------------------
+# Console.
+
+
+def _fmt(v: float | None, spec: str = ".1f", suffix: str = "") -> str:
+    return "–" if v is None else f"{v:{spec}}{suffix}"
+
+
+def render_tables(batches: Sequence[BatchResult], equivalence: dict[str, Any] | None = None) -> list[Any]:
+    """rich Tables for the console: the per-cell summary, the baseline/speculative comparison
+    (when both roles ran) and the equivalence check (when it ran)."""
+    from rich.table import Table
+
+    cells = summarize(batches)
+    tables: list[Any] = []
+    t = Table(title="specwatch bench: measured batches (warm-up excluded)")
+    for col in ("role", "workload", "concurrency", "batches", "ok/failed", "tok/s",
+                "TTFT med ms", "TPOT med ms", "ITL p99 ms", "E2E p90 s", "acceptance", "acc. length"):
+        t.add_column(col, justify="left" if col in ("role", "workload") else "right")
+    for c in cells:
+        r = c.record()
+        t.add_row(
+            c.role, c.workload, str(c.max_concurrency), str(r["num_batches"]),
+            f"{r['completed']}/{r['failed']}", _fmt(r["output_throughput"]),
+            _fmt(r["median_ttft_ms"]), _fmt(r["median_tpot_ms"], ".2f"), _fmt(r["p99_itl_ms"]),
+            _fmt(None if r["p90_e2el_ms"] is None else r["p90_e2el_ms"] / 1000, ".2f"),
+            _fmt(r["spec_decode_acceptance_rate"], ".1f", " %"), _fmt(r["spec_decode_acceptance_length"], ".2f"),
+        )
+    tables.append(t)
+    rows = compare(cells)
+    if rows:
+        ct = Table(title="baseline vs speculative")
+        for col in ("workload", "concurrency", "baseline tok/s", "spec tok/s", "ratio", "acceptance", "acc. length"):
+            ct.add_column(col, justify="left" if col == "workload" else "right")
+        for r in rows:
+            ct.add_row(r["workload"], str(r["max_concurrency"]), _fmt(r["baseline_output_throughput"]),
+                       _fmt(r["speculative_output_throughput"]), _fmt(r["ratio"], ".2f", "×"),
+                       _fmt(r["spec_decode_acceptance_rate"], ".1f", " %"),
+                       _fmt(r["spec_decode_acceptance_length"], ".2f"))
+        tables.append(ct)
+    if equivalence and equivalence.get("prompts"):
+        et = Table(title=f"greedy-output equivalence: {equivalence['matched']}/{equivalence['total']} identical")
+        for col in ("prompt", "identical", "first difference at", "baseline chars", "spec chars", "error"):
+            et.add_column(col)
+        for p in equivalence["prompts"]:
+            et.add_row(p["name"], "yes" if p["identical"] else "no",
+                       "" if p["first_difference"] is None else str(p["first_difference"]),
+                       str(p["baseline_chars"]), str(p["speculative_chars"]), (p.get("error") or "")[:80])
+        tables.append(et)
+    return tables

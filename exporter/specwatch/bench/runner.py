@@ -1,0 +1,416 @@
+"""Scheduling of a benchmark run and its Python API :func:`run_bench`.
+
+A run is roles × workloads × concurrencies × batches. Roles: with ``baseline_url`` the whole run
+is done against the baseline server first, then against the speculative one (never both at once:
+on one machine they would share the CPU/GPU); without it only ``base_url`` is run, with the role
+``config.role`` (so a baseline and a speculative run made at different times — e.g. when only one
+server fits at a time — can be compared with :func:`specwatch.bench.results.compare`).
+
+Each (role, workload, concurrency) runs ``warmup_batches`` warm-up batches (recorded, flagged
+``warmup``, excluded from summaries) then ``num_batches`` measured ones. A batch sends
+``num_prompts`` requests (default: the concurrency) with at most ``concurrency`` in flight, all
+at once or, with ``request_rate``, at Poisson arrival times (seeded). Around every batch the
+server's ``/metrics`` is read and the spec-decode counter deltas are attached
+(:mod:`specwatch.vllm_metrics`, :mod:`specwatch.derive`). Files are rewritten after every batch;
+the optional greedy-output equivalence check runs at the end when both servers are given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+import math
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from specwatch.bench.backend import OpenAIBackend, RequestOutcome, normalize_base_url
+from specwatch.bench.equivalence import check_equivalence
+from specwatch.bench.promexport import BenchMetrics
+from specwatch.bench.results import BatchResult, CellSummary, ResultWriter, SpecDecodeStats, compare, summarize
+from specwatch.bench.workloads import (
+    WORKLOADS,
+    BenchRequest,
+    ShareGPTItem,
+    WorkloadError,
+    WorkloadOptions,
+    build_requests,
+    load_sharegpt,
+)
+from specwatch.derive import counters_delta, sum_counters
+from specwatch.vllm_metrics import MetricsParseError, UpstreamSnapshot, parse_metrics
+
+ROLES = ("baseline", "speculative")
+
+
+class BenchConfigError(ValueError):
+    """The run configuration is invalid (the message names the field)."""
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """Everything a run needs; validated on construction (raises :class:`BenchConfigError`).
+
+    URLs are server roots (``/v1`` tolerated). ``model`` / ``served_model_name``: the request's
+    ``model`` field is ``served_model_name or model``; when both are None the first id of the
+    server's ``/v1/models`` is used. ``num_prompts``: requests per batch (None = concurrency).
+    ``request_rate``: requests/s (``inf`` = all at once). ``api_key`` is never written anywhere.
+    ``result_dir`` / ``result_filename``: JSON path (the CSV sits beside it, ``.csv``); default
+    name ``specwatch-bench-<date>.json``. ``metrics_port``: serve ``specwatch_bench_*`` there.
+    """
+
+    base_url: str
+    baseline_url: str | None = None
+    role: str = "speculative"
+    model: str | None = None
+    served_model_name: str | None = None
+    workloads: tuple[str, ...] = ("copy",)
+    concurrencies: tuple[int, ...] = (1,)
+    num_prompts: int | None = None
+    num_batches: int = 3
+    warmup_batches: int = 1
+    request_rate: float = math.inf
+    options: WorkloadOptions = field(default_factory=WorkloadOptions)
+    api_key: str | None = field(default=None, repr=False)
+    metrics_port: int | None = None
+    equivalence: bool = True
+    equivalence_output_len: int = 128
+    save_result: bool = True
+    result_dir: str = "."
+    result_filename: str | None = None
+    metrics_url: str | None = None
+    baseline_metrics_url: str | None = None
+    read_timeout: float = 600.0
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        try:
+            normalize_base_url(self.base_url)
+            if self.baseline_url is not None:
+                normalize_base_url(self.baseline_url)
+        except ValueError as exc:
+            raise BenchConfigError(str(exc)) from None
+        if self.role not in ROLES:
+            raise BenchConfigError(f"role must be one of {ROLES}, got {self.role!r}")
+        if not self.workloads:
+            raise BenchConfigError("at least one workload is needed")
+        unknown = [w for w in self.workloads if w not in WORKLOADS]
+        if unknown:
+            raise BenchConfigError(f"unknown workload(s) {unknown}; choose from {', '.join(WORKLOADS)}")
+        if "sharegpt" in self.workloads and not self.options.dataset_path:
+            raise BenchConfigError("the sharegpt workload needs a dataset path (--dataset-path)")
+        if not self.concurrencies or any(c < 1 for c in self.concurrencies):
+            raise BenchConfigError(f"concurrencies must be >= 1, got {self.concurrencies}")
+        if self.num_prompts is not None and self.num_prompts < 1:
+            raise BenchConfigError(f"num_prompts must be >= 1, got {self.num_prompts}")
+        if self.num_batches < 1:
+            raise BenchConfigError(f"num_batches must be >= 1, got {self.num_batches}")
+        if self.warmup_batches < 0:
+            raise BenchConfigError(f"warmup_batches must be >= 0, got {self.warmup_batches}")
+        if not (self.request_rate > 0):
+            raise BenchConfigError(f"request_rate must be > 0 (or inf), got {self.request_rate}")
+        if self.equivalence_output_len < 1:
+            raise BenchConfigError("equivalence_output_len must be >= 1")
+
+    @property
+    def targets(self) -> list[tuple[str, str, str | None]]:
+        """(role, base_url, metrics_url) in run order: baseline first."""
+        if self.baseline_url:
+            return [("baseline", self.baseline_url, self.baseline_metrics_url),
+                    ("speculative", self.base_url, self.metrics_url)]
+        return [(self.role, self.base_url, self.metrics_url)]
+
+    def public_dict(self) -> dict[str, Any]:
+        """The config as written to result files: no API key (only whether one was set)."""
+        d = asdict(self)
+        d.pop("api_key", None)
+        d["api_key_set"] = self.api_key is not None
+        d["request_rate"] = "inf" if math.isinf(self.request_rate) else self.request_rate
+        d["workloads"] = list(self.workloads)
+        d["concurrencies"] = list(self.concurrencies)
+        return d
+
+    def result_paths(self, date: str) -> tuple[Path, Path]:
+        """(json_path, csv_path) for a run started at ``date`` (``YYYYmmdd-HHMMSS``)."""
+        name = self.result_filename or f"specwatch-bench-{date}.json"
+        p = Path(self.result_dir) / name
+        if p.suffix != ".json":
+            p = p.with_name(p.name + ".json")
+        return p, p.with_suffix(".csv")
+
+
+@dataclass
+class RunResult:
+    """What a run produced so far. ``status``: "complete" | "interrupted" | "running".
+    ``batches`` in run order (warm-ups included, flagged); ``equivalence`` as
+    :func:`specwatch.bench.equivalence.compare_outputs` returns it, or None."""
+
+    config: BenchConfig
+    status: str = "running"
+    batches: list[BatchResult] = field(default_factory=list)
+    equivalence: dict[str, Any] | None = None
+    json_path: Path | None = None
+    csv_path: Path | None = None
+    started_at: str = ""
+
+    def summary(self) -> list[CellSummary]:
+        """Measured batches pooled per (role, workload, concurrency)."""
+        return summarize(self.batches)
+
+    def comparison(self) -> list[dict[str, Any]]:
+        """Baseline-vs-speculative rows (empty unless both roles ran)."""
+        return compare(self.summary())
+
+
+class BenchInterrupted(KeyboardInterrupt):
+    """Raised by :func:`run_bench` on Ctrl-C after the files were updated; ``.result`` holds
+    every finished batch (status "interrupted")."""
+
+    def __init__(self, result: RunResult) -> None:
+        super().__init__("benchmark interrupted")
+        self.result = result
+
+
+# ------------------------------------------------------------------------------------------
+
+
+def _model_filter(snap: UpstreamSnapshot, model: str | None) -> str | None:
+    names = {k[0] for k in snap.counters}
+    return model if model in names else None
+
+
+async def _scrape(backend: OpenAIBackend) -> tuple[UpstreamSnapshot | None, str | None]:
+    try:
+        return parse_metrics(await backend.fetch_metrics()), None
+    except (RuntimeError, MetricsParseError) as exc:
+        return None, str(exc)
+
+
+def spec_stats(before: UpstreamSnapshot | None, after: UpstreamSnapshot | None, model: str | None,
+               error: str | None = None) -> SpecDecodeStats:
+    """Spec-decode counter delta between two /metrics snapshots of one server, summed over
+    engines (of ``model`` when the server labels it, else of all models), as
+    ``vllm bench serve`` does. V0 counters are not differenced (they are broken upstream)."""
+    if before is None or after is None:
+        return SpecDecodeStats(None if after is None else after.schema, None, error or "metrics not read")
+    schema = after.schema
+    if schema not in ("v1", "v1-early", "llamacpp") or before.schema != schema:
+        return SpecDecodeStats(schema, None, None)
+    b = sum_counters(before.counters.values(), _model_filter(before, model))
+    a = sum_counters(after.counters.values(), _model_filter(after, model))
+    if a is None or b is None:
+        return SpecDecodeStats(schema, None, "no spec-decode counters for the model")
+    return SpecDecodeStats(schema, counters_delta(b, a), None)
+
+
+async def _dispatch(backend: OpenAIBackend, requests: Sequence[BenchRequest], concurrency: int,
+                    request_rate: float, arrival_seed: str,
+                    on_start: Callable[[], None], on_done: Callable[[RequestOutcome], None]) -> list[RequestOutcome]:
+    outcomes: list[RequestOutcome | None] = [None] * len(requests)
+
+    async def one(i: int) -> None:
+        on_start()
+        o = await backend.send(requests[i])
+        outcomes[i] = o
+        on_done(o)
+
+    if math.isinf(request_rate):
+        it = iter(range(len(requests)))
+
+        async def worker() -> None:
+            for i in it:  # shared iterator: each index taken by exactly one worker
+                await one(i)
+
+        await asyncio.gather(*(worker() for _ in range(min(concurrency, len(requests)))))
+    else:
+        rng = random.Random(arrival_seed)
+        sem = asyncio.Semaphore(concurrency)
+
+        async def limited(i: int) -> None:
+            async with sem:
+                await one(i)
+
+        tasks = []
+        for i in range(len(requests)):
+            if i:
+                await asyncio.sleep(rng.expovariate(request_rate))
+            tasks.append(asyncio.ensure_future(limited(i)))
+        await asyncio.gather(*tasks)
+    return [o for o in outcomes if o is not None]
+
+
+def _aggregate(role: str, workload: str, concurrency: int, index: int, warmup: bool, started_at: str,
+               duration: float, outcomes: Sequence[RequestOutcome], request_rate: float,
+               spec: SpecDecodeStats) -> BatchResult:
+    ok = [o for o in outcomes if o.success]
+    bad = [o for o in outcomes if not o.success]
+    return BatchResult(
+        role=role, workload=workload, max_concurrency=concurrency, batch_index=index, warmup=warmup,
+        started_at=started_at, duration=duration, num_prompts=len(outcomes),
+        completed=len(ok), failed=len(bad),
+        total_input_tokens=sum(o.prompt_tokens or 0 for o in ok),
+        total_output_tokens=sum(o.output_tokens for o in ok),
+        output_tokens_from_usage=bool(ok) and all(o.tokens_from_usage for o in ok),
+        request_rate=None if math.isinf(request_rate) else request_rate,
+        spec=spec,
+        errors=[{"index": o.index, "error": o.error} for o in bad],
+        ttfts=[o.ttft for o in ok if o.ttft is not None],
+        tpots=[t for t in (o.tpot for o in ok) if t is not None],
+        itls=[g for o in ok for g in o.itl],
+        e2els=[o.latency for o in ok],
+    )
+
+
+def _batch_line(label: str, b: BatchResult) -> str:
+    rate = b.spec.acceptance_rate
+    acc = "" if rate is None else f", acceptance {rate * 100:.1f} %"
+    fail = f", [red]{b.failed} failed[/red]" if b.failed else ""
+    return f"{label}: {b.output_throughput:.1f} tok/s, {b.completed} ok{fail}{acc}"
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+async def run_bench_async(config: BenchConfig, *, metrics: BenchMetrics | None = None,
+                          result: RunResult | None = None) -> RunResult:
+    """Run the benchmark on the current event loop; see the module docstring.
+
+    ``metrics``: an existing :class:`BenchMetrics` to update (else one is created and, if
+    ``config.metrics_port`` is set, served for the run's duration). ``result``: a RunResult to fill
+    (lets a caller keep the partial result when the run is cancelled). Request failures are
+    recorded in the batches; raises only for configuration problems found at start (unreadable
+    dataset, no model id obtainable, metrics port taken) and re-raises cancellation after
+    writing the files with status "interrupted".
+    """
+    res = result if result is not None else RunResult(config)
+    res.config = config
+    res.started_at = _now()
+    date = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    writer = None
+    if config.save_result:
+        res.json_path, res.csv_path = config.result_paths(date)
+        writer = ResultWriter(res.json_path, res.csv_path, config.public_dict())
+
+    def save() -> None:
+        if writer is not None:
+            writer.write(res.batches, res.status, res.equivalence, res.started_at)
+
+    sharegpt: list[ShareGPTItem] | None = None
+    if "sharegpt" in config.workloads:
+        sharegpt = load_sharegpt(config.options.dataset_path or "")
+
+    bm = metrics
+    served_here = False
+    if bm is None:
+        bm = BenchMetrics()
+        if config.metrics_port is not None:
+            bm.serve(config.metrics_port)
+            served_here = True
+
+    progress = None
+    if config.progress:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), transient=False)
+        progress.start()
+
+    total_batches = config.warmup_batches + config.num_batches
+    backends: dict[str, OpenAIBackend] = {}
+    try:
+        save()
+        for role, url, murl in config.targets:
+            backend = OpenAIBackend(url, None, api_key=config.api_key, read_timeout=config.read_timeout,
+                                    metrics_url=murl)
+            await backend.__aenter__()
+            backends[role] = backend
+            backend.model = config.served_model_name or config.model or await backend.first_model()
+            for wl in config.workloads:
+                for conc in config.concurrencies:
+                    bm.set_active(role, wl, conc)
+                    cell = bm.cell(role, wl, conc)
+                    n = config.num_prompts or conc
+                    for b in range(total_batches):
+                        warm = b < config.warmup_batches
+                        reqs = build_requests(wl, n, config.options, batch=b, sharegpt_items=sharegpt)
+                        task_id = None
+                        label = f"{role} {wl} c={conc} " + (f"warm-up {b + 1}" if warm else
+                                                             f"batch {b - config.warmup_batches + 1}/{config.num_batches}")
+                        if progress is not None:
+                            task_id = progress.add_task(label, total=len(reqs))
+
+                        def on_done(o: RequestOutcome, _cell=cell, _tid=task_id) -> None:
+                            bm.request_finished(_cell, o)
+                            if progress is not None:
+                                progress.advance(_tid)
+
+                        before, err_b = await _scrape(backend)
+                        started = _now()
+                        t0 = time.perf_counter()
+                        outcomes = await _dispatch(backend, reqs, conc, config.request_rate,
+                                                   f"{config.options.seed}:{wl}:{conc}:{b}:arrivals",
+                                                   lambda _c=cell: bm.request_started(_c), on_done)
+                        duration = time.perf_counter() - t0
+                        after, err_a = await _scrape(backend)
+                        spec = spec_stats(before, after, backend.model, err_b or err_a)
+                        batch = _aggregate(role, wl, conc, b, warm, started, duration, outcomes,
+                                           config.request_rate, spec)
+                        res.batches.append(batch)
+                        save()
+                        if progress is not None:
+                            progress.remove_task(task_id)
+                            progress.console.print(_batch_line(label, batch))
+                        if not warm:
+                            bm.batch_finished(role, wl, conc, batch.output_throughput, spec.acceptance_rate)
+        if config.equivalence and config.baseline_url:
+            res.equivalence = await check_equivalence(
+                backends["baseline"], backends["speculative"], output_len=config.equivalence_output_len,
+                seed=config.options.seed)
+        res.status = "complete"
+        save()
+        return res
+    except asyncio.CancelledError:
+        res.status = "interrupted"
+        save()
+        raise
+    finally:
+        bm.clear_active()
+        if progress is not None:
+            progress.stop()
+        for be in backends.values():
+            await be.__aexit__(None, None, None)
+        if served_here:
+            bm.shutdown()
+
+
+def _run(coro: Any) -> Any:
+    try:
+        import uvloop  # type: ignore[import-not-found]
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+def run_bench(config: BenchConfig, *, metrics: BenchMetrics | None = None) -> RunResult:
+    """Run a benchmark to completion (blocking; starts its own event loop) and return the result.
+
+    Raises :class:`BenchInterrupted` (a KeyboardInterrupt carrying the partial result) on Ctrl-C,
+    after the result files were rewritten with status "interrupted";
+    :class:`BenchConfigError`/:class:`specwatch.bench.workloads.WorkloadError`/RuntimeError for
+    start-up problems (see :func:`run_bench_async`).
+    """
+    res = RunResult(config)
+    try:
+        return _run(run_bench_async(config, metrics=metrics, result=res))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        res.status = "interrupted"
+        raise BenchInterrupted(res) from None
+
+
+__all__ = [
+    "BenchConfig", "BenchConfigError", "BenchInterrupted", "RunResult", "run_bench", "run_bench_async",
+    "spec_stats", "WorkloadError",
+]
