@@ -1,0 +1,121 @@
+"""The verify-step cost model shared by the recording rules and the exporter's live advice.
+
+Speculative decoding turns one decode step into one *verify* step that scores the k draft tokens
+(plus the bonus token) of every running request. A verify step costs more than a plain step, and
+the extra grows with k and with the batch. specwatch models the ratio
+
+    c(k, b) = verify step time / plain step time
+            = 1 + k × (step_cost_per_draft_token + step_cost_per_draft_token_per_running_request × b)
+
+with k = draft tokens per draft (the *effective* k, Δ vllm:spec_decode_num_draft_tokens_total /
+Δ vllm:spec_decode_num_drafts_total; ngram can propose fewer than num_speculative_tokens) and
+b = running requests per engine (vllm:num_requests_running). The estimated speedup over running
+without speculation is
+
+    speedup = mean acceptance length / c(k, b)
+
+(mean acceptance length = 1 + Δaccepted / Δdrafts, tokens emitted per verify step). Below 1,
+speculation is net-negative.
+
+Default coefficients, derived from the seed measurements (/work/shared/workloads.md, seed 000):
+
+* 0.05 per draft token: at concurrency 1 one step verifying 9 tokens (k = 8) took 7.8 ms against
+  5.7 ms for a plain step, 1.37-1.4× → (1.4 - 1) / 8 = 0.05.
+* 0.02 per draft token per running request: with copy at k = 4 (acceptance ≈ 97 %, mean
+  acceptance length ≈ 4.8) the speedup was 2.54× at concurrency 8 and 1.41× at concurrency 32,
+  i.e. c ≈ 4.8 / 2.54 = 1.89 and 4.8 / 1.41 = 3.40. Solving 1 + 4 × (0.05 + p × b) = c gives
+  p ≈ 0.022 (b = 8) and p ≈ 0.017 (b = 32): ≈ 0.02.
+
+The model is deliberately coarse: it over-states the cost at b = 1 (k = 8: 1.56 against the 1.4
+measured) and so errs towards calling speculation net-negative. Measure your own hardware
+(``specwatch sweep``) and set the two coefficients in MixinConfig / the exporter's options.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+DEFAULT_STEP_COST_PER_DRAFT_TOKEN = 0.05
+DEFAULT_STEP_COST_PER_DRAFT_TOKEN_PER_RUNNING_REQUEST = 0.02
+
+
+class CostCoefficients(Protocol):
+    """Anything carrying the two cost-model coefficients (MixinConfig, CostModel)."""
+
+    step_cost_per_draft_token: float
+    step_cost_per_draft_token_per_running_request: float
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """The two coefficients of c(k, b), each a fraction of a plain decode step's time.
+
+    Raises ValueError if either is negative or not finite.
+    """
+
+    step_cost_per_draft_token: float = DEFAULT_STEP_COST_PER_DRAFT_TOKEN
+    step_cost_per_draft_token_per_running_request: float = (
+        DEFAULT_STEP_COST_PER_DRAFT_TOKEN_PER_RUNNING_REQUEST
+    )
+
+    def __post_init__(self) -> None:
+        validate_coefficients(self)
+
+
+def validate_coefficients(cfg: CostCoefficients) -> None:
+    """Raise ValueError unless both coefficients of ``cfg`` are finite and ≥ 0."""
+    for name in ("step_cost_per_draft_token", "step_cost_per_draft_token_per_running_request"):
+        value = getattr(cfg, name)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise ValueError(f"{name} must be a number, got {value!r}")
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
+def step_cost_factor(k: float, running_requests: float, cfg: CostCoefficients | None = None) -> float:
+    """Cost of one verify step relative to a plain decode step: c(k, b) ≥ 1.
+
+    Args:
+        k: draft tokens per verify step (effective k = Δdraft_tokens / Δdrafts, or the configured
+           num_speculative_tokens); a non-negative float.
+        running_requests: running requests per engine (vllm:num_requests_running), ≥ 0; may be a
+           time average, so a float.
+        cfg: the coefficients (MixinConfig or CostModel); defaults to CostModel().
+
+    Returns: 1 + k × (step_cost_per_draft_token + step_cost_per_draft_token_per_running_request × b).
+
+    Raises: ValueError if k or running_requests is negative or not finite.
+    """
+    if cfg is None:
+        cfg = CostModel()
+    for name, value in (("k", k), ("running_requests", running_requests)):
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return 1.0 + k * (
+        cfg.step_cost_per_draft_token
+        + cfg.step_cost_per_draft_token_per_running_request * running_requests
+    )
+
+
+def estimated_speedup(
+    mean_acceptance_length: float,
+    k: float,
+    running_requests: float,
+    cfg: CostCoefficients | None = None,
+) -> float:
+    """Estimated speedup of speculation over plain decoding: mean acceptance length / c(k, b).
+
+    Args:
+        mean_acceptance_length: tokens per verify step, bonus included (1 + Δaccepted / Δdrafts), ≥ 1
+           in practice; for a what-if k′ pass the expected acceptance length E(k′) = 1 + Σ_{i<k′} r_i.
+        k, running_requests, cfg: as for step_cost_factor.
+
+    Raises: ValueError as step_cost_factor, or if mean_acceptance_length is negative / not finite.
+    """
+    if not math.isfinite(mean_acceptance_length) or mean_acceptance_length < 0:
+        raise ValueError(
+            f"mean_acceptance_length must be a finite number >= 0, got {mean_acceptance_length!r}"
+        )
+    return mean_acceptance_length / step_cost_factor(k, running_requests, cfg)

@@ -1,0 +1,171 @@
+"""Alerting rules of the specwatch mixin, built from one MixinConfig.
+
+Every alert has a ``for:``, a ``severity`` label (critical | warning), a static ``summary``, a
+templated ``description`` (labels and value) and a ``runbook_url`` pointing at its anchor in
+prometheus/runbook.md. Spec-decode alerts work per upstream (vLLM server) and engine, where the
+action (change k, fix the draft, restart) is taken.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from specwatch.mixin.config import UPSTREAM_ENGINE, MixinConfig
+from specwatch.mixin.rules import ACCEPTED, DRAFT_TOKENS, RuleGroup, selector
+
+UE = "job, upstream, model_name, engine"
+UPSTREAM = "job, instance, upstream"
+NOT_V0 = 'schema!="v0"'  # V0 counters are never normalized, by design
+
+
+@dataclass(frozen=True)
+class AlertRule:
+    """One Prometheus alerting rule; ``comment`` is written as a YAML comment line above it."""
+
+    alert: str
+    expr: str
+    for_: str
+    severity: str
+    summary: str
+    description: str
+    comment: str
+    extra_labels: tuple[tuple[str, str], ...] = field(default=())
+    runbook_url: str = ""
+
+    def as_dict(self) -> dict:
+        """The alert as Prometheus' rule-file mapping (alert, expr, for, labels, annotations)."""
+        return {
+            "alert": self.alert,
+            "expr": self.expr,
+            "for": self.for_,
+            "labels": {"severity": self.severity, **dict(self.extra_labels)},
+            "annotations": {
+                "summary": self.summary,
+                "description": self.description,
+                "runbook_url": self.runbook_url,
+            },
+        }
+
+
+def alert_rules(cfg: MixinConfig) -> tuple[AlertRule, ...]:
+    """The six Specwatch* alerts, in the order of prometheus/runbook.md."""
+    w = cfg.rate_window
+    exp = cfg.exporter_selector
+    speedup = cfg.ratio_rule(UPSTREAM_ENGINE, "specwatch_estimated_speedup")
+    drafts = cfg.rate_rule(UPSTREAM_ENGINE, "specwatch_drafts")
+    draft_tokens = cfg.rate_rule(UPSTREAM_ENGINE, "specwatch_draft_tokens")
+    acceptance = cfg.ratio_rule(UPSTREAM_ENGINE, "specwatch_draft_acceptance_rate")
+    h = cfg.acceptance_history_window
+    where = ("{{ $labels.upstream }} (model {{ $labels.model_name }}, engine {{ $labels.engine }})")
+
+    history = (f"sum by ({UE}) (rate({ACCEPTED}{selector(exp)}[{h}] offset {w}))\n"
+               f"    /\n"
+               f"    (sum by ({UE}) (rate({DRAFT_TOKENS}{selector(exp)}[{h}] offset {w})) > 0)")
+
+    alerts = [
+        AlertRule(
+            alert="SpecwatchSpeculationNetNegative",
+            expr=(f"(\n  {speedup} < {cfg.net_negative_speedup_threshold:g}\n)\n"
+                  f"and on ({UE})\n({drafts} > {cfg.net_negative_min_drafts_per_second:g})"),
+            for_=cfg.net_negative_for,
+            severity="warning",
+            summary="Speculative decoding is estimated to be slower than plain decoding.",
+            description=(
+                f"Estimated speedup of speculative decoding on {where} is "
+                "{{ $value | printf \"%.2f\" }}x over the last " + w + " (mean acceptance length divided "
+                f"by the verify-step cost for the current effective k and batch size), below "
+                f"{cfg.net_negative_speedup_threshold:g} for {cfg.net_negative_for}. Speculation is "
+                "costing throughput: lower num_speculative_tokens or turn it off at this load."),
+            comment=(f"Estimated speedup < {cfg.net_negative_speedup_threshold:g} for "
+                     f"{cfg.net_negative_for} while drafting: speculation costs more than it saves."),
+        ),
+        AlertRule(
+            alert="SpecwatchAcceptanceCollapsed",
+            expr=(f"(\n  {acceptance}\n  / on ({UE})\n  (\n    (\n    {history}\n    )\n"
+                  f"    >= {cfg.acceptance_collapse_min_history_rate:g}\n  )\n) < {cfg.acceptance_collapse_ratio:g}\n"
+                  f"and on ({UE})\n({draft_tokens} > {cfg.acceptance_collapse_min_draft_tokens_per_second:g})"),
+            for_=cfg.acceptance_collapse_for,
+            severity="warning",
+            summary="Draft acceptance rate collapsed against its own recent history.",
+            description=(
+                f"Draft acceptance rate on {where} over the last {w} is "
+                "{{ $value | humanizePercentage }} of its rate over the previous " + h + " (alert below "
+                f"{cfg.acceptance_collapse_ratio:.0%}), with traffic. The draft no longer matches the "
+                "target (changed draft or target model, changed workload, broken prompt lookup)."),
+            comment=(f"Acceptance over {w} < {cfg.acceptance_collapse_ratio:g} × acceptance over the "
+                     f"previous {h}, with traffic."),
+        ),
+        AlertRule(
+            alert="SpecwatchUpstreamDown",
+            expr=(f"specwatch_up{selector(exp)} == 0\n"
+                  f"or on (upstream)\nup{selector(cfg.vllm_selector)} == 0"),
+            for_=cfg.upstream_down_for,
+            severity="critical",
+            summary="A vLLM server's /metrics cannot be scraped.",
+            description=(
+                "{{ $labels.job }} on {{ $labels.instance }} cannot fetch /metrics of vLLM upstream "
+                "{{ or $labels.upstream $labels.instance }} (up = {{ $value }}) for "
+                f"{cfg.upstream_down_for}: the server is down, restarting or unreachable."),
+            comment=(f"The exporter (specwatch_up) or Prometheus (up of the vllm job) cannot scrape a "
+                     f"vLLM server for {cfg.upstream_down_for}."),
+        ),
+        AlertRule(
+            alert="SpecwatchSpecDecodeMetricsMissing",
+            expr=(f"(\n  (\n    specwatch_spec_decode_enabled{selector(exp)} == 0\n    and on ({UPSTREAM})\n"
+                  f"    max_over_time(specwatch_spec_decode_enabled{selector(exp)}[{cfg.spec_decode_lookback}]) == 1\n"
+                  f"  )\n  or\n  (\n    specwatch_spec_decode_enabled{selector(exp)} == 1\n"
+                  f"    and on ({UPSTREAM})\n    specwatch_upstream_info{selector(exp, NOT_V0)}\n"
+                  f"    unless on ({UPSTREAM})\n    {DRAFT_TOKENS}{selector(exp)}\n  )\n)\n"
+                  f"and on ({UPSTREAM})\nspecwatch_up{selector(exp)} == 1"),
+            for_=cfg.spec_decode_missing_for,
+            severity="warning",
+            summary="A vLLM server stopped exporting speculative-decoding metrics.",
+            description=(
+                "vLLM upstream {{ $labels.upstream }} is up but specwatch gets no usable spec-decode "
+                "counters from it (specwatch_spec_decode_enabled = {{ $value }}): either it exported "
+                f"vllm:spec_decode_* within the last {cfg.spec_decode_lookback} and no longer does "
+                "(restarted without --speculative-config?), or it says speculation is on but the "
+                "exporter could not normalize its counters."),
+            comment=(f"An up upstream that had spec-decode metrics in the last {cfg.spec_decode_lookback} "
+                     "lost them, or reports them without normalized counters."),
+        ),
+        AlertRule(
+            alert="SpecwatchExporterDown",
+            expr=f"up{selector(exp)} == 0\nor\nabsent(up{selector(exp)})",
+            for_=cfg.exporter_down_for,
+            severity="critical",
+            summary="The specwatch exporter cannot be scraped.",
+            description=(
+                "Prometheus cannot scrape the specwatch exporter {{ with $labels.instance }}{{ . }}"
+                "{{ else }}(no target of " + exp.replace('"', "'") + " at all){{ end }} for "
+                f"{cfg.exporter_down_for}: every spec-decode rule, alert and dashboard panel is blind."),
+            comment=f"The exporter's scrape fails, or it has no target, for {cfg.exporter_down_for}.",
+        ),
+        AlertRule(
+            alert="SpecwatchInvariantViolations",
+            expr=(f"increase(specwatch_invariant_violations_total{selector(exp)}[{cfg.invariant_window}]) > 0\n"
+                  f"or\n(\n  specwatch_invariant_violations_total{selector(exp)} > 0\n"
+                  f"  unless\n  specwatch_invariant_violations_total{selector(exp)} offset {cfg.invariant_window}\n)"),
+            for_=cfg.invariant_for,
+            severity="warning",
+            summary="vLLM's spec-decode counters break their invariants.",
+            description=(
+                "specwatch saw vLLM upstream {{ $labels.upstream }} break invariant "
+                "{{ $labels.invariant }} ({{ $value | printf \"%.0f\" }} times in the last "
+                f"{cfg.invariant_window}): its spec-decode counters are inconsistent, so derived "
+                "values for it may be wrong."),
+            comment=(f"specwatch_invariant_violations_total grew in the last {cfg.invariant_window} "
+                     "(or appeared with a positive value)."),
+        ),
+    ]
+    labels = tuple(sorted(cfg.alert_labels().items()))
+    return tuple(
+        AlertRule(**{**a.__dict__, "extra_labels": labels, "runbook_url": cfg.runbook_anchor_url(a.alert)})
+        for a in alerts
+    )
+
+
+def alert_groups(cfg: MixinConfig) -> tuple[RuleGroup, ...]:
+    """The alert groups written to prometheus/rules/specwatch-alerts.yml."""
+    return (RuleGroup("specwatch-alerts", alert_rules(cfg),
+                      "Alerts on speculative decoding, its upstreams and the exporter."),)

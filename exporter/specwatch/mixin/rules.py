@@ -1,0 +1,246 @@
+"""Recording rules of the specwatch mixin, built from one MixinConfig.
+
+Every spec-decode rule is built on the exporter's *normalized* counters (specwatch_drafts_total,
+specwatch_draft_tokens_total, specwatch_accepted_tokens_total,
+specwatch_accepted_tokens_per_position_total{position}, specwatch_generation_tokens_total), which
+the exporter writes for vLLM V1, vLLM 0.8.3-0.8.4 and llama.cpp alike, so the rules hold for every
+engine it supports. Ratios are ratios of sums: numerator and denominator are summed over the
+level's labels first, then divided (never an average of per-engine ratios). A ratio whose
+denominator is zero is absent (``/ (denominator > 0)``), as in the exporter.
+
+Formulas (over the rate window, Δ = increase of the counter; see /work/shared/vllm-facts.md):
+  draft acceptance rate        = Δaccepted / Δdraft_tokens
+  mean acceptance length       = 1 + Δaccepted / Δdrafts
+  per-position rate r_i        = Δper_pos[i] / Δdrafts
+  conditional rate at i        = r_i / r_{i-1}  (r_{-1} = 1)
+  expected acceptance length   = 1 + Σ_{i<k'} r_i for each k' = 1..max_k, only where position k'-1 exists
+  output from drafts           = Δaccepted / Δgeneration_tokens
+  draft tokens per draft       = Δdraft_tokens / Δdrafts  (effective k)
+  estimated speedup            = mean acceptance length / c(effective k, b)   (specwatch.costmodel)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from specwatch.mixin.config import INSTANCE_ENGINE, LEVEL_LABELS, MODEL, UPSTREAM_ENGINE, MixinConfig
+
+# The exporter's normalized counters (names fixed by the contract).
+DRAFTS = "specwatch_drafts_total"
+DRAFT_TOKENS = "specwatch_draft_tokens_total"
+ACCEPTED = "specwatch_accepted_tokens_total"
+PER_POSITION = "specwatch_accepted_tokens_per_position_total"
+GENERATION = "specwatch_generation_tokens_total"
+# vLLM's own metrics, scraped directly by the vllm job.
+VLLM_RUNNING = "vllm:num_requests_running"
+VLLM_WAITING = "vllm:num_requests_waiting"
+VLLM_TPOT = "vllm:request_time_per_output_token_seconds"
+VLLM_ITL = "vllm:inter_token_latency_seconds"
+VLLM_SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"
+
+
+@dataclass(frozen=True)
+class RecordingRule:
+    """One Prometheus recording rule; ``comment`` is written as a YAML comment line above it."""
+
+    record: str
+    expr: str
+    comment: str
+    labels: tuple[tuple[str, str], ...] = field(default=())
+
+    def as_dict(self) -> dict:
+        """The rule as Prometheus' rule-file mapping (record, expr[, labels])."""
+        out: dict = {"record": self.record, "expr": self.expr}
+        if self.labels:
+            out["labels"] = dict(self.labels)
+        return out
+
+
+@dataclass(frozen=True)
+class RuleGroup:
+    """A rule group; rules of one group are evaluated in order, so later rules may use earlier ones."""
+
+    name: str
+    rules: tuple
+    comment: str = ""
+
+
+def selector(matchers: str, *extra: str) -> str:
+    """``{matchers, extra...}`` for a metric selector; ``matchers`` is a MixinConfig selector."""
+    return "{" + ", ".join(m for m in (matchers, *extra) if m) + "}"
+
+
+def _by(labels) -> str:
+    return ", ".join(labels)
+
+
+def spec_decode_rules(cfg: MixinConfig, level: str) -> tuple[RecordingRule, ...]:
+    """The spec-decode recording rules of one level (MODEL or UPSTREAM_ENGINE), in evaluation order.
+
+    Output labels: LEVEL_LABELS[level] (+ position, + k). Source: the exporter's normalized
+    counters selected by cfg.exporter_selector; the estimated speedup also reads
+    vllm:num_requests_running selected by cfg.vllm_selector.
+    """
+    if level not in (MODEL, UPSTREAM_ENGINE):
+        raise ValueError(f"spec-decode rules exist for levels {MODEL!r} and {UPSTREAM_ENGINE!r}, not {level!r}")
+    labels = LEVEL_LABELS[level]
+    g = _by(labels)
+    w = cfg.rate_window
+    sel = selector(cfg.exporter_selector)
+
+    def summed_rate(metric: str, extra_by: str = "") -> str:
+        by = f"{g}, {extra_by}" if extra_by else g
+        return f"sum by ({by}) (rate({metric}{sel}[{w}]))"
+
+    drafts = cfg.rate_rule(level, "specwatch_drafts")
+    draft_tokens = cfg.rate_rule(level, "specwatch_draft_tokens")
+    accepted = cfg.rate_rule(level, "specwatch_accepted_tokens")
+    rejected = cfg.rate_rule(level, "specwatch_rejected_tokens")
+    acceptance = cfg.ratio_rule(level, "specwatch_draft_acceptance_rate")
+    mean_len = cfg.ratio_rule(level, "specwatch_mean_acceptance_length")
+    per_draft = cfg.ratio_rule(level, "specwatch_draft_tokens_per_draft")
+    pos_rate = cfg.ratio_rule(level, "specwatch_position_acceptance_rate")
+    cond_rate = cfg.ratio_rule(level, "specwatch_position_conditional_acceptance_rate")
+    expected = cfg.ratio_rule(level, "specwatch_expected_acceptance_length")
+    from_drafts = cfg.ratio_rule(level, "specwatch_output_from_drafts_ratio")
+    speedup = cfg.ratio_rule(level, "specwatch_estimated_speedup")
+    who = "per model" if level == MODEL else "per upstream and engine"
+
+    rules: list[RecordingRule] = [
+        RecordingRule(drafts, summed_rate(DRAFTS),
+                      f"Drafts (verify steps carrying draft tokens) per second, {who}."),
+        RecordingRule(draft_tokens, summed_rate(DRAFT_TOKENS),
+                      f"Draft tokens proposed per second, {who} (token flow: proposed)."),
+        RecordingRule(accepted, summed_rate(ACCEPTED),
+                      f"Draft tokens accepted per second, {who} (token flow: accepted)."),
+        RecordingRule(rejected, f"{draft_tokens} - {accepted}",
+                      f"Draft tokens rejected per second = proposed - accepted, {who} (token flow: rejected)."),
+        RecordingRule(acceptance, f"{accepted} / ({draft_tokens} > 0)",
+                      f"Draft acceptance rate = Δaccepted / Δdraft_tokens (0-1), {who}; absent without drafts."),
+        RecordingRule(mean_len, f"1 + {accepted} / ({drafts} > 0)",
+                      f"Mean acceptance length = 1 + Δaccepted / Δdrafts (tokens per verify step, bonus included), {who}."),
+        RecordingRule(per_draft, f"{draft_tokens} / ({drafts} > 0)",
+                      f"Draft tokens per draft = Δdraft_tokens / Δdrafts: the effective k, {who}."),
+        RecordingRule(
+            pos_rate,
+            f"{summed_rate(PER_POSITION, 'position')}\n/ ignoring (position) group_left ()\n({drafts} > 0)",
+            f"Per-position acceptance rate r_i = Δper_pos[i] / Δdrafts (P(positions 0..i all accepted)), {who}."),
+        RecordingRule(
+            from_drafts,
+            f"{accepted}\n/\n({summed_rate(GENERATION)} > 0)",
+            f"Share of output tokens that were accepted drafts = Δaccepted / Δgeneration_tokens, {who}."),
+    ]
+    # Conditional per-position rate: r_0 at position 0, r_i / r_(i-1) above. PromQL has no label
+    # arithmetic, so one rule per position (positions 0..max_k-1). The static position label
+    # repeats the series' own; it keeps the rules distinct for promtool's duplicate-rule lint.
+    rules.append(RecordingRule(
+        cond_rate, f'{pos_rate}{{position="0"}}',
+        f"Conditional acceptance rate at position 0 = r_0 (r_-1 = 1), {who}.",
+        labels=(("position", "0"),)))
+    for i in range(1, cfg.max_k):
+        rules.append(RecordingRule(
+            cond_rate,
+            f'{pos_rate}{{position="{i}"}}\n/ ignoring (position) group_left ()\n'
+            f'({pos_rate}{{position="{i - 1}"}} > 0)',
+            f"Conditional acceptance rate at position {i} = r_{i} / r_{i - 1} "
+            f"(P(accepted at {i} | accepted up to {i - 1})), {who}.",
+            labels=(("position", str(i)),)))
+    # What-if for every smaller k': E(k') = 1 + Σ_{i<k'} r_i, only where position k'-1 exists.
+    for k in range(1, cfg.max_k + 1):
+        positions = "|".join(str(i) for i in range(k))
+        rules.append(RecordingRule(
+            expected,
+            f'1 + sum without (position) ({pos_rate}{{position=~"{positions}"}})\n'
+            f'and ignoring (position)\n{pos_rate}{{position="{k - 1}"}}',
+            f"Expected acceptance length if k were {k}: 1 + Σ r_i for i < {k} "
+            f"(exact for chain drafters), {who}; only where k >= {k}.",
+            labels=(("k", str(k)),)))
+    rules.append(RecordingRule(speedup, _speedup_expr(cfg, level, mean_len, per_draft),
+                               f"Estimated speedup = mean acceptance length / c(effective k, running requests "
+                               f"per engine), c = 1 + k × ({cfg.step_cost_per_draft_token:g} + "
+                               f"{cfg.step_cost_per_draft_token_per_running_request:g} × b), {who}."))
+    return tuple(rules)
+
+
+def _speedup_expr(cfg: MixinConfig, level: str, mean_len: str, per_draft: str) -> str:
+    """PromQL for mean acceptance length / (1 + k_eff × (s + p × b)).
+
+    b (running requests per engine, averaged over the rate window) comes from vLLM's own
+    vllm:num_requests_running. At the model level b is the mean over the engines of that model
+    that export spec-decode counters (so a baseline server of the same model is left out),
+    joined on model_name. At the upstream/engine level the vllm scrape job must carry an
+    ``upstream`` label equal to the exporter's upstream name (a static label in
+    prometheus/prometheus.yml); the join is on (upstream, model_name, engine). Without it the
+    upstream/engine speedup is absent.
+    """
+    w = cfg.rate_window
+    s = repr(float(cfg.step_cost_per_draft_token))
+    p = repr(float(cfg.step_cost_per_draft_token_per_running_request))
+    running = f"avg_over_time({VLLM_RUNNING}{selector(cfg.vllm_selector)}[{w}])"
+    if level == MODEL:
+        keep = "job, model_name"
+        join = "model_name"
+        batch = (f"avg by (model_name) (\n  {running}\n  and on (instance, model_name, engine) "
+                 f"{VLLM_SPEC_DRAFTS}{selector(cfg.vllm_selector)}\n)")
+    else:
+        keep = "job, upstream, model_name, engine"
+        join = "upstream, model_name, engine"
+        batch = f"max by (upstream, model_name, engine) (\n  {running}\n)"
+    return (f"{mean_len}\n/ on ({keep})\n(\n  1 + {per_draft}\n  * on ({join}) group_left ()\n"
+            f"  ({s} + {p} * {_indent(batch, 4).lstrip()})\n)")
+
+
+def _indent(text: str, n: int) -> str:
+    return "\n".join(" " * n + line if line else line for line in text.splitlines())
+
+
+def vllm_rules(cfg: MixinConfig, level: str) -> tuple[RecordingRule, ...]:
+    """Rules on vLLM's own /metrics (job cfg.vllm_selector) for MODEL or INSTANCE_ENGINE.
+
+    Per-token TPOT from the vllm:request_time_per_output_token_seconds histogram (per request,
+    per token: the one to compare across k), inter-token latency (per engine step), running and
+    waiting requests. Histogram means and quantiles are absent when no request finished in the window.
+    """
+    if level not in (MODEL, INSTANCE_ENGINE):
+        raise ValueError(f"vLLM rules exist for levels {MODEL!r} and {INSTANCE_ENGINE!r}, not {level!r}")
+    g = _by(LEVEL_LABELS[level])
+    w = cfg.rate_window
+    sel = selector(cfg.vllm_selector)
+    who = "per model" if level == MODEL else "per instance and engine"
+    rules: list[RecordingRule] = []
+    for metric, short, quantiles, what in (
+        (VLLM_TPOT, "vllm_request_time_per_output_token_seconds", (0.5, 0.95),
+         "Per-request time per output token (TPOT)"),
+        (VLLM_ITL, "vllm_inter_token_latency_seconds", (0.5, 0.95, 0.99),
+         "Inter-token latency (per engine step; rises with k even when throughput improves)"),
+    ):
+        count = f"sum by ({g}) (rate({metric}_count{sel}[{w}]))"
+        rules.append(RecordingRule(
+            cfg.mean_rule(level, short),
+            f"sum by ({g}) (rate({metric}_sum{sel}[{w}]))\n/\n({count} > 0)",
+            f"{what}, mean in seconds = Δ{metric}_sum / Δ{metric}_count, {who}."))
+        for q in quantiles:
+            rules.append(RecordingRule(
+                cfg.quantile_rule(level, short, q),
+                f"histogram_quantile({q}, sum by ({g}, le) (rate({metric}_bucket{sel}[{w}])))\n"
+                f"and\n({count} > 0)",
+                f"{what}, p{round(q * 100)} in seconds (histogram_quantile over the {w} bucket rates), {who}."))
+    for metric, short, what in ((VLLM_RUNNING, "vllm_num_requests_running", "Running requests"),
+                                (VLLM_WAITING, "vllm_num_requests_waiting", "Waiting (queued) requests")):
+        rules.append(RecordingRule(cfg.sum_rule(level, short), f"sum by ({g}) ({metric}{sel})",
+                                   f"{what} now, summed {who}."))
+    return tuple(rules)
+
+
+def rule_groups(cfg: MixinConfig) -> tuple[RuleGroup, ...]:
+    """All recording-rule groups, in the order written to prometheus/rules/specwatch-rules.yml."""
+    return (
+        RuleGroup("specwatch-spec-decode.model_name", spec_decode_rules(cfg, MODEL),
+                  "Spec-decode rates and ratios per model, from the exporter's normalized counters."),
+        RuleGroup("specwatch-spec-decode.upstream_engine", spec_decode_rules(cfg, UPSTREAM_ENGINE),
+                  "The same per upstream (vLLM server) and engine."),
+        RuleGroup("specwatch-vllm.model_name", vllm_rules(cfg, MODEL),
+                  "Latency and load from vLLM's own /metrics, per model."),
+        RuleGroup("specwatch-vllm.instance_engine", vllm_rules(cfg, INSTANCE_ENGINE),
+                  "Latency and load from vLLM's own /metrics, per instance and engine."),
+    )
