@@ -1,0 +1,787 @@
+"""Choosing k offline: the maths behind ``specwatch advise`` (a sweep's measured runs in, advice out).
+
+Inputs are :class:`Measurement` objects, one per measured (server configuration, workload,
+concurrency) cell of a sweep (``specwatch sweep``), built from the load generator's cell summary
+(field names of ``vllm bench serve``: ``output_throughput``, ``mean_tpot_ms``,
+``spec_decode_acceptance_length``, ``spec_decode_per_position_acceptance_rates``, …; the
+spec-decode values come from the difference of the server's ``vllm:spec_decode_*`` counters over
+the measured batches).
+
+1. Acceptance length for every smaller k (:func:`predict_acceptance_lengths`).
+   From the per-position acceptance rates r_i = Δper_pos[i] / Δdrafts of the run with the largest
+   k (K), the expected mean acceptance length (tokens per verify step, bonus included) at k' ≤ K is
+
+       E(k') = 1 + Σ_{i<k'} r_i
+
+   exact for chain drafters (ngram, draft model, EAGLE chain) if the drafter behaves the same at
+   k' as at K. For i.i.d. acceptance with probability α, r_i = α^(i+1) and
+   E(k) = (1 − α^(k+1)) / (1 − α) (:func:`iid_expected_length`). The prediction is checked
+   against the runs measured at k' < K: error = predicted − measured (and relative to measured).
+
+2. Step time (:func:`fit_step_cost`). A running request gains 1 + a tokens per engine step
+   (a accepted draft tokens; the 1 is the bonus or corrected token, or the plain token of a step
+   without a draft), so over a cell the number of request-steps is
+
+       S = G − A      (G = Δvllm:generation_tokens_total, A = Δ…num_accepted_tokens_total)
+
+   and the tokens per request-step are τ = G / S (1 without speculation). With c requests
+   decoding side by side, every engine step advances each of them once, so
+
+       output_throughput = c × τ / T   ⇒   T = c × τ / output_throughput = 1 / ((thr / c) / τ)
+
+   T is the *throughput-equivalent step time* (s): the step time that explains the measured
+   throughput, prefill and batch tails amortised into it. (The TPOT route, T = TPOT × τ, measures
+   the decode step alone; it is reported beside it — :attr:`Measurement.step_time_tpot_s` — but
+   the throughput route is the one that predicts throughput.) c is the concurrency, capped by the
+   prompts per batch. The verify cost grows with the draft tokens each request-step verifies,
+   x = Δdraft_tokens / S (ngram proposes nothing when it finds no match, so x ≤ k), so for every
+   (workload, concurrency) the speculative runs are fitted with
+
+       T(x) = T₀ + β × x        (least squares over the measured k; β ≥ 0)
+
+   T₀ is the step time of the speculative server with nothing to verify: on vLLM's CPU build it is
+   larger than the baseline's step time (speculation switches to a slower model runner), which is
+   why the baseline (k = 0) is not a point of the fit. With a single speculative run the slope
+   comes from the configured cost model (:mod:`specwatch.costmodel`):
+   β = T₀ × (a + s × c), i.e. T = T₀ × c(x, c).
+
+3. Throughput for every k' ≤ K (:func:`predict_throughputs`). With f = Δdrafts / S at K (share
+   of request-steps that carry a draft) and d̄ = Δdraft_tokens / Δdrafts at K:
+
+       τ̂(k') = 1 + f × Σ_{i<k'} r_i,   x̂(k') = f × min(k', d̄),
+       thr̂(k') = c × τ̂(k') / T(x̂(k'))
+
+   k' = 0 is the baseline's measured throughput.
+
+4. Recommendation (:func:`recommend`): the k with the highest predicted throughput, preferring the
+   smallest k whose prediction is within ``tolerance`` (relative) of the best
+   (:func:`specwatch.advice.recommend_k`), k = 0 included — so speculation is switched off when it
+   does not beat the baseline by more than the tolerance. Per concurrency over all workloads, the
+   score of k is the geometric mean over workloads of thr̂(k) / thr(baseline).
+
+5. vLLM's dynamic speculative decoding (:func:`dynamic_schedule`): the per-concurrency choices
+   become ``num_speculative_tokens_per_batch_size`` ranges ``[start_bs, end_bs, k]`` (inclusive,
+   starting at 1, boundaries at the geometric midpoint of neighbouring concurrencies, the last k
+   carried forward by vLLM to max_num_seqs), and ``num_speculative_tokens`` = the largest k.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from specwatch.advice import estimated_speedups, recommend_k
+from specwatch.costmodel import CostModel
+
+__all__ = [
+    "AccuracyCell",
+    "AcceptancePrediction",
+    "Advice",
+    "Measurement",
+    "Recommendation",
+    "StepCostFit",
+    "ThroughputPrediction",
+    "advise",
+    "advise_from_curve",
+    "dynamic_schedule",
+    "evaluate_choices",
+    "expected_length",
+    "fit_step_cost",
+    "iid_curve",
+    "iid_expected_length",
+    "predict_acceptance_lengths",
+    "predict_throughputs",
+    "recommend",
+    "speculative_config_advice",
+]
+
+#: Default noise tolerance (relative): a smaller k within 2 % of the best predicted throughput wins.
+DEFAULT_TOLERANCE = 0.02
+
+
+class KChoiceError(ValueError):
+    """Inputs the advice cannot use (message says which and why)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Expected acceptance length
+# --------------------------------------------------------------------------------------------
+
+
+def iid_curve(alpha: float, k: int) -> tuple[float, ...]:
+    """Per-position acceptance rates of i.i.d. acceptance: r_i = α^(i+1), i = 0 … k-1.
+
+    Raises KChoiceError unless 0 ≤ α ≤ 1 and k ≥ 0.
+    """
+    if not (0.0 <= alpha <= 1.0) or k < 0:
+        raise KChoiceError(f"need 0 <= alpha <= 1 and k >= 0, got alpha={alpha!r}, k={k!r}")
+    return tuple(alpha ** (i + 1) for i in range(k))
+
+
+def iid_expected_length(alpha: float, k: int) -> float:
+    """Expected mean acceptance length (tokens per verify step, bonus included) for i.i.d.
+    acceptance α at k draft tokens: (1 − α^(k+1)) / (1 − α); k + 1 when α = 1.
+
+    Raises KChoiceError unless 0 ≤ α ≤ 1 and k ≥ 0.
+    """
+    if not (0.0 <= alpha <= 1.0) or k < 0:
+        raise KChoiceError(f"need 0 <= alpha <= 1 and k >= 0, got alpha={alpha!r}, k={k!r}")
+    if alpha == 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def expected_length(rates: Sequence[float], k: int) -> float:
+    """E(k) = 1 + Σ_{i<k} r_i from unconditional per-position acceptance rates (0–1) measured at
+    some K ≥ k (``spec_decode_per_position_acceptance_rates``; vLLM's
+    ``vllm:spec_decode_num_accepted_tokens_per_pos_total`` / ``…num_drafts_total``).
+
+    Raises KChoiceError if k < 0 or k > len(rates).
+    """
+    if k < 0 or k > len(rates):
+        raise KChoiceError(f"k={k} outside 0..{len(rates)} (the curve has {len(rates)} positions)")
+    return 1.0 + math.fsum(rates[:k])
+
+
+# --------------------------------------------------------------------------------------------
+# Measurements
+# --------------------------------------------------------------------------------------------
+
+
+def _num(v: Any) -> float | None:
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured cell: a server configuration (``config``, k = num_speculative_tokens, 0 for the
+    baseline, ``family`` = the speculative config without its k, "" for the baseline) × workload ×
+    concurrency.
+
+    Throughputs in output tokens/s; TPOT/TTFT in ms; counts are deltas of the server's counters
+    over the measured batches (``generation_tokens`` falls back to the client's output tokens).
+    """
+
+    config: str
+    k: int
+    workload: str
+    concurrency: int
+    output_throughput: float
+    family: str = ""
+    batch_throughputs: tuple[float, ...] = ()
+    prompts_per_batch: float | None = None
+    mean_tpot_ms: float | None = None
+    mean_ttft_ms: float | None = None
+    acceptance_length: float | None = None
+    acceptance_rate: float | None = None  # 0-1
+    position_rates: tuple[float, ...] = ()
+    drafts: float | None = None
+    draft_tokens: float | None = None
+    accepted_tokens: float | None = None
+    generation_tokens: float | None = None
+
+    @classmethod
+    def from_record(cls, rec: Mapping[str, Any], *, config: str, k: int, family: str = "") -> Measurement:
+        """Build from a load-generator cell summary record (``specwatch.bench.results``
+        ``CellSummary.record()``). Raises KChoiceError if it has no output throughput."""
+        thr = _num(rec.get("output_throughput"))
+        if thr is None or thr <= 0:
+            raise KChoiceError(
+                f"cell {config}/{rec.get('workload')}/c={rec.get('max_concurrency')} has no output throughput"
+            )
+        nb = _num(rec.get("num_batches")) or 0
+        completed = _num(rec.get("completed"))
+        failed = _num(rec.get("failed")) or 0
+        ppb = (completed + failed) / nb if completed is not None and nb > 0 else None
+        rate = _num(rec.get("spec_decode_acceptance_rate"))
+        gen = _num(rec.get("spec_decode_generation_tokens"))
+        if gen is None:
+            gen = _num(rec.get("total_output_tokens"))
+        return cls(
+            config=config,
+            k=int(k),
+            workload=str(rec["workload"]),
+            concurrency=int(rec["max_concurrency"]),
+            output_throughput=thr,
+            family=family,
+            batch_throughputs=tuple(float(x) for x in rec.get("output_throughput_per_batch") or () if _num(x) is not None),
+            prompts_per_batch=ppb,
+            mean_tpot_ms=_num(rec.get("mean_tpot_ms")),
+            mean_ttft_ms=_num(rec.get("mean_ttft_ms")),
+            acceptance_length=_num(rec.get("spec_decode_acceptance_length")),
+            acceptance_rate=None if rate is None else rate / 100.0,
+            position_rates=tuple(float(x) for x in rec.get("spec_decode_per_position_acceptance_rates") or ()),
+            drafts=_num(rec.get("spec_decode_num_drafts")),
+            draft_tokens=_num(rec.get("spec_decode_draft_tokens")),
+            accepted_tokens=_num(rec.get("spec_decode_accepted_tokens")),
+            generation_tokens=gen,
+        )
+
+    # -- derived -----------------------------------------------------------------------------
+    @property
+    def effective_concurrency(self) -> float:
+        """Requests decoding side by side: the concurrency, capped by the prompts per batch."""
+        c = float(self.concurrency)
+        return min(c, self.prompts_per_batch) if self.prompts_per_batch else c
+
+    @property
+    def request_steps(self) -> float | None:
+        """S = G − A: engine steps summed over requests (each emits 1 + accepted tokens)."""
+        if self.generation_tokens is None:
+            return None
+        if self.k == 0:
+            return self.generation_tokens
+        if self.accepted_tokens is None:
+            return None
+        s = self.generation_tokens - self.accepted_tokens
+        return s if s > 0 else None
+
+    @property
+    def tokens_per_step(self) -> float | None:
+        """τ = G / S, output tokens per request-step (1 without speculation)."""
+        if self.k == 0:
+            return 1.0
+        s = self.request_steps
+        return None if s is None else self.generation_tokens / s
+
+    @property
+    def draft_fraction(self) -> float | None:
+        """f = Δdrafts / S: share of request-steps that carried a draft."""
+        s = self.request_steps
+        if s is None or self.drafts is None:
+            return None
+        return self.drafts / s
+
+    @property
+    def verified_per_step(self) -> float | None:
+        """x = Δdraft_tokens / S: draft tokens verified per request-step (0 for the baseline)."""
+        if self.k == 0:
+            return 0.0
+        s = self.request_steps
+        if s is None or self.draft_tokens is None:
+            return None
+        return self.draft_tokens / s
+
+    @property
+    def draft_tokens_per_draft(self) -> float | None:
+        """d̄ = Δdraft_tokens / Δdrafts (≤ k; ngram may propose fewer)."""
+        if not self.drafts or self.draft_tokens is None:
+            return None
+        return self.draft_tokens / self.drafts
+
+    @property
+    def step_time_s(self) -> float | None:
+        """Throughput-equivalent step time T = c × τ / output_throughput (s)."""
+        tau = self.tokens_per_step
+        return None if tau is None else self.effective_concurrency * tau / self.output_throughput
+
+    @property
+    def step_time_tpot_s(self) -> float | None:
+        """Decode step time from TPOT: T = mean TPOT × τ (s)."""
+        tau = self.tokens_per_step
+        if tau is None or self.mean_tpot_ms is None:
+            return None
+        return self.mean_tpot_ms / 1000.0 * tau
+
+    @property
+    def noise(self) -> float | None:
+        """Relative standard error of the cell's mean throughput (stdev / mean / √n over its
+        measured batches); None with fewer than 2 batches."""
+        b = self.batch_throughputs
+        if len(b) < 2:
+            return None
+        m = statistics.fmean(b)
+        return statistics.stdev(b) / m / math.sqrt(len(b)) if m > 0 else None
+
+
+# --------------------------------------------------------------------------------------------
+# 1. acceptance-length prediction
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AcceptancePrediction:
+    """E(k) predicted from the curve measured at ``source_k`` against the length measured at k."""
+
+    workload: str
+    concurrency: int
+    k: int
+    source_k: int
+    predicted: float
+    measured: float | None
+
+    @property
+    def error(self) -> float | None:
+        """predicted − measured (tokens per verify step)."""
+        return None if self.measured is None else self.predicted - self.measured
+
+    @property
+    def relative_error(self) -> float | None:
+        """(predicted − measured) / measured."""
+        return None if self.measured is None else (self.predicted - self.measured) / self.measured
+
+
+def _cells(ms: Iterable[Measurement]) -> dict[tuple[str, int], list[Measurement]]:
+    out: dict[tuple[str, int], list[Measurement]] = defaultdict(list)
+    for m in ms:
+        out[(m.workload, m.concurrency)].append(m)
+    return dict(sorted(out.items()))
+
+
+def _source(runs: Sequence[Measurement]) -> Measurement | None:
+    """The speculative run with the largest k that has a per-position curve and drafts."""
+    spec = [m for m in runs if m.k > 0 and m.position_rates and m.drafts]
+    return max(spec, key=lambda m: (m.k, len(m.position_rates))) if spec else None
+
+
+def predict_acceptance_lengths(measurements: Iterable[Measurement]) -> list[AcceptancePrediction]:
+    """For every (workload, concurrency): E(k) for k = 1 … K from the largest k's curve, with the
+    measured mean acceptance length where k was run (``measured`` None otherwise; the source
+    run's own k is included: its error is 0 by construction of vLLM's counters)."""
+    out = []
+    for (wl, c), runs in _cells(measurements).items():
+        src = _source(runs)
+        if src is None:
+            continue
+        measured = {m.k: m.acceptance_length for m in runs if m.k > 0}
+        for k in range(1, len(src.position_rates) + 1):
+            out.append(AcceptancePrediction(wl, c, k, src.k, expected_length(src.position_rates, k), measured.get(k)))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# 2. step-cost fit
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepCostFit:
+    """T(x) = intercept_s + slope_s × x for one (workload, concurrency) (see module docstring).
+
+    ``points``: (k, x, T) of the speculative runs used; ``method``: "least-squares" or
+    "cost-model" (one run; slope from :class:`specwatch.costmodel.CostModel`);
+    ``baseline_step_s``: the baseline's T (None if no baseline run).
+    """
+
+    workload: str
+    concurrency: int
+    intercept_s: float
+    slope_s: float
+    method: str
+    points: tuple[tuple[int, float, float], ...]
+    baseline_step_s: float | None = None
+
+    def step_time(self, x: float) -> float:
+        """Predicted step time (s) at x draft tokens verified per request-step."""
+        return self.intercept_s + self.slope_s * x
+
+    @property
+    def max_residual(self) -> float:
+        """Largest |T − T(x)| / T over the fitted points (0 for a single point)."""
+        return max((abs(t - self.step_time(x)) / t for _, x, t in self.points), default=0.0)
+
+
+def fit_step_cost(runs: Sequence[Measurement], prior: CostModel | None = None) -> StepCostFit | None:
+    """Fit T(x) = T₀ + β x over the speculative runs of one (workload, concurrency).
+
+    Returns None when no speculative run has a step time. Raises KChoiceError if ``runs`` mix
+    workloads or concurrencies.
+    """
+    if not runs:
+        return None
+    keys = {(m.workload, m.concurrency) for m in runs}
+    if len(keys) != 1:
+        raise KChoiceError(f"fit_step_cost needs runs of one (workload, concurrency), got {sorted(keys)}")
+    (wl, c), = keys
+    prior = prior or CostModel()
+    base = [m.step_time_s for m in runs if m.k == 0 and m.step_time_s is not None]
+    pts = tuple(
+        (m.k, m.verified_per_step, m.step_time_s)
+        for m in sorted(runs, key=lambda m: m.k)
+        if m.k > 0 and m.step_time_s is not None and m.verified_per_step is not None
+    )
+    if not pts:
+        return None
+    xs = [p[1] for p in pts]
+    ts = [p[2] for p in pts]
+    base_t = statistics.fmean(base) if base else None
+    if len(pts) >= 2 and max(xs) - min(xs) > 1e-9:
+        mx, mt = statistics.fmean(xs), statistics.fmean(ts)
+        sxx = math.fsum((x - mx) ** 2 for x in xs)
+        slope = math.fsum((x - mx) * (t - mt) for x, t in zip(xs, ts)) / sxx
+        if slope < 0:  # verifying more tokens never makes a step cheaper: treat as flat
+            slope, intercept = 0.0, mt
+        else:
+            intercept = mt - slope * mx
+        if intercept <= 0:  # keep T₀ physical: refit through a small positive intercept
+            intercept = min(ts) * 0.5
+            slope = max(0.0, math.fsum((t - intercept) * x for x, t in zip(xs, ts)) / math.fsum(x * x for x in xs))
+        return StepCostFit(wl, c, intercept, slope, "least-squares", pts, base_t)
+    per_tok = prior.step_cost_per_draft_token + prior.step_cost_per_draft_token_per_running_request * c
+    k, x, t = pts[-1]
+    t0 = t / (1.0 + x * per_tok)
+    return StepCostFit(wl, c, t0, t0 * per_tok, "cost-model", pts, base_t)
+
+
+# --------------------------------------------------------------------------------------------
+# 3. throughput prediction
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ThroughputPrediction:
+    """Predicted output throughput (tok/s) at k for one (workload, concurrency), with the
+    measured one where k was run. k = 0 is the baseline (predicted = measured)."""
+
+    workload: str
+    concurrency: int
+    k: int
+    predicted: float
+    measured: float | None
+    tokens_per_step: float
+    verified_per_step: float
+    step_time_s: float | None
+    noise: float | None = None
+
+    @property
+    def relative_error(self) -> float | None:
+        """(predicted − measured) / measured."""
+        return None if self.measured is None else (self.predicted - self.measured) / self.measured
+
+
+def predict_throughputs(
+    measurements: Iterable[Measurement], prior: CostModel | None = None
+) -> tuple[list[ThroughputPrediction], list[StepCostFit]]:
+    """Predicted throughput for k = 0 (baseline, if measured) and every k = 1 … K of each
+    (workload, concurrency) with a speculative run, plus the step-cost fits used."""
+    preds: list[ThroughputPrediction] = []
+    fits: list[StepCostFit] = []
+    for (wl, c), runs in _cells(measurements).items():
+        by_k: dict[int, Measurement] = {}
+        for m in runs:  # one run per k (the latest wins if a family ran twice)
+            by_k[m.k] = m
+        if 0 in by_k:
+            b = by_k[0]
+            preds.append(ThroughputPrediction(wl, c, 0, b.output_throughput, b.output_throughput, 1.0, 0.0, b.step_time_s, b.noise))
+        src = _source(runs)
+        fit = fit_step_cost(runs, prior)
+        if src is None or fit is None or src.draft_fraction is None:
+            continue
+        fits.append(fit)
+        f = src.draft_fraction
+        dbar = src.draft_tokens_per_draft or float(src.k)
+        ceff = src.effective_concurrency
+        for k in range(1, len(src.position_rates) + 1):
+            tau = 1.0 + f * math.fsum(src.position_rates[:k])
+            x = f * min(float(k), dbar)
+            t = fit.step_time(x)
+            m = by_k.get(k)
+            preds.append(ThroughputPrediction(
+                wl, c, k, ceff * tau / t, None if m is None else m.output_throughput, tau, x, t,
+                None if m is None else m.noise,
+            ))
+    return preds, fits
+
+
+# --------------------------------------------------------------------------------------------
+# 4. recommendation
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The k to use for ``workload`` ("*" = all workloads together) at ``concurrency``.
+
+    ``scores``: k → predicted throughput (one workload) or geometric-mean speedup over the
+    baseline (all workloads); ``best_k``: argmax of the scores; ``k``: the smallest k within
+    ``tolerance`` of the best (0 = speculation off); ``speedup``: predicted throughput at k over
+    the baseline's (None without a baseline run).
+    """
+
+    workload: str
+    concurrency: int
+    k: int
+    best_k: int
+    tolerance: float
+    scores: dict[int, float]
+    speedup: float | None
+    measured_ks: tuple[int, ...] = ()
+
+    @property
+    def speculation_off(self) -> bool:
+        return self.k == 0
+
+
+def _choose(scores: dict[int, float], tolerance: float) -> tuple[int, int]:
+    best = max(scores, key=lambda k: (scores[k], -k))
+    return recommend_k(scores, tolerance), best
+
+
+def recommend(
+    predictions: Iterable[ThroughputPrediction],
+    tolerance: float = DEFAULT_TOLERANCE,
+    candidates: str = "measured",
+) -> list[Recommendation]:
+    """Per (workload, concurrency) and per concurrency over all workloads ("*").
+
+    ``candidates``: "measured" (k = 0 and the k that were run) or "all" (every k ≤ K, including
+    k that were only predicted). Raises KChoiceError for a bad tolerance or candidates value.
+    """
+    if not (0.0 <= tolerance < 1.0):
+        raise KChoiceError(f"tolerance must be in [0, 1), got {tolerance!r}")
+    if candidates not in ("measured", "all"):
+        raise KChoiceError(f"candidates must be 'measured' or 'all', got {candidates!r}")
+    cells: dict[tuple[str, int], dict[int, ThroughputPrediction]] = defaultdict(dict)
+    for p in predictions:
+        cells[(p.workload, p.concurrency)][p.k] = p
+    out: list[Recommendation] = []
+    per_conc: dict[int, list[dict[int, ThroughputPrediction]]] = defaultdict(list)
+    for (wl, c), ps in sorted(cells.items()):
+        usable = {k: p for k, p in ps.items() if candidates == "all" or p.measured is not None}
+        if not any(k > 0 for k in usable):
+            continue
+        scores = {k: p.predicted for k, p in usable.items()}
+        k, best = _choose(scores, tolerance)
+        base = ps.get(0)
+        out.append(Recommendation(
+            wl, c, k, best, tolerance, scores,
+            None if base is None else scores[k] / base.predicted,
+            tuple(sorted(kk for kk, p in ps.items() if p.measured is not None)),
+        ))
+        per_conc[c].append(usable)
+    for c, cell_list in sorted(per_conc.items()):
+        common = set.intersection(*(set(u) for u in cell_list))
+        if not any(k > 0 for k in common):
+            continue
+        scores: dict[int, float] = {}
+        for k in sorted(common):
+            logs = []
+            for u in cell_list:
+                ref = u[0].predicted if 0 in u else max(p.predicted for p in u.values())
+                logs.append(math.log(u[k].predicted / ref))
+            scores[k] = math.exp(statistics.fmean(logs))
+        k, best = _choose(scores, tolerance)
+        out.append(Recommendation("*", c, k, best, tolerance, scores, scores[k] if 0 in common else None,
+                                  tuple(sorted(common))))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# 5. vLLM configuration
+# --------------------------------------------------------------------------------------------
+
+
+def dynamic_schedule(k_by_concurrency: Mapping[int, int]) -> list[list[int]]:
+    """vLLM's ``num_speculative_tokens_per_batch_size`` from the k chosen at measured
+    concurrencies: inclusive ranges ``[start_bs, end_bs, k]`` starting at 1; the boundary between
+    neighbouring concurrencies c₁ < c₂ is ⌊√(c₁ c₂)⌋ (geometric midpoint, at least c₁); the last
+    range ends at the largest concurrency (vLLM carries its k forward to max_num_seqs); adjacent
+    ranges with the same k are merged. Raises KChoiceError for an empty mapping or bad values.
+    """
+    if not k_by_concurrency:
+        raise KChoiceError("no concurrencies to build a schedule from")
+    items = sorted((int(c), int(k)) for c, k in k_by_concurrency.items())
+    if items[0][0] < 1 or any(k < 0 for _, k in items):
+        raise KChoiceError(f"concurrencies must be >= 1 and k >= 0, got {items}")
+    ranges: list[list[int]] = []
+    start = 1
+    for i, (c, k) in enumerate(items):
+        end = c if i == len(items) - 1 else max(c, math.isqrt(c * items[i + 1][0]))
+        if ranges and ranges[-1][2] == k:
+            ranges[-1][1] = end
+        else:
+            ranges.append([start, end, k])
+        start = end + 1
+    return ranges
+
+
+def speculative_config_advice(base_config: Mapping[str, Any] | None, k_by_concurrency: Mapping[int, int]) -> dict[str, Any] | None:
+    """The ``--speculative-config`` to paste: ``base_config`` (e.g. the sweep's ngram settings)
+    with ``num_speculative_tokens`` = the largest chosen k and, when the choice differs across
+    concurrencies, ``num_speculative_tokens_per_batch_size``. None when every choice is k = 0
+    (run without ``--speculative-config``)."""
+    kmax = max(k_by_concurrency.values(), default=0)
+    if kmax == 0:
+        return None
+    cfg = dict(base_config or {"method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 5})
+    cfg.pop("num_speculative_tokens_per_batch_size", None)
+    cfg["num_speculative_tokens"] = kmax
+    if len(set(k_by_concurrency.values())) > 1:
+        cfg["num_speculative_tokens_per_batch_size"] = dynamic_schedule(k_by_concurrency)
+    return cfg
+
+
+# --------------------------------------------------------------------------------------------
+# 6. accuracy of the choice against the measurements
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AccuracyCell:
+    """Measured throughput at the recommended k against the best measured k of one cell.
+    ``shortfall`` = 1 − picked / best (0 when the best was picked)."""
+
+    workload: str
+    concurrency: int
+    picked_k: int
+    best_k: int
+    picked_throughput: float | None
+    best_throughput: float
+
+    @property
+    def shortfall(self) -> float | None:
+        if self.picked_throughput is None:
+            return None
+        return 1.0 - self.picked_throughput / self.best_throughput
+
+
+def evaluate_choices(recs: Iterable[Recommendation], measurements: Iterable[Measurement]) -> list[AccuracyCell]:
+    """For every per-workload recommendation, compare the measured throughput at its k with the
+    best measured throughput of the cell (k = 0 is the baseline)."""
+    measured: dict[tuple[str, int], dict[int, float]] = defaultdict(dict)
+    for m in measurements:
+        measured[(m.workload, m.concurrency)][m.k] = m.output_throughput
+    out = []
+    for r in recs:
+        if r.workload == "*":
+            continue
+        ms = measured.get((r.workload, r.concurrency))
+        if not ms:
+            continue
+        best_k = max(ms, key=lambda k: ms[k])
+        out.append(AccuracyCell(r.workload, r.concurrency, r.k, best_k, ms.get(r.k), ms[best_k]))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Everything together
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Advice:
+    """All advice for one speculative family (``family``: its config without k, JSON)."""
+
+    family: str
+    tolerance: float
+    acceptance: list[AcceptancePrediction]
+    throughput: list[ThroughputPrediction]
+    fits: list[StepCostFit]
+    recommendations: list[Recommendation]
+    accuracy: list[AccuracyCell]
+    k_by_concurrency: dict[int, int] = field(default_factory=dict)
+    speculative_config: dict[str, Any] | None = None
+    noise: float | None = None
+
+    @property
+    def acceptance_error(self) -> dict[str, float | None]:
+        """Mean and max |relative error| of E(k) over the measured k < K."""
+        errs = [abs(p.relative_error) for p in self.acceptance if p.k < p.source_k and p.relative_error is not None]
+        return {"n": len(errs), "mean_abs_relative": statistics.fmean(errs) if errs else None,
+                "max_abs_relative": max(errs) if errs else None}
+
+    @property
+    def throughput_error(self) -> dict[str, float | None]:
+        """Mean and max |relative error| of the throughput prediction over the measured k > 0."""
+        errs = [abs(p.relative_error) for p in self.throughput if p.k > 0 and p.relative_error is not None]
+        return {"n": len(errs), "mean_abs_relative": statistics.fmean(errs) if errs else None,
+                "max_abs_relative": max(errs) if errs else None}
+
+    @property
+    def worst_shortfall(self) -> float | None:
+        vals = [a.shortfall for a in self.accuracy if a.shortfall is not None]
+        return max(vals) if vals else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (dict keys as strings)."""
+        def rec(r: Recommendation) -> dict[str, Any]:
+            d = asdict(r)
+            d["scores"] = {str(k): v for k, v in r.scores.items()}
+            return d
+
+        return {
+            "family": self.family,
+            "tolerance": self.tolerance,
+            "noise": self.noise,
+            "acceptance_predictions": [dict(asdict(p), error=p.error, relative_error=p.relative_error) for p in self.acceptance],
+            "acceptance_error": self.acceptance_error,
+            "throughput_predictions": [dict(asdict(p), relative_error=p.relative_error) for p in self.throughput],
+            "throughput_error": self.throughput_error,
+            "step_cost_fits": [dict(asdict(f), max_residual=f.max_residual) for f in self.fits],
+            "recommendations": [rec(r) for r in self.recommendations],
+            "accuracy": [dict(asdict(a), shortfall=a.shortfall) for a in self.accuracy],
+            "worst_shortfall": self.worst_shortfall,
+            "k_by_concurrency": {str(c): k for c, k in self.k_by_concurrency.items()},
+            "speculative_config": self.speculative_config,
+            "num_speculative_tokens_per_batch_size": None if not self.speculative_config
+            else self.speculative_config.get("num_speculative_tokens_per_batch_size"),
+        }
+
+
+def advise(
+    measurements: Sequence[Measurement],
+    *,
+    tolerance: float = DEFAULT_TOLERANCE,
+    prior: CostModel | None = None,
+    candidates: str = "measured",
+    base_config: Mapping[str, Any] | None = None,
+    family: str = "",
+) -> Advice:
+    """Run steps 1–6 on the baseline runs and the speculative runs of one family.
+
+    Raises KChoiceError if there is no speculative run with a per-position curve.
+    """
+    ms = list(measurements)
+    if not any(m.k > 0 and m.position_rates for m in ms):
+        raise KChoiceError("no speculative run with per-position acceptance rates to advise from")
+    acc = predict_acceptance_lengths(ms)
+    preds, fits = predict_throughputs(ms, prior)
+    recs = recommend(preds, tolerance, candidates)
+    k_by_c = {r.concurrency: r.k for r in recs if r.workload == "*"}
+    noises = [m.noise for m in ms if m.noise is not None]
+    return Advice(
+        family=family,
+        tolerance=tolerance,
+        acceptance=acc,
+        throughput=preds,
+        fits=fits,
+        recommendations=recs,
+        accuracy=evaluate_choices(recs, ms),
+        k_by_concurrency=k_by_c,
+        speculative_config=speculative_config_advice(base_config, k_by_c) if k_by_c else None,
+        noise=statistics.median(noises) if noises else None,
+    )
+
+
+def advise_from_curve(
+    rates: Sequence[float],
+    concurrencies: Iterable[int],
+    cost: CostModel | None = None,
+    tolerance: float = DEFAULT_TOLERANCE,
+) -> dict[int, dict[int, float]]:
+    """Live advice without a sweep: estimated speedup E(k) / c(k, b) for every k ≤ len(rates) at
+    each concurrency b (:func:`specwatch.advice.estimated_speedups`, the configured cost model),
+    as ``{b: {k: speedup}}``. Use :func:`specwatch.advice.recommend_k` on each inner dict."""
+    cost = cost or CostModel()
+    return {int(b): estimated_speedups(tuple(rates), float(b), cost) for b in concurrencies}
+
+
+def family_of(speculative_config: Mapping[str, Any] | None) -> str:
+    """The family key of a speculative config: its JSON without num_speculative_tokens (and
+    without a dynamic table); "" for no speculation."""
+    if not speculative_config:
+        return ""
+    d = {k: v for k, v in speculative_config.items()
+         if k not in ("num_speculative_tokens", "num_speculative_tokens_per_batch_size")}
+    return json.dumps(d, sort_keys=True, separators=(",", ":"))
