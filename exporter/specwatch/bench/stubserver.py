@@ -66,6 +66,12 @@ class StubState:
     prompt_tokens: int = 0
     step: int = 0
     metrics_served: list[str] = field(default_factory=list)
+    metrics_snapshots: list[dict[str, Any]] = field(default_factory=list)
+
+    def counters(self) -> dict[str, Any]:
+        """The spec-decode counters now (what /metrics reports)."""
+        return {"drafts": self.drafts, "draft_tokens": self.draft_tokens, "accepted": self.accepted,
+                "per_pos": list(self.per_pos), "generation_tokens": self.generation_tokens}
 
 
 def prompt_key(payload: dict[str, Any]) -> str:
@@ -146,6 +152,7 @@ class StubServer:
     async def metrics(self, request: web.Request) -> web.Response:
         text = self.metrics_text()
         self.state.metrics_served.append(text)
+        self.state.metrics_snapshots.append(self.state.counters())
         return web.Response(text=text, content_type="text/plain")
 
     async def models(self, request: web.Request) -> web.Response:

@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""Client-side speed of ``specwatch bench`` versus ``vllm bench serve``'s client.
+
+Both clients drive the same local streaming stub (:mod:`specwatch.bench.stubserver`, run in its
+own process, answering instantly) with the same ShareGPT-format prompts
+(``specwatch/data/sharegpt_sample.json``), the same output length (``ignore_eos``) and the same
+concurrency, so the stub's speed is shared and the difference is the client. Rounds alternate
+(ours, vLLM's, ours, …); the medians of sustained requests/s and output tokens/s (each tool's own
+``request_throughput`` / ``output_throughput`` from its result JSON) are compared:
+ratio = ours / vLLM's (goal ≥ 1.0).
+
+``vllm bench serve`` needs a tokenizer; a small word-level tokenizer is built locally with the
+``tokenizers`` package (no download). Each client runs in a fresh subprocess.
+
+Usage: ``python scripts/bench_client.py [--concurrency 64] [--num-prompts 2000] [--output-len 256] [--rounds 3]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+PY = sys.executable
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, timeout: float = 30.0) -> None:
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        try:
+            urllib.request.urlopen(url, timeout=1).read()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"{url} did not come up")
+
+
+def build_tokenizer(dataset: Path, out_dir: Path) -> None:
+    """A word-level tokenizer over the dataset's words (local, for vllm bench serve's sampler)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = set()
+    for conv in json.loads(dataset.read_text()):
+        for turn in conv.get("conversations", []):
+            words.update(turn["value"].split())
+    vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(sorted(words))}}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(out_dir)
+
+
+VLLM_DRIVER = r"""
+import sys
+from vllm.benchmarks.serve import add_cli_args, main
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+p = FlexibleArgumentParser()
+add_cli_args(p)
+main(p.parse_args(sys.argv[1:]))
+"""
+
+
+def run_vllm(url: str, tok: Path, dataset: Path, out: Path, conc: int, n: int, out_len: int) -> dict:
+    args = [
+        "--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions",
+        "--model", "stub-model", "--tokenizer", str(tok), "--dataset-name", "sharegpt",
+        "--dataset-path", str(dataset), "--sharegpt-output-len", str(out_len), "--ignore-eos",
+        "--num-prompts", str(n), "--max-concurrency", str(conc), "--temperature", "0",
+        "--seed", "0", "--num-warmups", "0", "--ready-check-timeout-sec", "0", "--disable-tqdm",
+        "--save-result", "--result-dir", str(out.parent), "--result-filename", out.name,
+    ]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
+    r = subprocess.run([PY, "-c", VLLM_DRIVER, *args], capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        raise RuntimeError(f"vllm bench serve failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
+    d = json.loads(out.read_text())
+    return {"request_throughput": d["request_throughput"], "output_throughput": d["output_throughput"],
+            "completed": d["completed"], "failed": d["failed"], "duration": d["duration"]}
+
+
+def run_ours(url: str, dataset: Path, out: Path, conc: int, n: int, out_len: int) -> dict:
+    args = [
+        "-m", "specwatch", "bench", "--base-url", url, "--model", "stub-model",
+        "--dataset-name", "sharegpt", "--dataset-path", str(dataset), "--output-len", str(out_len),
+        "--ignore-eos", "--temperature", "0", "--max-concurrency", str(conc), "--num-prompts", str(n),
+        "--num-batches", "1", "--warmup-batches", "0", "--metrics-port", "0", "--no-progress",
+        "--no-equivalence", "--result-dir", str(out.parent), "--result-filename", out.name,
+    ]
+    r = subprocess.run([PY, *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"specwatch bench failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
+    b = json.loads(out.read_text())["batches"][0]
+    return {"request_throughput": b["request_throughput"], "output_throughput": b["output_throughput"],
+            "completed": b["completed"], "failed": b["failed"], "duration": b["duration"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--num-prompts", type=int, default=2000)
+    ap.add_argument("--output-len", type=int, default=256)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    a = ap.parse_args()
+
+    import specwatch.bench.workloads as wl
+
+    dataset = wl.sample_sharegpt_path()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    stub = subprocess.Popen([PY, "-m", "specwatch.bench.stubserver", "--port", str(port), "--k", "4"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_http(url + "/v1/models")
+        with tempfile.TemporaryDirectory() as tmp:
+            tdir = Path(tmp)
+            build_tokenizer(dataset, tdir / "tok")
+            ours, theirs = [], []
+            for i in range(a.rounds):
+                o = run_ours(url, dataset, tdir / f"ours-{i}.json", a.concurrency, a.num_prompts, a.output_len)
+                v = run_vllm(url, tdir / "tok", dataset, tdir / f"vllm-{i}.json", a.concurrency, a.num_prompts, a.output_len)
+                ours.append(o)
+                theirs.append(v)
+                print(f"round {i + 1}: specwatch {o['request_throughput']:.1f} req/s {o['output_throughput']:.0f} tok/s "
+                      f"(failed {o['failed']}) | vllm bench serve {v['request_throughput']:.1f} req/s "
+                      f"{v['output_throughput']:.0f} tok/s (failed {v['failed']})", flush=True)
+    finally:
+        stub.terminate()
+        stub.wait(10)
+
+    def med(rows, k):
+        return statistics.median(r[k] for r in rows)
+
+    res = {
+        "concurrency": a.concurrency, "num_prompts": a.num_prompts, "output_len": a.output_len, "rounds": a.rounds,
+        "specwatch_request_throughput": med(ours, "request_throughput"),
+        "specwatch_output_throughput": med(ours, "output_throughput"),
+        "vllm_request_throughput": med(theirs, "request_throughput"),
+        "vllm_output_throughput": med(theirs, "output_throughput"),
+    }
+    res["ratio_request_throughput"] = res["specwatch_request_throughput"] / res["vllm_request_throughput"]
+    res["ratio_output_throughput"] = res["specwatch_output_throughput"] / res["vllm_output_throughput"]
+    print(f"median over {a.rounds} rounds, concurrency {a.concurrency}, {a.num_prompts} requests x {a.output_len} tokens:")
+    print(f"  specwatch bench : {res['specwatch_request_throughput']:.1f} req/s, {res['specwatch_output_throughput']:.0f} tok/s")
+    print(f"  vllm bench serve: {res['vllm_request_throughput']:.1f} req/s, {res['vllm_output_throughput']:.0f} tok/s")
+    print(f"  ratio (ours / vLLM's): requests/s {res['ratio_request_throughput']:.2f}, tokens/s {res['ratio_output_throughput']:.2f}"
+          f"  (goal >= 1.0)")
+    if a.json:
+        a.json.write_text(json.dumps(res, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

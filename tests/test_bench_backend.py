@@ -1,0 +1,109 @@
+"""The streaming client: timing, token counting, and failures recorded (never raised)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+
+from specwatch.bench.backend import OpenAIBackend, normalize_base_url
+from specwatch.bench.runner import BenchConfig, run_bench
+from specwatch.bench.stubserver import StubConfig, ThreadedStub, prompt_key, token_text
+from specwatch.bench.workloads import BenchRequest, WorkloadOptions
+
+
+def send_all(url: str, reqs, api_key=None, read_timeout=30.0):
+    async def go():
+        async with OpenAIBackend(url, "stub-model", api_key=api_key, read_timeout=read_timeout) as be:
+            return [await be.send(r) for r in reqs]
+
+    return asyncio.run(go())
+
+
+COMP = BenchRequest("copy", 0, "completions", prompt="hello world", max_tokens=6, temperature=0.0)
+CHAT = BenchRequest("explain", 1, "chat", messages=(("user", "hi there"),), max_tokens=5, temperature=0.0)
+
+
+def test_completion_timing_and_usage():
+    with ThreadedStub(StubConfig(k=0, token_delay=0.002)) as stub:
+        (o,) = send_all(stub.url, [COMP])
+    assert o.success and o.error == ""
+    assert o.output_tokens == 6 and o.tokens_from_usage and o.chunks == 6
+    assert o.prompt_tokens == 2  # usage.prompt_tokens from the stub (2 words)
+    key = prompt_key(COMP.payload("stub-model"))
+    assert o.generated_text == "".join(token_text(key, i) for i in range(6))
+    assert len(o.itl) == 5 and all(g >= 0 for g in o.itl)
+    assert 0 < o.ttft <= o.latency
+    # TTFT + the gaps never exceed E2E, and TPOT follows its definition
+    assert o.ttft + sum(o.itl) <= o.latency + 1e-9
+    assert o.tpot == pytest.approx((o.latency - o.ttft) / 5)
+    assert o.finish_reason == "length"
+
+
+def test_chat_role_chunk_is_not_a_token_and_chunks_counted_without_usage():
+    with ThreadedStub(StubConfig(k=0, send_usage=False)) as stub:
+        (o,) = send_all(stub.url, [CHAT])
+    assert o.success
+    assert o.tokens_from_usage is False and o.output_tokens == 5 == o.chunks  # role-only chunk excluded
+    assert len(o.itl) == 4
+    assert o.prompt_tokens is None
+
+
+def test_http_500_recorded():
+    with ThreadedStub(StubConfig(k=0, error_every=1)) as stub:
+        (o,) = send_all(stub.url, [COMP])
+    assert not o.success and o.status == 500
+    assert "HTTP 500" in o.error and "injected failure" in o.error
+    assert o.tpot is None
+
+
+def test_dropped_connection_mid_stream_recorded():
+    with ThreadedStub(StubConfig(k=0, drop_every=1, drop_after=3)) as stub:
+        (o,) = send_all(stub.url, [COMP])
+    assert not o.success
+    assert o.chunks == 3 and o.error  # three chunks arrived, then the connection died
+    assert "[DONE]" in o.error or "Payload" in o.error or "Disconnected" in o.error
+
+
+def test_connection_refused_recorded():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (o,) = send_all(f"http://127.0.0.1:{port}", [COMP])
+    assert not o.success and "Connect" in o.error
+
+
+def test_api_key_sent_as_bearer_and_not_in_repr():
+    with ThreadedStub(StubConfig(k=0, require_api_key="sk-sekrit-123")) as stub:
+        ok, = send_all(stub.url, [COMP], api_key="sk-sekrit-123")
+        bad, = send_all(stub.url, [COMP], api_key="wrong")
+        seen = list(stub.state.auth_headers)
+    assert ok.success and not bad.success and bad.status == 401
+    assert seen == ["Bearer sk-sekrit-123", "Bearer wrong"]
+    assert "sk-sekrit" not in repr(OpenAIBackend("http://x", "m", api_key="sk-sekrit-123"))
+
+
+def test_normalize_base_url():
+    assert normalize_base_url("http://h:8000/v1/") == "http://h:8000"
+    assert normalize_base_url(" http://h:8000 ") == "http://h:8000"
+    with pytest.raises(ValueError):
+        normalize_base_url("h:8000")
+
+
+def test_failures_never_stop_a_run(tmp_path):
+    """Every 3rd request dropped mid-stream and every 4th answered 500: the run completes and
+    records each failure with its error."""
+    with ThreadedStub(StubConfig(k=0, drop_every=3, error_every=4, drop_after=2)) as stub:
+        cfg = BenchConfig(base_url=stub.url, workloads=("copy",), concurrencies=(1, 4), num_prompts=12,
+                          num_batches=1, warmup_batches=0, result_dir=str(tmp_path), progress=False,
+                          options=WorkloadOptions(output_len=8))
+        res = run_bench(cfg)
+    assert res.status == "complete" and len(res.batches) == 2
+    total_failed = sum(b.failed for b in res.batches)
+    # requests 1..24: multiples of 4 -> 500 (6); multiples of 3 not of 4 -> dropped (6)
+    assert total_failed == 12
+    errors = [e["error"] for b in res.batches for e in b.errors]
+    assert sum("HTTP 500" in e for e in errors) == 6
+    assert all(b.completed + b.failed == 12 for b in res.batches)
+    assert all(b.total_output_tokens == 8 * b.completed for b in res.batches)

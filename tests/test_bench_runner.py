@@ -1,0 +1,219 @@
+"""Runs against the stub: spec-decode deltas, result files, the bench's own metrics, the
+equivalence check, secrets, and the baseline/speculative comparison."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import urllib.request
+
+import pytest
+from prometheus_client import generate_latest
+
+from specwatch.bench.equivalence import compare_outputs, first_difference
+from specwatch.bench.promexport import BenchMetrics
+from specwatch.bench.results import latency_stats, percentile
+from specwatch.bench.runner import BenchConfig, BenchConfigError, run_bench, spec_stats
+from specwatch.bench.stubserver import StubConfig, ThreadedStub, prompt_key, token_text
+from specwatch.bench.workloads import WorkloadOptions, equivalence_requests
+from specwatch.vllm_metrics import parse_metrics
+
+
+def cfg(url, tmp_path, **kw):
+    base = dict(base_url=url, workloads=("copy",), concurrencies=(1,), num_prompts=3, num_batches=2,
+                warmup_batches=1, options=WorkloadOptions(output_len=10), result_dir=str(tmp_path),
+                progress=False, equivalence=False)
+    base.update(kw)
+    return BenchConfig(**base)
+
+
+def test_spec_decode_deltas_equal_counter_differences(tmp_path):
+    with ThreadedStub(StubConfig(k=4, accept_pattern=(4, 1, 0, 3, 2))) as stub:
+        res = run_bench(cfg(stub.url, tmp_path, concurrencies=(1, 3), workloads=("copy", "explain")))
+        snaps = list(stub.state.metrics_snapshots)
+    assert len(res.batches) == 2 * 2 * 3
+    assert len(snaps) == 2 * len(res.batches)  # read before and after every batch
+    for i, b in enumerate(res.batches):
+        before, after = snaps[2 * i], snaps[2 * i + 1]
+        d = {k: after[k] - before[k] for k in ("drafts", "draft_tokens", "accepted", "generation_tokens")}
+        pp = [a - c for a, c in zip(after["per_pos"], before["per_pos"])]
+        rec = b.record()
+        assert d["drafts"] > 0
+        assert rec["spec_decode_num_drafts"] == d["drafts"]
+        assert rec["spec_decode_draft_tokens"] == d["draft_tokens"]
+        assert rec["spec_decode_accepted_tokens"] == d["accepted"]
+        assert rec["spec_decode_generation_tokens"] == d["generation_tokens"] == b.total_output_tokens
+        assert rec["spec_decode_acceptance_rate"] == pytest.approx(100 * d["accepted"] / d["draft_tokens"])
+        assert rec["spec_decode_acceptance_length"] == pytest.approx(1 + d["accepted"] / d["drafts"])
+        assert rec["spec_decode_per_position_acceptance_rates"] == pytest.approx([p / d["drafts"] for p in pp])
+        assert rec["spec_decode_num_speculative_tokens"] == 4
+    # pooled over the measured batches of a cell = the summed deltas
+    cell = res.summary()[0].record()
+    measured = [i for i, b in enumerate(res.batches[:3]) if not b.warmup]
+    acc = sum(snaps[2 * i + 1]["accepted"] - snaps[2 * i]["accepted"] for i in measured)
+    dt = sum(snaps[2 * i + 1]["draft_tokens"] - snaps[2 * i]["draft_tokens"] for i in measured)
+    assert cell["spec_decode_acceptance_rate"] == pytest.approx(100 * acc / dt)
+    assert cell["num_batches"] == 2
+
+
+def test_spec_stats_without_speculation_and_on_reset():
+    """A baseline (no spec-decode series) has no acceptance; a restarted server counts from 0."""
+    base = StubConfig(k=0)
+    from specwatch.bench.stubserver import StubServer
+
+    s = StubServer(base)
+    none = parse_metrics(s.metrics_text())
+    st = spec_stats(none, none, "stub-model")
+    assert st.schema == "none" and st.delta is None and st.acceptance_rate is None
+    spec = StubServer(StubConfig(k=2, accept_pattern=(2,)))
+    spec._generate(30)
+    high = parse_metrics(spec.metrics_text())
+    spec2 = StubServer(StubConfig(k=2, accept_pattern=(1,)))
+    spec2._generate(6)
+    low = parse_metrics(spec2.metrics_text())
+    st = spec_stats(high, low, "stub-model")  # counters went down: restart, delta = after
+    assert st.delta.accepted_tokens == spec2.state.accepted
+    err = spec_stats(None, low, "m", "GET failed")
+    assert err.delta is None and err.metrics_error == "GET failed"
+
+
+def test_result_files_written_per_batch_and_complete(tmp_path):
+    with ThreadedStub(StubConfig(k=4)) as stub:
+        res = run_bench(cfg(stub.url, tmp_path, result_filename="run.json"))
+    doc = json.loads((tmp_path / "run.json").read_text())
+    assert doc["status"] == "complete"
+    assert len(doc["batches"]) == 3 and [b["warmup"] for b in doc["batches"]] == [True, False, False]
+    b = doc["batches"][1]
+    for k in ("completed", "failed", "duration", "total_input_tokens", "total_output_tokens", "request_throughput",
+              "output_throughput", "mean_ttft_ms", "median_tpot_ms", "p90_itl_ms", "p99_e2el_ms",
+              "spec_decode_acceptance_rate", "spec_decode_acceptance_length", "spec_decode_per_position_acceptance_rates"):
+        assert k in b
+    assert b["total_output_tokens"] == 30 and b["output_throughput"] == pytest.approx(30 / b["duration"])
+    assert len(doc["summary"]) == 1 and doc["summary"][0]["num_batches"] == 2
+    rows = list(csv.DictReader(open(tmp_path / "run.csv", newline="")))
+    assert len(rows) == 3 and rows[2]["workload"] == "copy"
+    assert float(rows[2]["output_throughput"]) == pytest.approx(doc["batches"][2]["output_throughput"])
+    assert res.json_path == tmp_path / "run.json"
+
+
+def test_latency_statistics_match_definitions():
+    vals = [0.010, 0.020, 0.030, 0.040, 0.100]
+    s = latency_stats("ttft", vals)
+    assert s["mean_ttft_ms"] == pytest.approx(40.0)
+    assert s["median_ttft_ms"] == pytest.approx(30.0)
+    assert s["p90_ttft_ms"] == pytest.approx(76.0)  # numpy linear: 40 + 0.6 * 60
+    assert s["p99_ttft_ms"] == pytest.approx(97.6)
+    assert latency_stats("itl", [])["p99_itl_ms"] is None
+    assert percentile([5.0], 99) == 5.0
+
+
+def test_bench_metrics_exported(tmp_path):
+    bm = BenchMetrics()
+    with ThreadedStub(StubConfig(k=4, error_every=5)) as stub:
+        res = run_bench(cfg(stub.url, tmp_path, num_prompts=4, concurrencies=(2,)), metrics=bm)
+    g = bm.registry.get_sample_value
+    lab = {"role": "speculative", "workload": "copy", "concurrency": "2"}
+    assert g("specwatch_bench_requests_total", {**lab, "outcome": "error"}) == sum(b.failed for b in res.batches) == 2
+    assert g("specwatch_bench_requests_total", {**lab, "outcome": "success"}) == 10
+    assert g("specwatch_bench_output_tokens_total", lab) == sum(b.total_output_tokens for b in res.batches) == 100
+    assert g("specwatch_bench_ttft_seconds_count", lab) == 10
+    assert g("specwatch_bench_itl_seconds_count", lab) == 10 * 9
+    assert g("specwatch_bench_active", lab) == 0  # run over
+    assert g("specwatch_bench_in_flight_requests", {"role": "speculative"}) == 0
+    last = res.batches[-1]
+    assert g("specwatch_bench_output_throughput_tokens_per_second", lab) == pytest.approx(last.output_throughput)
+    assert g("specwatch_bench_spec_decode_acceptance_rate", lab) == pytest.approx(last.spec.acceptance_rate)
+    assert 0 < last.spec.acceptance_rate <= 1
+    text = generate_latest(bm.registry).decode()
+    assert "specwatch_bench_e2e_latency_seconds_bucket" in text
+
+
+def test_bench_metrics_served_over_http():
+    bm = BenchMetrics()
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    bm.serve(port, addr="127.0.0.1")
+    try:
+        bm.set_active("baseline", "copy", 8)
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    finally:
+        bm.shutdown()
+    assert 'specwatch_bench_active{concurrency="8",role="baseline",workload="copy"} 1.0' in body
+
+
+def test_baseline_then_speculative_comparison_and_equivalence(tmp_path):
+    marker = "Continue this list of words"
+    with ThreadedStub(StubConfig(k=0)) as base, \
+            ThreadedStub(StubConfig(k=4, diverge_marker=marker, diverge_at=5)) as spec:
+        res = run_bench(cfg(spec.url, tmp_path, baseline_url=base.url, equivalence=True,
+                            equivalence_output_len=12, workloads=("copy", "random-output")))
+        base_payloads, spec_payloads = list(base.state.payloads), list(spec.state.payloads)
+    # baseline ran first, entirely; then the speculative server
+    assert [b.role for b in res.batches] == ["baseline"] * 6 + ["speculative"] * 6
+    assert base_payloads[: 6 * 3] and all("prompt" in p for p in base_payloads)
+    # the same prompts went to both servers (seeded)
+    assert [p["prompt"] for p in base_payloads[:18]] == [p["prompt"] for p in spec_payloads[:18]]
+    rows = res.comparison()
+    assert [(r["workload"], r["max_concurrency"]) for r in rows] == [("copy", 1), ("random-output", 1)]
+    for r in rows:
+        assert r["ratio"] == pytest.approx(r["speculative_output_throughput"] / r["baseline_output_throughput"])
+        assert 0 < r["spec_decode_acceptance_rate"] <= 100
+    eq = res.equivalence
+    assert eq["total"] == 12 and eq["matched"] == 6
+    reqs = equivalence_requests(output_len=12)
+    for p, r in zip(eq["prompts"], reqs):
+        if r.workload == "copy":
+            assert p["identical"] and p["first_difference"] is None
+        else:
+            key = prompt_key(r.payload("stub-model"))
+            same = "".join(token_text(key, i) for i in range(5))
+            assert not p["identical"] and p["first_difference"] == len(same) + 1  # " t…" vs " x…"
+    doc = json.loads(res.json_path.read_text())
+    assert doc["equivalence"]["matched"] == 6 and len(doc["comparison"]) == 2
+
+
+def test_first_difference_and_failed_prompts():
+    assert first_difference("abc", "abc") is None
+    assert first_difference("abc", "abd") == 2
+    assert first_difference("ab", "abc") == 2
+    from specwatch.bench.backend import RequestOutcome
+
+    reqs = equivalence_requests()[:2]
+    ok = RequestOutcome(0, success=True, generated_text="same")
+    bad = RequestOutcome(1, success=False, error="HTTP 500")
+    out = compare_outputs(reqs, [ok, ok], [ok, bad])
+    assert out["matched"] == 1 and out["prompts"][1]["error"].startswith("speculative: HTTP 500")
+
+
+def test_api_key_never_in_results(tmp_path):
+    key = "sk-specwatch-TOPSECRET-42"
+    with ThreadedStub(StubConfig(k=4, require_api_key=key)) as stub:
+        c = cfg(stub.url, tmp_path, api_key=key, result_filename="r.json")
+        res = run_bench(c)
+        seen = set(stub.state.auth_headers)
+    assert seen == {f"Bearer {key}"}
+    assert all(b.failed == 0 for b in res.batches)
+    for f in tmp_path.iterdir():
+        assert key not in f.read_text(), f
+    assert key not in repr(c)
+    assert json.loads((tmp_path / "r.json").read_text())["config"]["api_key_set"] is True
+
+
+def test_request_rate_and_config_errors(tmp_path):
+    with ThreadedStub(StubConfig(k=0)) as stub:
+        res = run_bench(cfg(stub.url, tmp_path, request_rate=200.0, num_prompts=5, concurrencies=(2,),
+                            warmup_batches=0, num_batches=1))
+    assert res.batches[0].completed == 5 and res.batches[0].record()["request_rate"] == 200.0
+    with pytest.raises(BenchConfigError, match="concurrencies"):
+        cfg("http://x", tmp_path, concurrencies=(0,))
+    with pytest.raises(BenchConfigError, match="dataset"):
+        cfg("http://x", tmp_path, workloads=("sharegpt",), options=WorkloadOptions())
+    with pytest.raises(BenchConfigError, match="http"):
+        cfg("localhost:8000", tmp_path)
+    with pytest.raises(BenchConfigError):
+        cfg("http://x", tmp_path, request_rate=0.0)
+    assert math.isinf(cfg("http://x", tmp_path).request_rate)
