@@ -1,0 +1,333 @@
+"""``specwatch advise``: which k (num_speculative_tokens) to run, from a sweep or from live data.
+
+From a sweep result (``specwatch sweep``), for each speculative family (the speculative config
+without its k): the expected acceptance length of every smaller k predicted from the largest k's
+per-position curve and its error against the runs measured at those k; the step-time fit per
+(workload, concurrency); the predicted throughput of every k; the recommended k per workload and
+concurrency and over all workloads (smaller k preferred within ``--tolerance``; k = 0 = speculation
+off); and a ready-to-paste ``--speculative-config`` with vLLM's dynamic
+``num_speculative_tokens_per_batch_size`` table. The maths is in :mod:`specwatch.kchoice`.
+
+Live (``--exporter URL`` or ``--prometheus URL``): the per-position curve comes from the exporter's
+``specwatch_position_acceptance_rate{window=…}`` (or Prometheus'
+``model_name:specwatch_position_acceptance_rate:ratio_rate5m``) and the step cost from the
+configured cost model (:mod:`specwatch.costmodel`), as the exporter's own
+``specwatch_estimated_speedup`` does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import click
+
+from specwatch.advice import recommend_k
+from specwatch.costmodel import CostModel
+from specwatch import kchoice
+from specwatch.kchoice import DEFAULT_TOLERANCE, Advice, KChoiceError, advise_from_curve, speculative_config_advice
+
+DEFAULT_LIVE_CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64)
+
+
+# --------------------------------------------------------------------------------------------
+# From a sweep
+# --------------------------------------------------------------------------------------------
+
+
+def advise_sweep(doc: dict[str, Any], *, tolerance: float = DEFAULT_TOLERANCE, candidates: str = "measured",
+                 prior: CostModel | None = None) -> list[Advice]:
+    """One :class:`specwatch.kchoice.Advice` per speculative family of a sweep result document,
+    each with the baseline runs. Raises KChoiceError if the sweep has no usable speculative run."""
+    from specwatch.sweep import measurements
+
+    ms = measurements(doc)
+    base = [m for m in ms if m.k == 0]
+    fams: dict[str, list] = defaultdict(list)
+    for m in ms:
+        if m.k > 0:
+            fams[m.family].append(m)
+    if not fams:
+        raise KChoiceError("the sweep has no finished speculative cell yet")
+    configs = {c["name"]: c for c in doc.get("configs", [])}
+    out = []
+    for fam, spec in fams.items():
+        base_cfg = None
+        for m in spec:
+            sc = (configs.get(m.config) or {}).get("speculative_config")
+            if sc:
+                base_cfg = {k: v for k, v in sc.items() if k != "num_speculative_tokens"}
+                break
+        try:
+            out.append(kchoice.advise(base + spec, tolerance=tolerance, prior=prior, candidates=candidates,
+                              base_config=base_cfg, family=fam))
+        except KChoiceError as exc:
+            if len(fams) == 1:
+                raise
+            click.echo(f"family {fam}: {exc}", err=True)
+    return out
+
+
+def _f(v: float | None, spec: str = ".2f", suffix: str = "") -> str:
+    return "–" if v is None else f"{v:{spec}}{suffix}"
+
+
+def render_advice(a: Advice, console) -> None:
+    """Print one family's advice as rich tables on ``console``."""
+    from rich.table import Table
+
+    if a.family:
+        console.print(f"[bold]speculative family[/bold] {a.family}")
+    t = Table(title="Expected acceptance length E(k) from the largest k's per-position curve vs measured")
+    for col in ("workload", "conc.", "k", "from k", "predicted", "measured", "error", "rel. error"):
+        t.add_column(col, justify="left" if col == "workload" else "right")
+    for p in a.acceptance:
+        t.add_row(p.workload, str(p.concurrency), str(p.k), str(p.source_k), _f(p.predicted), _f(p.measured),
+                  _f(p.error, "+.2f"), _f(None if p.relative_error is None else p.relative_error * 100, "+.1f", " %"))
+    console.print(t)
+    e = a.acceptance_error
+    if e["n"]:
+        console.print(f"acceptance-length prediction error (k < largest k, {e['n']} runs): mean |rel| "
+                      f"{e['mean_abs_relative'] * 100:.1f} %, max {e['max_abs_relative'] * 100:.1f} %")
+
+    t = Table(title="Step time T(x) = T0 + β·x (x = draft tokens verified per request-step; T = c·τ / throughput)")
+    for col in ("workload", "conc.", "baseline T ms", "T0 ms", "β ms/token", "fit", "max residual"):
+        t.add_column(col, justify="left" if col == "workload" else "right")
+    for f in a.fits:
+        t.add_row(f.workload, str(f.concurrency), _f(None if f.baseline_step_s is None else f.baseline_step_s * 1000),
+                  _f(f.intercept_s * 1000), _f(f.slope_s * 1000, ".3f"), f.method, _f(f.max_residual * 100, ".1f", " %"))
+    console.print(t)
+
+    ks = sorted({p.k for p in a.throughput})
+    t = Table(title="Output throughput tok/s: predicted (measured)")
+    t.add_column("workload")
+    t.add_column("conc.", justify="right")
+    for k in ks:
+        t.add_column("baseline" if k == 0 else f"k={k}", justify="right")
+    rows: dict[tuple[str, int], dict[int, Any]] = defaultdict(dict)
+    for p in a.throughput:
+        rows[(p.workload, p.concurrency)][p.k] = p
+    for (wl, c), ps in sorted(rows.items()):
+        cells = []
+        for k in ks:
+            p = ps.get(k)
+            if p is None:
+                cells.append("")
+            elif k == 0:
+                cells.append(f"{p.measured:.1f}")
+            else:
+                cells.append(f"{p.predicted:.1f}" + ("" if p.measured is None else f" ({p.measured:.1f})"))
+        t.add_row(wl, str(c), *cells)
+    console.print(t)
+    te = a.throughput_error
+    if te["n"]:
+        console.print(f"throughput prediction error ({te['n']} measured runs): mean |rel| "
+                      f"{te['mean_abs_relative'] * 100:.1f} %, max {te['max_abs_relative'] * 100:.1f} %"
+                      + ("" if a.noise is None else f"; measurement noise (median rel. std. error) {a.noise * 100:.1f} %"))
+
+    t = Table(title=f"Recommended k (smallest k within {a.tolerance * 100:.1f} % of the best prediction; 0 = speculation off)")
+    for col in ("workload", "conc.", "recommended k", "best k", "speedup vs baseline", "note"):
+        t.add_column(col, justify="left" if col in ("workload", "note") else "right")
+    for r in a.recommendations:
+        note = "speculation off" if r.k == 0 else ""
+        if r.k != r.best_k:
+            note = (note + "; " if note else "") + f"k={r.best_k} within noise"
+        t.add_row("all workloads" if r.workload == "*" else r.workload, str(r.concurrency), str(r.k), str(r.best_k),
+                  _f(r.speedup, ".2f", "×"), note)
+    console.print(t)
+    if a.accuracy:
+        t = Table(title="Check against the measurements: throughput at the recommended k vs the best measured k")
+        for col in ("workload", "conc.", "picked k", "best measured k", "picked tok/s", "best tok/s", "shortfall"):
+            t.add_column(col, justify="left" if col == "workload" else "right")
+        for x in a.accuracy:
+            t.add_row(x.workload, str(x.concurrency), str(x.picked_k), str(x.best_k), _f(x.picked_throughput, ".1f"),
+                      _f(x.best_throughput, ".1f"), _f(None if x.shortfall is None else x.shortfall * 100, ".1f", " %"))
+        console.print(t)
+    render_config(a.speculative_config, a.k_by_concurrency, console)
+
+
+def render_config(cfg: dict[str, Any] | None, k_by_c: dict[int, int], console) -> None:
+    """Print the ready-to-paste vLLM flags."""
+    if not k_by_c:
+        return
+    console.print("[bold]k by concurrency (all workloads):[/bold] " + ", ".join(f"c={c}: k={k}" for c, k in sorted(k_by_c.items())))
+    if cfg is None:
+        console.print("[bold]vLLM:[/bold] speculation does not pay at any measured concurrency: run without --speculative-config.")
+        return
+    text = json.dumps(cfg, separators=(",", ":"))
+    console.print("[bold]vLLM flag to paste:[/bold]", markup=True)
+    console.print(f"--speculative-config '{text}'", markup=False, highlight=False, soft_wrap=True)
+    table = cfg.get("num_speculative_tokens_per_batch_size")
+    if table:
+        console.print("num_speculative_tokens_per_batch_size (dynamic speculative decoding, vLLM 0.24+; "
+                      "inclusive batch-size ranges, the last k carried up to max_num_seqs):", markup=False)
+        for s, e, k in table:
+            console.print(f"  batch size {s}-{e}: k = {k}" + (" (speculation off)" if k == 0 else ""), markup=False)
+
+
+# --------------------------------------------------------------------------------------------
+# Live
+# --------------------------------------------------------------------------------------------
+
+
+def curves_from_exporter(text: str, window: str) -> dict[tuple[str, ...], tuple[float, ...]]:
+    """Per-position curves from the exporter's exposition text:
+    ``specwatch_position_acceptance_rate{upstream, model_name, engine, position, window}``, for
+    ``window`` (falling back to "lifetime" when that window has no samples). Keyed by
+    (upstream, model_name, engine); positions in order. Parsed with prometheus_client.parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    found: dict[str, dict[tuple[str, ...], dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    for fam in text_string_to_metric_families(text):
+        if fam.name != "specwatch_position_acceptance_rate":
+            continue
+        for s in fam.samples:
+            key = (s.labels.get("upstream", ""), s.labels.get("model_name", ""), s.labels.get("engine", ""))
+            found[s.labels.get("window", "")][key][int(s.labels["position"])] = s.value
+    chosen = found.get(window) or found.get("lifetime") or {}
+    return {k: tuple(v[i] for i in sorted(v)) for k, v in chosen.items()}
+
+
+def curves_from_prometheus(url: str, rule: str = "model_name:specwatch_position_acceptance_rate:ratio_rate5m",
+                           timeout: float = 10.0) -> dict[tuple[str, ...], tuple[float, ...]]:
+    """Per-position curves from Prometheus' instant query of the recording rule ``rule`` (labels
+    job, model_name, position). Raises click.ClickException when Prometheus cannot be queried."""
+    import requests
+
+    try:
+        r = requests.get(url.rstrip("/") + "/api/v1/query", params={"query": rule}, timeout=timeout)
+        r.raise_for_status()
+        data = r.json()
+    except (requests.RequestException, ValueError) as exc:
+        raise click.ClickException(f"cannot query Prometheus at {url}: {exc}") from None
+    if data.get("status") != "success":
+        raise click.ClickException(f"Prometheus query failed: {data.get('error')}")
+    acc: dict[tuple[str, ...], dict[int, float]] = defaultdict(dict)
+    for item in data.get("data", {}).get("result", []):
+        m = item.get("metric", {})
+        v = float(item["value"][1])
+        if math.isfinite(v) and "position" in m:
+            acc[(m.get("job", ""), m.get("model_name", ""))][int(m["position"])] = v
+    return {k: tuple(v[i] for i in sorted(v)) for k, v in acc.items()}
+
+
+def live_advice(curves: dict[tuple[str, ...], tuple[float, ...]], concurrencies, cost: CostModel, tolerance: float,
+                base_config: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """For each curve: estimated speedups per concurrency (:func:`specwatch.kchoice.advise_from_curve`),
+    the recommended k per concurrency and the vLLM config."""
+    out = []
+    for key, rates in sorted(curves.items()):
+        if not rates:
+            continue
+        sp = advise_from_curve(rates, concurrencies, cost, tolerance)
+        k_by_c = {c: recommend_k(s, tolerance) for c, s in sp.items()}
+        out.append({"series": list(key), "position_acceptance_rates": list(rates),
+                    "estimated_speedup": {str(c): {str(k): v for k, v in s.items()} for c, s in sp.items()},
+                    "k_by_concurrency": {str(c): k for c, k in k_by_c.items()},
+                    "speculative_config": speculative_config_advice(base_config, k_by_c)})
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------
+
+
+@click.command("advise")
+@click.argument("result_file", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--exporter", "exporter_url", default=None, help="Live: the specwatch exporter's /metrics URL (e.g. http://127.0.0.1:19337/metrics).")
+@click.option("--prometheus", "prometheus_url", default=None, help="Live: Prometheus base URL (uses the recording rules).")
+@click.option("--window", default="5m", show_default=True, help="Live (exporter): the window label of the curve (falls back to lifetime).")
+@click.option("--concurrency", "concurrencies", default=",".join(map(str, DEFAULT_LIVE_CONCURRENCIES)), show_default=True,
+              help="Live: running requests per engine to advise for.")
+@click.option("--tolerance", type=float, default=DEFAULT_TOLERANCE, show_default=True,
+              help="Relative noise tolerance: the smallest k within it of the best wins.")
+@click.option("--candidates", type=click.Choice(["measured", "all"]), default="measured", show_default=True,
+              help="Sweep: recommend only k that were measured, or any k up to the largest (predicted only).")
+@click.option("--step-cost-per-draft-token", type=float, default=CostModel().step_cost_per_draft_token, show_default=True,
+              help="Cost model: verify-step cost per draft token (fraction of a plain step); live advice and single-run fits.")
+@click.option("--step-cost-per-draft-token-per-running-request", type=float,
+              default=CostModel().step_cost_per_draft_token_per_running_request, show_default=True)
+@click.option("--base-config", default=None, help="Live: the speculative config to extend (JSON; default ngram, lookup 2-5).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the advice as JSON here.")
+def advise_cmd(result_file, exporter_url, prometheus_url, window, concurrencies, tolerance, candidates,
+               step_cost_per_draft_token, step_cost_per_draft_token_per_running_request, base_config, json_path) -> None:
+    """Recommend num_speculative_tokens per concurrency from a sweep RESULT_FILE (or live data)."""
+    from rich.console import Console
+
+    from specwatch.sweep import atomic_write_json, load_result, parse_int_list
+
+    console = Console()
+    sources = [x for x in (result_file, exporter_url, prometheus_url) if x]
+    if len(sources) != 1:
+        raise click.UsageError("give exactly one of RESULT_FILE, --exporter or --prometheus")
+    if not (0.0 <= tolerance < 1.0):
+        raise click.BadParameter("must be in [0, 1)", param_hint="--tolerance")
+    try:
+        cost = CostModel(step_cost_per_draft_token, step_cost_per_draft_token_per_running_request)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+    if result_file is not None:
+        doc = load_result(result_file)
+        try:
+            advices = advise_sweep(doc, tolerance=tolerance, candidates=candidates, prior=cost)
+        except KChoiceError as exc:
+            raise click.ClickException(str(exc)) from None
+        if doc.get("status") != "complete":
+            console.print(f"[yellow]note: the sweep's status is {doc.get('status')!r}: advice from the cells finished so far[/yellow]")
+        for a in advices:
+            render_advice(a, console)
+        if json_path:
+            atomic_write_json(json_path, {"source": str(result_file), "tolerance": tolerance, "candidates": candidates,
+                                          "families": [a.to_dict() for a in advices]})
+        return
+
+    base: dict[str, Any] | None = None
+    if base_config:
+        try:
+            base = json.loads(base_config)
+        except json.JSONDecodeError as exc:
+            raise click.BadParameter(f"not JSON: {exc}", param_hint="--base-config") from None
+        if not isinstance(base, dict):
+            raise click.BadParameter("must be a JSON object", param_hint="--base-config")
+    concs = parse_int_list(concurrencies, "--concurrency")
+    if exporter_url:
+        import requests
+
+        try:
+            r = requests.get(exporter_url, timeout=10)
+            r.raise_for_status()
+        except requests.RequestException as exc:
+            raise click.ClickException(f"cannot read {exporter_url}: {exc}") from None
+        curves = curves_from_exporter(r.text, window)
+        source = exporter_url
+    else:
+        curves = curves_from_prometheus(prometheus_url)
+        source = prometheus_url
+    if not curves:
+        raise click.ClickException(f"no per-position acceptance rates at {source} (no speculative traffic yet?)")
+    live = live_advice(curves, concs, cost, tolerance, base)
+    from rich.table import Table
+
+    for item in live:
+        kmax = len(item["position_acceptance_rates"])
+        t = Table(title=f"{' / '.join(x for x in item['series'] if x)}: estimated speedup E(k)/c(k, b) (cost model {cost})")
+        t.add_column("running requests", justify="right")
+        for k in range(kmax + 1):
+            t.add_column("off" if k == 0 else f"k={k}", justify="right")
+        t.add_column("recommended k", justify="right")
+        for c in concs:
+            sp = item["estimated_speedup"][str(c)]
+            t.add_row(str(c), *[f"{sp[str(k)]:.2f}" for k in range(kmax + 1)], str(item["k_by_concurrency"][str(c)]))
+        console.print(t)
+        render_config(item["speculative_config"], {int(c): k for c, k in item["k_by_concurrency"].items()}, console)
+    if json_path:
+        atomic_write_json(json_path, {"source": source, "tolerance": tolerance, "cost_model": vars(cost), "live": live})
+
+
+advise = advise_cmd
