@@ -1,0 +1,279 @@
+"""The offline k-choice maths (specwatch.kchoice) with known curves.
+
+Measurements here are *constructed* from a known model (i.i.d. acceptance α, step time
+T(x) = T0 + β·x), so every prediction has an exact expected value computed independently.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from specwatch.advice import estimated_speedups, recommend_k
+from specwatch.costmodel import CostModel
+from specwatch.kchoice import (
+    KChoiceError,
+    Measurement,
+    ThroughputPrediction,
+    advise,
+    advise_from_curve,
+    dynamic_schedule,
+    evaluate_choices,
+    expected_length,
+    fit_step_cost,
+    iid_curve,
+    iid_expected_length,
+    predict_acceptance_lengths,
+    predict_throughputs,
+    recommend,
+    speculative_config_advice,
+)
+
+
+# ------------------------------------------------------------------------------- model world
+def synth(k: int, alpha: float, c: int = 1, t0: float = 0.05, beta: float = 0.004, tbase: float = 0.04,
+          wl: str = "copy", drafts: float = 1000.0, draft_share: float = 1.0) -> Measurement:
+    """A cell measured on an ideal chain drafter with i.i.d. acceptance α: every quantity follows
+    the definitions (S = G − A request-steps; f = drafts / S; T = T0 + β·x; thr = c·τ / T)."""
+    if k == 0:
+        return Measurement("baseline", 0, wl, c, c / tbase, generation_tokens=5000.0, batch_throughputs=(c / tbase,) * 2)
+    rates = iid_curve(alpha, k)
+    steps = drafts / draft_share
+    accepted = drafts * sum(rates)
+    gen = steps + accepted
+    x = drafts * k / steps
+    thr = c * (gen / steps) / (t0 + beta * x)
+    return Measurement(f"ngram-k{k}", k, wl, c, thr, family="ngram", acceptance_length=1 + accepted / drafts,
+                       position_rates=rates, drafts=drafts, draft_tokens=drafts * k, accepted_tokens=accepted,
+                       generation_tokens=gen, batch_throughputs=(thr * 0.99, thr * 1.01))
+
+
+def true_throughput(k: int, alpha: float, c: int = 1, t0: float = 0.05, beta: float = 0.004, draft_share: float = 1.0) -> float:
+    """Closed-form throughput of the model world (independent of kchoice's code path)."""
+    tau = 1 + draft_share * alpha * (1 - alpha ** k) / (1 - alpha)
+    return c * tau / (t0 + beta * draft_share * k)
+
+
+# ------------------------------------------------------------------------------- E(k)
+@pytest.mark.parametrize("alpha", [0.0, 0.3, 0.7, 0.95, 1.0])
+@pytest.mark.parametrize("k", [0, 1, 2, 3, 4, 6, 8])
+def test_iid_expected_length_matches_curve_and_closed_form(alpha, k):
+    geometric = sum(alpha ** j for j in range(k + 1))  # 1 + α + … + α^k
+    assert iid_expected_length(alpha, k) == pytest.approx(geometric)
+    assert expected_length(iid_curve(alpha, 8), k) == pytest.approx(geometric)
+    if alpha < 1:
+        assert iid_expected_length(alpha, k) == pytest.approx((1 - alpha ** (k + 1)) / (1 - alpha))
+
+
+def test_iid_limits_and_bad_input():
+    assert iid_expected_length(0.0, 8) == 1.0
+    assert iid_expected_length(1.0, 8) == 9.0
+    for bad in (-0.1, 1.1, float("nan")):
+        with pytest.raises(KChoiceError):
+            iid_expected_length(bad, 3)
+    with pytest.raises(KChoiceError):
+        expected_length((0.9, 0.8), 3)
+
+
+def test_expected_length_monotone_and_concave_for_decreasing_curves():
+    rng = random.Random(7)
+    for _ in range(50):
+        rates = sorted((rng.random() for _ in range(8)), reverse=True)
+        e = [expected_length(rates, k) for k in range(9)]
+        assert all(b >= a for a, b in zip(e, e[1:]))
+        gains = [b - a for a, b in zip(e, e[1:])]
+        assert all(g2 <= g1 + 1e-12 for g1, g2 in zip(gains, gains[1:]))
+        assert e[8] <= 9
+
+
+def test_acceptance_prediction_error_zero_for_consistent_runs_and_signed_when_off():
+    ms = [synth(k, 0.8) for k in (1, 2, 4, 8)]
+    preds = {p.k: p for p in predict_acceptance_lengths(ms)}
+    assert sorted(preds) == list(range(1, 9))
+    assert all(p.source_k == 8 for p in preds.values())
+    for k in (1, 2, 4, 8):
+        assert preds[k].error == pytest.approx(0, abs=1e-12)
+    assert preds[3].measured is None and preds[3].predicted == pytest.approx(iid_expected_length(0.8, 3))
+    # measured at k=2 is 0.1 token longer than the curve says: error = predicted - measured = -0.1
+    off = synth(2, 0.8)
+    off = Measurement(**{**off.__dict__, "acceptance_length": off.acceptance_length + 0.1})
+    p2 = {p.k: p for p in predict_acceptance_lengths([off, synth(8, 0.8)])}[2]
+    assert p2.error == pytest.approx(-0.1)
+    assert p2.relative_error == pytest.approx(-0.1 / (iid_expected_length(0.8, 2) + 0.1))
+
+
+# ------------------------------------------------------------------------------- step cost / throughput
+def test_step_cost_fit_recovers_the_model_and_predicts_unmeasured_k():
+    ms = [synth(0, 0.9), synth(1, 0.9), synth(2, 0.9), synth(8, 0.9)]
+    fit = fit_step_cost(ms)
+    assert fit.method == "least-squares"
+    assert fit.intercept_s == pytest.approx(0.05)
+    assert fit.slope_s == pytest.approx(0.004)
+    assert fit.baseline_step_s == pytest.approx(0.04)
+    preds, _ = predict_throughputs(ms)
+    by_k = {p.k: p for p in preds}
+    assert sorted(by_k) == list(range(0, 9))
+    for k in range(1, 9):  # k = 3..7 were never measured
+        assert by_k[k].predicted == pytest.approx(true_throughput(k, 0.9))
+    assert by_k[0].predicted == pytest.approx(1 / 0.04)
+
+
+def test_partial_drafting_is_modelled():
+    """ngram proposes nothing on some steps: f = drafts / request-steps < 1 scales both gain and cost."""
+    ms = [synth(k, 0.7, draft_share=0.5) for k in (1, 4, 8)]
+    assert ms[0].draft_fraction == pytest.approx(0.5)
+    preds, _ = predict_throughputs(ms)
+    for p in preds:
+        assert p.predicted == pytest.approx(true_throughput(p.k, 0.7, draft_share=0.5))
+
+
+def test_single_run_fit_uses_the_cost_model():
+    m = synth(4, 0.9, c=8)
+    cm = CostModel(0.05, 0.02)
+    fit = fit_step_cost([m], cm)
+    assert fit.method == "cost-model"
+    per_tok = 0.05 + 0.02 * 8
+    assert fit.slope_s == pytest.approx(fit.intercept_s * per_tok)
+    assert fit.step_time(m.verified_per_step) == pytest.approx(m.step_time_s)
+
+
+def test_fit_rejects_mixed_cells():
+    with pytest.raises(KChoiceError):
+        fit_step_cost([synth(1, 0.9, c=1), synth(2, 0.9, c=4)])
+
+
+# ------------------------------------------------------------------------------- recommendation
+def _tp(k: int, thr: float, c: int = 1, wl: str = "copy") -> ThroughputPrediction:
+    return ThroughputPrediction(wl, c, k, thr, thr, 1.0, float(k), None)
+
+
+def test_recommend_prefers_the_smaller_k_within_noise():
+    preds = [_tp(0, 100.0), _tp(2, 200.0), _tp(4, 202.0)]  # k=4 is 1 % better than k=2
+    loose = {r.workload: r for r in recommend(preds, tolerance=0.02)}
+    assert loose["copy"].k == 2 and loose["copy"].best_k == 4
+    tight = {r.workload: r for r in recommend(preds, tolerance=0.005)}
+    assert tight["copy"].k == 4
+    assert tight["copy"].speedup == pytest.approx(2.02)
+
+
+def test_speculation_off_when_every_k_loses():
+    ms = [synth(0, 0.3, c=16, tbase=0.04)] + [synth(k, 0.3, c=16, t0=0.05, beta=0.01) for k in (1, 2, 4)]
+    a = advise(ms)
+    rec = {(r.workload, r.concurrency): r for r in a.recommendations}
+    assert rec[("copy", 16)].k == 0 and rec[("*", 16)].k == 0
+    assert a.speculative_config is None
+    # and baseline within tolerance of a speculative k: baseline (smaller k) still wins
+    close = [_tp(0, 100.0), _tp(1, 101.0)]
+    assert {r.workload: r for r in recommend(close, 0.02)}["copy"].k == 0
+
+
+def test_recommend_candidates_measured_vs_all():
+    ms = [synth(0, 0.95, tbase=0.06), synth(1, 0.95), synth(8, 0.95, beta=0.0005)]
+    preds, _ = predict_throughputs(ms)
+    measured_only = {r.workload: r for r in recommend(preds, 0.0, "measured")}["copy"]
+    assert set(measured_only.scores) == {0, 1, 8}
+    everything = {r.workload: r for r in recommend(preds, 0.0, "all")}["copy"]
+    assert set(everything.scores) == set(range(9))
+    best_true = max(range(1, 9), key=lambda k: true_throughput(k, 0.95, beta=0.0005))
+    assert everything.k == best_true
+    with pytest.raises(KChoiceError):
+        recommend(preds, 0.0, "some")
+    with pytest.raises(KChoiceError):
+        recommend(preds, 1.5)
+
+
+def test_advice_end_to_end_on_a_model_world():
+    """High acceptance at c=1 (k large wins), costly verification at c=16 (off)."""
+    ms = []
+    for c, beta in ((1, 0.001), (16, 0.1)):
+        ms.append(synth(0, 0.9, c=c, tbase=0.045))
+        ms += [synth(k, 0.9, c=c, beta=beta) for k in (1, 2, 3, 4, 6, 8)]
+    a = advise(ms, tolerance=0.02)
+    per = {(r.workload, r.concurrency): r.k for r in a.recommendations}
+    truth1 = {k: true_throughput(k, 0.9, c=1, beta=0.001) for k in (1, 2, 3, 4, 6, 8)}
+    best1 = max(truth1.values())
+    expected1 = min(k for k, v in truth1.items() if v >= best1 * 0.98)
+    assert per[("copy", 1)] == expected1
+    base16 = 16 / 0.045
+    assert max(true_throughput(k, 0.9, c=16, beta=0.1) for k in (1, 2, 3, 4, 6, 8)) < base16  # every k loses
+    assert per[("copy", 16)] == 0
+    assert a.k_by_concurrency == {1: expected1, 16: 0}
+    assert a.speculative_config["num_speculative_tokens"] == expected1
+    assert a.speculative_config["num_speculative_tokens_per_batch_size"] == [[1, 4, expected1], [5, 16, 0]]
+    assert a.acceptance_error["max_abs_relative"] == pytest.approx(0, abs=1e-12)
+    assert a.worst_shortfall <= 0.02 + 1e-12  # smaller k within the tolerance costs at most 2 %
+    d = a.to_dict()
+    assert d["k_by_concurrency"] == {"1": expected1, "16": 0}
+
+
+def test_evaluate_choices_reports_shortfall():
+    ms = [synth(0, 0.5), Measurement("ngram-k2", 2, "copy", 1, 90.0), Measurement("ngram-k4", 4, "copy", 1, 30.0)]
+    recs = recommend([_tp(0, 25.0), _tp(2, 30.0), _tp(4, 31.0)], 0.0)  # predicts k=4 best
+    (cell,) = evaluate_choices(recs, ms)
+    assert cell.picked_k == 4 and cell.best_k == 2
+    assert cell.shortfall == pytest.approx(1 - 30.0 / 90.0)
+
+
+# ------------------------------------------------------------------------------- vLLM config
+def test_dynamic_schedule_ranges():
+    assert dynamic_schedule({1: 4, 8: 2, 32: 0}) == [[1, 2, 4], [3, 16, 2], [17, 32, 0]]
+    assert dynamic_schedule({1: 3, 4: 3}) == [[1, 4, 3]]
+    assert dynamic_schedule({4: 2}) == [[1, 4, 2]]
+    with pytest.raises(KChoiceError):
+        dynamic_schedule({})
+    with pytest.raises(KChoiceError):
+        dynamic_schedule({0: 2})
+
+
+def test_dynamic_schedule_is_accepted_by_vllm():
+    utils = pytest.importorskip("vllm.v1.spec_decode.dynamic.utils")
+    sched = dynamic_schedule({1: 8, 4: 4, 16: 2, 64: 0})
+    assert utils.validate_and_normalize_dynamic_sd_schedule(sched) == [tuple(r) for r in sched]
+    dense = utils.build_dynamic_sd_schedule_lookup(sched, vllm_max_batch_size=128, vllm_num_speculative_tokens=8)
+    assert dense[1] == 8 and dense[4] == 4 and dense[16] == 2 and dense[64] == 0 and dense[128] == 0
+
+
+def test_speculative_config_advice():
+    base = {"method": "ngram", "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+    same = speculative_config_advice(base, {1: 3, 8: 3})
+    assert same == {**base, "num_speculative_tokens": 3}
+    dyn = speculative_config_advice(base, {1: 6, 8: 2})
+    assert dyn["num_speculative_tokens"] == 6
+    assert dyn["num_speculative_tokens_per_batch_size"] == [[1, 2, 6], [3, 8, 2]]
+    assert speculative_config_advice(base, {1: 0, 8: 0}) is None
+
+
+# ------------------------------------------------------------------------------- inputs
+def test_measurement_from_a_bench_cell_record():
+    """Build the record with the load generator's own result classes (real code path)."""
+    from specwatch.bench.results import BatchResult, CellSummary, SpecDecodeStats
+    from specwatch.vllm_metrics import SpecDecodeCounters
+
+    delta = SpecDecodeCounters("m", "0", drafts=100.0, draft_tokens=400.0, accepted_tokens=250.0,
+                               accepted_per_position=(90.0, 70.0, 50.0, 40.0), generation_tokens=512.0)
+    b = BatchResult("speculative", "copy", 4, 1, False, "t", 2.0, 4, 4, 0, 100, 512, True, None,
+                    SpecDecodeStats("v1", delta), tpots=[0.01] * 4, ttfts=[0.1] * 4)
+    rec = CellSummary("speculative", "copy", 4, [b]).record()
+    m = Measurement.from_record(rec, config="ngram-k4", k=4, family="ngram")
+    assert m.output_throughput == pytest.approx(256.0)
+    assert m.position_rates == pytest.approx((0.9, 0.7, 0.5, 0.4))
+    assert m.acceptance_length == pytest.approx(3.5)
+    assert m.acceptance_rate == pytest.approx(250 / 400)
+    assert m.request_steps == pytest.approx(512 - 250)
+    assert m.tokens_per_step == pytest.approx(512 / 262)
+    assert m.verified_per_step == pytest.approx(400 / 262)
+    assert m.draft_fraction == pytest.approx(100 / 262)
+    assert m.step_time_s == pytest.approx(4 * (512 / 262) / 256.0)
+    assert m.step_time_tpot_s == pytest.approx(0.01 * 512 / 262)
+    with pytest.raises(KChoiceError):
+        Measurement.from_record({**rec, "output_throughput": None}, config="x", k=4)
+
+
+def test_live_advice_matches_the_exporters_functions():
+    rates = iid_curve(0.8, 6)
+    out = advise_from_curve(rates, [1, 8], CostModel())
+    assert out[1] == estimated_speedups(rates, 1.0, CostModel())
+    assert recommend_k(out[1]) >= recommend_k(out[8])
+    assert math.isclose(out[8][0], 1.0)
