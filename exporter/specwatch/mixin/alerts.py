@@ -136,7 +136,7 @@ def alert_rules(cfg: MixinConfig) -> tuple[AlertRule, ...]:
             severity="critical",
             summary="The specwatch exporter cannot be scraped.",
             description=(
-                "Prometheus cannot scrape the specwatch exporter {{ with $labels.instance }}{{ . }}"
+                "Prometheus cannot scrape the specwatch exporter {{ with $labels.instance }}{{ . }} (up = {{ $value }})"
                 "{{ else }}(no target of " + exp.replace('"', "'") + " at all){{ end }} for "
                 f"{cfg.exporter_down_for}: every spec-decode rule, alert and dashboard panel is blind."),
             comment=f"The exporter's scrape fails, or it has no target, for {cfg.exporter_down_for}.",
@@ -150,10 +150,11 @@ def alert_rules(cfg: MixinConfig) -> tuple[AlertRule, ...]:
             severity="warning",
             summary="vLLM's spec-decode counters break their invariants.",
             description=(
-                "specwatch saw vLLM upstream {{ $labels.upstream }} break invariant "
-                "{{ $labels.invariant }} ({{ $value | printf \"%.0f\" }} times in the last "
-                f"{cfg.invariant_window}): its spec-decode counters are inconsistent, so derived "
-                "values for it may be wrong."),
+                "vLLM upstream {{ $labels.upstream }} broke the spec-decode invariant "
+                "{{ $labels.invariant }}: specwatch_invariant_violations_total rose by "
+                "{{ $value | printf \"%.0f\" }} in the last " + cfg.invariant_window + ". Its counters "
+                "are inconsistent; specwatch serves no derived values for the affected model/engine "
+                "while they are."),
             comment=(f"specwatch_invariant_violations_total grew in the last {cfg.invariant_window} "
                      "(or appeared with a positive value)."),
         ),
