@@ -1,0 +1,149 @@
+"""specwatch report: a self-contained HTML file whose PNG plots render in headless Chromium.
+
+The sweep document is *constructed*: cell summaries are made by the load generator's own result
+classes from counter deltas of an i.i.d.-acceptance chain drafter (α = 0.8), so the report's
+inputs have exactly the shape a real sweep writes.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from specwatch.bench.results import BatchResult, CellSummary, SpecDecodeStats
+from specwatch.kchoice import iid_curve
+from specwatch.report import BASELINE_COLOR, _colors, render_report, report
+from specwatch.vllm_metrics import SpecDecodeCounters
+
+
+def cell(k: int, wl: str, c: int, alpha: float = 0.8) -> dict:
+    drafts, out_tokens = 100.0, 64 * 2 * c
+    delta = None
+    if k:
+        pp = tuple(drafts * r for r in iid_curve(alpha, k))
+        delta = SpecDecodeCounters("m", "0", drafts, drafts * k, sum(pp), pp, drafts + sum(pp))
+    thr = 20.0 * c * (1 + (0.5 * k if c == 1 else 0.1 * k - 0.05 * k * k))
+    batch = BatchResult("speculative" if k else "baseline", wl, c, 1, False, "2026-01-01T00:00:00+00:00",
+                        out_tokens / thr, 2 * c, 2 * c, 0, 100 * c, out_tokens, True, None,
+                        SpecDecodeStats("v1" if k else "none", delta),
+                        ttfts=[0.05 + 0.01 * k] * (2 * c), tpots=[0.05 / (1 + 0.3 * k)] * (2 * c))
+    return {"config": "baseline" if k == 0 else f"ngram-k{k}", "k": k,
+            "family": "" if k == 0 else '{"method":"ngram"}', "workload": wl, "max_concurrency": c,
+            "finished_at": "2026-01-01T00:00:00+00:00",
+            "summary": CellSummary(batch.role, wl, c, [batch]).record(), "batches": [batch.record()]}
+
+
+@pytest.fixture
+def sweep_doc() -> dict:
+    ks = (0, 1, 2, 4)
+    return {
+        "specwatch_sweep_format": 1, "status": "complete", "created_at": "2026-01-01T00:00:00+00:00",
+        "updated_at": "2026-01-01T00:10:00+00:00",
+        "settings": {"workloads": ["copy", "explain"], "concurrencies": [1, 4], "output_len": 64},
+        "server": {"kind": "embedded"},
+        "configs": [{"name": "baseline" if k == 0 else f"ngram-k{k}", "k": k,
+                     "speculative_config": None if k == 0 else {"method": "ngram", "num_speculative_tokens": k}} for k in ks],
+        "servers": [{"config": "baseline" if k == 0 else f"ngram-k{k}", "k": k, "startup_seconds": 30.0 + 5 * k,
+                     "kv_cache_tokens": 46592 - 128 * k, "num_gpu_blocks": 364 - k, "block_size": 128} for k in ks],
+        "cells": [cell(k, wl, c) for k in ks for wl in ("copy", "explain") for c in (1, 4)],
+    }
+
+
+def pngs(html: str) -> list[bytes]:
+    return [base64.b64decode(m) for m in re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)]
+
+
+def test_report_is_self_contained_with_decodable_plots(sweep_doc):
+    import matplotlib.image as mpimg
+
+    html = render_report(sweep_doc)
+    images = pngs(html)
+    assert len(images) == 6  # servers, throughput, TPOT, TTFT, per-position, E(k)
+    assert len(re.findall(r"<img ", html)) == 6
+    assert not re.search(r'(src|href)="(https?:)?//', html), "the report must not fetch anything"
+    for png in images:
+        assert png.startswith(b"\x89PNG\r\n\x1a\n")
+        arr = mpimg.imread(io.BytesIO(png))
+        assert arr.shape[0] > 100 and arr.shape[1] > 100
+        assert arr[..., :3].std() > 0.01  # not a blank image
+    # tables: start-up time, KV capacity, comparison and the advice
+    assert "46592" in html and "30.0" in html
+    assert "Output throughput vs concurrency" in html and "Mean TPOT vs concurrency" in html and "Mean TTFT" in html
+    assert "vs baseline" in html and "recommended k" in html
+    assert "--speculative-config" in html or "run without" in html
+
+
+def test_baseline_is_black_and_configs_are_distinct():
+    colors = _colors([("baseline", 0), ("ngram-k1", 1), ("ngram-k2", 2), ("ngram-k4", 4)])
+    assert colors["baseline"] == BASELINE_COLOR == "black"
+    spec = [colors[n] for n in ("ngram-k1", "ngram-k2", "ngram-k4")]
+    assert len({tuple(c) for c in spec}) == 3
+
+
+def test_report_of_an_empty_sweep(sweep_doc):
+    sweep_doc["cells"] = []
+    sweep_doc["status"] = "running"
+    html = render_report(sweep_doc)
+    assert "No finished cell yet" in html and "</html>" in html
+
+
+def test_report_cli(tmp_path, sweep_doc):
+    src = tmp_path / "s.json"
+    src.write_text(json.dumps(sweep_doc))
+    r = CliRunner().invoke(report, [str(src)])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "s.html").exists() and len(pngs((tmp_path / "s.html").read_text())) == 6
+    bad = tmp_path / "b.json"
+    bad.write_text('{"cells": []}')
+    r = CliRunner().invoke(report, [str(bad)])
+    assert r.exit_code != 0 and "not a specwatch sweep result" in r.output
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-dev-shm-usage"]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/setup.sh installs it)")
+def test_report_renders_in_headless_chromium(tmp_path, sweep_doc):
+    html = render_report(sweep_doc)
+    probe = ("<script>window.addEventListener('load', function () {"
+             "var s = Array.prototype.map.call(document.images, function (i) {"
+             "return i.complete ? i.naturalWidth + 'x' + i.naturalHeight : 'pending'; });"
+             "document.title = 'IMAGES:' + s.join(',');});</script>")
+    page = tmp_path / "probe.html"
+    page.write_text(html.replace("</body>", probe + "</body>"))
+    dom = subprocess.run(
+        [CHROMIUM, *CHROME_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000",
+         "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    ).stdout
+    m = re.search(r"<title>IMAGES:([^<]*)</title>", dom)
+    assert m, f"probe did not run; DOM head: {dom[:300]!r}"
+    sizes = m.group(1).split(",")
+    assert len(sizes) == 6
+    for s in sizes:
+        w, h = (int(x) for x in s.split("x"))
+        assert w > 100 and h > 100
+
+    # and the real report (no probe) paints: a screenshot that is not blank
+    real = tmp_path / "report.html"
+    real.write_text(html)
+    shot = tmp_path / "shot.png"
+    subprocess.run([CHROMIUM, *CHROME_FLAGS, f"--user-data-dir={tmp_path / 'profile2'}", f"--screenshot={shot}",
+                    "--window-size=1200,2000", "--virtual-time-budget=10000", real.as_uri()],
+                   capture_output=True, timeout=120)
+    import matplotlib.image as mpimg
+
+    arr = mpimg.imread(str(shot))
+    assert arr.shape[0] >= 1000
+    assert arr[..., :3].std() > 0.05
