@@ -2,13 +2,7 @@
 
 Cost model (defaults from the seed measurements, ``shared/workloads.md``):
 
-    c(k, b) = 1 + k × (a + s × b)
-
-is the time of one verify step carrying k draft tokens, relative to a plain decode step, with
-``b`` requests running in the batch. ``a`` = 0.05 per draft token: one step verifying 9 tokens
-took 1.4× a plain step at concurrency 1 (7.8 ms vs 5.7 ms → 0.4 / 8). ``s`` = 0.02 per draft
-token and running request: the k=4 copy speedups at concurrency 8 (2.54×) and 32 (1.41×) with
-≈4.8 tokens per step imply a ≈ 0.05 + 0.02 b.
+    c(k, b) = 1 + k × (a + s × b)     (see :mod:`specwatch.costmodel` for a, s and their source)
 
 Estimated speedup at k' = E(k') / c(k', b), with E(k') = 1 + Σ_(i<k') r_i from the per-position
 curve (:func:`specwatch.derive.expected_lengths`); k' = 0 (speculation off) is 1 by definition.
@@ -18,22 +12,10 @@ modelled by c(k, b).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from specwatch.costmodel import CostModel, step_cost_factor
 from specwatch.derive import expected_lengths
 
-
-@dataclass(frozen=True)
-class CostModel:
-    """Verify-step cost factor coefficients (see module docstring); both ≥ 0."""
-
-    per_draft_token: float = 0.05
-    per_draft_token_per_running_request: float = 0.02
-
-    def step_cost_factor(self, k: float, running_requests: float) -> float:
-        """c(k, b) = 1 + k × (a + s × b): verify-step time relative to a plain step (≥ 1)."""
-        b = max(running_requests, 1.0)
-        return 1.0 + k * (self.per_draft_token + self.per_draft_token_per_running_request * b)
+__all__ = ["CostModel", "estimated_speedups", "recommend_k", "step_cost_factor"]
 
 
 def estimated_speedups(
@@ -42,11 +24,12 @@ def estimated_speedups(
     """Estimated speedup for every k' = 0 … len(rates): E(k') / c(k', b); ``{0: 1.0, 1: …}``.
 
     ``rates`` are unconditional per-position acceptance rates r_i (0–1) of a chain drafter at
-    the largest k; ``running_requests`` is b (``vllm:num_requests_running``, at least 1 is used).
+    the largest k; ``running_requests`` is b (``vllm:num_requests_running`` per engine, ≥ 0).
+    Cost model: :func:`specwatch.costmodel.step_cost_factor` (shared with the recording rules).
     """
     out = {0: 1.0}
     for k, e in enumerate(expected_lengths(rates), start=1):
-        out[k] = e / cost.step_cost_factor(k, running_requests)
+        out[k] = e / step_cost_factor(k, running_requests, cost)
     return out
 
 

@@ -1,0 +1,162 @@
+"""The exporter over real HTTP: a misbehaving local upstream, and `specwatch serve` as a process."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter_helpers import fixture
+from specwatch.collector import FetchError, http_fetch
+from specwatch.config import Upstream
+
+
+
+class _Upstream(BaseHTTPRequestHandler):
+    """Behaviour chosen by path: /good/metrics, /500/metrics, /html/metrics, /slow/metrics,
+    /drip/metrics, /huge/metrics, /drop/metrics, /redirect/metrics, /binary/metrics."""
+
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):  # noqa: N802
+        mode = self.path.strip("/").split("/")[0]
+        body = fixture("vllm-0.32-ngram-k4-after-traffic.txt").encode()
+        if mode == "500":
+            self.send_response(500); self.end_headers(); self.wfile.write(b"Internal Server Error"); return
+        if mode == "redirect":
+            self.send_response(302); self.send_header("Location", "http://127.0.0.1:1/metrics"); self.end_headers(); return
+        if mode == "html":
+            body = b"<!doctype html><html><body>login</body></html>"
+        if mode == "binary":
+            body = b"\xff\xfe\x00garbage" * 100
+        if mode == "slow":
+            time.sleep(3)
+        if mode == "huge":
+            body = body * 200
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        if mode == "drop":
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body[: len(body) // 3])
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        if mode == "drip":
+            self.end_headers()
+            for i in range(0, len(body), 200):
+                self.wfile.write(body[i:i + 200]); self.wfile.flush(); time.sleep(0.05)
+            return
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture(scope="module")
+def upstream_url():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_good_fetch(upstream_url):
+    text = http_fetch(Upstream("u", f"{upstream_url}/good/metrics"), 2.0, 1 << 20)
+    assert "vllm:spec_decode_num_drafts_total" in text
+
+
+@pytest.mark.parametrize("mode,reason,timeout", [
+    ("500", "http_status", 2.0),
+    ("redirect", "http_status", 2.0),  # never follow a redirect to an unconfigured URL
+    ("slow", "timeout", 0.5),
+    ("drip", "timeout", 0.5),
+    ("huge", "too_large", 5.0),
+    ("drop", "connect", 2.0),
+    ("binary", "decode", 2.0),
+])
+def test_bad_upstreams_raise_fetch_error(upstream_url, mode, reason, timeout):
+    with pytest.raises(FetchError) as ei:
+        http_fetch(Upstream("u", f"{upstream_url}/{mode}/metrics"), timeout, 1 << 20)
+    assert ei.value.reason == reason
+
+
+def test_refused_connection():
+    with pytest.raises(FetchError) as ei:
+        http_fetch(Upstream("u", f"http://127.0.0.1:{_free_port()}/metrics"), 1.0, 1 << 20)
+    assert ei.value.reason == "connect"
+
+
+def _start_serve(*args):
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "specwatch", "serve", "--listen-address", f"127.0.0.1:{port}", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(100):
+        try:
+            requests.get(f"http://127.0.0.1:{port}/", timeout=1)
+            return proc, port
+        except requests.ConnectionError:
+            if proc.poll() is not None:
+                raise AssertionError(proc.stderr.read())
+            time.sleep(0.1)
+    proc.kill()
+    raise AssertionError("exporter did not start")
+
+
+def test_serve_process_end_to_end(upstream_url):
+    proc, port = _start_serve("--upstream", f"good={upstream_url}/good", "--upstream", f"html={upstream_url}/html",
+                              "--upstream", f"slow={upstream_url}/slow", "--timeout", "1", "--window", "1m")
+    try:
+        landing = requests.get(f"http://127.0.0.1:{port}/", timeout=5)
+        assert landing.status_code == 200 and 'href="/metrics"' in landing.text
+        assert requests.get(f"http://127.0.0.1:{port}/other", timeout=5).status_code == 404
+        t0 = time.monotonic()
+        r = requests.get(f"http://127.0.0.1:{port}/metrics?upstream=http://example.invalid/", timeout=10)
+        assert time.monotonic() - t0 < 5, "a slow upstream must not hold the scrape past its timeout"
+        fams = {f.name: f for f in text_string_to_metric_families(r.text)}
+        up = {s.labels["upstream"]: s.value for s in fams["specwatch_up"].samples}
+        assert up == {"good": 1.0, "html": 0.0, "slow": 0.0}
+        assert any(s.labels["upstream"] == "good" for s in fams["specwatch_mean_acceptance_length"].samples)
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=10)
+    assert "upstream html: parse" in err and "upstream slow: timeout" in err
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--upstream", "ftp://x/metrics"], "expected http(s)"),
+    (["--upstream", "http://a:1", "--window", "3x"], "window '3x'"),
+    (["--upstream", "http://a:1", "--listen-address", "nope"], "HOST:PORT"),
+    (["--upstream", "a=http://h:1", "--upstream", "a=http://h:2"], "duplicate upstream"),
+    ([], "at least one --upstream"),
+    (["--upstream", "http://a:1", "--no-such-flag"], "No such option"),
+])
+def test_bad_flags_exit_2_with_a_clear_message(args, needle):
+    r = subprocess.run([sys.executable, "-m", "specwatch", "serve", "--once", *args],
+                       capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert r.returncode == 2, r
+    assert needle in r.stderr
+
+
+def test_port_in_use_is_a_clear_error():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "specwatch", "serve", "--upstream", "http://127.0.0.1:1",
+                            "--listen-address", f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "cannot listen" in r.stderr
