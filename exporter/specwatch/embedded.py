@@ -411,7 +411,8 @@ class VllmServer:
     ``log_path`` (``None``: a temp file; ``"-"``: inherit the caller's terminal), and polls
     ``GET /v1/models`` until it lists ``served_model_name``. ``startup_seconds`` is the time from
     process start to readiness. On exit: SIGTERM to the process group, SIGKILL after
-    ``stop_timeout`` s, then releases the lock.
+    ``stop_timeout`` s, then releases the lock. (``lock_path`` exists for tests of the start-up
+    error path only; real servers use the default /tmp/specwatch-vllm.lock.)
 
     Attributes: ``base_url`` (``http://127.0.0.1:PORT``), ``metrics_url`` (``…/metrics``),
     ``served_model_name``, ``k`` (num_speculative_tokens, 0 without speculation),
@@ -439,6 +440,7 @@ class VllmServer:
         lock_timeout: float = 3600.0,
         stop_timeout: float = 30.0,
         on_status=None,
+        lock_path: Path | str = LOCK_PATH,
     ):
         self.port = int(port)
         self.host = host
@@ -451,7 +453,7 @@ class VllmServer:
         self.startup_timeout = startup_timeout
         self.stop_timeout = stop_timeout
         self.on_status = on_status or (lambda msg: None)
-        self._lock = VllmLock(timeout=lock_timeout, on_wait=self.on_status)
+        self._lock = VllmLock(Path(lock_path), timeout=lock_timeout, on_wait=self.on_status)
         self._log_arg = log_path
         self.log_path: Path | None = None
         self._log_fh = None

