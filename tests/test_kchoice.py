@@ -277,3 +277,17 @@ def test_live_advice_matches_the_exporters_functions():
     assert out[1] == estimated_speedups(rates, 1.0, CostModel())
     assert recommend_k(out[1]) >= recommend_k(out[8])
     assert math.isclose(out[8][0], 1.0)
+
+
+def test_cell_without_any_draft_recommends_speculation_off():
+    """ngram found no match (random output): no curve, yet the speculative server is slower."""
+    def nodraft(k: int) -> Measurement:
+        return Measurement(f"ngram-k{k}", k, "random-output", 1, 16.0 - 0.1 * k, family="ngram", drafts=0.0,
+                           draft_tokens=0.0, accepted_tokens=0.0, generation_tokens=512.0)
+
+    ms = [Measurement("baseline", 0, "random-output", 1, 20.0, generation_tokens=512.0)] + [nodraft(k) for k in (1, 4)]
+    preds, fits = predict_throughputs(ms)
+    assert {p.k for p in preds} == {0, 1, 2, 3, 4}
+    assert all(p.tokens_per_step == 1.0 and p.verified_per_step == 0.0 for p in preds)
+    (rec,) = [r for r in recommend(preds) if r.workload == "random-output"]
+    assert rec.k == 0

@@ -464,7 +464,8 @@ def predict_throughputs(
     measurements: Iterable[Measurement], prior: CostModel | None = None
 ) -> tuple[list[ThroughputPrediction], list[StepCostFit]]:
     """Predicted throughput for k = 0 (baseline, if measured) and every k = 1 … K of each
-    (workload, concurrency) with a speculative run, plus the step-cost fits used."""
+    (workload, concurrency) with a speculative run, plus the step-cost fits used. A cell whose
+    speculative runs made no draft at all is predicted with f = 0 (no gain, cost T₀)."""
     preds: list[ThroughputPrediction] = []
     fits: list[StepCostFit] = []
     for (wl, c), runs in _cells(measurements).items():
@@ -476,14 +477,20 @@ def predict_throughputs(
             preds.append(ThroughputPrediction(wl, c, 0, b.output_throughput, b.output_throughput, 1.0, 0.0, b.step_time_s, b.noise))
         src = _source(runs)
         fit = fit_step_cost(runs, prior)
-        if src is None or fit is None or src.draft_fraction is None:
+        if fit is None:
             continue
+        if src is not None and src.draft_fraction is not None:
+            rates, f = src.position_rates, src.draft_fraction
+            dbar = src.draft_tokens_per_draft or float(src.k)
+        else:
+            # no drafts at all (e.g. ngram never found a match): every k verifies nothing and
+            # gains nothing, so each k costs the speculative server's T0
+            src = max((m for m in runs if m.k > 0 and m.step_time_s is not None), key=lambda m: m.k)
+            rates, f, dbar = (0.0,) * src.k, 0.0, float(src.k)
         fits.append(fit)
-        f = src.draft_fraction
-        dbar = src.draft_tokens_per_draft or float(src.k)
         ceff = src.effective_concurrency
-        for k in range(1, len(src.position_rates) + 1):
-            tau = 1.0 + f * math.fsum(src.position_rates[:k])
+        for k in range(1, len(rates) + 1):
+            tau = 1.0 + f * math.fsum(rates[:k])
             x = f * min(float(k), dbar)
             t = fit.step_time(x)
             m = by_k.get(k)
@@ -740,11 +747,11 @@ def advise(
 ) -> Advice:
     """Run steps 1–6 on the baseline runs and the speculative runs of one family.
 
-    Raises KChoiceError if there is no speculative run with a per-position curve.
+    Raises KChoiceError if there is no speculative run.
     """
     ms = list(measurements)
-    if not any(m.k > 0 and m.position_rates for m in ms):
-        raise KChoiceError("no speculative run with per-position acceptance rates to advise from")
+    if not any(m.k > 0 for m in ms):
+        raise KChoiceError("no speculative run to advise from")
     acc = predict_acceptance_lengths(ms)
     preds, fits = predict_throughputs(ms, prior)
     recs = recommend(preds, tolerance, candidates)
