@@ -13,7 +13,6 @@ import json
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner

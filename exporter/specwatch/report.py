@@ -19,7 +19,6 @@ import html
 import io
 import json
 import math
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
