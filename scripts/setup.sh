@@ -11,11 +11,17 @@ py="${PYTHON:-python3}"
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
-if ! command -v promtool >/dev/null 2>&1 || ! command -v prometheus >/dev/null 2>&1; then
-  log "installing Debian's prometheus (server and promtool)"
+# Debian packages: prometheus (server + promtool) for the stack and its tests, docker-compose to
+# validate docker-compose.yml (no engine needed), chromium to check that the HTML report renders.
+need=()
+command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+if [ ${#need[@]} -gt 0 ]; then
+  log "installing Debian packages: ${need[*]}"
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
 if [ ! -x "$venv/bin/python" ]; then
