@@ -291,3 +291,14 @@ def test_cell_without_any_draft_recommends_speculation_off():
     assert all(p.tokens_per_step == 1.0 and p.verified_per_step == 0.0 for p in preds)
     (rec,) = [r for r in recommend(preds) if r.workload == "random-output"]
     assert rec.k == 0
+
+
+def test_acceptance_error_can_ignore_runs_with_few_drafts():
+    few = Measurement(**{**synth(2, 0.8, drafts=10.0).__dict__, "acceptance_length": 1.5})  # 10 drafts, far off
+    a = advise([few, synth(4, 0.8), synth(8, 0.8)])
+    by_k = {p.k: p for p in a.acceptance}
+    assert by_k[2].measured_drafts == 10.0 and by_k[4].measured_drafts == 1000.0
+    assert a.acceptance_error["n"] == 2
+    assert a.acceptance_error["max_abs_relative"] == pytest.approx(abs(iid_expected_length(0.8, 2) - 1.5) / 1.5)
+    strict = a.acceptance_error_over(100.0)
+    assert strict["n"] == 1 and strict["max_abs_relative"] == pytest.approx(0, abs=1e-12)

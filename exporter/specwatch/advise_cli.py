@@ -82,16 +82,18 @@ def render_advice(a: Advice, console) -> None:
     if a.family:
         console.print(f"[bold]speculative family[/bold] {a.family}")
     t = Table(title="Expected acceptance length E(k) from the largest k's per-position curve vs measured")
-    for col in ("workload", "conc.", "k", "from k", "predicted", "measured", "error", "rel. error"):
+    for col in ("workload", "conc.", "k", "from k", "predicted", "measured", "drafts", "error", "rel. error"):
         t.add_column(col, justify="left" if col == "workload" else "right")
     for p in a.acceptance:
         t.add_row(p.workload, str(p.concurrency), str(p.k), str(p.source_k), _f(p.predicted), _f(p.measured),
+                  _f(p.measured_drafts, ".0f"),
                   _f(p.error, "+.2f"), _f(None if p.relative_error is None else p.relative_error * 100, "+.1f", " %"))
     console.print(t)
-    e = a.acceptance_error
-    if e["n"]:
-        console.print(f"acceptance-length prediction error (k < largest k, {e['n']} runs): mean |rel| "
-                      f"{e['mean_abs_relative'] * 100:.1f} %, max {e['max_abs_relative'] * 100:.1f} %")
+    for e in (a.acceptance_error, a.acceptance_error_over(100.0)):
+        if e["n"]:
+            console.print(f"acceptance-length prediction error (k < largest k, {e['n']} runs"
+                          + (f" with >= {e['min_drafts']:.0f} drafts" if e["min_drafts"] else "")
+                          + f"): mean |rel| {e['mean_abs_relative'] * 100:.1f} %, max {e['max_abs_relative'] * 100:.1f} %")
 
     t = Table(title="Step time T(x) = T0 + β·x (x = draft tokens verified per request-step; T = c·τ / throughput)")
     for col in ("workload", "conc.", "baseline T ms", "T0 ms", "β ms/token", "fit", "max residual"):

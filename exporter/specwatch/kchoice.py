@@ -320,6 +320,7 @@ class AcceptancePrediction:
     source_k: int
     predicted: float
     measured: float | None
+    measured_drafts: float | None = None  # Δdrafts behind the measured value (its sample size)
 
     @property
     def error(self) -> float | None:
@@ -354,9 +355,12 @@ def predict_acceptance_lengths(measurements: Iterable[Measurement]) -> list[Acce
         src = _source(runs)
         if src is None:
             continue
-        measured = {m.k: m.acceptance_length for m in runs if m.k > 0}
+        measured = {m.k: m for m in runs if m.k > 0}
         for k in range(1, len(src.position_rates) + 1):
-            out.append(AcceptancePrediction(wl, c, k, src.k, expected_length(src.position_rates, k), measured.get(k)))
+            m = measured.get(k)
+            out.append(AcceptancePrediction(wl, c, k, src.k, expected_length(src.position_rates, k),
+                                            None if m is None else m.acceptance_length,
+                                            None if m is None else m.drafts))
     return out
 
 
@@ -691,12 +695,18 @@ class Advice:
     speculative_config: dict[str, Any] | None = None
     noise: float | None = None
 
+    def acceptance_error_over(self, min_drafts: float = 0.0) -> dict[str, float | None]:
+        """Mean and max |relative error| of E(k) over the measured k < K whose run made at least
+        ``min_drafts`` drafts (a run with a handful of drafts measures its length poorly)."""
+        errs = [abs(p.relative_error) for p in self.acceptance
+                if p.k < p.source_k and p.relative_error is not None and (p.measured_drafts or 0) >= min_drafts]
+        return {"n": len(errs), "min_drafts": min_drafts, "mean_abs_relative": statistics.fmean(errs) if errs else None,
+                "max_abs_relative": max(errs) if errs else None}
+
     @property
     def acceptance_error(self) -> dict[str, float | None]:
-        """Mean and max |relative error| of E(k) over the measured k < K."""
-        errs = [abs(p.relative_error) for p in self.acceptance if p.k < p.source_k and p.relative_error is not None]
-        return {"n": len(errs), "mean_abs_relative": statistics.fmean(errs) if errs else None,
-                "max_abs_relative": max(errs) if errs else None}
+        """Mean and max |relative error| of E(k) over every measured k < K."""
+        return self.acceptance_error_over(0.0)
 
     @property
     def throughput_error(self) -> dict[str, float | None]:
@@ -723,6 +733,7 @@ class Advice:
             "noise": self.noise,
             "acceptance_predictions": [dict(asdict(p), error=p.error, relative_error=p.relative_error) for p in self.acceptance],
             "acceptance_error": self.acceptance_error,
+            "acceptance_error_min_100_drafts": self.acceptance_error_over(100.0),
             "throughput_predictions": [dict(asdict(p), relative_error=p.relative_error) for p in self.throughput],
             "throughput_error": self.throughput_error,
             "step_cost_fits": [dict(asdict(f), max_residual=f.max_residual) for f in self.fits],

@@ -301,12 +301,14 @@ def render_report(doc: Mapping[str, Any], *, tolerance: float = DEFAULT_TOLERANC
     for a in advices:
         if a.family:
             parts.append(f"<p>Speculative family <code>{_e(a.family)}</code>.</p>")
-        e = a.acceptance_error
-        if e["n"]:
-            parts.append(f"<p>Acceptance-length prediction from the largest k's per-position curve: mean |relative error| "
-                         f"{e['mean_abs_relative'] * 100:.1f} %, max {e['max_abs_relative'] * 100:.1f} % over {e['n']} runs.</p>")
-        parts.append(_table(["workload", "concurrency", "k", "from k", "predicted E(k)", "measured", "rel. error"],
+        for e in (a.acceptance_error, a.acceptance_error_over(100.0)):
+            if e["n"]:
+                parts.append(f"<p>Acceptance-length prediction from the largest k's per-position curve: mean |relative error| "
+                             f"{e['mean_abs_relative'] * 100:.1f} %, max {e['max_abs_relative'] * 100:.1f} % over {e['n']} runs"
+                             + (f" with at least {e['min_drafts']:.0f} drafts" if e["min_drafts"] else "") + ".</p>")
+        parts.append(_table(["workload", "concurrency", "k", "from k", "predicted E(k)", "measured", "drafts", "rel. error"],
                             [[p.workload, p.concurrency, p.k, p.source_k, _n(p.predicted, ".2f"), _n(p.measured, ".2f"),
+                              _n(p.measured_drafts, ".0f"),
                               _n(None if p.relative_error is None else p.relative_error * 100, "+.1f", " %")]
                              for p in a.acceptance]))
         parts.append(_table(
