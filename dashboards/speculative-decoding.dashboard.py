@@ -225,7 +225,7 @@ health = Section("Exporter health", [
     timeseries("Invariant violations",
                "Scrapes per second whose counters broke a vLLM invariant (per-position sum = accepted, "
                "non-increasing per position, accepted <= draft tokens <= drafts x k); derived values are "
-               "withheld then. Empty while no invariant was ever violated.",
+               "withheld then. 0 on a healthy vLLM.",
                "cps", [q("sum by (upstream, invariant) (rate(specwatch_invariant_violations_total"
                          f"{S.exporter_self()}[$__rate_interval]))", "{{upstream}} · {{invariant}}")],
                minimum=0, w=8, thresholds=NEUTRAL),
