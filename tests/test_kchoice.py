@@ -302,3 +302,18 @@ def test_acceptance_error_can_ignore_runs_with_few_drafts():
     assert a.acceptance_error["max_abs_relative"] == pytest.approx(abs(iid_expected_length(0.8, 2) - 1.5) / 1.5)
     strict = a.acceptance_error_over(100.0)
     assert strict["n"] == 1 and strict["max_abs_relative"] == pytest.approx(0, abs=1e-12)
+
+
+def test_held_out_fit_predicts_the_other_k():
+    """Step cost fitted on k = 1 and 8 only; k = 2, 4 are predicted, not fitted."""
+    ms = [synth(0, 0.85), *(synth(k, 0.85) for k in (1, 2, 4, 8))]
+    # perturb the k=2 and k=4 throughputs: with all k in the fit they move the fit, held out they must not
+    ms[2] = Measurement(**{**ms[2].__dict__, "output_throughput": ms[2].output_throughput * 1.2})
+    ms[3] = Measurement(**{**ms[3].__dict__, "output_throughput": ms[3].output_throughput * 1.2})
+    held, fits = predict_throughputs(ms, fit_ks=(1, 8))
+    assert [p[0] for p in fits[0].points] == [1, 8]
+    for p in held:
+        if p.k > 0:
+            assert p.predicted == pytest.approx(true_throughput(p.k, 0.85))
+    full, _ = predict_throughputs(ms)
+    assert {p.k: p.predicted for p in full}[4] != pytest.approx(true_throughput(4, 0.85))

@@ -465,11 +465,14 @@ class ThroughputPrediction:
 
 
 def predict_throughputs(
-    measurements: Iterable[Measurement], prior: CostModel | None = None
+    measurements: Iterable[Measurement], prior: CostModel | None = None, fit_ks: Iterable[int] | None = None
 ) -> tuple[list[ThroughputPrediction], list[StepCostFit]]:
     """Predicted throughput for k = 0 (baseline, if measured) and every k = 1 … K of each
     (workload, concurrency) with a speculative run, plus the step-cost fits used. A cell whose
-    speculative runs made no draft at all is predicted with f = 0 (no gain, cost T₀)."""
+    speculative runs made no draft at all is predicted with f = 0 (no gain, cost T₀).
+    ``fit_ks``: fit the step cost only on the runs at these k (a held-out check: the other k are
+    then predicted from the curve and the fit alone); None = every measured k."""
+    keep = None if fit_ks is None else {int(k) for k in fit_ks} | {0}
     preds: list[ThroughputPrediction] = []
     fits: list[StepCostFit] = []
     for (wl, c), runs in _cells(measurements).items():
@@ -480,7 +483,7 @@ def predict_throughputs(
             b = by_k[0]
             preds.append(ThroughputPrediction(wl, c, 0, b.output_throughput, b.output_throughput, 1.0, 0.0, b.step_time_s, b.noise))
         src = _source(runs)
-        fit = fit_step_cost(runs, prior)
+        fit = fit_step_cost(runs if keep is None else [m for m in runs if m.k in keep], prior)
         if fit is None:
             continue
         if src is not None and src.draft_fraction is not None:
@@ -755,8 +758,10 @@ def advise(
     candidates: str = "measured",
     base_config: Mapping[str, Any] | None = None,
     family: str = "",
+    fit_ks: Iterable[int] | None = None,
 ) -> Advice:
-    """Run steps 1–6 on the baseline runs and the speculative runs of one family.
+    """Run steps 1–6 on the baseline runs and the speculative runs of one family (``fit_ks``: see
+    :func:`predict_throughputs`).
 
     Raises KChoiceError if there is no speculative run.
     """
@@ -764,7 +769,7 @@ def advise(
     if not any(m.k > 0 for m in ms):
         raise KChoiceError("no speculative run to advise from")
     acc = predict_acceptance_lengths(ms)
-    preds, fits = predict_throughputs(ms, prior)
+    preds, fits = predict_throughputs(ms, prior, fit_ks)
     recs = recommend(preds, tolerance, candidates)
     k_by_c = {r.concurrency: r.k for r in recs if r.workload == "*"}
     noises = [m.noise for m in ms if m.noise is not None]
