@@ -36,6 +36,7 @@ from specwatch.bench.stubserver import StubConfig, StubServer
 ap = argparse.ArgumentParser()
 ap.add_argument("--port", type=int, required=True)
 ap.add_argument("--speculative-config", default=None)
+ap.add_argument("--api-key", default=None)
 a = ap.parse_args()
 k = json.loads(a.speculative_config)["num_speculative_tokens"] if a.speculative_config else 0
 with open(os.environ["STUB_START_LOG"], "a") as f:
@@ -46,7 +47,7 @@ class S(StubServer):
             "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
             "# TYPE vllm:cache_config_info gauge\n"
             f'vllm:cache_config_info{{block_size="16",engine="0",num_gpu_blocks="{1000 - 10 * k}"}} 1.0\n')
-web.run_app(S(StubConfig(k=k, accept_pattern=(3, 1, 0, 2))).app, host="127.0.0.1", port=a.port,
+web.run_app(S(StubConfig(k=k, accept_pattern=(3, 1, 0, 2), require_api_key=a.api_key)).app, host="127.0.0.1", port=a.port,
             access_log=None, print=None)
 '''
 
@@ -259,3 +260,25 @@ def test_tiny_sweep_on_the_real_embedded_vllm(tmp_path):
     assert spec.position_rates[0] >= spec.position_rates[1]
     assert 1 <= spec.acceptance_length <= 3
     assert spec.request_steps and spec.tokens_per_step >= 1
+
+
+def test_secrets_in_server_commands_are_not_written(tmp_path, stub):
+    from specwatch.sweep import redact_argv
+
+    assert redact_argv(["vllm", "serve", "m", "--api-key", "s3cr3t", "--hf-token=abc", "HF_TOKEN=xyz", "--port", "1"]) == [
+        "vllm", "serve", "m", "--api-key", "***", "--hf-token=***", "HF_TOKEN=***", "--port", "1"]
+    template, _ = stub
+    out = tmp_path / "sweep.json"
+    doc = run_sweep(plan(ks=(2,), workloads=("copy",), concs=(1,)), out, template=template + " --api-key s3cr3t-value",
+                    lock=False, progress=False, echo=lambda *a, **k: None, api_key="s3cr3t-value")
+    assert doc["status"] == "complete" and all(c["summary"]["completed"] > 0 for c in doc["cells"])
+    assert "s3cr3t" not in out.read_text()
+    out.unlink()
+    # and a server that fails to start: neither the error nor the file shows the key
+    bad = f"{shlex.quote(sys.executable)} -c 'import sys; sys.exit(2)' --api-key s3cr3t-value {{port}}"
+    with pytest.raises(SweepError) as info:
+        run_sweep(plan(ks=(2,), workloads=("copy",), concs=(1,)), out, template=bad, lock=False, progress=False,
+                  echo=lambda *a, **k: None, api_key="bearer-s3cr3t", startup_timeout=30)
+    assert "s3cr3t" not in str(info.value)
+    text = out.read_text()
+    assert "s3cr3t" not in text and "***" in text

@@ -284,6 +284,36 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+_SECRET_FLAGS = ("--api-key", "--hf-token", "--token", "--password", "--secret")
+_SECRET_WORDS = ("key", "token", "secret", "password")
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """``argv`` with secrets replaced by ``***``: the value after (or ``=`` of) a flag such as
+    ``--api-key`` / ``--hf-token``, and ``NAME=value`` words whose NAME mentions a key, token,
+    secret or password. Used for everything a sweep writes about server commands."""
+    out: list[str] = []
+    hide_next = False
+    for a in argv:
+        if hide_next:
+            out.append("***")
+            hide_next = False
+            continue
+        flag, eq, _ = a.partition("=")
+        low = flag.lower()
+        if low in _SECRET_FLAGS:
+            if eq:
+                out.append(f"{flag}=***")
+            else:
+                out.append(a)
+                hide_next = True
+        elif eq and not a.startswith("-") and any(w in low for w in _SECRET_WORDS):
+            out.append(f"{flag}=***")
+        else:
+            out.append(a)
+    return out
+
+
 def render_command(template: str, port: int, speculative_config: Mapping[str, Any] | None) -> list[str]:
     """argv from a ``--server-command`` template. Placeholders: ``{port}``, ``{spec_args}``
     (``--speculative-config '<json>'``, empty for the baseline) and ``{speculative_config}`` (the
@@ -352,7 +382,7 @@ class TemplateServer:
             while True:
                 rc = self.process.poll()
                 if rc is not None:
-                    raise SweepError(f"server exited with code {rc} during start-up: {shlex.join(self.command)}\n"
+                    raise SweepError(f"server exited with code {rc} during start-up: {shlex.join(redact_argv(self.command))}\n"
                                      f"log {self.log_path}:\n{_tail(self.log_path)}")
                 try:
                     r = requests.get(self.base_url + "/v1/models", timeout=2, headers=headers)
@@ -537,7 +567,8 @@ def run_sweep(
 
     result_file = Path(result_file)
     log_dir = Path(log_dir) if log_dir else result_file.with_name(result_file.stem + "-logs")
-    server_info = {"kind": "template" if template else "embedded", "command_template": template}
+    server_info = {"kind": "template" if template else "embedded",
+                   "command_template": None if template is None else shlex.join(redact_argv(shlex.split(template)))}
     doc = _merge_doc(result_file, plan, server_info)
     done = {cell_key(c["config"], c["workload"], c["max_concurrency"]) for c in doc["cells"]}
     options = WorkloadOptions(output_len=plan.output_len, seed=plan.seed)
@@ -562,7 +593,7 @@ def run_sweep(
                               model_dir=model_dir, on_status=echo) as srv:
                 kv = kv_capacity(read_metrics(srv.metrics_url, api_key) or "")
                 start = {"config": cfg.name, "k": cfg.k, "started_at": _now(),
-                         "startup_seconds": srv.startup_seconds, "command": list(srv.command),
+                         "startup_seconds": srv.startup_seconds, "command": redact_argv(srv.command),
                          "log": str(log_path), **kv}
                 doc["servers"].append(start)
                 save("running")
@@ -670,7 +701,7 @@ def sweep(result_file, ks, spec_configs, baseline, workloads, concurrencies, out
             raise SweepError(f"{name} must be >= {lo}, got {v}")
     if num_prompts is not None and num_prompts < 1:
         raise SweepError("--num-prompts must be >= 1")
-    if port is not None and len(configs) > 1 and not (0 < port < 65536):
+    if port is not None and not (0 < port < 65536):
         raise SweepError("--port must be 1..65535")
     plan = SweepPlan(configs, wls, concs, output_len, num_prompts, prompts_per_concurrency, num_batches,
                      warmup_batches, seed)
