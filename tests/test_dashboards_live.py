@@ -1,12 +1,13 @@
 """Every dashboard query, run on a real Prometheus fed by the real exporter, the real vLLM and the
 real load generator after some traffic, returns data.
 
-Stack (all on loopback, ephemeral ports): the session's real vLLM (``real_vllm`` fixture,
-SmolLM2-135M with ngram speculation), ``specwatch serve --window 1m`` scraping it, ``specwatch
-bench`` (speculative role only) sending copy traffic with its metrics endpoint on, and a
-Prometheus (Debian's binary) scraping vLLM, the exporter and the load generator every 2 s with
-the repository's rule files (group intervals shortened to 2 s; rule names and expressions
-unchanged; job names from MixinConfig's selectors, so the rules' ``job="..."`` match).
+Stack (all on loopback, ephemeral ports; fixtures from tests/conftest.py): the session's real vLLM
+(``real_vllm``, SmolLM2-135M with ngram speculation), ``specwatch serve --window 1m`` scraping it,
+copy traffic (``copy_traffic``), ``specwatch bench`` (speculative role only) with its metrics
+endpoint on, and a Prometheus (``prometheus_server``, Debian's binary) scraping vLLM, the
+exporter and the load generator every 2 s with the repository's rule files (group intervals
+shortened to 2 s; rule names and expressions unchanged; job names from MixinConfig's selectors,
+so the rules' ``job="..."`` match).
 
 Each target of each panel is run as a range query over the test's time span with Grafana's
 variables substituted (every multi-value variable at All = ``.+``, ``$window`` = ``1m``,
@@ -19,10 +20,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,8 @@ from pathlib import Path
 import pytest
 import requests
 import yaml
+
+import realstack  # tests/realstack.py: the shared real-stack helpers
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARDS = ROOT / "dashboards"
@@ -53,12 +54,6 @@ EXPECTED_EMPTY = {
         "needs a baseline (no speculation) server run besides the speculative one; this machine runs "
         "one vLLM at a time and the test starts only the speculative server",
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None) -> None:
@@ -112,9 +107,8 @@ def substitute(expr: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def stack(real_vllm, tmp_path_factory):
+def stack(real_vllm, copy_traffic, prometheus_server, tmp_path_factory):
     """Start exporter, Prometheus and a load-generator run; yield (prometheus URL, start, end)."""
-    from specwatch.embedded import send_copy_traffic
     from specwatch.mixin.config import DEFAULT_CONFIG as cfg
 
     work = tmp_path_factory.mktemp("live-dashboards")
@@ -130,7 +124,7 @@ def stack(real_vllm, tmp_path_factory):
 
     try:
         upstream = "spec"
-        exp_port, prom_port, bench_port = _free_port(), _free_port(), _free_port()
+        exp_port, bench_port = realstack.free_port(), realstack.free_port()
         exporter = spawn("exporter", [str(SPECWATCH), "serve", "--upstream", f"{upstream}={real_vllm.metrics_url}",
                                       "--listen-address", f"127.0.0.1:{exp_port}", "--window", EXPORTER_WINDOW])
         _wait_http(f"http://127.0.0.1:{exp_port}/metrics", 60, exporter)
@@ -152,15 +146,11 @@ def stack(real_vllm, tmp_path_factory):
             ],
         }
         (work / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
-        prom = spawn("prometheus", ["prometheus", f"--config.file={work / 'prometheus.yml'}",
-                                    f"--storage.tsdb.path={work / 'data'}",
-                                    f"--web.listen-address=127.0.0.1:{prom_port}"])
-        prom_url = f"http://127.0.0.1:{prom_port}"
-        _wait_http(prom_url + "/-/ready", 60, prom)
+        prom_url = prometheus_server(work / "prometheus.yml")  # waits for /-/ready; stopped at session end
 
         start = time.time()
         time.sleep(6)  # a few scrapes of the idle counters first
-        send_copy_traffic(real_vllm.base_url, real_vllm.served_model_name, n=4, concurrency=2, max_tokens=64)
+        copy_traffic(n=4, concurrency=2, max_tokens=64)
         # The load generator: speculative cells at concurrency 1 and 2, scraped while it runs.
         bench = subprocess.run(
             [str(SPECWATCH), "bench", "--base-url", real_vllm.base_url, "--role", "speculative",
@@ -172,7 +162,7 @@ def stack(real_vllm, tmp_path_factory):
         assert seen and len(seen[0]["values"]) >= 3, (
             "Prometheus scraped the load generator fewer than 3 times while it ran; bench output:\n"
             + bench.stdout[-2000:])
-        send_copy_traffic(real_vllm.base_url, real_vllm.served_model_name, n=4, concurrency=2, max_tokens=64)
+        copy_traffic(n=4, concurrency=2, max_tokens=64)
         time.sleep(8)  # let the exporter, the scrapes and the rule evaluations catch up
         end = time.time()
         yield prom_url, start, end
