@@ -127,7 +127,7 @@ def render_prometheus_config(cfg: MixinConfig, targets: ScrapeTargets, rules_dir
 
     Args:
         cfg: scrape and evaluation interval (cfg.scrape_interval) and the job names (selectors).
-        targets: host:port of every job.
+        targets: host:port of every job; a job without targets is left out.
         rules_dir: path of prometheus/rules relative to the written file (Prometheus resolves
             rule_files relative to the config file).
         what: one comment line saying where this file is used.
@@ -136,10 +136,30 @@ def render_prometheus_config(cfg: MixinConfig, targets: ScrapeTargets, rules_dir
     vllm_job = _job_name(cfg.vllm_selector)
     exporter_job = _job_name(cfg.exporter_selector)
     bench_job = _job_name(cfg.bench_selector)
-    timeout = f"{max(1, int(parse_duration(cfg.scrape_interval) * 2 // 3))}s"
-    vllm_static = "".join(
-        f"      - targets: [\"{addr}\"]\n        labels:\n          upstream: {upstream}\n"
-        for addr, upstream in targets.vllm)
+    timeout_ms = max(1000, int(parse_duration(cfg.scrape_interval) * 1000 * 2 // 3))
+    timeout = f"{timeout_ms // 1000}s" if timeout_ms % 1000 == 0 else f"{timeout_ms}ms"
+    jobs = []
+    if targets.vllm:
+        jobs.append(
+            "  # vLLM's own /metrics. The static `upstream` label must equal the exporter's --upstream NAME\n"
+            "  # for that server: the per-upstream estimated-speedup rule joins vllm:num_requests_running on it.\n"
+            f"  - job_name: {vllm_job}\n"
+            "    metrics_path: /metrics\n"
+            "    static_configs:\n"
+            + "".join(f"      - targets: [\"{addr}\"]\n        labels:\n          upstream: {upstream}\n"
+                      for addr, upstream in targets.vllm))
+    if targets.exporter:
+        jobs.append(
+            "  # The specwatch exporter (`specwatch serve`); its series carry upstream/model_name/engine labels.\n"
+            f"  - job_name: {exporter_job}\n"
+            "    static_configs:\n"
+            + "".join(f"      - targets: [\"{addr}\"]\n" for addr in targets.exporter))
+    if targets.bench:
+        jobs.append(
+            "  # The load generator (`specwatch bench --metrics-port`); up only while a benchmark runs.\n"
+            f"  - job_name: {bench_job}\n"
+            "    static_configs:\n"
+            + "".join(f"      - targets: [\"{addr}\"]\n" for addr in targets.bench))
     return (
         HEADER
         + f"# {what}\n"
@@ -153,20 +173,7 @@ def render_prometheus_config(cfg: MixinConfig, targets: ScrapeTargets, rules_dir
         + f"  - {rules_dir}/specwatch-rules.yml\n"
         + f"  - {rules_dir}/specwatch-alerts.yml\n"
         + "\nscrape_configs:\n"
-        + "  # vLLM's own /metrics. The static `upstream` label must equal the exporter's --upstream NAME\n"
-        + "  # for that server: the per-upstream estimated-speedup rule joins vllm:num_requests_running on it.\n"
-        + f"  - job_name: {vllm_job}\n"
-        + "    metrics_path: /metrics\n"
-        + "    static_configs:\n"
-        + vllm_static
-        + "  # The specwatch exporter (`specwatch serve`); its series carry upstream/model_name/engine labels.\n"
-        + f"  - job_name: {exporter_job}\n"
-        + "    static_configs:\n"
-        + "".join(f"      - targets: [\"{addr}\"]\n" for addr in targets.exporter)
-        + "  # The load generator (`specwatch bench --metrics-port`); up only while a benchmark runs.\n"
-        + f"  - job_name: {bench_job}\n"
-        + "    static_configs:\n"
-        + "".join(f"      - targets: [\"{addr}\"]\n" for addr in targets.bench)
+        + "".join(jobs)
     )
 
 
