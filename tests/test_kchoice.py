@@ -317,3 +317,18 @@ def test_held_out_fit_predicts_the_other_k():
             assert p.predicted == pytest.approx(true_throughput(p.k, 0.85))
     full, _ = predict_throughputs(ms)
     assert {p.k: p.predicted for p in full}[4] != pytest.approx(true_throughput(4, 0.85))
+
+
+def test_measured_acceptance_mode_uses_each_runs_own_tokens_per_step():
+    """A drafter that accepts more at small k than the k=8 curve says (as ngram does on word-chain)."""
+    ms = [synth(0, 0.8), synth(1, 0.9), synth(2, 0.9), synth(8, 0.8)]  # k=1,2 drafted with α=0.9
+    curve, _ = predict_throughputs(ms, acceptance="curve")
+    meas, _ = predict_throughputs(ms, acceptance="measured")
+    c2 = {p.k: p for p in curve}[2]
+    m2 = {p.k: p for p in meas}[2]
+    assert m2.tokens_per_step == pytest.approx(1 + 0.9 + 0.81)
+    assert c2.tokens_per_step == pytest.approx(1 + 0.8 + 0.64)
+    assert {p.k: p.tokens_per_step for p in meas}[4] == pytest.approx(1 + 0.8 + 0.64 + 0.512 + 0.4096)  # not run: curve
+    assert abs(m2.relative_error) < abs(c2.relative_error)
+    with pytest.raises(KChoiceError):
+        predict_throughputs(ms, acceptance="guess")

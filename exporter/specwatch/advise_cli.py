@@ -39,7 +39,7 @@ DEFAULT_LIVE_CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64)
 
 
 def advise_sweep(doc: dict[str, Any], *, tolerance: float = DEFAULT_TOLERANCE, candidates: str = "measured",
-                 prior: CostModel | None = None, fit_ks=None) -> list[Advice]:
+                 prior: CostModel | None = None, fit_ks=None, acceptance: str = "measured") -> list[Advice]:
     """One :class:`specwatch.kchoice.Advice` per speculative family of a sweep result document,
     each with the baseline runs. Raises KChoiceError if the sweep has no usable speculative run."""
     from specwatch.sweep import measurements
@@ -63,7 +63,7 @@ def advise_sweep(doc: dict[str, Any], *, tolerance: float = DEFAULT_TOLERANCE, c
                 break
         try:
             out.append(kchoice.advise(base + spec, tolerance=tolerance, prior=prior, candidates=candidates,
-                              base_config=base_cfg, family=fam, fit_ks=fit_ks))
+                              base_config=base_cfg, family=fam, fit_ks=fit_ks, acceptance=acceptance))
         except KChoiceError as exc:
             if len(fams) == 1:
                 raise
@@ -254,13 +254,15 @@ def live_advice(curves: dict[tuple[str, ...], tuple[float, ...]], concurrencies,
 @click.option("--step-cost-per-draft-token-per-running-request", type=float,
               default=CostModel().step_cost_per_draft_token_per_running_request, show_default=True)
 @click.option("--base-config", default=None, help="Live: the speculative config to extend (JSON; default ngram, lookup 2-5).")
+@click.option("--acceptance", type=click.Choice(["measured", "curve"]), default="measured", show_default=True,
+              help="Sweep: tokens per step of a measured k from its own run (measured) or from the largest k's curve (curve).")
 @click.option("--fit-k", "fit_k", default=None,
               help="Sweep: fit the step cost only on the runs at these k (e.g. 1,8) and predict the others (held-out check).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the advice as JSON here.")
 def advise_cmd(result_file, exporter_url, prometheus_url, window, concurrencies, tolerance, candidates,
-               step_cost_per_draft_token, step_cost_per_draft_token_per_running_request, base_config, fit_k,
-               json_path) -> None:
+               step_cost_per_draft_token, step_cost_per_draft_token_per_running_request, base_config, acceptance,
+               fit_k, json_path) -> None:
     """Recommend num_speculative_tokens per concurrency from a sweep RESULT_FILE (or live data)."""
     from rich.console import Console
 
@@ -280,7 +282,7 @@ def advise_cmd(result_file, exporter_url, prometheus_url, window, concurrencies,
     if result_file is not None:
         doc = load_result(result_file)
         try:
-            advices = advise_sweep(doc, tolerance=tolerance, candidates=candidates, prior=cost,
+            advices = advise_sweep(doc, tolerance=tolerance, candidates=candidates, prior=cost, acceptance=acceptance,
                                    fit_ks=None if fit_k is None else parse_int_list(fit_k, "--fit-k"))
         except KChoiceError as exc:
             raise click.ClickException(str(exc)) from None
@@ -290,7 +292,7 @@ def advise_cmd(result_file, exporter_url, prometheus_url, window, concurrencies,
             render_advice(a, console)
         if json_path:
             atomic_write_json(json_path, {"source": str(result_file), "tolerance": tolerance, "candidates": candidates,
-                                          "fit_k": fit_k,
+                                          "fit_k": fit_k, "acceptance": acceptance,
                                           "families": [a.to_dict() for a in advices]})
         return
 

@@ -51,7 +51,9 @@ the measured batches).
        τ̂(k') = 1 + f × Σ_{i<k'} r_i,   x̂(k') = f × min(k', d̄),
        thr̂(k') = c × τ̂(k') / T(x̂(k'))
 
-   k' = 0 is the baseline's measured throughput.
+   k' = 0 is the baseline's measured throughput. With ``acceptance="measured"`` (the CLI's
+   default) a k that was run uses its own measured τ and x instead of the curve's (the curve
+   then only fills in the k that were not run); ``"curve"`` predicts every k from the curve.
 
 4. Recommendation (:func:`recommend`): the k with the highest predicted throughput, preferring the
    smallest k whose prediction is within ``tolerance`` (relative) of the best
@@ -465,13 +467,18 @@ class ThroughputPrediction:
 
 
 def predict_throughputs(
-    measurements: Iterable[Measurement], prior: CostModel | None = None, fit_ks: Iterable[int] | None = None
+    measurements: Iterable[Measurement], prior: CostModel | None = None, fit_ks: Iterable[int] | None = None,
+    acceptance: str = "curve",
 ) -> tuple[list[ThroughputPrediction], list[StepCostFit]]:
     """Predicted throughput for k = 0 (baseline, if measured) and every k = 1 … K of each
     (workload, concurrency) with a speculative run, plus the step-cost fits used. A cell whose
     speculative runs made no draft at all is predicted with f = 0 (no gain, cost T₀).
     ``fit_ks``: fit the step cost only on the runs at these k (a held-out check: the other k are
-    then predicted from the curve and the fit alone); None = every measured k."""
+    then predicted from the curve and the fit alone); None = every measured k.
+    ``acceptance``: "curve" takes τ and x of every k from the largest k's curve; "measured" takes
+    them from the run at that k where there is one (the curve only for k not run)."""
+    if acceptance not in ("curve", "measured"):
+        raise KChoiceError(f"acceptance must be 'curve' or 'measured', got {acceptance!r}")
     keep = None if fit_ks is None else {int(k) for k in fit_ks} | {0}
     preds: list[ThroughputPrediction] = []
     fits: list[StepCostFit] = []
@@ -497,10 +504,14 @@ def predict_throughputs(
         fits.append(fit)
         ceff = src.effective_concurrency
         for k in range(1, len(rates) + 1):
-            tau = 1.0 + f * math.fsum(rates[:k])
-            x = f * min(float(k), dbar)
-            t = fit.step_time(x)
             m = by_k.get(k)
+            if (acceptance == "measured" and m is not None and m.tokens_per_step is not None
+                    and m.verified_per_step is not None):
+                tau, x = m.tokens_per_step, m.verified_per_step
+            else:
+                tau = 1.0 + f * math.fsum(rates[:k])
+                x = f * min(float(k), dbar)
+            t = fit.step_time(x)
             preds.append(ThroughputPrediction(
                 wl, c, k, ceff * tau / t, None if m is None else m.output_throughput, tau, x, t,
                 None if m is None else m.noise,
@@ -759,6 +770,7 @@ def advise(
     base_config: Mapping[str, Any] | None = None,
     family: str = "",
     fit_ks: Iterable[int] | None = None,
+    acceptance: str = "curve",
 ) -> Advice:
     """Run steps 1–6 on the baseline runs and the speculative runs of one family (``fit_ks``: see
     :func:`predict_throughputs`).
@@ -769,7 +781,7 @@ def advise(
     if not any(m.k > 0 for m in ms):
         raise KChoiceError("no speculative run to advise from")
     acc = predict_acceptance_lengths(ms)
-    preds, fits = predict_throughputs(ms, prior, fit_ks)
+    preds, fits = predict_throughputs(ms, prior, fit_ks, acceptance)
     recs = recommend(preds, tolerance, candidates)
     k_by_c = {r.concurrency: r.k for r in recs if r.workload == "*"}
     noises = [m.noise for m in ms if m.noise is not None]
