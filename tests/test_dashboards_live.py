@@ -154,8 +154,8 @@ def stack(real_vllm, copy_traffic, prometheus_server, tmp_path_factory):
         # The load generator: speculative cells at concurrency 1 and 2, scraped while it runs.
         bench = subprocess.run(
             [str(SPECWATCH), "bench", "--base-url", real_vllm.base_url, "--role", "speculative",
-             "--dataset-name", "copy", "--max-concurrency", "1,2", "--num-batches", "2", "--warmup-batches", "1",
-             "--output-len", "64", "--metrics-port", str(bench_port), "--no-save-result", "--no-progress"],
+             "--dataset-name", "copy", "--max-concurrency", "1,2", "--num-batches", "3", "--warmup-batches", "1",
+             "--output-len", "128", "--metrics-port", str(bench_port), "--no-save-result", "--no-progress"],
             cwd=work, capture_output=True, text=True, timeout=900)
         assert bench.returncode == 0, bench.stdout[-2000:] + bench.stderr[-2000:]
         seen = _query_range(prom_url, f'up{{job="{_job(cfg.bench_selector)}"}} == 1', start, time.time())
