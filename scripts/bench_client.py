@@ -74,10 +74,10 @@ main(p.parse_args(sys.argv[1:]))
 """
 
 
-def run_vllm(url: str, tok: Path, dataset: Path, out: Path, conc: int, n: int, out_len: int) -> dict:
+def run_vllm(url: str, tok: Path, dataset: Path, out: Path, conc: int, n: int, out_len: int, model: str) -> dict:
     args = [
         "--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions",
-        "--model", "stub-model", "--tokenizer", str(tok), "--dataset-name", "sharegpt",
+        "--model", model, "--tokenizer", str(tok), "--dataset-name", "sharegpt",
         "--dataset-path", str(dataset), "--sharegpt-output-len", str(out_len), "--ignore-eos",
         "--num-prompts", str(n), "--max-concurrency", str(conc), "--temperature", "0",
         "--seed", "0", "--num-warmups", "0", "--ready-check-timeout-sec", "0", "--disable-tqdm",
@@ -92,9 +92,9 @@ def run_vllm(url: str, tok: Path, dataset: Path, out: Path, conc: int, n: int, o
             "completed": d["completed"], "failed": d["failed"], "duration": d["duration"]}
 
 
-def run_ours(url: str, dataset: Path, out: Path, conc: int, n: int, out_len: int) -> dict:
+def run_ours(url: str, dataset: Path, out: Path, conc: int, n: int, out_len: int, model: str) -> dict:
     args = [
-        "-m", "specwatch", "bench", "--base-url", url, "--model", "stub-model",
+        "-m", "specwatch", "bench", "--base-url", url, "--model", model,
         "--dataset-name", "sharegpt", "--dataset-path", str(dataset), "--output-len", str(out_len),
         "--ignore-eos", "--temperature", "0", "--max-concurrency", str(conc), "--num-prompts", str(n),
         "--num-batches", "1", "--warmup-batches", "0", "--metrics-port", "0", "--no-progress",
@@ -108,12 +108,38 @@ def run_ours(url: str, dataset: Path, out: Path, conc: int, n: int, out_len: int
             "completed": b["completed"], "failed": b["failed"], "duration": b["duration"]}
 
 
+def rounds(url: str, tok: Path | None, dataset: Path, a: argparse.Namespace, model: str) -> tuple[list, list]:
+    """Alternate the two clients ``a.rounds`` times against ``url``; returns (ours, vLLM's)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tdir = Path(tmp)
+        if tok is None:
+            tok = tdir / "tok"
+            build_tokenizer(dataset, tok)
+        ours, theirs = [], []
+        for i in range(a.rounds):
+            o = run_ours(url, dataset, tdir / f"ours-{i}.json", a.concurrency, a.num_prompts, a.output_len, model)
+            v = run_vllm(url, tok, dataset, tdir / f"vllm-{i}.json", a.concurrency, a.num_prompts, a.output_len, model)
+            ours.append(o)
+            theirs.append(v)
+            print(f"round {i + 1}: specwatch {o['request_throughput']:.2f} req/s {o['output_throughput']:.1f} tok/s "
+                  f"(failed {o['failed']}) | vllm bench serve {v['request_throughput']:.2f} req/s "
+                  f"{v['output_throughput']:.1f} tok/s (failed {v['failed']})", flush=True)
+    return ours, theirs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--concurrency", type=int, default=64)
     ap.add_argument("--num-prompts", type=int, default=2000)
     ap.add_argument("--output-len", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--real-vllm", action="store_true",
+                    help="instead of the stub, start the embedded real vLLM (holding the vLLM lock) and compare "
+                         "output throughput (goal: within 5 %%); use e.g. --concurrency 4 --num-prompts 12 --output-len 128")
+    ap.add_argument("--base-url", default=None,
+                    help="use this already running server instead (with --model and --tokenizer, a local tokenizer dir)")
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--tokenizer", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     a = ap.parse_args()
 
@@ -122,25 +148,30 @@ def main() -> None:
     dataset = wl.sample_sharegpt_path()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    stub = subprocess.Popen([PY, "-m", "specwatch.bench.stubserver", "--port", str(port), "--k", "4"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_http(url + "/v1/models")
-        with tempfile.TemporaryDirectory() as tmp:
-            tdir = Path(tmp)
-            build_tokenizer(dataset, tdir / "tok")
-            ours, theirs = [], []
-            for i in range(a.rounds):
-                o = run_ours(url, dataset, tdir / f"ours-{i}.json", a.concurrency, a.num_prompts, a.output_len)
-                v = run_vllm(url, tdir / "tok", dataset, tdir / f"vllm-{i}.json", a.concurrency, a.num_prompts, a.output_len)
-                ours.append(o)
-                theirs.append(v)
-                print(f"round {i + 1}: specwatch {o['request_throughput']:.1f} req/s {o['output_throughput']:.0f} tok/s "
-                      f"(failed {o['failed']}) | vllm bench serve {v['request_throughput']:.1f} req/s "
-                      f"{v['output_throughput']:.0f} tok/s (failed {v['failed']})", flush=True)
-    finally:
-        stub.terminate()
-        stub.wait(10)
+    if a.base_url:
+        if not (a.model and a.tokenizer):
+            ap.error("--base-url needs --model and --tokenizer")
+        with tempfile.TemporaryDirectory() as tmp:  # warm-up run, discarded
+            run_ours(a.base_url, dataset, Path(tmp) / "warm.json", a.concurrency, a.num_prompts, a.output_len, a.model)
+        ours, theirs = rounds(a.base_url, a.tokenizer, dataset, a, a.model)
+    elif a.real_vllm:
+        from specwatch.embedded import VllmServer, default_model_dir
+
+        with VllmServer(port, on_status=lambda m: print(m, flush=True)) as srv:
+            print(f"vLLM ready in {srv.startup_seconds:.0f} s (k={srv.k}); warm-up run", flush=True)
+            with tempfile.TemporaryDirectory() as tmp:
+                run_ours(srv.base_url, dataset, Path(tmp) / "warm.json", a.concurrency, a.num_prompts,
+                         a.output_len, srv.served_model_name)
+            ours, theirs = rounds(srv.base_url, srv.model_dir or default_model_dir(), dataset, a, srv.served_model_name)
+    else:
+        stub = subprocess.Popen([PY, "-m", "specwatch.bench.stubserver", "--port", str(port), "--k", "4"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_http(url + "/v1/models")
+            ours, theirs = rounds(url, None, dataset, a, "stub-model")
+        finally:
+            stub.terminate()
+            stub.wait(10)
 
     def med(rows, k):
         return statistics.median(r[k] for r in rows)
@@ -155,10 +186,13 @@ def main() -> None:
     res["ratio_request_throughput"] = res["specwatch_request_throughput"] / res["vllm_request_throughput"]
     res["ratio_output_throughput"] = res["specwatch_output_throughput"] / res["vllm_output_throughput"]
     print(f"median over {a.rounds} rounds, concurrency {a.concurrency}, {a.num_prompts} requests x {a.output_len} tokens:")
-    print(f"  specwatch bench : {res['specwatch_request_throughput']:.1f} req/s, {res['specwatch_output_throughput']:.0f} tok/s")
-    print(f"  vllm bench serve: {res['vllm_request_throughput']:.1f} req/s, {res['vllm_output_throughput']:.0f} tok/s")
-    print(f"  ratio (ours / vLLM's): requests/s {res['ratio_request_throughput']:.2f}, tokens/s {res['ratio_output_throughput']:.2f}"
-          f"  (goal >= 1.0)")
+    print(f"  specwatch bench : {res['specwatch_request_throughput']:.2f} req/s, {res['specwatch_output_throughput']:.1f} tok/s")
+    print(f"  vllm bench serve: {res['vllm_request_throughput']:.2f} req/s, {res['vllm_output_throughput']:.1f} tok/s")
+    real = a.real_vllm or bool(a.base_url)
+    goal = "within 5 %" if real else ">= 1.0"
+    print(f"  ratio (ours / vLLM's): requests/s {res['ratio_request_throughput']:.3f}, tokens/s {res['ratio_output_throughput']:.3f}"
+          f"  (goal {goal})")
+    res["target"] = "real vLLM" if real else "stub"
     if a.json:
         a.json.write_text(json.dumps(res, indent=1) + "\n")
 

@@ -27,10 +27,13 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 
 from specwatch.bench.workloads import BenchRequest
+
+_DECODER = json.JSONDecoder()
 
 #: Longest error text kept per request (characters).
 MAX_ERROR_CHARS = 500
@@ -165,7 +168,7 @@ class OpenAIBackend:
         payload = request.payload(model)
         text_parts: list[str] = []
         itl = out.itl
-        loads = json.loads
+        decode = _DECODER.decode
         perf = time.perf_counter
         st = perf()
         out.start_time = st
@@ -184,23 +187,30 @@ class OpenAIBackend:
                 buf = b""
                 async for data in resp.content.iter_any():
                     ts = perf()
+                    if buf:
+                        data = buf + data
                     if b"\r" in data:
                         data = data.replace(b"\r\n", b"\n")
-                    buf += data
-                    if b"\n\n" not in buf:
-                        continue
-                    events = buf.split(b"\n\n")
-                    buf = events.pop()
-                    for ev in events:
-                        for line in ev.split(b"\n"):
-                            if not line.startswith(b"data:"):
-                                continue  # SSE comments (":ping"), event:/id: lines
-                            body = line[5:].strip()
+                    if data.endswith(b"\n\n"):
+                        buf = b""
+                    else:
+                        cut = data.rfind(b"\n\n")
+                        if cut < 0:
+                            buf = data
+                            continue
+                        buf = data[cut + 2:]
+                        data = data[:cut]
+                    for ev in data.split(b"\n\n"):
+                        if ev.startswith(b"data: ") and b"\n" not in ev:
+                            bodies: Any = (ev[6:],)  # the usual one-line event
+                        else:  # multi-line events, SSE comments (":ping"), event:/id: lines
+                            bodies = [ln[5:].strip() for ln in ev.split(b"\n") if ln.startswith(b"data:")]
+                        for body in bodies:
                             if body == b"[DONE]":
                                 done = True
                                 done_ts = ts
                                 continue
-                            obj = loads(body)
+                            obj = decode(body.decode())
                             choices = obj.get("choices")
                             if choices:
                                 c0 = choices[0]

@@ -8,7 +8,8 @@ their own :class:`prometheus_client.CollectorRegistry` (never the global one) an
 - ``specwatch_bench_requests_total{outcome="success"|"error"}``, ``…_output_tokens_total``,
   ``…_prompt_tokens_total`` (counters; tokens from the streamed ``usage``)
 - ``specwatch_bench_ttft_seconds``, ``…_tpot_seconds``, ``…_itl_seconds``,
-  ``…_e2e_latency_seconds`` (histograms, client-side, seconds)
+  ``…_e2e_latency_seconds`` (histograms, client-side, seconds; ITL is observed when each batch
+  ends, the others as each request ends)
 - ``specwatch_bench_active`` (1 for the cell being run, 0 for cells already run),
   ``specwatch_bench_in_flight_requests{role}``,
   ``specwatch_bench_output_throughput_tokens_per_second`` and
@@ -137,10 +138,15 @@ class BenchMetrics:
         tpot = o.tpot
         if tpot is not None:
             cell.tpot.observe(tpot)
-        observe = cell.itl.observe
-        for gap in o.itl:
-            observe(gap)
         cell.e2e.observe(o.latency)
+
+    @staticmethod
+    def observe_itls(cell: _Cell, gaps: "list[float]") -> None:
+        """Observe a finished batch's inter-token gaps (seconds). Done once per batch, after its
+        clock stopped: one observation per token is the costliest metric work of the client."""
+        observe = cell.itl.observe
+        for gap in gaps:
+            observe(gap)
 
     def batch_finished(self, role: str, workload: str, concurrency: int,
                        output_throughput: float, acceptance_rate: float | None) -> None:

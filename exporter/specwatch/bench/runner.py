@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as _dt
+import gc
 import math
 import random
 import time
@@ -348,16 +349,20 @@ async def run_bench_async(config: BenchConfig, *, metrics: BenchMetrics | None =
                                 progress.advance(_tid)
 
                         before, err_b = await _scrape(backend)
+                        gc.collect()
+                        gc.freeze()  # as vllm bench serve does: no GC pauses over long-lived objects
                         started = _now()
                         t0 = time.perf_counter()
                         outcomes = await _dispatch(backend, reqs, conc, config.request_rate,
                                                    f"{config.options.seed}:{wl}:{conc}:{b}:arrivals",
                                                    lambda _c=cell: bm.request_started(_c), on_done)
                         duration = time.perf_counter() - t0
+                        gc.unfreeze()
                         after, err_a = await _scrape(backend)
                         spec = spec_stats(before, after, backend.model, err_b or err_a)
                         batch = _aggregate(role, wl, conc, b, warm, started, duration, outcomes,
                                            config.request_rate, spec)
+                        bm.observe_itls(cell, batch.itls)
                         res.batches.append(batch)
                         save()
                         if progress is not None:
