@@ -12,11 +12,16 @@
   all are stopped at session end.
 - ``free_port``: an int port that was free a moment ago; ``fixtures_dir``: tests/fixtures.
 
+``SPECWATCH_REAL_VLLM_URL=http://127.0.0.1:PORT`` reuses an already running speculative vLLM
+(e.g. ``scripts/start_vllm.sh --port PORT``) instead of starting one; so does a server whose
+lock is held by an ancestor process of this pytest (a driver that started vLLM, then pytest).
 ``SPECWATCH_SKIP_REAL=1`` skips every test that uses ``real_vllm``, ``copy_traffic`` or
 ``prometheus_server``.
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -28,6 +33,12 @@ def real_vllm():
     reason = realstack.skip_real_reason()
     if reason:
         pytest.skip(reason)
+    # Reuse a server named by the environment, or one started by an ancestor process that holds
+    # the lock (waiting for that lock from inside its own child would never end).
+    existing = os.environ.get("SPECWATCH_REAL_VLLM_URL") or realstack.ancestor_server_url()
+    if existing:
+        yield realstack.existing_real_vllm(existing)
+        return
     server = realstack.start_real_vllm(k=realstack.REAL_K)
     try:
         yield realstack.as_real_vllm(server)

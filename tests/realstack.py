@@ -5,6 +5,9 @@ The pytest fixtures themselves live in tests/conftest.py (``real_vllm``, ``prome
 tests can also import them directly (``from realstack import send_copy_traffic, free_port``).
 
 Opt out of everything real with ``SPECWATCH_SKIP_REAL=1`` (the fixtures then skip).
+``SPECWATCH_REAL_VLLM_URL=http://127.0.0.1:PORT`` makes ``real_vllm`` use an already running
+speculative vLLM (e.g. one ``specwatch vllm`` started, which holds the lock) instead of starting
+its own; k and the served model name are then read from its /metrics and /v1/models.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ import requests
 
 from specwatch.embedded import (
     DEFAULT_SERVED_MODEL_NAME,
+    LOCK_PATH,
     VllmServer,
+    lock_holder,
     send_copy_traffic as _send_copy_traffic,
     speculative_config_for_k,
 )
@@ -53,14 +58,15 @@ class RealVllm:
 
     base_url: ``http://127.0.0.1:PORT``; metrics_url: ``…/metrics``; served_model_name: the
     ``model_name`` label of its metrics; k: num_speculative_tokens (0 = no speculation);
-    startup_seconds: process start to ``/v1/models`` ready; log_path: the server's log file.
+    startup_seconds: process start to ``/v1/models`` ready (None for a server we did not start);
+    log_path: the server's log file (None for a server we did not start).
     """
 
     base_url: str
     metrics_url: str
     served_model_name: str
     k: int
-    startup_seconds: float
+    startup_seconds: float | None
     log_path: Path | None
 
     def metrics_text(self) -> str:
@@ -96,6 +102,65 @@ def as_real_vllm(server: VllmServer) -> RealVllm:
         startup_seconds=float(server.startup_seconds or 0.0),
         log_path=server.log_path,
     )
+
+
+def existing_real_vllm(base_url: str) -> RealVllm:
+    """Describe an already running vLLM at ``base_url``: served model name from ``/v1/models``,
+    k from the ``position`` labels of ``vllm:spec_decode_num_accepted_tokens_per_pos_total``.
+
+    Raises:
+        RuntimeError: it does not answer, serves no model, or exports no per-position counters.
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    base_url = base_url.rstrip("/")
+    try:
+        models = requests.get(base_url + "/v1/models", timeout=10).json()["data"]
+        text = requests.get(base_url + "/metrics", timeout=10).text
+    except (requests.RequestException, ValueError, KeyError) as exc:
+        raise RuntimeError(f"SPECWATCH_REAL_VLLM_URL={base_url} does not answer like vLLM: {exc}") from exc
+    if not models:
+        raise RuntimeError(f"{base_url}/v1/models lists no model")
+    name = models[0]["id"]
+    positions = {
+        s.labels["position"]
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "vllm:spec_decode_num_accepted_tokens_per_pos_total" and s.labels.get("model_name") == name
+    }
+    if not positions:
+        raise RuntimeError(f"{base_url} exports no spec-decode per-position counters (no speculation?)")
+    return RealVllm(base_url, base_url + "/metrics", name, len(positions), None, None)
+
+
+def _parent_pid(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def is_ancestor(pid: int, of: int | None = None) -> bool:
+    """True if ``pid`` is a (grand…)parent of process ``of`` (default: this process)."""
+    cur = os.getpid() if of is None else of
+    for _ in range(64):
+        cur = _parent_pid(cur)
+        if cur is None or cur <= 1:
+            return False
+        if cur == pid:
+            return True
+    return False
+
+
+def ancestor_server_url(lock_path: Path = LOCK_PATH) -> str | None:
+    """The base URL of the real vLLM whose lock is held by one of our ancestor processes (a
+    driver that started a server and then runs pytest), else None. Starting a second server would
+    wait forever for that ancestor's lock, so ``real_vllm`` reuses this one instead."""
+    held = lock_holder(lock_path)
+    if held and held[1].startswith("http") and is_ancestor(held[0]):
+        return held[1]
+    return None
 
 
 def send_copy_traffic(

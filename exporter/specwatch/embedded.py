@@ -342,13 +342,16 @@ class VllmLock:
     """``flock`` on /tmp/specwatch-vllm.lock: only one real vLLM at a time on this machine.
 
     Waits up to ``timeout`` seconds (polling), calling ``on_wait(message)`` once if it has to wait.
+    While held, the file holds one line ``PID [NOTE]`` (NOTE: the server's base URL when taken by
+    :class:`VllmServer`), readable with :func:`lock_holder`.
 
     Raises:
         LockTimeout: still held by someone else after ``timeout`` seconds.
     """
 
-    def __init__(self, path: Path = LOCK_PATH, timeout: float = 3600.0, on_wait=None):
+    def __init__(self, path: Path = LOCK_PATH, timeout: float = 3600.0, on_wait=None, note: str = ""):
         self.path = Path(path)
+        self.note = note
         self.timeout = timeout
         self.on_wait = on_wait
         self._fd: int | None = None
@@ -373,7 +376,7 @@ class VllmLock:
                 told = True
             time.sleep(1.0)
         os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        os.write(fd, f"{os.getpid()} {self.note}".rstrip().encode() + b"\n")
         self._fd = fd
 
     def release(self) -> None:
@@ -390,6 +393,28 @@ class VllmLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def lock_holder(path: Path = LOCK_PATH) -> tuple[int, str] | None:
+    """``(pid, note)`` written by the current holder of the vLLM lock, or None if the lock is free
+    or the file is missing/unreadable. ``note`` is the server's base URL for a :class:`VllmServer`."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            pass  # held exclusively: read who holds it
+        else:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        line = os.read(fd, 4096).decode("utf-8", "replace").strip()
+    finally:
+        os.close(fd)
+    pid, _, note = line.partition(" ")
+    return (int(pid), note.strip()) if pid.isdigit() else None
 
 
 def _tail(path: Path | None, lines: int = 40) -> str:
@@ -453,7 +478,7 @@ class VllmServer:
         self.startup_timeout = startup_timeout
         self.stop_timeout = stop_timeout
         self.on_status = on_status or (lambda msg: None)
-        self._lock = VllmLock(Path(lock_path), timeout=lock_timeout, on_wait=self.on_status)
+        self._lock = VllmLock(Path(lock_path), timeout=lock_timeout, on_wait=self.on_status, note=self.base_url)
         self._log_arg = log_path
         self.log_path: Path | None = None
         self._log_fh = None
