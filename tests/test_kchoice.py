@@ -332,3 +332,76 @@ def test_measured_acceptance_mode_uses_each_runs_own_tokens_per_step():
     assert abs(m2.relative_error) < abs(c2.relative_error)
     with pytest.raises(KChoiceError):
         predict_throughputs(ms, acceptance="guess")
+
+
+# ------------------------------------------------------------------------------- live advice
+def _exporter_text() -> str:
+    """The exporter's real exposition for a real vLLM 0.32 capture (k = 4, after copy traffic)."""
+    from exporter_helpers import FIXTURES, make_exporter
+    from prometheus_client import generate_latest
+
+    path = FIXTURES / "vllm-0.32-ngram-k4-after-traffic.txt"
+    if not path.exists():
+        pytest.skip("real capture not present")
+    reg, _, _ = make_exporter({"vllm": path.read_text()})
+    return generate_latest(reg).decode()
+
+
+def test_live_advice_from_the_exporter_matches_its_own_speedups():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from specwatch.advise_cli import curves_from_exporter, live_advice
+
+    text = _exporter_text()
+    curves = curves_from_exporter(text, "5m")  # no 5m window configured: falls back to lifetime
+    ((key, rates),) = curves.items()
+    assert key == ("vllm", "smollm2", "0") and len(rates) == 4
+    exported = {int(s.labels["k"]): s.value for f in text_string_to_metric_families(text)
+                if f.name == "specwatch_estimated_speedup" for s in f.samples}
+    running = 0.0  # vllm:num_requests_running in the capture
+    (item,) = live_advice(curves, [running], CostModel(), 0.02, None)
+    assert {int(k): v for k, v in item["estimated_speedup"]["0"].items()} == pytest.approx(exported)
+    rec = next(s.value for f in text_string_to_metric_families(text)
+               if f.name == "specwatch_recommended_num_speculative_tokens" for s in f.samples)
+    assert item["k_by_concurrency"]["0"] == int(rec)
+
+
+def test_advise_cli_against_a_live_exporter(tmp_path):
+    import http.server
+    import json
+    import threading
+
+    from click.testing import CliRunner
+
+    from specwatch.advise_cli import advise
+
+    body = _exporter_text().encode()
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        out = tmp_path / "live.json"
+        url = f"http://127.0.0.1:{srv.server_address[1]}/metrics"
+        r = CliRunner().invoke(advise, ["--exporter", url, "--concurrency", "1,64", "--json", str(out)])
+        assert r.exit_code == 0, r.output
+        live = json.loads(out.read_text())["live"][0]
+        k1, k64 = live["k_by_concurrency"]["1"], live["k_by_concurrency"]["64"]
+        assert k1 == recommend_k(estimated_speedups(tuple(live["position_acceptance_rates"]), 1.0, CostModel()))
+        assert k1 >= k64  # verification gets dearer with more running requests
+        assert "recommended k" in r.output
+        r = CliRunner().invoke(advise, ["--exporter", url, "--concurrency", "0"])
+        assert r.exit_code != 0
+        r = CliRunner().invoke(advise, [])
+        assert r.exit_code != 0 and "exactly one" in r.output
+    finally:
+        srv.shutdown()

@@ -305,6 +305,8 @@ def advise_cmd(result_file, exporter_url, prometheus_url, window, concurrencies,
         if not isinstance(base, dict):
             raise click.BadParameter("must be a JSON object", param_hint="--base-config")
     concs = parse_int_list(concurrencies, "--concurrency")
+    if any(c < 1 for c in concs):
+        raise click.BadParameter("running requests must be >= 1", param_hint="--concurrency")
     if exporter_url:
         import requests
 

@@ -707,10 +707,11 @@ def sweep(result_file, ks, spec_configs, baseline, workloads, concurrencies, out
                      warmup_batches, seed)
     echo = click.echo
     if server_command is None:
-        echo("specwatch sweep: embedded vLLM on CPU; defaults are sized for 2 cores "
-             f"({output_len}-token outputs, {prompts_per_concurrency}×concurrency prompts per batch, "
-             f"{warmup_batches} warm-up + {num_batches} measured batches, concurrency {','.join(map(str, concs))}); "
-             "numbers are noisy — compare within one sweep.")
+        echo("specwatch sweep: embedded vLLM on CPU; the defaults (64-token outputs, 2×concurrency prompts per "
+             "batch, 1 warm-up + 2 measured batches, concurrency 1,4) are sized for 2 cores. This run: "
+             f"{output_len}-token outputs, {prompts_per_concurrency}×concurrency prompts per batch, "
+             f"{warmup_batches} warm-up + {num_batches} measured batches, concurrency {','.join(map(str, concs))}. "
+             "CPU numbers are noisy: compare within one sweep.")
     echo(f"configs: {', '.join(c.name for c in configs)}; workloads: {', '.join(wls)}; "
          f"concurrency: {', '.join(map(str, concs))}; results: {result_file}")
     try:
