@@ -2,9 +2,9 @@
 """Client-side speed of ``specwatch bench`` versus ``vllm bench serve``'s client.
 
 Both clients drive the same local streaming stub (:mod:`specwatch.bench.stubserver`, run in its
-own process, answering instantly) with the same ShareGPT-format prompts
-(``specwatch/data/sharegpt_sample.json``), the same output length (``ignore_eos``) and the same
-concurrency, so the stub's speed is shared and the difference is the client. Rounds alternate
+own process, answering instantly) with the same ShareGPT-format prompts in the same order
+(``specwatch/data/sharegpt_sample.json``; vLLM's client gets them pre-ordered with
+``--disable-shuffle``), the same output length (``ignore_eos``) and the same concurrency, so the stub's speed is shared and the difference is the client. Rounds alternate
 (ours, vLLM's, ours, …); the medians of sustained requests/s and output tokens/s (each tool's own
 ``request_throughput`` / ``output_throughput`` from its result JSON) are compared:
 ratio = ours / vLLM's (goal ≥ 1.0).
@@ -64,6 +64,21 @@ def build_tokenizer(dataset: Path, out_dir: Path) -> None:
     PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(out_dir)
 
 
+def ordered_dataset(dataset: Path, n: int, out: Path) -> Path:
+    """Write the ``n`` prompts ``specwatch bench`` sends (sharegpt workload, seed 0, batch 0), in its
+    order, as a ShareGPT file; ``vllm bench serve --disable-shuffle`` on it sends the same sequence,
+    so both clients group the same requests into the same concurrency waves."""
+    from specwatch.bench.workloads import WorkloadOptions, build_requests, load_sharegpt
+
+    items = {i.prompt: i for i in load_sharegpt(dataset)}
+    reqs = build_requests("sharegpt", n, WorkloadOptions(seed=0, dataset_path=str(dataset)), batch=0)
+    convs = [{"id": f"ordered-{k}", "conversations": [{"from": "human", "value": r.prompt},
+                                                       {"from": "gpt", "value": items[r.prompt].completion}]}
+             for k, r in enumerate(reqs)]
+    out.write_text(json.dumps(convs))
+    return out
+
+
 VLLM_DRIVER = r"""
 import sys
 from vllm.benchmarks.serve import add_cli_args, main
@@ -78,7 +93,7 @@ def run_vllm(url: str, tok: Path, dataset: Path, out: Path, conc: int, n: int, o
     args = [
         "--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions",
         "--model", model, "--tokenizer", str(tok), "--dataset-name", "sharegpt",
-        "--dataset-path", str(dataset), "--sharegpt-output-len", str(out_len), "--ignore-eos",
+        "--dataset-path", str(dataset), "--disable-shuffle", "--sharegpt-output-len", str(out_len), "--ignore-eos",
         "--num-prompts", str(n), "--max-concurrency", str(conc), "--temperature", "0",
         "--seed", "0", "--num-warmups", "0", "--ready-check-timeout-sec", "0", "--disable-tqdm",
         "--save-result", "--result-dir", str(out.parent), "--result-filename", out.name,
@@ -115,10 +130,11 @@ def rounds(url: str, tok: Path | None, dataset: Path, a: argparse.Namespace, mod
         if tok is None:
             tok = tdir / "tok"
             build_tokenizer(dataset, tok)
+        same_order = ordered_dataset(dataset, a.num_prompts, tdir / "ordered.json")
         ours, theirs = [], []
         for i in range(a.rounds):
             o = run_ours(url, dataset, tdir / f"ours-{i}.json", a.concurrency, a.num_prompts, a.output_len, model)
-            v = run_vllm(url, tok, dataset, tdir / f"vllm-{i}.json", a.concurrency, a.num_prompts, a.output_len, model)
+            v = run_vllm(url, tok, same_order, tdir / f"vllm-{i}.json", a.concurrency, a.num_prompts, a.output_len, model)
             ours.append(o)
             theirs.append(v)
             print(f"round {i + 1}: specwatch {o['request_throughput']:.2f} req/s {o['output_throughput']:.1f} tok/s "

@@ -74,7 +74,8 @@ def bench(workloads, concurrencies, dataset_path, output_len, ignore_eos, temper
     latency (TTFT, TPOT, ITL, E2E) and the spec-decode acceptance of every batch."""
     from rich.console import Console
 
-    console = Console(stderr=False)
+    # Piped output (CI logs, files) gets a wide table instead of rich's 80-column default.
+    console = Console(width=None if sys.stdout.isatty() else 160)
     try:
         options = WorkloadOptions(output_len=output_len, ignore_eos=ignore_eos, temperature=temperature,
                                   seed=seed, vocab_size=vocab_size, prompt_words=prompt_words,
