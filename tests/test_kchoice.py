@@ -328,7 +328,9 @@ def test_measured_acceptance_mode_uses_each_runs_own_tokens_per_step():
     m2 = {p.k: p for p in meas}[2]
     assert m2.tokens_per_step == pytest.approx(1 + 0.9 + 0.81)
     assert c2.tokens_per_step == pytest.approx(1 + 0.8 + 0.64)
-    assert {p.k: p.tokens_per_step for p in meas}[4] == pytest.approx(1 + 0.8 + 0.64 + 0.512 + 0.4096)  # not run: curve
+    r2 = (1 + 0.9 + 0.81) / (1 + 0.8 + 0.64)  # measured / curve at k=2; 1 at k=8 (the curve's own run)
+    curve4 = 1 + 0.8 + 0.64 + 0.512 + 0.4096
+    assert {p.k: p.tokens_per_step for p in meas}[4] == pytest.approx(curve4 * (r2 + (4 - 2) / 6 * (1 - r2)))
     assert abs(m2.relative_error) < abs(c2.relative_error)
     with pytest.raises(KChoiceError):
         predict_throughputs(ms, acceptance="guess")
@@ -405,3 +407,16 @@ def test_advise_cli_against_a_live_exporter(tmp_path):
         assert r.exit_code != 0 and "exactly one" in r.output
     finally:
         srv.shutdown()
+
+
+def test_measured_mode_interpolates_the_curve_bias_for_k_not_run():
+    ms = [synth(0, 0.8), synth(1, 0.9), synth(2, 0.9), synth(4, 0.9), synth(8, 0.8)]
+    meas, _ = predict_throughputs(ms, acceptance="measured")
+    tau = {p.k: p.tokens_per_step for p in meas if p.k > 0}
+    for k in (1, 2, 4, 8):
+        assert tau[k] == pytest.approx(iid_expected_length(0.8 if k == 8 else 0.9, k))  # measured
+    r2 = iid_expected_length(0.9, 2) / iid_expected_length(0.8, 2)
+    r4 = iid_expected_length(0.9, 4) / iid_expected_length(0.8, 4)
+    assert tau[3] == pytest.approx(iid_expected_length(0.8, 3) * (r2 + r4) / 2)
+    assert tau[6] == pytest.approx(iid_expected_length(0.8, 6) * (r4 + 1.0) / 2)
+    assert tau[3] > tau[2] and tau[4] > tau[3]  # between its measured neighbours

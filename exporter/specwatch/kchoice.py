@@ -52,8 +52,9 @@ the measured batches).
        thr̂(k') = c × τ̂(k') / T(x̂(k'))
 
    k' = 0 is the baseline's measured throughput. With ``acceptance="measured"`` (the CLI's
-   default) a k that was run uses its own measured τ and x instead of the curve's (the curve
-   then only fills in the k that were not run); ``"curve"`` predicts every k from the curve.
+   default) a k that was run uses its own measured τ and x instead of the curve's, and a k that
+   was not run takes the curve's value scaled by the measured / curve ratio interpolated between
+   its nearest measured neighbours; ``"curve"`` predicts every k from the curve alone.
 
 4. Recommendation (:func:`recommend`): the k with the highest predicted throughput, preferring the
    smallest k whose prediction is within ``tolerance`` (relative) of the best
@@ -503,14 +504,34 @@ def predict_throughputs(
             rates, f, dbar = (0.0,) * src.k, 0.0, float(src.k)
         fits.append(fit)
         ceff = src.effective_concurrency
+
+        def from_curve(k: int) -> tuple[float, float]:
+            return 1.0 + f * math.fsum(rates[:k]), f * min(float(k), dbar)
+
+        # measured mode: ratio measured / curve at the k that were run, interpolated in k for the
+        # k that were not (so an unmeasured k is not predicted with the curve's bias alone)
+        ratios: dict[int, tuple[float, float]] = {}
+        if acceptance == "measured":
+            for k, m in by_k.items():
+                if 1 <= k <= len(rates) and m.tokens_per_step is not None and m.verified_per_step is not None:
+                    ct, cx = from_curve(k)
+                    ratios[k] = (m.tokens_per_step / ct, m.verified_per_step / cx if cx > 0 else 1.0)
         for k in range(1, len(rates) + 1):
             m = by_k.get(k)
-            if (acceptance == "measured" and m is not None and m.tokens_per_step is not None
-                    and m.verified_per_step is not None):
-                tau, x = m.tokens_per_step, m.verified_per_step
-            else:
-                tau = 1.0 + f * math.fsum(rates[:k])
-                x = f * min(float(k), dbar)
+            tau, x = from_curve(k)
+            if ratios:
+                if k in ratios:
+                    rt, rx = ratios[k]
+                else:
+                    lo = max((j for j in ratios if j < k), default=None)
+                    hi = min((j for j in ratios if j > k), default=None)
+                    if lo is None or hi is None:
+                        rt, rx = ratios[lo if hi is None else hi]
+                    else:
+                        w = (k - lo) / (hi - lo)
+                        rt = ratios[lo][0] + w * (ratios[hi][0] - ratios[lo][0])
+                        rx = ratios[lo][1] + w * (ratios[hi][1] - ratios[lo][1])
+                tau, x = tau * rt, x * rx
             t = fit.step_time(x)
             preds.append(ThroughputPrediction(
                 wl, c, k, ceff * tau / t, None if m is None else m.output_throughput, tau, x, t,
