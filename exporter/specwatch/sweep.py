@@ -184,6 +184,9 @@ def atomic_write_json(path: Path, doc: Mapping[str, Any]) -> None:
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
         os.replace(tmp, path)
     except BaseException:
         try:
