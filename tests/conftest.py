@@ -83,3 +83,11 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def fixtures_dir():
     return realstack.FIXTURES_DIR
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run the tests that use the session's ``real_vllm`` last (stable order otherwise).
+
+    Only one real vLLM may run at a time (the flock), and the session server holds it until the
+    session ends: a test that starts servers of its own (a sweep) must run before it starts."""
+    items.sort(key=lambda item: "real_vllm" in getattr(item, "fixturenames", ()))
