@@ -5,7 +5,7 @@ Both clients drive the same local streaming stub (:mod:`specwatch.bench.stubserv
 own process, answering instantly) with the same ShareGPT-format prompts in the same order
 (``specwatch/data/sharegpt_sample.json``; vLLM's client gets them pre-ordered with
 ``--disable-shuffle``), the same output length (``ignore_eos``) and the same concurrency, so the stub's speed is shared and the difference is the client. Rounds alternate
-(ours, vLLM's, ours, …); the medians of sustained requests/s and output tokens/s (each tool's own
+(ours first in odd rounds, vLLM's first in even ones); the medians of sustained requests/s and output tokens/s (each tool's own
 ``request_throughput`` / ``output_throughput`` from its result JSON) are compared:
 ratio = ours / vLLM's (goal ≥ 1.0).
 
@@ -133,8 +133,13 @@ def rounds(url: str, tok: Path | None, dataset: Path, a: argparse.Namespace, mod
         same_order = ordered_dataset(dataset, a.num_prompts, tdir / "ordered.json")
         ours, theirs = [], []
         for i in range(a.rounds):
-            o = run_ours(url, dataset, tdir / f"ours-{i}.json", a.concurrency, a.num_prompts, a.output_len, model)
+            # Alternate which client goes first, so a drifting server (warming up, a neighbour's
+            # load) does not favour either.
+            if i % 2 == 0:
+                o = run_ours(url, dataset, tdir / f"ours-{i}.json", a.concurrency, a.num_prompts, a.output_len, model)
             v = run_vllm(url, tok, same_order, tdir / f"vllm-{i}.json", a.concurrency, a.num_prompts, a.output_len, model)
+            if i % 2 == 1:
+                o = run_ours(url, dataset, tdir / f"ours-{i}.json", a.concurrency, a.num_prompts, a.output_len, model)
             ours.append(o)
             theirs.append(v)
             print(f"round {i + 1}: specwatch {o['request_throughput']:.2f} req/s {o['output_throughput']:.1f} tok/s "

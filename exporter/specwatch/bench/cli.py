@@ -66,7 +66,7 @@ def _workloads(ctx: click.Context, param: click.Parameter, value: str) -> tuple[
 @click.option("--save-result/--no-save-result", default=True, help="Write JSON + CSV results (after every batch).")
 @click.option("--result-dir", default=".", type=click.Path(file_okay=False), help="Directory of the result files.")
 @click.option("--result-filename", default=None, help="JSON file name (CSV beside it); default specwatch-bench-<date>.json.")
-@click.option("--timeout", "read_timeout", type=click.FloatRange(min=0.1), default=600.0, help="Seconds without data before a request fails.")
+@click.option("--timeout", "read_timeout", type=click.FloatRange(min=0.1), default=3600.0, help="Seconds a request may take in total before it fails.")
 @click.option("--progress/--no-progress", default=True, help="Live progress bar.")
 def bench(workloads, concurrencies, dataset_path, output_len, ignore_eos, temperature, seed, prompt_words,
           vocab_size, metrics_port, **kw) -> None:

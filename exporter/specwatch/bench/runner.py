@@ -83,7 +83,7 @@ class BenchConfig:
     result_filename: str | None = None
     metrics_url: str | None = None
     baseline_metrics_url: str | None = None
-    read_timeout: float = 600.0
+    read_timeout: float = 3600.0
     progress: bool = True
 
     def __post_init__(self) -> None:
