@@ -37,7 +37,8 @@ REPO = Path(__file__).resolve().parents[2]
 SPEC_PORT, BASELINE_PORT, BENCH_PORT, PROM_PORT = 8000, 8001, 19338, 9090
 DEFAULT_WORKLOADS = "copy,word-chain,random-output,code-return,explain,random-words"
 
-console = Console()
+# wide enough for the tables when the output goes to a file or a pipe
+console = Console() if sys.stdout.isatty() else Console(width=130)
 
 
 def _wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None, what: str = "") -> None:
@@ -58,6 +59,7 @@ def _port_free(port: int) -> bool:
     import socket
 
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind: TIME_WAIT is fine
         try:
             s.bind(("127.0.0.1", port))
             return True
@@ -155,6 +157,11 @@ def demo(workloads, concurrency, k, output_len, num_batches, equivalence_output_
     model_dir = prepare_model()
 
     procs: list[subprocess.Popen] = []
+
+    def _on_term(signum, frame):  # SIGTERM (e.g. `timeout`): stop like Ctrl-C, so servers are cleaned up
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _on_term)
     try:
         exporter = subprocess.Popen(
             [sys.executable, "-m", "specwatch", "serve", "--upstream", f"spec=http://127.0.0.1:{SPEC_PORT}",
@@ -250,7 +257,7 @@ def demo(workloads, concurrency, k, output_len, num_batches, equivalence_output_
             except KeyboardInterrupt:
                 pass
         metrics.shutdown()
-    except BenchInterrupted:
+    except (BenchInterrupted, KeyboardInterrupt):
         summary["status"] = "interrupted"
         _atomic_json(summary_path, summary)
         console.print(f"[yellow]Interrupted: finished batches are kept in {out}")
