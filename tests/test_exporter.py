@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter_helpers import (FetchError, FakeClock, fixture, make_exporter, raw_samples, raw_value,
+from exporter_helpers import (FetchError, fixture, make_exporter, raw_value,
                               real_fixtures, scrape, series, FIXTURES)
 from specwatch.vllm_metrics import MetricsParseError, parse_metrics
 

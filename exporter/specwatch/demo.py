@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import json
-import os
 import shutil
 import signal
 import subprocess
@@ -32,6 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 from specwatch.config import DEFAULT_PORT
+from specwatch.fileio import atomic_write_json, stop_process_group
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC_PORT, BASELINE_PORT, BENCH_PORT, PROM_PORT = 8000, 8001, 19338, 9090
@@ -65,12 +64,6 @@ def _port_free(port: int) -> bool:
             return True
         except OSError:
             return False
-
-
-def _atomic_json(path: Path, data) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    os.replace(tmp, path)
 
 
 def _spec_curve(before_text: str | None, after_text: str | None) -> dict | None:
@@ -217,7 +210,7 @@ def demo(workloads, concurrency, k, output_len, num_batches, equivalence_output_
                     curve = _spec_curve(before, after)
                     # while this server is still up: what Prometheus scraped and recorded
                     summary["prometheus"] = _query_prometheus()
-                _atomic_json(summary_path, summary)
+                atomic_write_json(summary_path, summary)
         metrics.clear_active()
 
         summary["equivalence"] = compare_outputs(eq_reqs, outputs["baseline"], outputs["speculative"])
@@ -225,7 +218,7 @@ def demo(workloads, concurrency, k, output_len, num_batches, equivalence_output_
         from specwatch.bench.results import compare, summarize
 
         summary["comparison"] = compare(summarize(batches))
-        _atomic_json(summary_path, summary)
+        atomic_write_json(summary_path, summary)
 
         console.rule("[bold]results")
         for table in render_tables(batches, summary["equivalence"]):
@@ -242,7 +235,7 @@ def demo(workloads, concurrency, k, output_len, num_batches, equivalence_output_
             console.print(f"draft acceptance rate {curve['draft_acceptance_rate']:.1%}, mean acceptance length "
                           f"{curve['mean_acceptance_length']:.2f} tokens per verify step")
         _print_prometheus_check(summary.get("prometheus") or {})
-        _atomic_json(summary_path, summary)
+        atomic_write_json(summary_path, summary)
         console.print(f"\nResult files: {out}  (demo-summary.json, bench-baseline.json/.csv, "
                       f"bench-speculative.json/.csv, logs/)")
         console.print(f"Prometheus UI: http://127.0.0.1:{PROM_PORT}  (data kept in {out / 'prometheus-data'})")
@@ -259,20 +252,14 @@ def demo(workloads, concurrency, k, output_len, num_batches, equivalence_output_
         metrics.shutdown()
     except (BenchInterrupted, KeyboardInterrupt):
         summary["status"] = "interrupted"
-        _atomic_json(summary_path, summary)
+        atomic_write_json(summary_path, summary)
         console.print(f"[yellow]Interrupted: finished batches are kept in {out}")
         raise SystemExit(130)
     except (BenchConfigError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     finally:
         for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
+            stop_process_group(p, 20)
 
 
 PROM_CHECKS = {
@@ -285,17 +272,23 @@ PROM_CHECKS = {
 }
 
 
-def _query_prometheus() -> dict[str, list[float]]:
-    """Instant values of :data:`PROM_CHECKS` from the demo's Prometheus (after one more scrape)."""
-    time.sleep(16)  # one scrape and rule evaluation interval after the last traffic
-    got: dict[str, list[float]] = {}
-    for q in PROM_CHECKS.values():
-        try:
-            r = requests.get(f"http://127.0.0.1:{PROM_PORT}/api/v1/query", params={"query": q}, timeout=10).json()
-            got[q] = [float(x["value"][1]) for x in r["data"]["result"]]
-        except (requests.RequestException, KeyError, ValueError):
-            got[q] = []
-    return got
+def _query_prometheus(min_wait: float = 16.0, max_wait: float = 60.0) -> dict[str, list[float]]:
+    """Instant values of :data:`PROM_CHECKS` from the demo's Prometheus: after at least one more
+    scrape and rule evaluation (15 s) since the last traffic, and until every check has data
+    (a short run may need a second evaluation of the 5m rate rules) or ``max_wait`` s passed."""
+    t0 = time.monotonic()
+    time.sleep(min_wait)
+    while True:
+        got: dict[str, list[float]] = {}
+        for q in PROM_CHECKS.values():
+            try:
+                r = requests.get(f"http://127.0.0.1:{PROM_PORT}/api/v1/query", params={"query": q}, timeout=10).json()
+                got[q] = [float(x["value"][1]) for x in r["data"]["result"]]
+            except (requests.RequestException, KeyError, ValueError):
+                got[q] = []
+        if all(got.values()) or time.monotonic() - t0 > max_wait:
+            return got
+        time.sleep(3)
 
 
 def _print_prometheus_check(got: dict[str, list[float]]) -> None:

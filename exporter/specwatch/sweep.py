@@ -35,13 +35,10 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
-import os
 import shlex
-import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -51,6 +48,7 @@ from typing import Any
 
 import click
 
+from specwatch.fileio import atomic_write_json, stop_process_group
 from specwatch.kchoice import Measurement, family_of
 
 FORMAT = 1
@@ -160,40 +158,6 @@ def parse_int_list(text: str, what: str) -> tuple[int, ...]:
 
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def atomic_write_json(path: Path, doc: Mapping[str, Any]) -> None:
-    """Write ``doc`` to ``path`` via a temporary file in the same directory and ``os.replace``
-    (a crash leaves the previous complete file). NaN/inf become null."""
-
-    def clean(o: Any) -> Any:
-        if isinstance(o, float):
-            return o if math.isfinite(o) else None
-        if isinstance(o, dict):
-            return {str(k): clean(v) for k, v in o.items()}
-        if isinstance(o, (list, tuple)):
-            return [clean(v) for v in o]
-        return o
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(clean(dict(doc)), f, indent=1)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def load_result(path: str | Path) -> dict[str, Any]:
@@ -407,21 +371,8 @@ class TemplateServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        p = self.process
         try:
-            if p is not None and p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-                try:
-                    p.wait(timeout=self.stop_timeout)
-                except subprocess.TimeoutExpired:
-                    try:
-                        os.killpg(p.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                    p.wait(timeout=10)
+            stop_process_group(self.process, self.stop_timeout)
         finally:
             if self._log is not None:
                 self._log.close()

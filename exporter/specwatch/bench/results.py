@@ -22,13 +22,12 @@ import csv
 import io
 import json
 import math
-import os
 import statistics
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from specwatch.fileio import atomic_write_text
 from specwatch.derive import derive, sum_counters
 from specwatch.vllm_metrics import SpecDecodeCounters
 
@@ -295,23 +294,6 @@ CSV_FIELDS = (
 )
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def _json_default(o: Any) -> Any:
     if isinstance(o, float) and not math.isfinite(o):
         return None
@@ -352,7 +334,7 @@ class ResultWriter:
             "comparison": compare(cells),
             "equivalence": equivalence,
         }
-        _atomic_write(self.json_path, json.dumps(_finite(doc), indent=1, default=_json_default) + "\n")
+        atomic_write_text(self.json_path, json.dumps(_finite(doc), indent=1, default=_json_default) + "\n")
         if self.csv_path is not None:
             buf = io.StringIO()
             w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore")
@@ -363,7 +345,7 @@ class ResultWriter:
                 rec["spec_decode_per_position_acceptance_rates"] = "" if pp is None else ";".join(f"{x:.6g}" for x in pp)
                 rec["first_error"] = b.errors[0]["error"] if b.errors else ""
                 w.writerow({k: ("" if rec.get(k) is None else rec.get(k)) for k in CSV_FIELDS})
-            _atomic_write(self.csv_path, buf.getvalue())
+            atomic_write_text(self.csv_path, buf.getvalue())
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,72 @@
+"""Crash-safe result files and child-process shutdown, shared by bench, sweep, demo and embedded."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` via a temporary file in the same directory, fsync and
+    ``os.replace``: a crash or Ctrl-C leaves the previous complete file, never a torn one.
+    Creates the parent directory; the file gets the usual mode (0666 less the umask).
+    Raises OSError when the directory is not writable."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def finite_json(o: Any) -> Any:
+    """``o`` with every NaN/inf float replaced by None (JSON has no such numbers), dict keys as str."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {str(k): finite_json(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [finite_json(v) for v in o]
+    return o
+
+
+def atomic_write_json(path: str | Path, doc: Any, indent: int = 1) -> None:
+    """:func:`atomic_write_text` of ``doc`` as JSON (NaN/inf become null; other objects via str)."""
+    atomic_write_text(path, json.dumps(finite_json(doc), indent=indent, default=str) + "\n")
+
+
+def stop_process_group(process: subprocess.Popen | None, timeout: float) -> None:
+    """SIGTERM the process group led by ``process`` (started with ``start_new_session=True``),
+    wait up to ``timeout`` s, then SIGKILL it. No-op when it already exited or is None."""
+    if process is None or process.poll() is not None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait(timeout=10)
