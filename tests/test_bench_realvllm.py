@@ -58,11 +58,8 @@ def _metrics(url: str) -> str:
 
 
 @pytest.mark.realvllm
-def test_copy_batch_on_real_vllm(request, tmp_path):
-    try:
-        srv = request.getfixturevalue("real_vllm")
-    except pytest.FixtureLookupError:
-        pytest.skip("no real_vllm fixture in this checkout")
+def test_copy_batch_on_real_vllm(real_vllm, tmp_path):
+    srv = real_vllm
     base_url, metrics_url, name, k = srv.base_url, srv.metrics_url, srv.served_model_name, srv.k
     assert k and k > 0, "the real_vllm fixture must run speculative decoding"
     before = totals(_metrics(metrics_url))
