@@ -97,8 +97,10 @@ def alert_rules(cfg: MixinConfig) -> tuple[AlertRule, ...]:
         ),
         AlertRule(
             alert="SpecwatchUpstreamDown",
-            expr=(f"specwatch_up{selector(exp)} == 0\n"
-                  f"or on (upstream)\nup{selector(cfg.vllm_selector)} == 0"),
+            expr=(f"(\n  specwatch_up{selector(exp)} == 0\n  and on (job, instance, upstream)\n"
+                  f"  max_over_time(specwatch_up{selector(exp)}[{cfg.upstream_down_lookback}]) == 1\n)\n"
+                  f"or on (upstream)\n(\n  up{selector(cfg.vllm_selector)} == 0\n  and on (job, instance)\n"
+                  f"  max_over_time(up{selector(cfg.vllm_selector)}[{cfg.upstream_down_lookback}]) == 1\n)"),
             for_=cfg.upstream_down_for,
             severity="critical",
             summary="A vLLM server's /metrics cannot be scraped.",
@@ -107,7 +109,7 @@ def alert_rules(cfg: MixinConfig) -> tuple[AlertRule, ...]:
                 "{{ or $labels.upstream $labels.instance }} (up = {{ $value }}) for "
                 f"{cfg.upstream_down_for}: the server is down, restarting or unreachable."),
             comment=(f"The exporter (specwatch_up) or Prometheus (up of the vllm job) cannot scrape a "
-                     f"vLLM server for {cfg.upstream_down_for}."),
+                     f"vLLM server for {cfg.upstream_down_for} that was up within {cfg.upstream_down_lookback}."),
         ),
         AlertRule(
             alert="SpecwatchSpecDecodeMetricsMissing",

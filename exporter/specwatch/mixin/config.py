@@ -85,6 +85,9 @@ class MixinConfig:
     acceptance_collapse_for: str = "10m"
     # --- SpecwatchUpstreamDown / SpecwatchSpecDecodeMetricsMissing / SpecwatchExporterDown ---
     upstream_down_for: str = "2m"
+    # "down" means it was up within this lookback: a configured server that never ran (the
+    # baseline outside its compose profile, the embedded default's idle server) is not an outage
+    upstream_down_lookback: str = "24h"
     spec_decode_lookback: str = "1h"   # "stopped exporting": enabled within this lookback, 0 now
     spec_decode_missing_for: str = "5m"
     exporter_down_for: str = "2m"
@@ -103,7 +106,7 @@ class MixinConfig:
                 raise ValueError(f"{name} must be label matchers like 'job=\"vllm\"', got {value!r}")
         durations = {}
         for name in ("rate_window", "scrape_interval", "net_negative_for", "acceptance_history_window",
-                     "acceptance_collapse_for", "upstream_down_for", "spec_decode_lookback",
+                     "acceptance_collapse_for", "upstream_down_for", "upstream_down_lookback", "spec_decode_lookback",
                      "spec_decode_missing_for", "exporter_down_for", "invariant_window", "invariant_for"):
             try:
                 durations[name] = parse_duration(getattr(self, name))
