@@ -86,13 +86,22 @@ def test_good_fetch(upstream_url):
     ("slow", "timeout", 0.5),
     ("drip", "timeout", 0.5),
     ("huge", "too_large", 5.0),
-    ("drop", "connect", 2.0),
+    ("drop", "truncated", 2.0),
     ("binary", "decode", 2.0),
 ])
 def test_bad_upstreams_raise_fetch_error(upstream_url, mode, reason, timeout):
     with pytest.raises(FetchError) as ei:
         http_fetch(Upstream("u", f"{upstream_url}/{mode}/metrics"), timeout, 1 << 20)
     assert ei.value.reason == reason
+
+
+def test_dripped_body_hits_the_total_deadline(upstream_url):
+    """A body sent 200 bytes every 50 ms (~14 s in all) must fail at the deadline, not at the end."""
+    t0 = time.monotonic()
+    with pytest.raises(FetchError) as ei:
+        http_fetch(Upstream("u", f"{upstream_url}/drip/metrics"), 1.0, 1 << 20)
+    assert ei.value.reason == "timeout"
+    assert time.monotonic() - t0 < 5
 
 
 def test_refused_connection():
@@ -119,7 +128,8 @@ def _start_serve(*args):
 
 def test_serve_process_end_to_end(upstream_url):
     proc, port = _start_serve("--upstream", f"good={upstream_url}/good", "--upstream", f"html={upstream_url}/html",
-                              "--upstream", f"slow={upstream_url}/slow", "--timeout", "1", "--window", "1m")
+                              "--upstream", f"slow={upstream_url}/slow", "--upstream", f"drip={upstream_url}/drip",
+                              "--timeout", "1", "--window", "1m")
     try:
         landing = requests.get(f"http://127.0.0.1:{port}/", timeout=5)
         assert landing.status_code == 200 and 'href="/metrics"' in landing.text
@@ -129,12 +139,12 @@ def test_serve_process_end_to_end(upstream_url):
         assert time.monotonic() - t0 < 5, "a slow upstream must not hold the scrape past its timeout"
         fams = {f.name: f for f in text_string_to_metric_families(r.text)}
         up = {s.labels["upstream"]: s.value for s in fams["specwatch_up"].samples}
-        assert up == {"good": 1.0, "html": 0.0, "slow": 0.0}
+        assert up == {"good": 1.0, "html": 0.0, "slow": 0.0, "drip": 0.0}
         assert any(s.labels["upstream"] == "good" for s in fams["specwatch_mean_acceptance_length"].samples)
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=10)
-    assert "upstream html: parse" in err and "upstream slow: timeout" in err
+    assert "upstream html: parse" in err and "upstream slow: timeout" in err and "upstream drip: timeout" in err
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -144,6 +154,8 @@ def test_serve_process_end_to_end(upstream_url):
     (["--upstream", "a=http://h:1", "--upstream", "a=http://h:2"], "duplicate upstream"),
     ([], "at least one --upstream"),
     (["--upstream", "http://a:1", "--no-such-flag"], "No such option"),
+    (["--upstream", "http://a:1", "--cost-per-draft-token", "nan"], "finite number"),
+    (["--upstream", "http://a:1", "--timeout", "inf"], "timeout"),
 ])
 def test_bad_flags_exit_2_with_a_clear_message(args, needle):
     r = subprocess.run([sys.executable, "-m", "specwatch", "serve", "--once", *args],

@@ -13,10 +13,12 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import requests
+import urllib3
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -30,8 +32,8 @@ log = logging.getLogger("specwatch.exporter")
 
 
 class FetchError(Exception):
-    """An upstream could not be fetched; ``reason`` is a short label (connect, timeout, http_status,
-    too_large, decode, parse) and the message says what was wrong."""
+    """An upstream could not be fetched; ``reason`` is a short label (connect, timeout, truncated,
+    http_status, too_large, decode, parse) and the message says what was wrong."""
 
     def __init__(self, reason: str, message: str):
         super().__init__(message)
@@ -66,7 +68,17 @@ def http_fetch(upstream: Upstream, timeout_seconds: float, max_bytes: int) -> st
             if resp.status_code != 200:
                 raise FetchError("http_status", f"HTTP {resp.status_code} from /metrics")
             chunks, size = [], 0
-            for chunk in resp.iter_content(chunk_size=65536):
+            # read1: whatever has arrived (at most 64 KiB), so a body dripped slowly hits the
+            # deadline check after each piece instead of blocking until a full buffer is read
+            while True:
+                try:
+                    chunk = resp.raw.read1(65536, decode_content=True)
+                except urllib3.exceptions.ReadTimeoutError:
+                    raise FetchError("timeout", f"no data for {timeout_seconds:g} s") from None
+                except urllib3.exceptions.ProtocolError:
+                    raise FetchError("truncated", "connection closed before the body was complete") from None
+                if not chunk:
+                    break
                 size += len(chunk)
                 if size > max_bytes:
                     raise FetchError("too_large", f"body larger than the {max_bytes}-byte cap")
@@ -75,6 +87,8 @@ def http_fetch(upstream: Upstream, timeout_seconds: float, max_bytes: int) -> st
                 chunks.append(chunk)
     except requests.Timeout:
         raise FetchError("timeout", f"no answer within {timeout_seconds:g} s") from None
+    except requests.exceptions.ChunkedEncodingError:
+        raise FetchError("truncated", "connection closed before the body was complete") from None
     except requests.ConnectionError as exc:
         raise FetchError("connect", f"connection failed: {type(exc).__name__}") from None
     except requests.RequestException as exc:
@@ -165,13 +179,23 @@ class SpecwatchCollector(Collector):
         except MetricsParseError as exc:
             return None, time.perf_counter() - t0, FetchError("parse", str(exc))
 
+    def _result(self, future) -> tuple[UpstreamSnapshot | None, float, FetchError | None]:
+        """A fetch's result, waiting at most a little past the deadline :func:`http_fetch` keeps
+        itself (an injected fetcher might not keep one): one stuck upstream never holds the scrape."""
+        limit = self.config.timeout_seconds + 1.0
+        try:
+            return future.result(timeout=limit)
+        except FutureTimeout:
+            return None, limit, FetchError("timeout", f"no result within {limit:g} s")
+
     def collect(self) -> Iterator[Metric]:
         with self._lock:
             yield from self._collect_locked()
 
     def _collect_locked(self) -> Iterator[Metric]:
         cfg = self.config
-        results = list(self._pool.map(self._fetch_one, cfg.upstreams))
+        futures = [self._pool.submit(self._fetch_one, u) for u in cfg.upstreams]
+        results = [self._result(f) for f in futures]
         now = self._clock()
 
         f = _Families()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
@@ -130,8 +131,12 @@ def build_config(
         raise ConfigError("timeout must be between 0.1 and 60 seconds")
     if max_body_bytes < 1024:
         raise ConfigError("max body bytes must be at least 1024")
-    if cost_per_draft_token < 0 or cost_per_draft_token_per_running_request < 0:
-        raise ConfigError("cost model coefficients must be >= 0")
+    for name, v in (("cost per draft token", cost_per_draft_token),
+                    ("cost per draft token per running request", cost_per_draft_token_per_running_request)):
+        if not math.isfinite(v) or v < 0:
+            raise ConfigError(f"{name} must be a finite number >= 0, got {v!r}")
+    if not math.isfinite(timeout_seconds):
+        raise ConfigError("timeout must be a finite number of seconds")
     host, port = parse_listen_address(listen_address)
     return ExporterConfig(
         upstreams=ups,
