@@ -107,3 +107,40 @@ def test_failures_never_stop_a_run(tmp_path):
     assert sum("HTTP 500" in e for e in errors) == 6
     assert all(b.completed + b.failed == 12 for b in res.batches)
     assert all(b.total_output_tokens == 8 * b.completed for b in res.batches)
+
+
+def test_runaway_response_capped_and_recorded():
+    """A server streaming megabytes of ``data: xxx`` lines: the request fails once
+    max_response_bytes were received, with an error naming the limit."""
+    async def go(url):
+        async with OpenAIBackend(url, "stub-model", max_response_bytes=256 * 1024) as be:
+            return await be.send(COMP)
+
+    with ThreadedStub(StubConfig(k=0, flood_bytes=4 * 1024 * 1024)) as stub:
+        o = asyncio.run(go(stub.url))
+    assert not o.success
+    assert o.error == f"response exceeded {256 * 1024} bytes (--max-response-bytes)"
+    assert o.generated_text == ""
+
+
+def test_stalled_server_fails_on_read_timeout():
+    """No byte for read_timeout seconds fails the request although the total timeout is far."""
+    async def go(url):
+        async with OpenAIBackend(url, "stub-model", timeout=60.0, read_timeout=0.2) as be:
+            return await be.send(COMP)
+
+    with ThreadedStub(StubConfig(k=0, stall_after=2, stall_seconds=2.0)) as stub:
+        o = asyncio.run(go(stub.url))
+    assert not o.success
+    assert o.chunks == 2
+    assert "--read-timeout" in o.error and "0.2 s" in o.error
+
+
+def test_models_json_without_json_content_type():
+    """/v1/models answered as text/plain JSON still gives the model id."""
+    async def go(url):
+        async with OpenAIBackend(url, None) as be:
+            return await be.first_model()
+
+    with ThreadedStub(StubConfig(k=0, model="plain-model", models_content_type="text/plain")) as stub:
+        assert asyncio.run(go(stub.url)) == "plain-model"

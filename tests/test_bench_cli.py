@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -73,8 +74,12 @@ def test_ctrl_c_marks_run_interrupted(tmp_path):
                 proc.kill()
     assert proc.returncode == 130, err
     assert "interrupted" in out
+    m = re.search(r"(\d+) measured \+ (\d+) warm-up batches kept", out)
+    assert m, out
     doc = _check_files(tmp_path, 2)
     assert doc["status"] == "interrupted"
+    warm = sum(1 for x in doc["batches"] if x["warmup"])
+    assert (int(m.group(1)), int(m.group(2))) == (len(doc["batches"]) - warm, warm) and warm == 1
 
 
 def test_cli_complete_run_and_env_api_key(tmp_path):
@@ -111,3 +116,44 @@ def test_cli_help_lists_vllm_style_flags():
                  "--temperature", "--seed", "--api-key", "--metrics-port", "--equivalence"):
         assert flag in r.output
     assert "OPENAI_API_KEY" in r.output
+
+
+def test_cli_errors_name_the_flag():
+    for args, flag in ((["--request-rate", "0"], "--request-rate must be > 0"),
+                       (["--request-rate", "nan"], "--request-rate must be > 0"),
+                       (["--base-url", "ftp://x"], "--base-url: base URL must start")):
+        r = CliRunner().invoke(bench, [*args, "--metrics-port", "0", "--no-progress"])
+        assert r.exit_code == 2, r.output
+        assert flag in r.output and "request_rate" not in r.output and "base_url" not in r.output
+
+
+def test_cli_failed_requests_exit_1_with_summary(tmp_path):
+    """Every 3rd request answered 500: all batches still written, exit 1, one summary line."""
+    with ThreadedStub(StubConfig(k=4, error_every=3)) as stub:
+        r = CliRunner().invoke(bench, _args(stub.url, tmp_path, "--num-batches", "2", "--warmup-batches", "1",
+                                            "--num-prompts", "3"))
+    assert r.exit_code == 1, r.output
+    doc = json.loads((tmp_path / "run.json").read_text())
+    assert doc["status"] == "complete" and len(doc["batches"]) == 3
+    measured = [b for b in doc["batches"] if not b["warmup"]]
+    failed, total = sum(b["failed"] for b in measured), sum(b["num_prompts"] for b in measured)
+    assert failed == 2 and total == 6
+    assert f"{failed} of {total} requests failed" in r.output
+
+
+def test_cli_start_failure_exit_1_and_failed_file(tmp_path):
+    with ThreadedStub(StubConfig(k=4, models_status=404)) as stub:
+        r = CliRunner().invoke(bench, _args(stub.url, tmp_path))
+    assert r.exit_code == 1 and "HTTP 404" in r.output
+    doc = json.loads((tmp_path / "run.json").read_text())
+    assert doc["status"] == "failed" and "HTTP 404" in doc["error"]
+
+
+def test_cli_help_documents_exit_codes_and_file_names():
+    r = CliRunner().invoke(bench, ["--help"])
+    text = " ".join(r.output.split())
+    assert "0 all requests ok" in text and "1 some measured requests failed" in text
+    assert "2 bad flags" in text and "130 interrupted" in text
+    assert "-2, -3" in text and "overwritten" in text
+    for flag in ("--timeout", "--read-timeout", "--max-response-bytes"):
+        assert flag in text

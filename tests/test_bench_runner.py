@@ -217,3 +217,68 @@ def test_request_rate_and_config_errors(tmp_path):
     with pytest.raises(BenchConfigError):
         cfg("http://x", tmp_path, request_rate=0.0)
     assert math.isinf(cfg("http://x", tmp_path).request_rate)
+
+
+def test_default_result_names_never_collide(tmp_path):
+    """Runs started in the same second get -2, -3 … names; an existing file is left alone."""
+    c = cfg("http://127.0.0.1:9", tmp_path)
+    first = tmp_path / "specwatch-bench-20260101-000000.json"
+    first.write_text("earlier run\n")
+    p2, c2 = c.claim_result_paths("20260101-000000")
+    p3, c3 = c.claim_result_paths("20260101-000000")
+    assert p2.name == "specwatch-bench-20260101-000000-2.json" and c2 == p2.with_suffix(".csv")
+    assert p3.name == "specwatch-bench-20260101-000000-3.json"
+    assert first.read_text() == "earlier run\n"
+    # a CSV left alone by an earlier run also blocks the name
+    (tmp_path / "specwatch-bench-20260101-000001.csv").write_text("x\n")
+    p4, _ = c.claim_result_paths("20260101-000001")
+    assert p4.name == "specwatch-bench-20260101-000001-2.json"
+    # an explicit name is used as given (overwritten)
+    named = cfg("http://127.0.0.1:9", tmp_path, result_filename="run.json")
+    (tmp_path / "run.json").write_text("old\n")
+    assert named.claim_result_paths("20260101-000000")[0] == tmp_path / "run.json"
+
+
+def test_two_quick_runs_keep_both_files(tmp_path):
+    with ThreadedStub(StubConfig(k=4)) as stub:
+        a = run_bench(cfg(stub.url, tmp_path, num_batches=1, warmup_batches=0, num_prompts=1))
+        b = run_bench(cfg(stub.url, tmp_path, num_batches=1, warmup_batches=0, num_prompts=1))
+    assert a.json_path != b.json_path
+    for r in (a, b):
+        doc = json.loads(r.json_path.read_text())
+        assert doc["status"] == "complete" and len(doc["batches"]) == 1
+
+
+@pytest.mark.parametrize("where", ["refused", "404"])
+def test_failure_at_start_recorded_as_failed(tmp_path, where):
+    """An unreachable server or a 404 on /v1/models: the result file says "failed" and why."""
+    import socket
+
+    if where == "refused":
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            url = f"http://127.0.0.1:{s.getsockname()[1]}"
+        with pytest.raises(RuntimeError) as ei:
+            run_bench(cfg(url, tmp_path, result_filename="r.json"))
+    else:
+        with ThreadedStub(StubConfig(k=4, models_status=404)) as stub:
+            with pytest.raises(RuntimeError) as ei:
+                run_bench(cfg(stub.url, tmp_path, result_filename="r.json"))
+        assert "HTTP 404" in str(ei.value)
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["status"] == "failed"
+    assert doc["error"] == str(ei.value) and "/v1/models" in doc["error"]
+    assert doc["batches"] == []
+
+
+def test_response_cap_and_read_timeout_reach_the_backend(tmp_path):
+    with ThreadedStub(StubConfig(k=0, flood_bytes=2 * 1024 * 1024)) as stub:
+        res = run_bench(cfg(stub.url, tmp_path, num_batches=1, warmup_batches=0, num_prompts=2,
+                            max_response_bytes=100_000, read_timeout=5.0, timeout=60.0))
+    b = res.batches[0]
+    assert b.failed == 2 and all(e["error"] == "response exceeded 100000 bytes (--max-response-bytes)"
+                                 for e in b.errors)
+    assert res.request_counts() == (2, 2)
+    for bad in (dict(read_timeout=0), dict(timeout=-1), dict(max_response_bytes=0)):
+        with pytest.raises(BenchConfigError):
+            cfg("http://x", tmp_path, **bad)

@@ -14,7 +14,8 @@ Every request streams (``stream: true`` with ``stream_options.include_usage``). 
 - TPOT = (E2E − TTFT) / (output tokens − 1), for requests with more than one token.
 
 A failed request (connection refused or dropped, HTTP status other than 200, an error event in
-the stream, a stream that ends without ``[DONE]``, a timeout) comes back as a
+the stream, a stream that ends without ``[DONE]``, a timeout — total or no byte for
+``read_timeout`` seconds —, a response larger than ``max_response_bytes``) comes back as a
 :class:`RequestOutcome` with ``success=False`` and the error text; :meth:`OpenAIBackend.send`
 never raises (except ``asyncio.CancelledError``, which is re-raised so a run can be
 interrupted). The API key is sent as ``Authorization: Bearer …`` and never appears in outcomes,
@@ -37,6 +38,14 @@ _DECODER = json.JSONDecoder()
 
 #: Longest error text kept per request (characters).
 MAX_ERROR_CHARS = 500
+
+#: Default cap on the bytes of one streamed response (16 MiB): a 256-token completion is a few
+#: tens of KiB, so only a runaway server reaches it.
+DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+
+
+class ResponseTooLarge(Exception):
+    """A streamed response exceeded the backend's ``max_response_bytes``."""
 
 
 def normalize_base_url(url: str) -> str:
@@ -94,10 +103,12 @@ class OpenAIBackend:
     """A pooled aiohttp session to one OpenAI-compatible server; use as ``async with``.
 
     ``base_url``: server root (``/v1`` suffix tolerated). ``model``: value of the request's
-    ``model`` field. ``api_key``: sent as a Bearer token (None: no header). ``read_timeout``:
-    seconds a whole request may take before it fails (a total, like ``vllm bench serve``'s; not
-    a per-read timeout, which would re-arm a timer on every streamed chunk and cost the client
-    about a third of its speed). ``metrics_url``: where
+    ``model`` field. ``api_key``: sent as a Bearer token (None: no header). ``timeout``:
+    seconds a whole request may take before it fails (a total, like ``vllm bench serve``'s).
+    ``read_timeout``: seconds without any byte from the server before a request fails (aiohttp
+    ``ClientTimeout(sock_read=...)``; detects a stalled server long before ``timeout``).
+    ``max_response_bytes``: a streamed response larger than this fails the request with
+    "response exceeded N bytes" (bounds the client's memory). ``metrics_url``: where
     :meth:`fetch_metrics` reads Prometheus text (default ``<base_url>/metrics``).
     """
 
@@ -107,15 +118,19 @@ class OpenAIBackend:
         model: str | None,
         *,
         api_key: str | None = None,
-        read_timeout: float = 600.0,
+        timeout: float = 3600.0,
+        read_timeout: float | None = 300.0,
         connect_timeout: float = 30.0,
         metrics_url: str | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         self.base_url = normalize_base_url(base_url)
         self.model = model
         self.metrics_url = metrics_url or self.base_url + "/metrics"
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._timeout = aiohttp.ClientTimeout(total=read_timeout, sock_connect=connect_timeout)
+        self.read_timeout = read_timeout
+        self.max_response_bytes = max_response_bytes
+        self._timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=connect_timeout, sock_read=read_timeout)
         self._session: aiohttp.ClientSession | None = None
 
     def __repr__(self) -> str:  # never show the key
@@ -148,9 +163,10 @@ class OpenAIBackend:
             async with self.session.get(self.base_url + "/v1/models") as resp:
                 if resp.status != 200:
                     raise RuntimeError(f"GET {self.base_url}/v1/models returned HTTP {resp.status}")
-                data = await resp.json()
+                # Any content type: some servers/proxies send JSON as text/plain.
+                data = await resp.json(content_type=None)
             return str(data["data"][0]["id"])
-        except (aiohttp.ClientError, asyncio.TimeoutError, KeyError, IndexError, ValueError) as exc:
+        except (aiohttp.ClientError, asyncio.TimeoutError, KeyError, IndexError, TypeError, ValueError) as exc:
             raise RuntimeError(f"cannot list models at {self.base_url}/v1/models: {type(exc).__name__}: {exc}") from exc
 
     async def fetch_metrics(self) -> str:
@@ -189,8 +205,13 @@ class OpenAIBackend:
                     out.error = _clip(f"HTTP {resp.status} {resp.reason or ''}: {body}")
                     return out
                 buf = b""
+                received = 0
+                limit = self.max_response_bytes
                 async for data in resp.content.iter_any():
                     ts = perf()
+                    received += len(data)
+                    if received > limit:
+                        raise ResponseTooLarge(f"response exceeded {limit} bytes (--max-response-bytes)")
                     if buf:
                         data = buf + data
                     if b"\r" in data:
@@ -252,7 +273,14 @@ class OpenAIBackend:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a failed request is recorded, never raised
-            out.error = _clip(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+            if isinstance(exc, ResponseTooLarge):
+                out.error = str(exc)
+            elif (isinstance(exc, aiohttp.SocketTimeoutError) and self.read_timeout is not None):
+                out.error = f"no data from the server for {self.read_timeout:g} s (--read-timeout): {type(exc).__name__}"
+            elif isinstance(exc, asyncio.TimeoutError) and not isinstance(exc, aiohttp.ServerTimeoutError):
+                out.error = f"request timed out after {self._timeout.total:g} s in total (--timeout)"
+            else:
+                out.error = _clip(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
             out.latency = perf() - st
             out.chunks = chunks
             out.generated_text = "".join(text_parts)

@@ -2,13 +2,16 @@
 is the same. Builds one frozen :class:`~specwatch.bench.runner.BenchConfig` and calls
 :func:`~specwatch.bench.runner.run_bench`.
 
-Exit status: 0 when the run completed (failed requests are reported, not fatal), 2 for bad
-input, 130 when interrupted (the result files then hold every finished batch).
+Exit status: 0 when the run completed and every measured request succeeded; 1 when some
+measured requests failed (the run still goes on to the end and writes all results) or the run
+failed at start (result file status "failed" with the reason); 2 for bad flags; 130 when
+interrupted (the result files then hold every finished batch).
 """
 
 from __future__ import annotations
 
 import math
+import re
 import sys
 
 import click
@@ -17,6 +20,22 @@ from specwatch.bench.runner import BenchConfig, BenchConfigError, BenchInterrupt
 from specwatch.bench.workloads import DEFAULT_VOCAB_SIZE, WORKLOADS, WorkloadError, WorkloadOptions, parse_workloads
 
 DEFAULT_METRICS_PORT = 19338
+
+#: BenchConfig field → the flag that sets it (error messages name the flag).
+FIELD_FLAGS = {
+    "base_url": "--base-url", "baseline_url": "--baseline-url", "role": "--role",
+    "concurrencies": "--max-concurrency", "num_prompts": "--num-prompts", "num_batches": "--num-batches",
+    "warmup_batches": "--warmup-batches", "request_rate": "--request-rate",
+    "equivalence_output_len": "--equivalence-output-len", "timeout": "--timeout",
+    "read_timeout": "--read-timeout", "max_response_bytes": "--max-response-bytes",
+}
+
+def flag_message(message: str) -> str:
+    """``message`` with every BenchConfig field name replaced by its flag
+    (``request_rate must be > 0`` → ``--request-rate must be > 0``)."""
+    for name in sorted(FIELD_FLAGS, key=len, reverse=True):
+        message = re.sub(rf"(?<![\w-]){name}\b", FIELD_FLAGS[name], message)
+    return message
 
 
 def _int_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
@@ -65,13 +84,26 @@ def _workloads(ctx: click.Context, param: click.Parameter, value: str) -> tuple[
 @click.option("--equivalence-output-len", type=click.IntRange(min=1), default=128, help="Tokens per equivalence prompt.")
 @click.option("--save-result/--no-save-result", default=True, help="Write JSON + CSV results (after every batch).")
 @click.option("--result-dir", default=".", type=click.Path(file_okay=False), help="Directory of the result files.")
-@click.option("--result-filename", default=None, help="JSON file name (CSV beside it); default specwatch-bench-<date>.json.")
-@click.option("--timeout", "read_timeout", type=click.FloatRange(min=0.1), default=3600.0, help="Seconds a request may take in total before it fails.")
+@click.option("--result-filename", default=None,
+              help="JSON file name (CSV beside it); an existing file of this name is overwritten. "
+                   "Default specwatch-bench-<YYYYmmdd-HHMMSS>.json, made unique with a -2, -3, ... suffix "
+                   "(never overwrites an existing file).")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=3600.0, help="Seconds a request may take in total before it fails.")
+@click.option("--read-timeout", type=click.FloatRange(min=0.1), default=300.0,
+              help="Seconds without any byte from the server before a request fails (stalled server).")
+@click.option("--max-response-bytes", type=click.IntRange(min=1), default=16 * 1024 * 1024,
+              help="Bytes one streamed response may have; a larger one fails the request.")
 @click.option("--progress/--no-progress", default=True, help="Live progress bar.")
 def bench(workloads, concurrencies, dataset_path, output_len, ignore_eos, temperature, seed, prompt_words,
           vocab_size, metrics_port, **kw) -> None:
     """Drive OpenAI-compatible vLLM servers with the seed workloads and report throughput,
-    latency (TTFT, TPOT, ITL, E2E) and the spec-decode acceptance of every batch."""
+    latency (TTFT, TPOT, ITL, E2E) and the spec-decode acceptance of every batch.
+
+    \b
+    Exit codes: 0 all requests ok; 1 some measured requests failed (all
+    results are still written) or the run failed at start; 2 bad flags;
+    130 interrupted.
+    """
     from rich.console import Console
 
     # Piped output (CI logs, files) gets a wide table instead of rich's 80-column default.
@@ -83,7 +115,7 @@ def bench(workloads, concurrencies, dataset_path, output_len, ignore_eos, temper
         config = BenchConfig(workloads=workloads, concurrencies=concurrencies, options=options,
                              metrics_port=metrics_port or None, **kw)
     except (WorkloadError, BenchConfigError) as exc:
-        raise click.UsageError(str(exc)) from None
+        raise click.UsageError(flag_message(str(exc))) from None
     if config.equivalence and not config.baseline_url:
         config = BenchConfig(**{**config.__dict__, "equivalence": False})
     try:
@@ -91,7 +123,8 @@ def bench(workloads, concurrencies, dataset_path, output_len, ignore_eos, temper
     except BenchInterrupted as exc:
         result = exc.result
         _print(console, result)
-        console.print(f"[yellow]interrupted: {sum(1 for _ in result.batches)} finished batches kept"
+        measured, warm = result.batch_counts()
+        console.print(f"[yellow]interrupted: {measured} measured + {warm} warm-up batches kept"
                       + (f" in {result.json_path} and {result.csv_path}" if result.json_path else ""))
         sys.exit(130)
     except OSError as exc:  # e.g. the metrics port is taken
@@ -101,6 +134,10 @@ def bench(workloads, concurrencies, dataset_path, output_len, ignore_eos, temper
     _print(console, result)
     if result.json_path:
         console.print(f"results: {result.json_path}  {result.csv_path}")
+    failed, total = result.request_counts()
+    if failed:
+        console.print(f"[red]{failed} of {total} requests failed")
+        sys.exit(1)
 
 
 def _print(console, result) -> None:

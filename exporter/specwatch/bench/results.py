@@ -322,11 +322,14 @@ class ResultWriter:
         self.config = config
 
     def write(self, batches: Sequence[BatchResult], status: str, equivalence: dict[str, Any] | None = None,
-              started_at: str | None = None) -> None:
+              started_at: str | None = None, error: str | None = None) -> None:
+        """Rewrite both files. ``status``: "running" | "complete" | "interrupted" | "failed";
+        ``error``: why a "failed" run stopped (None otherwise). Raises OSError if unwritable."""
         cells = summarize(batches)
         doc = {
             "specwatch_bench_format": 1,
             "status": status,
+            "error": error,
             "started_at": started_at,
             "config": self.config,
             "batches": [b.record() for b in batches],

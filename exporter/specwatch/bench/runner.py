@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from specwatch.bench.backend import OpenAIBackend, RequestOutcome, normalize_base_url
+from specwatch.bench.backend import DEFAULT_MAX_RESPONSE_BYTES, OpenAIBackend, RequestOutcome, normalize_base_url
 from specwatch.bench.equivalence import check_equivalence
 from specwatch.bench.promexport import BenchMetrics
 from specwatch.bench.results import BatchResult, CellSummary, ResultWriter, SpecDecodeStats, compare, summarize
@@ -59,7 +59,13 @@ class BenchConfig:
     server's ``/v1/models`` is used. ``num_prompts``: requests per batch (None = concurrency).
     ``request_rate``: requests/s (``inf`` = all at once). ``api_key`` is never written anywhere.
     ``result_dir`` / ``result_filename``: JSON path (the CSV sits beside it, ``.csv``); default
-    name ``specwatch-bench-<date>.json``. ``metrics_port``: serve ``specwatch_bench_*`` there.
+    name ``specwatch-bench-<YYYYmmdd-HHMMSS>.json``, made unique (``-2``, ``-3``, … suffixes,
+    reserved by exclusive creation) so runs started in the same second never overwrite each
+    other; an explicit ``result_filename`` that exists is overwritten. ``metrics_port``: serve
+    ``specwatch_bench_*`` there. ``timeout``: seconds a whole request may take (total);
+    ``read_timeout``: seconds without any byte from the server before a request fails (stall
+    detector); ``max_response_bytes``: bytes one streamed response may have before the request
+    is failed (memory cap).
     """
 
     base_url: str
@@ -83,16 +89,20 @@ class BenchConfig:
     result_filename: str | None = None
     metrics_url: str | None = None
     baseline_metrics_url: str | None = None
-    read_timeout: float = 3600.0
+    timeout: float = 3600.0
+    read_timeout: float = 300.0
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     progress: bool = True
 
     def __post_init__(self) -> None:
-        try:
-            normalize_base_url(self.base_url)
-            if self.baseline_url is not None:
-                normalize_base_url(self.baseline_url)
-        except ValueError as exc:
-            raise BenchConfigError(str(exc)) from None
+        for name in ("base_url", "baseline_url"):
+            url = getattr(self, name)
+            if url is None:
+                continue
+            try:
+                normalize_base_url(url)
+            except ValueError as exc:
+                raise BenchConfigError(f"{name}: {exc}") from None
         if self.role not in ROLES:
             raise BenchConfigError(f"role must be one of {ROLES}, got {self.role!r}")
         if not self.workloads:
@@ -113,7 +123,13 @@ class BenchConfig:
         if not (self.request_rate > 0):
             raise BenchConfigError(f"request_rate must be > 0 (or inf), got {self.request_rate}")
         if self.equivalence_output_len < 1:
-            raise BenchConfigError("equivalence_output_len must be >= 1")
+            raise BenchConfigError(f"equivalence_output_len must be >= 1, got {self.equivalence_output_len}")
+        if not (self.timeout > 0):
+            raise BenchConfigError(f"timeout must be > 0, got {self.timeout}")
+        if not (self.read_timeout > 0):
+            raise BenchConfigError(f"read_timeout must be > 0, got {self.read_timeout}")
+        if self.max_response_bytes < 1:
+            raise BenchConfigError(f"max_response_bytes must be >= 1, got {self.max_response_bytes}")
 
     @property
     def targets(self) -> list[tuple[str, str, str | None]]:
@@ -134,17 +150,44 @@ class BenchConfig:
         return d
 
     def result_paths(self, date: str) -> tuple[Path, Path]:
-        """(json_path, csv_path) for a run started at ``date`` (``YYYYmmdd-HHMMSS``)."""
+        """(json_path, csv_path) for a run started at ``date`` (``YYYYmmdd-HHMMSS``), before
+        de-duplication (see :meth:`claim_result_paths`)."""
         name = self.result_filename or f"specwatch-bench-{date}.json"
         p = Path(self.result_dir) / name
         if p.suffix != ".json":
             p = p.with_name(p.name + ".json")
         return p, p.with_suffix(".csv")
 
+    def claim_result_paths(self, date: str) -> tuple[Path, Path]:
+        """(json_path, csv_path) to write this run's results to.
+
+        With an explicit ``result_filename`` that is :meth:`result_paths` (an existing file is
+        overwritten). Otherwise the default name gets a ``-2``, ``-3``, … suffix until neither
+        the JSON nor the CSV exists, and the JSON is created empty with exclusive creation
+        (``open(..., "x")``), so two runs started in the same second (even in two processes)
+        get different files. Raises OSError when the directory cannot be written.
+        """
+        json_path, csv_path = self.result_paths(date)
+        if self.result_filename:
+            return json_path, csv_path
+        stem = json_path.stem
+        for n in range(1, 10_000):
+            p = json_path if n == 1 else json_path.with_name(f"{stem}-{n}.json")
+            if p.with_suffix(".csv").exists():
+                continue
+            try:
+                with open(p, "x"):
+                    pass
+            except FileExistsError:
+                continue
+            return p, p.with_suffix(".csv")
+        raise OSError(f"no free result file name for {json_path} in {self.result_dir}")
+
 
 @dataclass
 class RunResult:
-    """What a run produced so far. ``status``: "complete" | "interrupted" | "running".
+    """What a run produced so far. ``status``: "complete" | "interrupted" | "running" |
+    "failed" (``error`` then says why, e.g. the server was unreachable at start).
     ``batches`` in run order (warm-ups included, flagged); ``equivalence`` as
     :func:`specwatch.bench.equivalence.compare_outputs` returns it, or None."""
 
@@ -155,6 +198,7 @@ class RunResult:
     json_path: Path | None = None
     csv_path: Path | None = None
     started_at: str = ""
+    error: str | None = None
 
     def summary(self) -> list[CellSummary]:
         """Measured batches pooled per (role, workload, concurrency)."""
@@ -163,6 +207,16 @@ class RunResult:
     def comparison(self) -> list[dict[str, Any]]:
         """Baseline-vs-speculative rows (empty unless both roles ran)."""
         return compare(self.summary())
+
+    def request_counts(self) -> tuple[int, int]:
+        """(failed, total) requests of the measured (non-warm-up) batches."""
+        measured = [b for b in self.batches if not b.warmup]
+        return sum(b.failed for b in measured), sum(b.num_prompts for b in measured)
+
+    def batch_counts(self) -> tuple[int, int]:
+        """(measured, warm-up) batches finished so far."""
+        warm = sum(1 for b in self.batches if b.warmup)
+        return len(self.batches) - warm, warm
 
 
 class BenchInterrupted(KeyboardInterrupt):
@@ -282,9 +336,10 @@ async def run_bench_async(config: BenchConfig, *, metrics: BenchMetrics | None =
     ``metrics``: an existing :class:`BenchMetrics` to update (else one is created and, if
     ``config.metrics_port`` is set, served for the run's duration). ``result``: a RunResult to fill
     (lets a caller keep the partial result when the run is cancelled). Request failures are
-    recorded in the batches; raises only for configuration problems found at start (unreadable
-    dataset, no model id obtainable, metrics port taken) and re-raises cancellation after
-    writing the files with status "interrupted".
+    recorded in the batches; raises only for problems found at start (unreadable dataset, no
+    model id obtainable — server unreachable, HTTP error on ``/v1/models`` —, metrics port taken),
+    after writing the files with status "failed" and the error, and re-raises cancellation
+    after writing the files with status "interrupted".
     """
     res = result if result is not None else RunResult(config)
     res.config = config
@@ -292,24 +347,35 @@ async def run_bench_async(config: BenchConfig, *, metrics: BenchMetrics | None =
     date = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     writer = None
     if config.save_result:
-        res.json_path, res.csv_path = config.result_paths(date)
+        res.json_path, res.csv_path = config.claim_result_paths(date)
         writer = ResultWriter(res.json_path, res.csv_path, config.public_dict())
 
     def save() -> None:
         if writer is not None:
-            writer.write(res.batches, res.status, res.equivalence, res.started_at)
+            writer.write(res.batches, res.status, res.equivalence, res.started_at, error=res.error)
+
+    def fail(exc: BaseException) -> None:
+        res.status = "failed"
+        res.error = str(exc) or type(exc).__name__
+        try:
+            save()
+        except OSError:
+            pass  # the original error matters more
 
     sharegpt: list[ShareGPTItem] | None = None
-    if "sharegpt" in config.workloads:
-        sharegpt = load_sharegpt(config.options.dataset_path or "")
-
     bm = metrics
     served_here = False
-    if bm is None:
-        bm = BenchMetrics()
-        if config.metrics_port is not None:
-            bm.serve(config.metrics_port)
-            served_here = True
+    try:
+        if "sharegpt" in config.workloads:
+            sharegpt = load_sharegpt(config.options.dataset_path or "")
+        if bm is None:
+            bm = BenchMetrics()
+            if config.metrics_port is not None:
+                bm.serve(config.metrics_port)
+                served_here = True
+    except Exception as exc:
+        fail(exc)
+        raise
 
     progress = None
     if config.progress:
@@ -324,8 +390,9 @@ async def run_bench_async(config: BenchConfig, *, metrics: BenchMetrics | None =
     try:
         save()
         for role, url, murl in config.targets:
-            backend = OpenAIBackend(url, None, api_key=config.api_key, read_timeout=config.read_timeout,
-                                    metrics_url=murl)
+            backend = OpenAIBackend(url, None, api_key=config.api_key, timeout=config.timeout,
+                                    read_timeout=config.read_timeout, metrics_url=murl,
+                                    max_response_bytes=config.max_response_bytes)
             await backend.__aenter__()
             backends[role] = backend
             backend.model = config.served_model_name or config.model or await backend.first_model()
@@ -380,6 +447,9 @@ async def run_bench_async(config: BenchConfig, *, metrics: BenchMetrics | None =
     except asyncio.CancelledError:
         res.status = "interrupted"
         save()
+        raise
+    except Exception as exc:
+        fail(exc)
         raise
     finally:
         bm.clear_active()

@@ -13,7 +13,11 @@ remembered (``StubState.metrics_served``) so tests can check deltas against it.
 Failure injection: ``error_every`` (every n-th request gets HTTP 500), ``drop_every`` +
 ``drop_after`` (every n-th request's connection is dropped after that many chunks),
 ``diverge_marker`` + ``diverge_at`` (prompts containing the marker get different text from token
-``diverge_at`` on), ``require_api_key``, ``send_usage`` (False: no usage chunk), ``token_delay``.
+``diverge_at`` on), ``require_api_key``, ``send_usage`` (False: no usage chunk), ``token_delay``,
+``models_status`` / ``models_content_type`` (answer of ``GET /v1/models``), ``flood_bytes``
+(stream about that many bytes of ``data: xxx…`` lines, never a blank line, instead of tokens: a
+runaway server), ``stall_after`` + ``stall_seconds`` (after that many chunks send nothing for
+that long: a stalled server).
 
 Run standalone: ``python -m specwatch.bench.stubserver --port 18080``.
 """
@@ -49,6 +53,11 @@ class StubConfig:
     require_api_key: str | None = None
     send_usage: bool = True
     model: str = MODEL
+    models_status: int = 200
+    models_content_type: str = "application/json"
+    flood_bytes: int = 0
+    stall_after: int = -1
+    stall_seconds: float = 0.0
 
 
 @dataclass
@@ -156,7 +165,11 @@ class StubServer:
         return web.Response(text=text, content_type="text/plain")
 
     async def models(self, request: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{"id": self.config.model, "object": "model"}]})
+        c = self.config
+        if c.models_status != 200:
+            return web.json_response({"error": {"message": "not here"}}, status=c.models_status)
+        body = json.dumps({"object": "list", "data": [{"id": c.model, "object": "model"}]})
+        return web.Response(text=body, headers={"Content-Type": c.models_content_type})
 
     # ---------------------------------------------------------------- generation
     async def completions(self, request: web.Request) -> web.StreamResponse:
@@ -186,6 +199,13 @@ class StubServer:
         obj = "chat.completion.chunk" if chat else "text_completion"
         rid = f"stub-{nth}"
         prompt_tokens = len(prompt_text(payload).split())
+        if c.flood_bytes:
+            line = b"data: " + b"x" * 1018 + b"\n"  # 1 KiB lines of one endless event
+            for _ in range(c.flood_bytes // len(line)):
+                await resp.write(line)
+            await resp.write(b"\ndata: [DONE]\n\n")
+            await resp.write_eof()
+            return resp
         if chat:
             first = {"id": rid, "object": obj, "model": c.model,
                      "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
@@ -196,6 +216,8 @@ class StubServer:
                 return resp
             if c.token_delay:
                 await asyncio.sleep(c.token_delay)
+            if i == c.stall_after:
+                await asyncio.sleep(c.stall_seconds)
             text = token_text(key, i, diverge and i >= c.diverge_at)
             fin = "length" if i == n - 1 else None
             choice = ({"index": 0, "delta": {"content": text}, "finish_reason": fin} if chat
