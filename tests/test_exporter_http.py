@@ -172,3 +172,32 @@ def test_port_in_use_is_a_clear_error():
         r = subprocess.run([sys.executable, "-m", "specwatch", "serve", "--upstream", "http://127.0.0.1:1",
                             "--listen-address", f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "cannot listen" in r.stderr
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["demo", "--max-concurrency", "0,1"], "--max-concurrency"),
+    (["demo", "--workloads", "nope"], "unknown workload"),
+    (["vllm", "--port", "-1"], "--port"),
+])
+def test_other_commands_reject_bad_flags_before_starting_anything(args, needle):
+    r = subprocess.run([sys.executable, "-m", "specwatch", *args], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r
+    assert needle in r.stderr and "Traceback" not in r.stderr
+
+
+def test_vllm_refuses_a_port_in_use_before_taking_the_lock():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = subprocess.run([sys.executable, "-m", "specwatch", "vllm", "--port", str(port)],
+                           capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "cannot listen" in r.stderr, r
+
+
+def test_demo_refuses_an_unwritable_result_dir(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    r = subprocess.run([sys.executable, "-m", "specwatch", "demo", "--workloads", "copy",
+                        "--result-dir", str(blocker / "results")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "cannot write results" in r.stderr and "Traceback" not in r.stderr, r

@@ -119,9 +119,18 @@ def demo(workloads, concurrency, k, output_len, num_batches, equivalence_output_
 
     try:
         wl = parse_workloads(workloads)
-        concs = tuple(int(c) for c in concurrency.split(","))
     except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
+        raise click.BadParameter(str(exc), param_hint="'--workloads'") from None
+    try:
+        concs = tuple(int(c) for c in concurrency.split(","))
+        if not concs or min(concs) < 1:
+            raise ValueError
+    except ValueError:
+        raise click.BadParameter(f"{concurrency!r}: expected comma-separated integers >= 1, e.g. 1,8",
+                                 param_hint="'--max-concurrency'") from None
+    if "sharegpt" in wl:
+        raise click.BadParameter("sharegpt needs a dataset file: use `specwatch bench --dataset-path`",
+                                 param_hint="'--workloads'")
     prom_bin = shutil.which("prometheus")
     prom_cfg = REPO / "prometheus" / "prometheus.yml"
     if prom_bin is None:
@@ -134,9 +143,13 @@ def demo(workloads, concurrency, k, output_len, num_batches, equivalence_output_
 
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = result_dir or REPO / "results" / f"demo-{stamp}"
-    out.mkdir(parents=True, exist_ok=True)
     logs = out / "logs"
-    logs.mkdir(exist_ok=True)
+    try:
+        logs.mkdir(parents=True, exist_ok=True)
+        (logs / ".write-test").write_text("")
+        (logs / ".write-test").unlink()
+    except OSError as exc:
+        raise click.ClickException(f"cannot write results to {out}: {exc.strerror or exc}") from None
     summary_path = out / "demo-summary.json"
     summary: dict = {"started_at": stamp, "workloads": list(wl), "concurrencies": list(concs), "k": k,
                      "output_len": output_len, "num_batches": num_batches, "servers": {}}
@@ -238,12 +251,15 @@ def demo(workloads, concurrency, k, output_len, num_batches, equivalence_output_
         atomic_write_json(summary_path, summary)
         console.print(f"\nResult files: {out}  (demo-summary.json, bench-baseline.json/.csv, "
                       f"bench-speculative.json/.csv, logs/)")
-        console.print(f"Prometheus UI: http://127.0.0.1:{PROM_PORT}  (data kept in {out / 'prometheus-data'})")
         console.print("Next: `specwatch sweep` runs every k and `specwatch advise` picks k per concurrency.")
         if keep_running is None:
             keep_running = sys.stdin.isatty()
         if keep_running:
-            console.print("Prometheus and the exporter keep running; Ctrl-C to stop.")
+            console.print(f"Prometheus UI: http://127.0.0.1:{PROM_PORT} (and the exporter) keep running; Ctrl-C to stop.")
+        else:
+            console.print(f"Prometheus has stopped; its data is kept: prometheus --config.file={prom_cfg} "
+                          f"--storage.tsdb.path={out / 'prometheus-data'} serves it again at http://127.0.0.1:{PROM_PORT}")
+        if keep_running:
             try:
                 while all(p.poll() is None for p in procs):
                     time.sleep(1)

@@ -726,7 +726,7 @@ def _parse_spec_config(value: str) -> dict[str, Any]:
 
 
 @click.command("vllm")
-@click.option("--port", type=int, default=DEFAULT_PORT, show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=DEFAULT_PORT, show_default=True)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option(
     "--num-speculative-tokens",
@@ -749,12 +749,12 @@ def _parse_spec_config(value: str) -> dict[str, Any]:
     default=None,
     help="Prepared model directory (default: prepare/reuse the embedded SmolLM2-135M-Instruct).",
 )
-@click.option("--max-model-len", type=int, default=DEFAULT_MAX_MODEL_LEN, show_default=True)
+@click.option("--max-model-len", type=click.IntRange(min=16), default=DEFAULT_MAX_MODEL_LEN, show_default=True)
 @click.option("--kv-cache-gib", type=click.IntRange(min=1), default=None,
               help=f"KV cache in GiB (VLLM_CPU_KVCACHE_SPACE); default: that variable, else {DEFAULT_KVCACHE_GIB}.")
 @click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write vLLM's output here instead of the terminal.")
-@click.option("--startup-timeout", type=float, default=600.0, show_default=True)
+@click.option("--startup-timeout", type=click.FloatRange(min=1.0), default=600.0, show_default=True)
 @click.argument("extra_args", nargs=-1, type=click.UNPROCESSED)
 def vllm_cmd(
     port: int,
@@ -774,6 +774,15 @@ def vllm_cmd(
     Extra arguments after `--` go to vLLM's server verbatim.
     """
     spec = _parse_spec_config(speculative_config) if speculative_config else speculative_config_for_k(num_speculative_tokens)
+    import socket
+
+    with socket.socket() as probe:  # fail before taking the machine-wide lock and loading vLLM
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise click.BadParameter(f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+                                     param_hint="'--port'") from None
 
     def status(msg: str) -> None:
         click.echo(f"[specwatch vllm] {msg}", err=True)
