@@ -420,3 +420,47 @@ def test_measured_mode_interpolates_the_curve_bias_for_k_not_run():
     assert tau[3] == pytest.approx(iid_expected_length(0.8, 3) * (r2 + r4) / 2)
     assert tau[6] == pytest.approx(iid_expected_length(0.8, 6) * (r4 + 1.0) / 2)
     assert tau[3] > tau[2] and tau[4] > tau[3]  # between its measured neighbours
+
+
+def test_advise_exporter_errors_are_one_line(tmp_path):
+    """An HTML page, garbage, an HTTP error or a refused connection: one line naming the URL and the
+    reason, exit 1, no traceback."""
+    import http.server
+    import socket
+    import threading
+
+    from click.testing import CliRunner
+
+    from specwatch.advise_cli import advise
+
+    pages = {"/html": (200, b"<!DOCTYPE html><html><head><title>Grafana</title></head><body>hi</body></html>\n"),
+             "/garbage": (200, b"foo{bar 1 2 3\n\x00\x01"),
+             "/missing": (404, b"not found")}
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            code, body = pages[self.path]
+            self.send_response(code)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]  # nothing listens here once the socket is closed
+    try:
+        base = f"http://127.0.0.1:{srv.server_address[1]}"
+        for url, reason in ((base + "/html", "not the specwatch exporter"), (base + "/garbage", "not the specwatch exporter"),
+                            (base + "/missing", "HTTP 404"), (f"http://127.0.0.1:{closed}/metrics", "connection refused")):
+            r = CliRunner().invoke(advise, ["--exporter", url])
+            assert r.exit_code == 1 and isinstance(r.exception, SystemExit), (url, r.output, r.exception)
+            assert url in r.output and reason in r.output, r.output
+            assert len(r.output.strip().splitlines()) == 1, r.output
+            assert "urllib3" not in r.output and "object at 0x" not in r.output
+    finally:
+        srv.shutdown()

@@ -146,3 +146,78 @@ def test_report_renders_in_headless_chromium(tmp_path, sweep_doc):
     arr = mpimg.imread(str(shot))
     assert arr.shape[0] >= 1000
     assert arr[..., :3].std() > 0.05
+
+
+def _write(tmp_path, doc, name="s.json"):
+    p = tmp_path / name
+    p.write_text(json.dumps(doc))
+    return p
+
+
+def test_report_refuses_a_sweep_without_finished_cells(tmp_path, sweep_doc):
+    from specwatch.advise_cli import advise
+
+    sweep_doc["cells"], sweep_doc["status"] = [], "running"
+    src = _write(tmp_path, sweep_doc)
+    r = CliRunner().invoke(report, [str(src)])
+    assert r.exit_code == 1 and isinstance(r.exception, SystemExit), r.output
+    assert "no finished cell" in r.output and not (tmp_path / "s.html").exists()
+    assert CliRunner().invoke(advise, [str(src)]).exit_code == 1  # advise refuses the same sweep
+
+
+def test_unwritable_outputs_are_one_line_click_errors(tmp_path, sweep_doc):
+    from specwatch.advise_cli import advise
+
+    src = _write(tmp_path, sweep_doc)
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for cmd, args in ((report, [str(src), "-o", str(afile / "r.html")]),
+                      (advise, [str(src), "--json", str(afile / "a.json")])):
+        r = CliRunner().invoke(cmd, args)
+        assert r.exit_code == 1 and isinstance(r.exception, SystemExit), (r.output, r.exception)
+        assert "cannot write" in r.output and str(afile) in r.output and "Traceback" not in r.output
+    assert afile.read_text() == "x"
+
+
+def test_advise_fit_k_without_runs_at_that_k_fails(tmp_path, sweep_doc):
+    from specwatch.advise_cli import advise
+
+    src = _write(tmp_path, sweep_doc)  # runs at k = 1, 2, 4
+    r = CliRunner().invoke(advise, [str(src), "--fit-k", "3"])
+    assert r.exit_code == 1, r.output
+    assert "no finished run at k = 3" in r.output and "Recommended k" not in r.output
+    r = CliRunner().invoke(advise, [str(src), "--fit-k", "abc"])
+    assert r.exit_code == 2 and "Usage:" in r.output and "--fit-k" in r.output
+    r = CliRunner().invoke(advise, [str(src), "--fit-k", "0"])
+    assert r.exit_code == 2 and "--fit-k" in r.output
+    r = CliRunner().invoke(advise, [str(src), "--fit-k", "1,4"])
+    assert r.exit_code == 0, r.output
+
+
+def test_advise_says_exact_fit_instead_of_zero_error_for_two_runs(tmp_path, sweep_doc):
+    from specwatch.advise_cli import advise
+
+    sweep_doc["cells"] = [c for c in sweep_doc["cells"] if c["k"] in (0, 1, 2)]
+    src = _write(tmp_path, sweep_doc)
+    js = tmp_path / "a.json"
+    r = CliRunner().invoke(advise, [str(src), "--json", str(js)])
+    assert r.exit_code == 0, r.output
+    assert "exact fit: 2 runs, 2 parameters" in r.output and "no error estimate" in r.output
+    assert "throughput prediction error (" not in r.output
+    assert json.loads(js.read_text())["families"][0]["throughput_error"]["exact_fit"] is True
+    # three runs per cell: a real error estimate again
+    src = _write(tmp_path, {**sweep_doc, "cells": [cell(k, "copy", 1) for k in (0, 1, 2, 4)]}, "t.json")
+    r = CliRunner().invoke(advise, [str(src), "--json", str(js)])
+    assert r.exit_code == 0, r.output
+    assert "exact fit" not in r.output and "throughput prediction error (3 measured runs)" in r.output
+    assert json.loads(js.read_text())["families"][0]["throughput_error"]["exact_fit"] is False
+
+
+def test_advise_tables_are_not_cut_when_piped(tmp_path, sweep_doc):
+    from specwatch.advise_cli import advise
+
+    src = _write(tmp_path, sweep_doc)
+    r = CliRunner().invoke(advise, [str(src)], env={"COLUMNS": None})  # CliRunner's stdout is not a TTY
+    assert r.exit_code == 0, r.output
+    assert "…" not in r.output
+    assert "speedup vs baseline" in r.output and "best measured k" in r.output

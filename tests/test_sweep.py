@@ -282,3 +282,74 @@ def test_secrets_in_server_commands_are_not_written(tmp_path, stub):
     assert "s3cr3t" not in str(info.value)
     text = out.read_text()
     assert "s3cr3t" not in text and "***" in text
+
+
+@pytest.mark.parametrize("args, option", [
+    (["--k", "-1"], "--k"),
+    (["--k", "abc"], "--k"),
+    (["--k", "0"], "--k"),
+    (["--speculative-config", "{bad"], "--speculative-config"),
+    (["--speculative-config", '{"method": "ngram"}'], "--speculative-config"),
+    (["--output-len", "-5"], "--output-len"),
+    (["--num-batches", "0"], "--num-batches"),
+    (["--warmup-batches", "-1"], "--warmup-batches"),
+    (["--num-prompts", "0"], "--num-prompts"),
+    (["--concurrency", "0"], "--concurrency"),
+    (["--concurrency", "1,x"], "--concurrency"),
+    (["--workloads", "bogus"], "--workloads"),
+    (["--port", "-1"], "--port"),
+    (["--port", "70000"], "--port"),
+    (["--startup-timeout", "-1"], "--startup-timeout"),
+    (["--startup-timeout", "0"], "--startup-timeout"),
+    (["--server-command", "echo hi"], "--server-command"),
+    (["--server-command", "serve --port {port} {nope}"], "--server-command"),
+])
+def test_cli_flag_errors_are_usage_errors_naming_the_option(tmp_path, args, option):
+    """Bad flags exit 2 with a Usage line naming the option, before anything starts or is written."""
+    from specwatch.sweep import sweep
+
+    out = tmp_path / "x.json"
+    r = CliRunner().invoke(sweep, ["--result-file", str(out), "--no-lock", *args])
+    assert r.exit_code == 2, r.output
+    assert "Usage:" in r.output and option in r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit)
+    assert not out.exists() and not (tmp_path / "x-logs").exists()
+
+
+def test_cli_refuses_an_unwritable_result_file_before_any_server_starts(tmp_path, stub):
+    from specwatch.sweep import sweep
+
+    template, log = stub
+    afile = tmp_path / "afile"
+    afile.write_text("a regular file, not a directory")
+    for args in (["--result-file", str(afile / "s.json")],
+                 ["--result-file", str(tmp_path / "s.json"), "--log-dir", str(afile / "logs")]):
+        r = CliRunner().invoke(sweep, [*args, "--k", "1", "--workloads", "copy", "--concurrency", "1",
+                                       "--output-len", "8", "--num-batches", "1", "--server-command", template,
+                                       "--no-lock", "--no-progress"])
+        assert r.exit_code == 1, r.output
+        assert isinstance(r.exception, SystemExit), r.exception  # a click error, no traceback
+        assert "cannot" in r.output and "not a directory" in r.output and str(afile) in r.output
+        assert len(r.output.strip().splitlines()) == 1
+        assert starts(log) == []  # no server was started
+    assert afile.read_text() == "a regular file, not a directory"
+
+
+def test_cli_reads_the_api_key_from_openai_api_key_and_writes_it_nowhere(tmp_path, stub):
+    from specwatch.sweep import sweep
+
+    template, _ = stub
+    out = tmp_path / "s.json"
+    secret = "sk-env-s3cr3t"
+    args = ["--result-file", str(out), "--k", "1", "--no-baseline", "--workloads", "copy", "--concurrency", "1",
+            "--output-len", "8", "--num-batches", "1", "--warmup-batches", "0",
+            "--server-command", template + " --api-key " + secret, "--no-lock", "--no-progress"]
+    # the stub requires the key: without it every request fails (401)
+    r = CliRunner().invoke(sweep, args, env={"OPENAI_API_KEY": secret, "SPECWATCH_API_KEY": None})
+    assert r.exit_code == 0, r.output
+    doc = load_result(out)
+    assert doc["cells"][0]["summary"]["completed"] > 0 and not doc["cells"][0]["summary"].get("failed")
+    assert secret not in r.output
+    for f in tmp_path.rglob("*"):
+        if f.is_file() and f.name != "stub.py":
+            assert secret not in f.read_text(errors="replace"), f

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,41 @@ def advise_sweep(doc: dict[str, Any], *, tolerance: float = DEFAULT_TOLERANCE, c
                 raise
             click.echo(f"family {fam}: {exc}", err=True)
     return out
+
+
+WIDE_CONSOLE = 160
+
+
+def make_console():
+    """A rich Console for command output: the terminal's width on a TTY, else ``WIDE_CONSOLE``
+    columns (so tables piped to a file are not cut to 80 columns)."""
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=WIDE_CONSOLE)
+
+
+def request_failure(url: str, exc: BaseException) -> str:
+    """A one-line reason for a failed HTTP request to ``url`` (no urllib3 object dumps):
+    "HTTP 404", "timed out", "connection refused", "name or service not known", …"""
+    import requests
+
+    if isinstance(exc, requests.HTTPError) and exc.response is not None:
+        return f"HTTP {exc.response.status_code} {exc.response.reason or ''}".strip()
+    if isinstance(exc, requests.Timeout):
+        return "timed out"
+    if isinstance(exc, (requests.exceptions.InvalidURL, requests.exceptions.MissingSchema,
+                        requests.exceptions.InvalidSchema)):
+        return f"invalid URL ({exc})"
+    seen, todo = set(), [exc]
+    while todo:  # find the socket error under requests → urllib3 wrappers
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.strerror and not isinstance(e, requests.RequestException):
+            return e.strerror.lower() if isinstance(e.strerror, str) else str(e.strerror)
+        todo.extend([getattr(e, "reason", None), e.__cause__, e.__context__, *[a for a in e.args if isinstance(a, BaseException)]])
+    return type(exc).__name__
 
 
 def _f(v: float | None, spec: str = ".2f", suffix: str = "") -> str:
@@ -125,7 +161,10 @@ def render_advice(a: Advice, console) -> None:
         t.add_row(wl, str(c), *cells)
     console.print(t)
     te = a.throughput_error
-    if te["n"]:
+    if te["n"] and te.get("exact_fit"):
+        console.print(f"throughput prediction error: exact fit: {te['max_points']} runs, {te['parameters']} parameters "
+                      f"per (workload, concurrency) — no error estimate (measure more k to get one)")
+    elif te["n"]:
         console.print(f"throughput prediction error ({te['n']} measured runs): mean |rel| "
                       f"{te['mean_abs_relative'] * 100:.1f} %, max {te['max_abs_relative'] * 100:.1f} %"
                       + ("" if a.noise is None else f"; measurement noise (median rel. std. error) {a.noise * 100:.1f} %"))
@@ -179,16 +218,21 @@ def curves_from_exporter(text: str, window: str) -> dict[tuple[str, ...], tuple[
     """Per-position curves from the exporter's exposition text:
     ``specwatch_position_acceptance_rate{upstream, model_name, engine, position, window}``, for
     ``window`` (falling back to "lifetime" when that window has no samples). Keyed by
-    (upstream, model_name, engine); positions in order. Parsed with prometheus_client.parser."""
+    (upstream, model_name, engine); positions in order. Parsed with prometheus_client.parser.
+    Raises KChoiceError when ``text`` does not parse (an HTML page, garbage)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     found: dict[str, dict[tuple[str, ...], dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
-    for fam in text_string_to_metric_families(text):
-        if fam.name != "specwatch_position_acceptance_rate":
-            continue
-        for s in fam.samples:
-            key = (s.labels.get("upstream", ""), s.labels.get("model_name", ""), s.labels.get("engine", ""))
-            found[s.labels.get("window", "")][key][int(s.labels["position"])] = s.value
+    try:
+        for fam in text_string_to_metric_families(text):
+            if fam.name != "specwatch_position_acceptance_rate":
+                continue
+            for s in fam.samples:
+                key = (s.labels.get("upstream", ""), s.labels.get("model_name", ""), s.labels.get("engine", ""))
+                found[s.labels.get("window", "")][key][int(s.labels["position"])] = s.value
+    except Exception as exc:  # noqa: BLE001 - the parser raises ValueError, KeyError, IndexError… on garbage
+        head = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        raise KChoiceError(f"not Prometheus exposition text ({head})") from None
     chosen = found.get(window) or found.get("lifetime") or {}
     return {k: tuple(v[i] for i in sorted(v)) for k, v in chosen.items()}
 
@@ -203,8 +247,12 @@ def curves_from_prometheus(url: str, rule: str = "model_name:specwatch_position_
         r = requests.get(url.rstrip("/") + "/api/v1/query", params={"query": rule}, timeout=timeout)
         r.raise_for_status()
         data = r.json()
-    except (requests.RequestException, ValueError) as exc:
-        raise click.ClickException(f"cannot query Prometheus at {url}: {exc}") from None
+    except requests.RequestException as exc:
+        raise click.ClickException(f"cannot query Prometheus at {url}: {request_failure(url, exc)}") from None
+    except ValueError:
+        raise click.ClickException(f"cannot query Prometheus at {url}: the answer is not JSON (is it Prometheus?)") from None
+    if not isinstance(data, dict):
+        raise click.ClickException(f"cannot query Prometheus at {url}: unexpected answer (is it Prometheus?)")
     if data.get("status") != "success":
         raise click.ClickException(f"Prometheus query failed: {data.get('error')}")
     acc: dict[tuple[str, ...], dict[int, float]] = defaultdict(dict)
@@ -238,6 +286,20 @@ def live_advice(curves: dict[tuple[str, ...], tuple[float, ...]], concurrencies,
 # --------------------------------------------------------------------------------------------
 
 
+def _fit_k_cb(ctx, param, value):
+    from specwatch.sweep import SweepError, parse_int_list
+
+    if value is None:
+        return None
+    try:
+        ks = parse_int_list(value, "--fit-k")
+    except SweepError as exc:
+        raise click.BadParameter(exc.message) from None
+    if any(k < 1 for k in ks):
+        raise click.BadParameter(f"k must be >= 1, got {value!r}")
+    return ks
+
+
 @click.command("advise")
 @click.argument("result_file", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--exporter", "exporter_url", default=None, help="Live: the specwatch exporter's /metrics URL (e.g. http://127.0.0.1:19337/metrics).")
@@ -256,7 +318,7 @@ def live_advice(curves: dict[tuple[str, ...], tuple[float, ...]], concurrencies,
 @click.option("--base-config", default=None, help="Live: the speculative config to extend (JSON; default ngram, lookup 2-5).")
 @click.option("--acceptance", type=click.Choice(["measured", "curve"]), default="measured", show_default=True,
               help="Sweep: tokens per step of a measured k from its own run (measured) or from the largest k's curve (curve).")
-@click.option("--fit-k", "fit_k", default=None,
+@click.option("--fit-k", "fit_k", default=None, callback=_fit_k_cb,
               help="Sweep: fit the step cost only on the runs at these k (e.g. 1,8) and predict the others (held-out check).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the advice as JSON here.")
@@ -264,11 +326,9 @@ def advise_cmd(result_file, exporter_url, prometheus_url, window, concurrencies,
                step_cost_per_draft_token, step_cost_per_draft_token_per_running_request, base_config, acceptance,
                fit_k, json_path) -> None:
     """Recommend num_speculative_tokens per concurrency from a sweep RESULT_FILE (or live data)."""
-    from rich.console import Console
+    from specwatch.sweep import atomic_write_json, check_writable, load_result, parse_int_list
 
-    from specwatch.sweep import atomic_write_json, load_result, parse_int_list
-
-    console = Console()
+    console = make_console()
     sources = [x for x in (result_file, exporter_url, prometheus_url) if x]
     if len(sources) != 1:
         raise click.UsageError("give exactly one of RESULT_FILE, --exporter or --prometheus")
@@ -278,12 +338,23 @@ def advise_cmd(result_file, exporter_url, prometheus_url, window, concurrencies,
         cost = CostModel(step_cost_per_draft_token, step_cost_per_draft_token_per_running_request)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
+    if json_path:
+        check_writable(json_path, "--json")
 
     if result_file is not None:
         doc = load_result(result_file)
+        if fit_k is not None:
+            from specwatch.sweep import measurements
+
+            run_ks = {m.k for m in measurements(doc) if m.k > 0}
+            missing = [k for k in fit_k if k not in run_ks]
+            if missing:
+                raise click.ClickException(
+                    f"--fit-k: no finished run at k = {', '.join(map(str, missing))} in {result_file} "
+                    f"(runs at k = {', '.join(map(str, sorted(run_ks))) or 'none'})")
         try:
             advices = advise_sweep(doc, tolerance=tolerance, candidates=candidates, prior=cost, acceptance=acceptance,
-                                   fit_ks=None if fit_k is None else parse_int_list(fit_k, "--fit-k"))
+                                   fit_ks=fit_k)
         except KChoiceError as exc:
             raise click.ClickException(str(exc)) from None
         if doc.get("status") != "complete":
@@ -292,7 +363,7 @@ def advise_cmd(result_file, exporter_url, prometheus_url, window, concurrencies,
             render_advice(a, console)
         if json_path:
             atomic_write_json(json_path, {"source": str(result_file), "tolerance": tolerance, "candidates": candidates,
-                                          "fit_k": fit_k, "acceptance": acceptance,
+                                          "fit_k": None if fit_k is None else list(fit_k), "acceptance": acceptance,
                                           "families": [a.to_dict() for a in advices]})
         return
 
@@ -314,8 +385,11 @@ def advise_cmd(result_file, exporter_url, prometheus_url, window, concurrencies,
             r = requests.get(exporter_url, timeout=10)
             r.raise_for_status()
         except requests.RequestException as exc:
-            raise click.ClickException(f"cannot read {exporter_url}: {exc}") from None
-        curves = curves_from_exporter(r.text, window)
+            raise click.ClickException(f"cannot read {exporter_url}: {request_failure(exporter_url, exc)}") from None
+        try:
+            curves = curves_from_exporter(r.text, window)
+        except KChoiceError as exc:
+            raise click.ClickException(f"{exporter_url} is not the specwatch exporter's /metrics: {exc}") from None
         source = exporter_url
     else:
         curves = curves_from_prometheus(prometheus_url)

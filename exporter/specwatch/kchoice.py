@@ -745,10 +745,24 @@ class Advice:
 
     @property
     def throughput_error(self) -> dict[str, float | None]:
-        """Mean and max |relative error| of the throughput prediction over the measured k > 0."""
+        """Mean and max |relative error| of the throughput prediction over the measured k > 0:
+        ``{"n", "mean_abs_relative", "max_abs_relative", "exact_fit"}``; ``exact_fit`` is True when
+        every measured run was one of ≤ 2 points its step-cost fit passes through (zero error by
+        construction, no error estimate), then with ``max_points`` and ``parameters``."""
         errs = [abs(p.relative_error) for p in self.throughput if p.k > 0 and p.relative_error is not None]
-        return {"n": len(errs), "mean_abs_relative": statistics.fmean(errs) if errs else None,
-                "max_abs_relative": max(errs) if errs else None}
+        out: dict[str, Any] = {"n": len(errs), "mean_abs_relative": statistics.fmean(errs) if errs else None,
+                               "max_abs_relative": max(errs) if errs else None}
+        # T0 + β·x fitted on 2 runs (or the cost model on 1) passes through them: the error at the
+        # fitted runs is zero by construction and says nothing about the model
+        fitted = {(f.workload, f.concurrency, k) for f in self.fits for k, _, _ in f.points}
+        measured = [p for p in self.throughput if p.k > 0 and p.relative_error is not None]
+        exact = bool(measured) and all((p.workload, p.concurrency, p.k) in fitted for p in measured) \
+            and all(len(f.points) <= 2 for f in self.fits) and max(errs) < 1e-9
+        out["exact_fit"] = exact
+        if exact:
+            out["max_points"] = max(len(f.points) for f in self.fits)
+            out["parameters"] = 2 if any(f.method == "least-squares" for f in self.fits) else 1
+        return out
 
     @property
     def worst_shortfall(self) -> float | None:

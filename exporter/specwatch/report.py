@@ -342,15 +342,22 @@ def render_report(doc: Mapping[str, Any], *, tolerance: float = DEFAULT_TOLERANC
 @click.option("--title", default="specwatch sweep report", show_default=True)
 def report(result_file: Path, output: Path | None, tolerance: float, candidates: str, title: str) -> None:
     """Render a self-contained HTML report (embedded PNG plots) of a sweep RESULT_FILE."""
-    from specwatch.sweep import load_result
+    from specwatch.sweep import check_writable, load_result, measurements
 
     if not (0.0 <= tolerance < 1.0):
         raise click.BadParameter("must be in [0, 1)", param_hint="--tolerance")
     doc = load_result(result_file)
+    if not measurements(doc):
+        raise click.ClickException(f"{result_file} has no finished cell yet (status {doc.get('status')!r}): "
+                                   "nothing to report; run or resume specwatch sweep first")
     out = output or result_file.with_suffix(".html")
+    check_writable(out, "--output")
     text = render_report(doc, tolerance=tolerance, candidates=candidates, title=title)
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(out)
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {out}: {exc.strerror or exc}") from None
     click.echo(f"report written: {out} ({len(text) // 1024} KiB)")

@@ -599,34 +599,121 @@ def run_sweep(
 # --------------------------------------------------------------------------------------------
 
 
+def check_writable(path: str | Path, what: str) -> None:
+    """Fail early (click.ClickException, one line) when ``path`` cannot be written: its nearest
+    existing ancestor is not a directory, or that directory (or an existing ``path``) is not
+    writable. For an existing parent directory the check creates and removes a temporary file
+    there (the only test that also holds for root). Creates nothing that stays."""
+    import os
+    import tempfile
+
+    p = Path(path)
+    if p.exists() and p.is_dir():
+        raise click.ClickException(f"cannot write {what} {p}: it is a directory")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise click.ClickException(f"cannot write {what} {p}: permission denied")
+    anc = p.parent if str(p.parent) else Path(".")
+    while not anc.exists() and anc != anc.parent:
+        anc = anc.parent
+    if not anc.is_dir():
+        raise click.ClickException(f"cannot write {what} {p}: {anc} is not a directory")
+    if anc == (p.parent if str(p.parent) else Path(".")):
+        try:
+            with tempfile.NamedTemporaryFile(dir=anc, prefix=".specwatch-write-check-"):
+                pass
+        except OSError as exc:
+            raise click.ClickException(f"cannot write {what} {p}: {exc.strerror or exc}") from None
+    elif not os.access(anc, os.W_OK | os.X_OK):
+        raise click.ClickException(f"cannot write {what} {p}: {anc} is not writable")
+
+
+def check_dir_writable(path: str | Path, what: str) -> None:
+    """As :func:`check_writable` for a directory that may not exist yet."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise click.ClickException(f"cannot use {what} {p}: it is not a directory")
+    check_writable(p / ".specwatch-write-check", what)
+
+
+# click callbacks: flag errors exit 2 with a Usage line and the option's name
+
+def _int_list_cb(lo: int):
+    def cb(ctx, param, value):
+        if value is None:
+            return None
+        try:
+            vals = parse_int_list(value, param.opts[0])
+        except SweepError as exc:
+            raise click.BadParameter(exc.message) from None
+        bad = [v for v in vals if v < lo]
+        if bad:
+            raise click.BadParameter(f"every value must be >= {lo}, got {', '.join(map(str, bad))}")
+        return vals
+    return cb
+
+
+def _spec_configs_cb(ctx, param, value):
+    for text in value or ():
+        try:
+            build_configs((), (text,), False)
+        except SweepError as exc:
+            raise click.BadParameter(exc.message.removeprefix("--speculative-config ")) from None
+    return value
+
+
+def _workloads_cb(ctx, param, value):
+    from specwatch.bench.workloads import WORKLOADS
+
+    wls = tuple(w for w in value.replace(" ", "").split(",") if w)
+    unknown = [w for w in wls if w not in WORKLOADS]
+    if not wls or unknown:
+        raise click.BadParameter(f"unknown workload(s) {', '.join(unknown) or repr(value)}; choose from {', '.join(WORKLOADS)}")
+    return wls
+
+
+def _server_command_cb(ctx, param, value):
+    if value is None:
+        return None
+    if "{port}" not in value:
+        raise click.BadParameter("the template must contain {port} (the sweep picks the port of each server)")
+    try:
+        render_command(value, 8000, {"method": "ngram", "num_speculative_tokens": 1})
+    except SweepError as exc:
+        raise click.BadParameter(exc.message.removeprefix("--server-command").lstrip(": ")) from None
+    except ValueError as exc:  # shlex: unbalanced quotes
+        raise click.BadParameter(f"cannot split it like a shell: {exc}") from None
+    return value
+
+
 @click.command("sweep")
 @click.option("--result-file", type=click.Path(dir_okay=False, path_type=Path), default=Path("specwatch-sweep.json"),
               show_default=True, help="One JSON file with every cell; rerun with the same file to resume.")
-@click.option("--k", "ks", default=",".join(map(str, DEFAULT_KS)), show_default=True,
+@click.option("--k", "ks", default=",".join(map(str, DEFAULT_KS)), show_default=True, callback=_int_list_cb(1),
               help="Comma-separated num_speculative_tokens for ngram servers (ignored with --speculative-config).")
-@click.option("--speculative-config", "spec_configs", multiple=True,
+@click.option("--speculative-config", "spec_configs", multiple=True, callback=_spec_configs_cb,
               help="A --speculative-config JSON (with num_speculative_tokens); repeat for several servers.")
 @click.option("--baseline/--no-baseline", default=True, show_default=True, help="Include a server without speculation (k = 0).")
-@click.option("--workloads", default=",".join(DEFAULT_WORKLOADS), show_default=True,
+@click.option("--workloads", default=",".join(DEFAULT_WORKLOADS), show_default=True, callback=_workloads_cb,
               help="Comma-separated workloads of the load generator (copy, word-chain, random-output, code-return, explain, random-words).")
-@click.option("--concurrency", "concurrencies", default=",".join(map(str, DEFAULT_CONCURRENCIES)), show_default=True,
+@click.option("--concurrency", "concurrencies", default=",".join(map(str, DEFAULT_CONCURRENCIES)), show_default=True, callback=_int_list_cb(1),
               help="Comma-separated max concurrencies.")
-@click.option("--output-len", type=int, default=DEFAULT_OUTPUT_LEN, show_default=True, help="Output tokens per request.")
-@click.option("--num-prompts", type=int, default=None, help="Requests per batch (default: --prompts-per-concurrency × concurrency).")
-@click.option("--prompts-per-concurrency", type=int, default=DEFAULT_PROMPTS_PER_CONCURRENCY, show_default=True)
-@click.option("--num-batches", type=int, default=DEFAULT_NUM_BATCHES, show_default=True, help="Measured batches per cell.")
-@click.option("--warmup-batches", type=int, default=DEFAULT_WARMUP_BATCHES, show_default=True)
+@click.option("--output-len", type=click.IntRange(min=1), default=DEFAULT_OUTPUT_LEN, show_default=True, help="Output tokens per request.")
+@click.option("--num-prompts", type=click.IntRange(min=1), default=None, help="Requests per batch (default: --prompts-per-concurrency × concurrency).")
+@click.option("--prompts-per-concurrency", type=click.IntRange(min=1), default=DEFAULT_PROMPTS_PER_CONCURRENCY, show_default=True)
+@click.option("--num-batches", type=click.IntRange(min=1), default=DEFAULT_NUM_BATCHES, show_default=True, help="Measured batches per cell.")
+@click.option("--warmup-batches", type=click.IntRange(min=0), default=DEFAULT_WARMUP_BATCHES, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--server-command", default=None,
+@click.option("--server-command", default=None, callback=_server_command_cb,
               help="Server command template with {port} and {spec_args} (or {speculative_config}), e.g. "
                    "\"vllm serve MODEL --port {port} {spec_args}\". Default: the embedded vLLM (CPU).")
-@click.option("--port", type=int, default=None, help="Server port (default: a free port for each server).")
+@click.option("--port", type=click.IntRange(1, 65535), default=None, help="Server port (default: a free port for each server).")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--model-dir", default=None, help="Embedded vLLM: the prepared model directory (default: prepare it).")
-@click.option("--startup-timeout", type=float, default=900.0, show_default=True, help="Seconds to wait for each server.")
+@click.option("--startup-timeout", type=click.FloatRange(min=0, min_open=True), default=900.0, show_default=True, help="Seconds to wait for each server.")
 @click.option("--lock/--no-lock", default=True, show_default=True,
               help="Hold flock /tmp/specwatch-vllm.lock while a template server runs (the embedded one always does).")
-@click.option("--api-key", envvar="SPECWATCH_API_KEY", default=None, help="Bearer key for the servers (never written).")
+@click.option("--api-key", envvar=["SPECWATCH_API_KEY", "OPENAI_API_KEY"], default=None, show_envvar=True,
+              help="Bearer key for the servers (never written or logged).")
 @click.option("--log-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Server logs (default: <result-file stem>-logs/ beside it).")
 @click.option("--progress/--no-progress", default=True, show_default=True)
@@ -639,24 +726,13 @@ def sweep(result_file, ks, spec_configs, baseline, workloads, concurrencies, out
     k = 1, 2, 3, 4, 6, 8; workloads copy and random-output; concurrency 1 and 4; 64-token outputs —
     sized for 2 CPU cores. Then: specwatch advise RESULT, specwatch report RESULT.
     """
-    from specwatch.bench.workloads import WORKLOADS
-
-    configs = build_configs(parse_int_list(ks, "--k"), spec_configs, baseline)
-    wls = tuple(w for w in workloads.replace(" ", "").split(",") if w)
-    unknown = [w for w in wls if w not in WORKLOADS]
-    if not wls or unknown:
-        raise SweepError(f"unknown workload(s) {unknown or wls}; choose from {', '.join(WORKLOADS)}")
-    concs = parse_int_list(concurrencies, "--concurrency")
-    if any(c < 1 for c in concs):
-        raise SweepError("concurrencies must be >= 1")
-    for name, v, lo in (("--output-len", output_len, 1), ("--prompts-per-concurrency", prompts_per_concurrency, 1),
-                        ("--num-batches", num_batches, 1), ("--warmup-batches", warmup_batches, 0)):
-        if v < lo:
-            raise SweepError(f"{name} must be >= {lo}, got {v}")
-    if num_prompts is not None and num_prompts < 1:
-        raise SweepError("--num-prompts must be >= 1")
-    if port is not None and not (0 < port < 65536):
-        raise SweepError("--port must be 1..65535")
+    try:
+        configs = build_configs(ks, spec_configs, baseline)
+    except SweepError as exc:
+        raise click.UsageError(exc.message) from None
+    wls, concs = workloads, concurrencies
+    check_writable(result_file, "--result-file")
+    check_dir_writable(log_dir or result_file.with_name(result_file.stem + "-logs"), "--log-dir")
     plan = SweepPlan(configs, wls, concs, output_len, num_prompts, prompts_per_concurrency, num_batches,
                      warmup_batches, seed)
     echo = click.echo
