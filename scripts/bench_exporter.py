@@ -39,6 +39,7 @@ CAPTURES = [FIXTURES / f"vllm-0.32-ngram-k{k}-after-traffic.txt" for k in (2, 4,
 def serve(bodies: list[bytes]) -> tuple[ThreadingHTTPServer, int]:
     class H(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # no 40 ms delayed-ACK stalls between header and body writes
 
         def log_message(self, *a):
             pass
