@@ -199,6 +199,8 @@ def demo(workloads, concurrency, k, output_len, num_batches, equivalence_output_
                 console.print(f"ready in {server.startup_seconds:.0f} s at {server.base_url}")
                 summary["servers"][role] = {"startup_seconds": server.startup_seconds,
                                             "speculative_config": spec_cfg, "port": port}
+                if spec_cfg:
+                    _wait_scraped_up("spec")  # a sample before the traffic: windows and rates need one
                 before = requests.get(server.metrics_url, timeout=10).text
                 cfg = BenchConfig(base_url=server.base_url, role=role, served_model_name=server.served_model_name,
                                   workloads=wl, concurrencies=concs, num_batches=num_batches, warmup_batches=1,
@@ -286,6 +288,21 @@ PROM_CHECKS = {
     "rule: 5m draft acceptance rate (model)": "model_name:specwatch_draft_acceptance_rate:ratio_rate5m",
     "rule: 5m mean acceptance length (model)": "model_name:specwatch_mean_acceptance_length:ratio_rate5m",
 }
+
+
+def _wait_scraped_up(upstream: str, timeout: float = 45.0) -> None:
+    """Wait until Prometheus has scraped the exporter seeing ``upstream`` up (at most ``timeout`` s):
+    the exporter's windows and the 5m rate rules need a sample from before the traffic."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            r = requests.get(f"http://127.0.0.1:{PROM_PORT}/api/v1/query",
+                             params={"query": f'specwatch_up{{upstream="{upstream}"}} == 1'}, timeout=5).json()
+            if r["data"]["result"]:
+                return
+        except (requests.RequestException, KeyError, ValueError):
+            pass
+        time.sleep(1)
 
 
 def _query_prometheus(min_wait: float = 16.0, max_wait: float = 60.0) -> dict[str, list[float]]:
