@@ -39,13 +39,19 @@ def _start(url: str, out: Path, env=None) -> subprocess.Popen:
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
-def _check_files(out: Path, min_batches: int) -> dict:
+def _check_files(out: Path, min_batches: int, killed: bool = False) -> dict:
+    """Both files are complete documents holding every finished batch. After a SIGKILL the two
+    may differ by the one batch whose files were being rewritten (JSON first, then CSV)."""
     doc = json.loads((out / "run.json").read_text())  # always a complete JSON document
     rows = list(csv.DictReader(open(out / "run.csv", newline="")))
     assert len(doc["batches"]) >= min_batches
-    assert len(rows) == len(doc["batches"])
     assert all(b["completed"] == 2 for b in doc["batches"])
-    assert [int(r["batch_index"]) for r in rows] == [b["batch_index"] for b in doc["batches"]]
+    json_idx = [b["batch_index"] for b in doc["batches"]]
+    csv_idx = [int(r["batch_index"]) for r in rows]
+    if killed:
+        assert len(json_idx) - len(csv_idx) in (0, 1) and csv_idx == json_idx[:len(csv_idx)]
+    else:
+        assert csv_idx == json_idx
     return doc
 
 
@@ -57,7 +63,7 @@ def test_killed_run_keeps_finished_batches(tmp_path):
         finally:
             proc.kill()
             proc.wait(10)
-    doc = _check_files(tmp_path, 3)
+    doc = _check_files(tmp_path, 3, killed=True)
     assert doc["status"] == "running"  # it never got to finish
     assert doc["summary"] and doc["summary"][0]["num_batches"] == len(doc["batches"]) - 1
 
