@@ -25,7 +25,7 @@ from prometheus_client.registry import Collector
 from specwatch import __version__
 from specwatch.advice import CostModel, estimated_speedups, recommend_k
 from specwatch.config import ExporterConfig, Upstream
-from specwatch.derive import INVARIANTS, check_invariants, counters_delta, derive, DerivedValues
+from specwatch.derive import INVARIANTS, DerivedValues, add_counters, check_invariants, counters_delta, derive
 from specwatch.vllm_metrics import MetricsParseError, SpecDecodeCounters, UpstreamSnapshot, parse_metrics
 
 log = logging.getLogger("specwatch.exporter")
@@ -137,8 +137,6 @@ def window_delta(history: list[_Sample], now: float, seconds: float, key: tuple[
 
 
 def _add(a: SpecDecodeCounters, b: SpecDecodeCounters) -> SpecDecodeCounters:
-    from specwatch.derive import add_counters
-
     if len(a.accepted_per_position) != len(b.accepted_per_position):
         return b  # k changed inside the window: keep the newest configuration only
     return add_counters(a, b)

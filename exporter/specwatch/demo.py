@@ -30,7 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 from specwatch.config import DEFAULT_PORT
-from specwatch.fileio import atomic_write_json, stop_process_group
+from specwatch.fileio import atomic_write_json, listen_error, stop_process_group
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC_PORT, BASELINE_PORT, BENCH_PORT, PROM_PORT = 8000, 8001, 19338, 9090
@@ -52,18 +52,6 @@ def _wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None, w
             pass
         time.sleep(0.5)
     raise click.ClickException(f"{what} not ready at {url} within {timeout:.0f} s")
-
-
-def _port_free(port: int) -> bool:
-    import socket
-
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers bind: TIME_WAIT is fine
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
 
 
 def _spec_curve(before_text: str | None, after_text: str | None) -> dict | None:
@@ -137,7 +125,7 @@ def demo(workloads, concurrency, k, output_len, num_batches, equivalence_output_
         raise click.ClickException("Debian's prometheus is not installed: run scripts/setup.sh")
     if not prom_cfg.exists():
         raise click.ClickException(f"{prom_cfg} not found: run specwatch demo from a clone of the repository")
-    busy = [p for p in (SPEC_PORT, BASELINE_PORT, BENCH_PORT, PROM_PORT, DEFAULT_PORT) if not _port_free(p)]
+    busy = [p for p in (SPEC_PORT, BASELINE_PORT, BENCH_PORT, PROM_PORT, DEFAULT_PORT) if listen_error("127.0.0.1", p)]
     if busy:
         raise click.ClickException(f"ports in use: {busy}; the embedded default needs 8000, 8001, 9090, 19337, 19338")
 

