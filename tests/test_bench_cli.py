@@ -104,6 +104,15 @@ def test_cli_complete_run_and_env_api_key(tmp_path):
         assert key not in f.read_text()
 
 
+def test_cli_creates_missing_result_dir(tmp_path):
+    out = tmp_path / "new" / "deeper"
+    with ThreadedStub(StubConfig(k=4)) as stub:
+        r = CliRunner().invoke(bench, _args(stub.url, out, "--num-batches", "1", "--warmup-batches", "0"))
+    assert r.exit_code == 0, r.output
+    assert json.loads((out / "run.json").read_text())["status"] == "complete"
+    assert (out / "run.csv").exists()
+
+
 def test_cli_bad_input():
     r = CliRunner().invoke(bench, ["--dataset-name", "copy,bogus"])
     assert r.exit_code == 2 and "bogus" in r.output

@@ -19,6 +19,8 @@ from specwatch.kchoice import (
     ThroughputPrediction,
     advise,
     advise_from_curve,
+    cell_scores,
+    cross_validate,
     dynamic_schedule,
     evaluate_choices,
     expected_length,
@@ -214,6 +216,72 @@ def test_evaluate_choices_reports_shortfall():
     (cell,) = evaluate_choices(recs, ms)
     assert cell.picked_k == 4 and cell.best_k == 2
     assert cell.shortfall == pytest.approx(1 - 30.0 / 90.0)
+
+
+def _tpm(k: int, predicted: float, measured: float | None, c: int = 1, wl: str = "copy") -> ThroughputPrediction:
+    return ThroughputPrediction(wl, c, k, predicted, measured, 1.0, float(k), None)
+
+
+def test_measured_basis_follows_the_measurement_and_calibrates_unmeasured_k():
+    # the model thinks k=6 and k=8 tie (0.8 % apart); the runs say k=8 is 4 % faster
+    ps = [_tpm(0, 100.0, 100.0), _tpm(6, 200.0, 200.0), _tpm(7, 200.8, None), _tpm(8, 201.6, 208.0)]
+    model = {r.workload: r for r in recommend(ps, 0.02, "measured", "model")}["copy"]
+    assert model.k == 6  # within the 2 % tolerance of the predicted best
+    measured = {r.workload: r for r in recommend(ps, 0.02, "measured", "measured")}["copy"]
+    assert measured.k == 8 and measured.scores == {0: 100.0, 6: 200.0, 8: 208.0}
+    assert measured.speedup == pytest.approx(2.08)
+    # k=7 was not run: prediction × the measured/predicted ratio interpolated between k=6 (1.0)
+    # and k=8 (208 / 201.6)
+    sc = cell_scores({p.k: p for p in ps}, "measured")
+    assert sc[7] == pytest.approx(200.8 * (1.0 + 0.5 * (208.0 / 201.6 - 1.0)))
+    assert cell_scores({p.k: p for p in ps}, "model")[8] == 201.6
+    # beyond the last measured k the nearest ratio is used; with no measured k > 0 the prediction
+    sc = cell_scores({0: _tpm(0, 50.0, 50.0), 2: _tpm(2, 80.0, 88.0), 4: _tpm(4, 90.0, None)}, "measured")
+    assert sc[4] == pytest.approx(90.0 * 1.1)
+    assert cell_scores({0: _tpm(0, 50.0, 50.0), 4: _tpm(4, 90.0, None)}, "measured")[4] == 90.0
+    with pytest.raises(KChoiceError):
+        recommend(ps, 0.02, "measured", "guess")
+
+
+def test_measured_basis_shortfall_is_bounded_by_the_tolerance():
+    """Whatever the model says, a measured-basis pick is within the tolerance of the best measured
+    k (the property the accuracy benchmark checks on the real vLLM)."""
+    rng = random.Random(7)
+    for _ in range(200):
+        ks = (0, 1, 2, 4, 8)
+        ps = [_tpm(k, rng.uniform(50, 150), rng.uniform(50, 150)) for k in ks]
+        tol = rng.choice((0.0, 0.01, 0.02, 0.05))
+        (r,) = [r for r in recommend(ps, tol, "measured", "measured") if r.workload == "copy"]
+        best = max(p.measured for p in ps)
+        assert r.scores[r.k] >= best * (1 - tol) - 1e-9
+        assert all(r.scores[k] < best * (1 - tol) for k in r.scores if k < r.k)  # the smallest such k
+
+
+def _mb(k: int, batches: tuple[float, ...], wl: str = "copy", c: int = 1) -> Measurement:
+    return Measurement("baseline" if k == 0 else f"ngram-k{k}", k, wl, c, sum(batches) / len(batches),
+                       family="" if k == 0 else "ngram", batch_throughputs=batches)
+
+
+def test_cross_validation_picks_on_one_half_and_judges_on_the_other():
+    ms = [_mb(0, (100.0, 100.0, 100.0, 100.0)),
+          _mb(2, (150.0, 140.0, 150.0, 140.0)),   # even batches: 150, odd: 140
+          _mb(4, (148.0, 160.0, 148.0, 160.0))]   # even batches: 148, odd: 160
+    cvs = {cv.fold: cv for cv in cross_validate(ms, tolerance=0.02)}
+    # even half: k=2 (150) and k=4 (148) within 2 % -> k=2; judged on odd: best k=4 (160)
+    assert (cvs["even→odd"].picked_k, cvs["even→odd"].best_k) == (2, 4)
+    assert cvs["even→odd"].shortfall == pytest.approx(1 - 140.0 / 160.0)
+    # odd half: k=4 (160) -> judged on even: best k=2 (150), k=4 gets 148
+    assert (cvs["odd→even"].picked_k, cvs["odd→even"].best_k) == (4, 2)
+    assert cvs["odd→even"].shortfall == pytest.approx(1 - 148.0 / 150.0)
+    # unequal batch counts or a single batch: no cross-validation for that cell
+    assert cross_validate([_mb(0, (1.0, 2.0)), _mb(2, (3.0, 4.0, 5.0))]) == []
+    assert cross_validate([_mb(0, (1.0,)), _mb(2, (3.0,))]) == []
+    # advise() carries it, with its summary
+    a = advise([synth(0, 0.8), synth(2, 0.8), synth(4, 0.8)])
+    assert len(a.cross_validation) == 2
+    summ = a.cross_validation_summary
+    assert summ["n"] == 2 and summ["worst_shortfall"] >= summ["mean_shortfall"] >= 0.0
+    assert a.to_dict()["cross_validation_summary"] == summ
 
 
 # ------------------------------------------------------------------------------- vLLM config

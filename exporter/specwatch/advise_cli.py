@@ -4,8 +4,9 @@ From a sweep result (``specwatch sweep``), for each speculative family (the spec
 without its k): the expected acceptance length of every smaller k predicted from the largest k's
 per-position curve and its error against the runs measured at those k; the step-time fit per
 (workload, concurrency); the predicted throughput of every k; the recommended k per workload and
-concurrency and over all workloads (smaller k preferred within ``--tolerance``; k = 0 = speculation
-off); and a ready-to-paste ``--speculative-config`` with vLLM's dynamic
+concurrency and over all workloads (by measured throughput where a k was run, ``--basis``; smaller
+k preferred within ``--tolerance``; k = 0 = speculation off), with a half-batch cross-validation of
+the picks; and a ready-to-paste ``--speculative-config`` with vLLM's dynamic
 ``num_speculative_tokens_per_batch_size`` table. The maths is in :mod:`specwatch.kchoice`.
 
 Live (``--exporter URL`` or ``--prometheus URL``): the per-position curve comes from the exporter's
@@ -40,7 +41,8 @@ DEFAULT_LIVE_CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64)
 
 
 def advise_sweep(doc: dict[str, Any], *, tolerance: float = DEFAULT_TOLERANCE, candidates: str = "measured",
-                 prior: CostModel | None = None, fit_ks=None, acceptance: str = "measured") -> list[Advice]:
+                 prior: CostModel | None = None, fit_ks=None, acceptance: str = "measured",
+                 basis: str = "measured") -> list[Advice]:
     """One :class:`specwatch.kchoice.Advice` per speculative family of a sweep result document,
     each with the baseline runs. Raises KChoiceError if the sweep has no usable speculative run."""
     from specwatch.sweep import measurements
@@ -64,7 +66,8 @@ def advise_sweep(doc: dict[str, Any], *, tolerance: float = DEFAULT_TOLERANCE, c
                 break
         try:
             out.append(kchoice.advise(base + spec, tolerance=tolerance, prior=prior, candidates=candidates,
-                              base_config=base_cfg, family=fam, fit_ks=fit_ks, acceptance=acceptance))
+                              base_config=base_cfg, family=fam, fit_ks=fit_ks, acceptance=acceptance,
+                                      basis=basis))
         except KChoiceError as exc:
             if len(fams) == 1:
                 raise
@@ -169,7 +172,8 @@ def render_advice(a: Advice, console) -> None:
                       f"{te['mean_abs_relative'] * 100:.1f} %, max {te['max_abs_relative'] * 100:.1f} %"
                       + ("" if a.noise is None else f"; measurement noise (median rel. std. error) {a.noise * 100:.1f} %"))
 
-    t = Table(title=f"Recommended k (smallest k within {a.tolerance * 100:.1f} % of the best prediction; 0 = speculation off)")
+    what = "throughput (measured where run, else calibrated prediction)" if a.basis == "measured" else "predicted throughput"
+    t = Table(title=f"Recommended k (smallest k within {a.tolerance * 100:.1f} % of the best {what}; 0 = speculation off)")
     for col in ("workload", "conc.", "recommended k", "best k", "speedup vs baseline", "note"):
         t.add_column(col, justify="left" if col in ("workload", "note") else "right")
     for r in a.recommendations:
@@ -187,6 +191,11 @@ def render_advice(a: Advice, console) -> None:
             t.add_row(x.workload, str(x.concurrency), str(x.picked_k), str(x.best_k), _f(x.picked_throughput, ".1f"),
                       _f(x.best_throughput, ".1f"), _f(None if x.shortfall is None else x.shortfall * 100, ".1f", " %"))
         console.print(t)
+    cv = a.cross_validation_summary
+    if cv["n"]:
+        console.print(f"cross-validation (k picked on half of the batches, judged on the other half, {cv['n']} picks): "
+                      f"within 3 % of that half's best in {cv['within_3_percent']}/{cv['n']}, mean shortfall "
+                      f"{cv['mean_shortfall'] * 100:.1f} %, worst {cv['worst_shortfall'] * 100:.1f} %")
     render_config(a.speculative_config, a.k_by_concurrency, console)
 
 
@@ -318,13 +327,16 @@ def _fit_k_cb(ctx, param, value):
 @click.option("--base-config", default=None, help="Live: the speculative config to extend (JSON; default ngram, lookup 2-5).")
 @click.option("--acceptance", type=click.Choice(["measured", "curve"]), default="measured", show_default=True,
               help="Sweep: tokens per step of a measured k from its own run (measured) or from the largest k's curve (curve).")
+@click.option("--basis", type=click.Choice(["measured", "model"]), default="measured", show_default=True,
+              help="Sweep: score a measured k by its measured throughput (measured; the model fills in k not run) "
+                   "or every k by the model's prediction (model).")
 @click.option("--fit-k", "fit_k", default=None, callback=_fit_k_cb,
               help="Sweep: fit the step cost only on the runs at these k (e.g. 1,8) and predict the others (held-out check).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the advice as JSON here.")
 def advise_cmd(result_file, exporter_url, prometheus_url, window, concurrencies, tolerance, candidates,
                step_cost_per_draft_token, step_cost_per_draft_token_per_running_request, base_config, acceptance,
-               fit_k, json_path) -> None:
+               basis, fit_k, json_path) -> None:
     """Recommend num_speculative_tokens per concurrency from a sweep RESULT_FILE (or live data)."""
     from specwatch.sweep import atomic_write_json, check_writable, load_result, parse_int_list
 
@@ -354,7 +366,7 @@ def advise_cmd(result_file, exporter_url, prometheus_url, window, concurrencies,
                     f"(runs at k = {', '.join(map(str, sorted(run_ks))) or 'none'})")
         try:
             advices = advise_sweep(doc, tolerance=tolerance, candidates=candidates, prior=cost, acceptance=acceptance,
-                                   fit_ks=fit_k)
+                                   fit_ks=fit_k, basis=basis)
         except KChoiceError as exc:
             raise click.ClickException(str(exc)) from None
         if doc.get("status") != "complete":
@@ -364,7 +376,7 @@ def advise_cmd(result_file, exporter_url, prometheus_url, window, concurrencies,
         if json_path:
             atomic_write_json(json_path, {"source": str(result_file), "tolerance": tolerance, "candidates": candidates,
                                           "fit_k": None if fit_k is None else list(fit_k), "acceptance": acceptance,
-                                          "families": [a.to_dict() for a in advices]})
+                                          "basis": basis, "families": [a.to_dict() for a in advices]})
         return
 
     base: dict[str, Any] | None = None

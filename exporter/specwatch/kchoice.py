@@ -56,11 +56,16 @@ the measured batches).
    was not run takes the curve's value scaled by the measured / curve ratio interpolated between
    its nearest measured neighbours; ``"curve"`` predicts every k from the curve alone.
 
-4. Recommendation (:func:`recommend`): the k with the highest predicted throughput, preferring the
-   smallest k whose prediction is within ``tolerance`` (relative) of the best
-   (:func:`specwatch.advice.recommend_k`), k = 0 included — so speculation is switched off when it
-   does not beat the baseline by more than the tolerance. Per concurrency over all workloads, the
-   score of k is the geometric mean over workloads of thr̂(k) / thr(baseline).
+4. Recommendation (:func:`recommend`): the k with the highest score, preferring the smallest k
+   whose score is within ``tolerance`` (relative) of the best (:func:`specwatch.advice.recommend_k`),
+   k = 0 included — so speculation is switched off when it does not beat the baseline by more than
+   the tolerance. With ``basis="measured"`` (the CLI's default) the score of a k that was run is its
+   measured throughput (the model does not overrule a measurement) and the score of a k that was
+   not run is its prediction times the measured / predicted ratio interpolated between its nearest
+   measured neighbours; ``"model"`` scores every k by its prediction alone. Per concurrency over
+   all workloads, the score of k is the geometric mean over workloads of score(k) / score(baseline).
+   :func:`cross_validate` checks how well a pick made on half of a sweep's batches holds on the
+   other half (the batches are paired: batch b sends the same prompts to every configuration).
 
 5. vLLM's dynamic speculative decoding (:func:`dynamic_schedule`): the per-concurrency choices
    become ``num_speculative_tokens_per_batch_size`` ranges ``[start_bs, end_bs, k]`` (inclusive,
@@ -91,6 +96,9 @@ __all__ = [
     "ThroughputPrediction",
     "advise",
     "advise_from_curve",
+    "cell_scores",
+    "CrossValidationCell",
+    "cross_validate",
     "dynamic_schedule",
     "evaluate_choices",
     "expected_length",
@@ -574,48 +582,80 @@ def _choose(scores: dict[int, float], tolerance: float) -> tuple[int, int]:
     return recommend_k(scores, tolerance), best
 
 
+def cell_scores(ps: Mapping[int, ThroughputPrediction], basis: str = "measured") -> dict[int, float]:
+    """Score (output tokens/s) of every k of one (workload, concurrency) cell.
+
+    ``basis="model"``: the prediction. ``basis="measured"``: the measured throughput of a k that
+    was run; for a k that was not, the prediction times the measured / predicted ratio of the
+    measured k > 0 around it (linear in k between the nearest measured neighbours, the nearest
+    one's ratio beyond them; the plain prediction when no k > 0 was measured).
+    """
+    if basis == "model":
+        return {k: p.predicted for k, p in ps.items()}
+    ratios = {k: p.measured / p.predicted for k, p in ps.items()
+              if k > 0 and p.measured is not None and p.predicted > 0}
+    out: dict[int, float] = {}
+    for k, p in ps.items():
+        if p.measured is not None:
+            out[k] = p.measured
+            continue
+        lo = max((j for j in ratios if j < k), default=None)
+        hi = min((j for j in ratios if j > k), default=None)
+        if lo is None and hi is None:
+            r = 1.0
+        elif lo is None or hi is None:
+            r = ratios[hi if lo is None else lo]
+        else:
+            r = ratios[lo] + (k - lo) / (hi - lo) * (ratios[hi] - ratios[lo])
+        out[k] = p.predicted * r
+    return out
+
+
 def recommend(
     predictions: Iterable[ThroughputPrediction],
     tolerance: float = DEFAULT_TOLERANCE,
     candidates: str = "measured",
+    basis: str = "model",
 ) -> list[Recommendation]:
     """Per (workload, concurrency) and per concurrency over all workloads ("*").
 
     ``candidates``: "measured" (k = 0 and the k that were run) or "all" (every k ≤ K, including
-    k that were only predicted). Raises KChoiceError for a bad tolerance or candidates value.
+    k that were only predicted). ``basis``: what a k is scored by (:func:`cell_scores`):
+    "measured" or "model". Raises KChoiceError for a bad tolerance, candidates or basis value.
     """
     if not (0.0 <= tolerance < 1.0):
         raise KChoiceError(f"tolerance must be in [0, 1), got {tolerance!r}")
     if candidates not in ("measured", "all"):
         raise KChoiceError(f"candidates must be 'measured' or 'all', got {candidates!r}")
+    if basis not in ("measured", "model"):
+        raise KChoiceError(f"basis must be 'measured' or 'model', got {basis!r}")
     cells: dict[tuple[str, int], dict[int, ThroughputPrediction]] = defaultdict(dict)
     for p in predictions:
         cells[(p.workload, p.concurrency)][p.k] = p
     out: list[Recommendation] = []
-    per_conc: dict[int, list[dict[int, ThroughputPrediction]]] = defaultdict(list)
+    per_conc: dict[int, list[dict[int, float]]] = defaultdict(list)
     for (wl, c), ps in sorted(cells.items()):
-        usable = {k: p for k, p in ps.items() if candidates == "all" or p.measured is not None}
-        if not any(k > 0 for k in usable):
+        all_scores = cell_scores(ps, basis)
+        scores = {k: v for k, v in all_scores.items() if candidates == "all" or ps[k].measured is not None}
+        if not any(k > 0 for k in scores):
             continue
-        scores = {k: p.predicted for k, p in usable.items()}
         k, best = _choose(scores, tolerance)
-        base = ps.get(0)
         out.append(Recommendation(
             wl, c, k, best, tolerance, scores,
-            None if base is None else scores[k] / base.predicted,
+            None if 0 not in scores else scores[k] / scores[0],
             tuple(sorted(kk for kk, p in ps.items() if p.measured is not None)),
         ))
-        per_conc[c].append(usable)
+        per_conc[c].append(scores)
     for c, cell_list in sorted(per_conc.items()):
         common = set.intersection(*(set(u) for u in cell_list))
         if not any(k > 0 for k in common):
             continue
-        scores: dict[int, float] = {}
+        scores = {}
         for k in sorted(common):
             logs = []
             for u in cell_list:
-                ref = u[0].predicted if 0 in u else max(p.predicted for p in u.values())
-                logs.append(math.log(u[k].predicted / ref))
+                ref = u[0] if 0 in u else max(u.values())
+                logs.append(math.log(u[k] / ref))
             scores[k] = math.exp(statistics.fmean(logs))
         k, best = _choose(scores, tolerance)
         out.append(Recommendation("*", c, k, best, tolerance, scores, scores[k] if 0 in common else None,
@@ -710,6 +750,53 @@ def evaluate_choices(recs: Iterable[Recommendation], measurements: Iterable[Meas
     return out
 
 
+@dataclass(frozen=True)
+class CrossValidationCell:
+    """A pick made on one half of a cell's measured batches (``fold`` "even→odd": chosen on
+    batches 0, 2, …, judged on 1, 3, …; "odd→even" the other way), judged on the other half:
+    throughputs (output tokens/s) are the judging half's mean per-batch throughputs."""
+
+    workload: str
+    concurrency: int
+    fold: str
+    picked_k: int
+    best_k: int
+    picked_throughput: float
+    best_throughput: float
+
+    @property
+    def shortfall(self) -> float:
+        """1 − picked / best on the judging half (0 when the pick is the judging half's best)."""
+        return 1.0 - self.picked_throughput / self.best_throughput
+
+
+def cross_validate(measurements: Iterable[Measurement], tolerance: float = DEFAULT_TOLERANCE) -> list[CrossValidationCell]:
+    """How well a measured-basis pick holds on batches it did not see.
+
+    For every (workload, concurrency) cell whose runs (baseline and every k) have the same number
+    n ≥ 2 of measured batches (``Measurement.batch_throughputs``, from the load generator's
+    ``output_throughput_per_batch``), the k is chosen on the even-numbered batches (smallest k
+    within ``tolerance`` of the best mean, as :func:`recommend` does) and judged on the
+    odd-numbered ones, and the other way round. The load generator sends batch b the same prompts
+    on every server, so the halves are paired samples. Cells with unequal batch counts are left
+    out. Returns two :class:`CrossValidationCell` per usable cell.
+    """
+    out: list[CrossValidationCell] = []
+    for (wl, c), runs in sorted(_cells(measurements).items()):
+        by_k = {m.k: m.batch_throughputs for m in runs}
+        ns = {len(b) for b in by_k.values()}
+        if len(ns) != 1 or min(ns) < 2 or not any(k > 0 for k in by_k):
+            continue
+        halves = {"even": {k: statistics.fmean(b[0::2]) for k, b in by_k.items()},
+                  "odd": {k: statistics.fmean(b[1::2]) for k, b in by_k.items()}}
+        for pick_on, judge_on in (("even", "odd"), ("odd", "even")):
+            picked = recommend_k(halves[pick_on], tolerance)
+            judge = halves[judge_on]
+            best = max(judge, key=lambda k: (judge[k], -k))
+            out.append(CrossValidationCell(wl, c, f"{pick_on}→{judge_on}", picked, best, judge[picked], judge[best]))
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # Everything together
 # --------------------------------------------------------------------------------------------
@@ -729,6 +816,17 @@ class Advice:
     k_by_concurrency: dict[int, int] = field(default_factory=dict)
     speculative_config: dict[str, Any] | None = None
     noise: float | None = None
+    basis: str = "measured"
+    cross_validation: list[CrossValidationCell] = field(default_factory=list)
+
+    @property
+    def cross_validation_summary(self) -> dict[str, Any]:
+        """``{"n", "worst_shortfall", "mean_shortfall", "within_3_percent"}`` over
+        :attr:`cross_validation` (None values when it is empty)."""
+        vals = [cv.shortfall for cv in self.cross_validation]
+        return {"n": len(vals), "worst_shortfall": max(vals) if vals else None,
+                "mean_shortfall": statistics.fmean(vals) if vals else None,
+                "within_3_percent": sum(1 for v in vals if v <= 0.03)}
 
     def acceptance_error_over(self, min_drafts: float = 0.0) -> dict[str, float | None]:
         """Mean and max |relative error| of E(k) over the measured k < K whose run made at least
@@ -787,8 +885,11 @@ class Advice:
             "throughput_error": self.throughput_error,
             "step_cost_fits": [dict(asdict(f), max_residual=f.max_residual) for f in self.fits],
             "recommendations": [rec(r) for r in self.recommendations],
+            "basis": self.basis,
             "accuracy": [dict(asdict(a), shortfall=a.shortfall) for a in self.accuracy],
             "worst_shortfall": self.worst_shortfall,
+            "cross_validation": [dict(asdict(cv), shortfall=cv.shortfall) for cv in self.cross_validation],
+            "cross_validation_summary": self.cross_validation_summary,
             "k_by_concurrency": {str(c): k for c, k in self.k_by_concurrency.items()},
             "speculative_config": self.speculative_config,
             "num_speculative_tokens_per_batch_size": None if not self.speculative_config
@@ -806,18 +907,20 @@ def advise(
     family: str = "",
     fit_ks: Iterable[int] | None = None,
     acceptance: str = "curve",
+    basis: str = "measured",
 ) -> Advice:
-    """Run steps 1–6 on the baseline runs and the speculative runs of one family (``fit_ks``: see
-    :func:`predict_throughputs`).
+    """Run steps 1–6 on the baseline runs and the speculative runs of one family (``fit_ks``,
+    ``acceptance``: see :func:`predict_throughputs`; ``basis``: see :func:`recommend`), with the
+    half-batch cross-validation of :func:`cross_validate`.
 
-    Raises KChoiceError if there is no speculative run.
+    Raises KChoiceError if there is no speculative run or an argument is out of range.
     """
     ms = list(measurements)
     if not any(m.k > 0 for m in ms):
         raise KChoiceError("no speculative run to advise from")
     acc = predict_acceptance_lengths(ms)
     preds, fits = predict_throughputs(ms, prior, fit_ks, acceptance)
-    recs = recommend(preds, tolerance, candidates)
+    recs = recommend(preds, tolerance, candidates, basis)
     k_by_c = {r.concurrency: r.k for r in recs if r.workload == "*"}
     noises = [m.noise for m in ms if m.noise is not None]
     return Advice(
@@ -831,6 +934,8 @@ def advise(
         k_by_concurrency=k_by_c,
         speculative_config=speculative_config_advice(base_config, k_by_c) if k_by_c else None,
         noise=statistics.median(noises) if noises else None,
+        basis=basis,
+        cross_validation=cross_validate(ms, tolerance),
     )
 
 

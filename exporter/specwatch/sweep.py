@@ -744,6 +744,9 @@ def sweep(result_file, ks, spec_configs, baseline, workloads, concurrencies, out
              "CPU numbers are noisy: compare within one sweep.")
     echo(f"configs: {', '.join(c.name for c in configs)}; workloads: {', '.join(wls)}; "
          f"concurrency: {', '.join(map(str, concs))}; results: {result_file}")
+    from specwatch.fileio import install_stop_signals
+
+    install_stop_signals()
     try:
         run_sweep(plan, result_file, template=server_command, port=port, host=host, log_dir=log_dir,
                   startup_timeout=startup_timeout, lock=lock, api_key=api_key, model_dir=model_dir,

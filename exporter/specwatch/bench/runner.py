@@ -165,9 +165,11 @@ class BenchConfig:
         overwritten). Otherwise the default name gets a ``-2``, ``-3``, … suffix until neither
         the JSON nor the CSV exists, and the JSON is created empty with exclusive creation
         (``open(..., "x")``), so two runs started in the same second (even in two processes)
-        get different files. Raises OSError when the directory cannot be written.
+        get different files. The result directory is created when missing (like
+        ``vllm bench serve --result-dir``). Raises OSError when it cannot be created or written.
         """
         json_path, csv_path = self.result_paths(date)
+        json_path.parent.mkdir(parents=True, exist_ok=True)
         if self.result_filename:
             return json_path, csv_path
         stem = json_path.stem
