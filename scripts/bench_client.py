@@ -1,8 +1,14 @@
 #!/usr/bin/env python3
 """Client-side speed of ``specwatch bench`` versus ``vllm bench serve``'s client.
 
-Both clients drive the same local streaming stub (:mod:`specwatch.bench.stubserver`, run in its
-own process, answering instantly) with the same ShareGPT-format prompts in the same order
+Both clients drive the same local streaming stub, run in its own process and answering
+instantly: by default :mod:`specwatch.bench.faststub` (raw HTTP, precomputed events, one event per
+running request per engine-like step; it spends less CPU per token than either client, so the
+clients are what is measured), or with ``--stub aiohttp`` the test stub
+(:mod:`specwatch.bench.stubserver`, ~8 µs of CPU per token: then the stub is the bottleneck and
+the figures mostly show how each client's read pattern changes the stub's cost). On a machine with
+two or more CPUs the stub is pinned to one CPU and the clients to another (``--no-pin`` to turn
+off), so neither steals the other's core. They get the same ShareGPT-format prompts in the same order
 (``specwatch/data/sharegpt_sample.json``; vLLM's client gets them pre-ordered with
 ``--disable-shuffle``), the same output length (``ignore_eos``) and the same concurrency, so the stub's speed is shared and the difference is the client. Rounds alternate
 (ours first in odd rounds, vLLM's first in even ones); the medians of sustained requests/s and output tokens/s (each tool's own
@@ -12,7 +18,7 @@ ratio = ours / vLLM's (goal ≥ 1.0).
 ``vllm bench serve`` needs a tokenizer; a small word-level tokenizer is built locally with the
 ``tokenizers`` package (no download). Each client runs in a fresh subprocess.
 
-Usage: ``python scripts/bench_client.py [--concurrency 64] [--num-prompts 2000] [--output-len 256] [--rounds 3]``
+Usage: ``python scripts/bench_client.py [--concurrency 64] [--num-prompts 2000] [--output-len 256] [--rounds 3] [--stub fast|aiohttp] [--no-pin]``
 """
 
 from __future__ import annotations
@@ -89,6 +95,15 @@ main(p.parse_args(sys.argv[1:]))
 """
 
 
+#: CPU sets (stub, clients) when pinning; None = no pinning.
+PIN: tuple[set[int], set[int]] | None = None
+
+
+def _client_preexec():
+    if PIN is not None:
+        os.sched_setaffinity(0, PIN[1])
+
+
 def run_vllm(url: str, tok: Path, dataset: Path, out: Path, conc: int, n: int, out_len: int, model: str) -> dict:
     args = [
         "--backend", "openai", "--base-url", url, "--endpoint", "/v1/completions",
@@ -99,7 +114,8 @@ def run_vllm(url: str, tok: Path, dataset: Path, out: Path, conc: int, n: int, o
         "--save-result", "--result-dir", str(out.parent), "--result-filename", out.name,
     ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
-    r = subprocess.run([PY, "-c", VLLM_DRIVER, *args], capture_output=True, text=True, env=env)
+    r = subprocess.run([PY, "-c", VLLM_DRIVER, *args], capture_output=True, text=True, env=env,
+                       preexec_fn=_client_preexec)
     if r.returncode != 0:
         raise RuntimeError(f"vllm bench serve failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
     d = json.loads(out.read_text())
@@ -115,7 +131,7 @@ def run_ours(url: str, dataset: Path, out: Path, conc: int, n: int, out_len: int
         "--num-batches", "1", "--warmup-batches", "0", "--metrics-port", "0", "--no-progress",
         "--no-equivalence", "--result-dir", str(out.parent), "--result-filename", out.name,
     ]
-    r = subprocess.run([PY, *args], capture_output=True, text=True)
+    r = subprocess.run([PY, *args], capture_output=True, text=True, preexec_fn=_client_preexec)
     if r.returncode != 0:
         raise RuntimeError(f"specwatch bench failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
     b = json.loads(out.read_text())["batches"][0]
@@ -162,7 +178,14 @@ def main() -> None:
     ap.add_argument("--model", default=None)
     ap.add_argument("--tokenizer", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    ap.add_argument("--stub", choices=("fast", "aiohttp"), default="fast",
+                    help="which local stub: the fast one (default; measures the clients) or the aiohttp test stub")
+    ap.add_argument("--no-pin", action="store_true", help="do not pin the stub and the clients to separate CPUs")
     a = ap.parse_args()
+    global PIN
+    cpus = sorted(os.sched_getaffinity(0))
+    if not a.no_pin and len(cpus) >= 2 and not (a.real_vllm or a.base_url):
+        PIN = ({cpus[0]}, set(cpus[1:]))
 
     import specwatch.bench.workloads as wl
 
@@ -185,8 +208,10 @@ def main() -> None:
                          a.output_len, srv.served_model_name)
             ours, theirs = rounds(srv.base_url, srv.model_dir or default_model_dir(), dataset, a, srv.served_model_name)
     else:
-        stub = subprocess.Popen([PY, "-m", "specwatch.bench.stubserver", "--port", str(port), "--k", "4"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cmd = ([PY, "-m", "specwatch.bench.faststub", "--port", str(port)] if a.stub == "fast"
+               else [PY, "-m", "specwatch.bench.stubserver", "--port", str(port), "--k", "4"])
+        stub = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                preexec_fn=(lambda: os.sched_setaffinity(0, PIN[0])) if PIN else None)
         try:
             wait_http(url + "/v1/models")
             ours, theirs = rounds(url, None, dataset, a, "stub-model")
@@ -206,14 +231,17 @@ def main() -> None:
     }
     res["ratio_request_throughput"] = res["specwatch_request_throughput"] / res["vllm_request_throughput"]
     res["ratio_output_throughput"] = res["specwatch_output_throughput"] / res["vllm_output_throughput"]
-    print(f"median over {a.rounds} rounds, concurrency {a.concurrency}, {a.num_prompts} requests x {a.output_len} tokens:")
+    where = "real vLLM" if (a.real_vllm or a.base_url) else (
+        f"{a.stub} stub" + (f", stub on CPU {sorted(PIN[0])}, clients on CPU {sorted(PIN[1])}" if PIN else ""))
+    print(f"median over {a.rounds} rounds, concurrency {a.concurrency}, {a.num_prompts} requests x {a.output_len} tokens ({where}):")
     print(f"  specwatch bench : {res['specwatch_request_throughput']:.2f} req/s, {res['specwatch_output_throughput']:.1f} tok/s")
     print(f"  vllm bench serve: {res['vllm_request_throughput']:.2f} req/s, {res['vllm_output_throughput']:.1f} tok/s")
     real = a.real_vllm or bool(a.base_url)
     goal = "within 5 %" if real else ">= 1.0"
     print(f"  ratio (ours / vLLM's): requests/s {res['ratio_request_throughput']:.3f}, tokens/s {res['ratio_output_throughput']:.3f}"
           f"  (goal {goal})")
-    res["target"] = "real vLLM" if real else "stub"
+    res["target"] = "real vLLM" if real else f"{a.stub} stub"
+    res["pinned"] = PIN is not None
     if a.json:
         a.json.write_text(json.dumps(res, indent=1) + "\n")
 

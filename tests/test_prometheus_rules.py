@@ -23,7 +23,6 @@ import yaml
 
 from specwatch.costmodel import CostModel, estimated_speedup, step_cost_factor
 from specwatch.mixin import generate
-from specwatch.mixin.alerts import alert_rules
 from specwatch.mixin.config import LEVEL_LABELS, MixinConfig, parse_duration
 from specwatch.mixin.rules import rule_groups
 
@@ -296,8 +295,8 @@ def test_speedup_rule_uses_the_configured_cost_model(tmp_path):
                 {"series": f"specwatch_drafts_total{{{lab}}}", "values": "0+120x20"},
                 {"series": f"specwatch_draft_tokens_total{{{lab}}}", "values": "0+360x20"},
                 {"series": f"specwatch_accepted_tokens_total{{{lab}}}", "values": "0+240x20"},
-                {"series": f'vllm:num_requests_running{{job="vllm", instance="v:1", upstream="u", model_name="m", engine="0"}}', "values": "5x20"},
-                {"series": f'vllm:spec_decode_num_drafts_total{{job="vllm", instance="v:1", upstream="u", model_name="m", engine="0"}}', "values": "0+1x20"},
+                {"series": 'vllm:num_requests_running{job="vllm", instance="v:1", upstream="u", model_name="m", engine="0"}', "values": "5x20"},
+                {"series": 'vllm:spec_decode_num_drafts_total{job="vllm", instance="v:1", upstream="u", model_name="m", engine="0"}', "values": "0+1x20"},
             ],
             "promql_expr_test": [
                 {"expr": f"abs(upstream_engine:specwatch_estimated_speedup:ratio_rate5m - {expected!r}) < bool 1e-9",

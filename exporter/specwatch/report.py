@@ -312,7 +312,7 @@ def render_report(doc: Mapping[str, Any], *, tolerance: float = DEFAULT_TOLERANC
                               _n(None if p.relative_error is None else p.relative_error * 100, "+.1f", " %")]
                              for p in a.acceptance]))
         parts.append(_table(
-            ["workload", "concurrency", "recommended k", "best predicted k", "predicted speedup"],
+            ["workload", "concurrency", "recommended k", "best k", "speedup vs baseline"],
             [["all workloads" if r.workload == "*" else r.workload, r.concurrency,
               f"{r.k} (speculation off)" if r.k == 0 else r.k, r.best_k, _n(r.speedup, ".2f", "×")]
              for r in a.recommendations]))
@@ -322,6 +322,11 @@ def render_report(doc: Mapping[str, Any], *, tolerance: float = DEFAULT_TOLERANC
             parts.append(_table(["workload", "concurrency", "picked k", "best measured k", "picked tok/s", "best tok/s", "shortfall"],
                                 [[x.workload, x.concurrency, x.picked_k, x.best_k, _n(x.picked_throughput), _n(x.best_throughput),
                                   _n(None if x.shortfall is None else x.shortfall * 100, ".1f", " %")] for x in a.accuracy]))
+        cv = a.cross_validation_summary
+        if cv["n"]:
+            parts.append(f"<p>Cross-validation (k picked on half of each cell's batches, judged on the other half): "
+                         f"within 3 % of that half's best in {cv['within_3_percent']} of {cv['n']} picks, worst shortfall "
+                         f"{cv['worst_shortfall'] * 100:.1f} %.</p>")
         if a.speculative_config is None:
             parts.append("<p><b>vLLM:</b> speculation does not pay at any measured concurrency: run without <code>--speculative-config</code>.</p>")
         else:

@@ -24,7 +24,7 @@ from pathlib import Path
 import click
 import yaml
 
-from specwatch.mixin.alerts import AlertRule, alert_groups
+from specwatch.mixin.alerts import alert_groups
 from specwatch.mixin.config import MixinConfig, parse_duration
 from specwatch.mixin.rules import RuleGroup, rule_groups
 
