@@ -17,9 +17,15 @@ from typing import Any
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` via a temporary file in the same directory, fsync and
     ``os.replace``: a crash or Ctrl-C leaves the previous complete file, never a torn one.
+    A symlink is followed (its target is replaced, the link stays); a path that exists but is
+    not a regular file (``/dev/stdout``, a FIFO, a device) is written in place, never replaced.
     Creates the parent directory; the file gets the usual mode (0666 less the umask).
     Raises OSError when the directory is not writable."""
-    path = Path(path)
+    path = Path(os.path.realpath(path))
+    if path.exists() and not path.is_file():
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
