@@ -182,6 +182,9 @@ def main() -> None:
                     help="which local stub: the fast one (default; measures the clients) or the aiohttp test stub")
     ap.add_argument("--no-pin", action="store_true", help="do not pin the stub and the clients to separate CPUs")
     a = ap.parse_args()
+    for name in ("concurrency", "num_prompts", "output_len", "rounds"):
+        if getattr(a, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
     global PIN
     cpus = sorted(os.sched_getaffinity(0))
     if not a.no_pin and len(cpus) >= 2 and not (a.real_vllm or a.base_url):

@@ -68,12 +68,18 @@ def test_killed_run_keeps_finished_batches(tmp_path):
     assert doc["summary"] and doc["summary"][0]["num_batches"] == len(doc["batches"]) - 1
 
 
-def test_ctrl_c_marks_run_interrupted(tmp_path):
+import pytest
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_marks_run_interrupted(tmp_path, sig):
+    """Ctrl-C, and SIGTERM (``docker stop``, ``timeout``), end the run with every finished batch
+    kept and the files marked "interrupted"."""
     with ThreadedStub(StubConfig(k=4, token_delay=0.01)) as stub:
         proc = _start(stub.url, tmp_path)
         try:
             _wait_batches(tmp_path / "run.json", 2, proc)
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(sig)
             out, err = proc.communicate(timeout=30)
         finally:
             if proc.poll() is None:
@@ -111,6 +117,26 @@ def test_cli_creates_missing_result_dir(tmp_path):
     assert r.exit_code == 0, r.output
     assert json.loads((out / "run.json").read_text())["status"] == "complete"
     assert (out / "run.csv").exists()
+
+
+def test_cli_start_errors_name_the_option(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with ThreadedStub(StubConfig(k=4)) as stub:
+            args = _args(stub.url, tmp_path, "--num-batches", "1")
+            args[args.index("--metrics-port") + 1] = str(port)
+            r = CliRunner().invoke(bench, args)
+    assert r.exit_code == 1 and f"--metrics-port {port}: cannot listen" in r.output, r.output
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    with ThreadedStub(StubConfig(k=4)) as stub:
+        r = CliRunner().invoke(bench, _args(stub.url, not_a_dir / "sub", "--num-batches", "1"))
+    assert r.exit_code == 1 and "--result-dir" in r.output, r.output
+    assert isinstance(r.exception, SystemExit), r.exception  # a clean error, not a traceback
 
 
 def test_cli_bad_input():

@@ -132,3 +132,55 @@ def test_garbage_request_line_closes_the_connection(fast_stub):
             data += chunk
     assert data.startswith(b"HTTP/1.1 400")
     assert json.loads(data.split(b"\r\n\r\n", 1)[1])["error"]["message"].startswith("bad request")
+
+
+def _raw(url: str, payload: bytes, half_close: bool = False, timeout: float = 5.0) -> bytes:
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        s.sendall(payload)
+        if half_close:
+            s.shutdown(socket.SHUT_WR)
+        data = b""
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except socket.timeout:
+                break
+            if not chunk:
+                break
+            data += chunk
+    return data
+
+
+def _post(body: dict, path: str = "/v1/completions") -> bytes:
+    b = json.dumps(body).encode()
+    return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(b)}\r\n\r\n").encode() + b
+
+
+def test_negative_content_length_is_a_400_and_the_server_stays_up(fast_stub):
+    data = _raw(fast_stub, b"GET /v1/models HTTP/1.1\r\nContent-Length: -1000000\r\n\r\n")
+    assert data.startswith(b"HTTP/1.1 400") and b"negative Content-Length" in data
+    assert requests.get(fast_stub + "/v1/models", timeout=5).status_code == 200
+
+
+@pytest.mark.parametrize("body, message", [
+    ({"stream": True, "max_tokens": 1e999}, "max_tokens"),
+    ({"stream": True, "max_tokens": 10**12}, "max_tokens"),
+    ({"stream": True, "max_tokens": 3, "stream_options": "x"}, "stream_options"),
+])
+def test_odd_request_fields_get_400(fast_stub, body, message):
+    r = requests.post(fast_stub + "/v1/completions", data=json.dumps(body), timeout=5)
+    assert r.status_code == 400 and message in r.json()["error"]["message"]
+
+
+def test_pipelined_requests_are_answered_in_order_and_half_close_is_served(fast_stub):
+    a = _post({"stream": True, "max_tokens": 5, "prompt": "a"})
+    b = _post({"stream": True, "max_tokens": 2, "prompt": "b"}, "/v1/chat/completions")
+    data = _raw(fast_stub, a + b, half_close=True)
+    # two complete responses, one after the other: head, 5 text events, [DONE], end; then the chat one
+    first, sep, rest = data.partition(b"0\r\n\r\n")
+    assert sep and first.count(b"HTTP/1.1 200") == 1 and first.count(b'"text_completion"') == 5
+    second, sep2, tail = rest.partition(b"0\r\n\r\n")
+    assert sep2 and tail == b""
+    assert second.startswith(b"HTTP/1.1 200") and second.count(b"chat.completion.chunk") == 3  # role + 2 tokens

@@ -221,3 +221,67 @@ def test_advise_tables_are_not_cut_when_piped(tmp_path, sweep_doc):
     assert r.exit_code == 0, r.output
     assert "…" not in r.output
     assert "speedup vs baseline" in r.output and "best measured k" in r.output
+
+
+def test_outputs_never_overwrite_the_sweep_and_keep_links_and_special_files(tmp_path, sweep_doc):
+    import os
+
+    from specwatch.advise_cli import advise
+
+    src = _write(tmp_path, sweep_doc)
+    before = src.read_text()
+    link = tmp_path / "link.json"
+    link.symlink_to(src)
+    for cmd, args, flag in ((advise, [str(src), "--json", str(src)], "--json"),
+                            (advise, [str(src), "--json", str(link)], "--json"),
+                            (report, [str(src), "-o", str(src)], "--output")):
+        r = CliRunner().invoke(cmd, args)
+        assert r.exit_code == 2 and flag in r.output and "sweep result itself" in r.output, r.output
+    assert src.read_text() == before
+    # a symlinked output: the link stays a link, its target gets the advice
+    target = tmp_path / "advice-target.json"
+    target.write_text("{}")
+    out_link = tmp_path / "advice-link.json"
+    out_link.symlink_to(target)
+    r = CliRunner().invoke(advise, [str(src), "--json", str(out_link)])
+    assert r.exit_code == 0, r.output
+    assert out_link.is_symlink() and "families" in json.loads(target.read_text())
+    # a FIFO is written in place (a reader gets the JSON), never replaced by a regular file
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    import threading
+
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo).read()))
+    reader.start()
+    r = CliRunner().invoke(advise, [str(src), "--json", str(fifo)])
+    reader.join(10)
+    assert r.exit_code == 0, r.output
+    assert fifo.is_fifo() and "families" in json.loads(got[0])
+
+
+def test_advise_without_spec_decode_counters_says_why(tmp_path, sweep_doc):
+    from specwatch.advise_cli import advise
+
+    for c in sweep_doc["cells"]:  # as from servers that ran without speculation (no counters)
+        for rec in [c["summary"], *c["batches"]]:
+            for key in list(rec):
+                if key.startswith("spec_decode_"):
+                    rec[key] = None
+    src = _write(tmp_path, sweep_doc)
+    out = tmp_path / "a.json"
+    r = CliRunner().invoke(advise, [str(src), "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "no recommendation" in r.output and "spec-decode" in r.output, r.output
+    assert "cross-validation" not in r.output
+    fam = json.loads(out.read_text())["families"]
+    assert fam and all(f["recommendations"] == [] and f["cross_validation"] == [] for f in fam)
+
+
+def test_report_basis_option(tmp_path, sweep_doc):
+    src = _write(tmp_path, sweep_doc)
+    for basis in ("measured", "model"):
+        r = CliRunner().invoke(report, [str(src), "-o", str(tmp_path / f"{basis}.html"), "--basis", basis])
+        assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(report, [str(src), "--basis", "guess"])
+    assert r.exit_code == 2

@@ -191,11 +191,16 @@ def render_advice(a: Advice, console) -> None:
             t.add_row(x.workload, str(x.concurrency), str(x.picked_k), str(x.best_k), _f(x.picked_throughput, ".1f"),
                       _f(x.best_throughput, ".1f"), _f(None if x.shortfall is None else x.shortfall * 100, ".1f", " %"))
         console.print(t)
+    if not a.recommendations:
+        console.print("[yellow]no recommendation: no measured cell has both a speculative run with spec-decode counters "
+                      "and a throughput to compare (did the servers run with speculation? a vLLM whose /metrics lacks "
+                      "vllm:spec_decode_* counters gives no acceptance data)[/yellow]")
     cv = a.cross_validation_summary
     if cv["n"]:
-        console.print(f"cross-validation (k picked on half of the batches, judged on the other half, {cv['n']} picks): "
-                      f"within 3 % of that half's best in {cv['within_3_percent']}/{cv['n']}, mean shortfall "
-                      f"{cv['mean_shortfall'] * 100:.1f} %, worst {cv['worst_shortfall'] * 100:.1f} %")
+        console.print(f"cross-validation (k picked by measured throughput on half of the batches, judged on the other "
+                      f"half, {cv['n']} picks): within 3 % of that half's best in {cv['within_3_percent']}/{cv['n']}, "
+                      f"mean shortfall {cv['mean_shortfall'] * 100:.1f} %, worst {cv['worst_shortfall'] * 100:.1f} %",
+                      soft_wrap=True)
     render_config(a.speculative_config, a.k_by_concurrency, console)
 
 
@@ -303,7 +308,7 @@ def _fit_k_cb(ctx, param, value):
     try:
         ks = parse_int_list(value, "--fit-k")
     except SweepError as exc:
-        raise click.BadParameter(exc.message) from None
+        raise click.BadParameter(exc.message.removeprefix("--fit-k: ")) from None
     if any(k < 1 for k in ks):
         raise click.BadParameter(f"k must be >= 1, got {value!r}")
     return ks
@@ -338,7 +343,8 @@ def advise_cmd(result_file, exporter_url, prometheus_url, window, concurrencies,
                step_cost_per_draft_token, step_cost_per_draft_token_per_running_request, base_config, acceptance,
                basis, fit_k, json_path) -> None:
     """Recommend num_speculative_tokens per concurrency from a sweep RESULT_FILE (or live data)."""
-    from specwatch.sweep import atomic_write_json, check_writable, load_result, parse_int_list
+    from specwatch.fileio import same_file
+    from specwatch.sweep import SweepError, atomic_write_json, check_writable, load_result, parse_int_list
 
     console = make_console()
     sources = [x for x in (result_file, exporter_url, prometheus_url) if x]
@@ -349,11 +355,14 @@ def advise_cmd(result_file, exporter_url, prometheus_url, window, concurrencies,
     try:
         cost = CostModel(step_cost_per_draft_token, step_cost_per_draft_token_per_running_request)
     except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
+        raise click.BadParameter(str(exc), param_hint="--step-cost-per-draft-token / "
+                                 "--step-cost-per-draft-token-per-running-request") from None
     if json_path:
         check_writable(json_path, "--json")
 
     if result_file is not None:
+        if json_path is not None and same_file(json_path, result_file):
+            raise click.BadParameter("is the sweep result itself: writing it would destroy the sweep", param_hint="--json")
         doc = load_result(result_file)
         if fit_k is not None:
             from specwatch.sweep import measurements
@@ -387,7 +396,10 @@ def advise_cmd(result_file, exporter_url, prometheus_url, window, concurrencies,
             raise click.BadParameter(f"not JSON: {exc}", param_hint="--base-config") from None
         if not isinstance(base, dict):
             raise click.BadParameter("must be a JSON object", param_hint="--base-config")
-    concs = parse_int_list(concurrencies, "--concurrency")
+    try:
+        concs = parse_int_list(concurrencies, "--concurrency")
+    except SweepError as exc:
+        raise click.BadParameter(exc.message.removeprefix("--concurrency: "), param_hint="--concurrency") from None
     if any(c < 1 for c in concs):
         raise click.BadParameter("running requests must be >= 1", param_hint="--concurrency")
     if exporter_url:
@@ -407,7 +419,10 @@ def advise_cmd(result_file, exporter_url, prometheus_url, window, concurrencies,
         curves = curves_from_prometheus(prometheus_url)
         source = prometheus_url
     if not curves:
-        raise click.ClickException(f"no per-position acceptance rates at {source} (no speculative traffic yet?)")
+        hint = "no speculative traffic yet?"
+        if exporter_url and "vllm:" in r.text and "specwatch_" not in r.text:
+            hint = "this looks like vLLM's own /metrics: point --exporter at the specwatch exporter (specwatch serve)"
+        raise click.ClickException(f"no per-position acceptance rates at {source} ({hint})")
     live = live_advice(curves, concs, cost, tolerance, base)
     from rich.table import Table
 

@@ -93,13 +93,23 @@ def listen_error(host: str, port: int) -> str | None:
 
 
 def install_stop_signals() -> None:
-    """Make SIGTERM (``timeout``, ``docker stop``, systemd) and SIGINT raise KeyboardInterrupt in
-    the main thread, so a command that owns child servers stops them on its ``finally``/``with``
-    paths instead of leaving them running. SIGINT gets Python's default handler back even when the
-    process was started from a shell that ignores it for background jobs (``cmd &``)."""
+    """Make SIGTERM (``timeout``, ``docker stop``, systemd) act exactly like Ctrl-C: it re-sends
+    itself as SIGINT, so plain code gets KeyboardInterrupt and ``asyncio.run`` cancels its main
+    task (the code's CancelledError paths run). A command that owns child servers or result files
+    then stops them on its ``finally``/``with`` paths instead of dying with them running. SIGINT
+    gets Python's default handler back even when the process was started from a shell that
+    ignores it for background jobs (``cmd &``). Call from the main thread."""
 
-    def _raise(signum, frame):
-        raise KeyboardInterrupt
+    def _as_sigint(signum, frame):
+        os.kill(os.getpid(), signal.SIGINT)
 
-    signal.signal(signal.SIGTERM, _raise)
+    signal.signal(signal.SIGTERM, _as_sigint)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """True when ``a`` and ``b`` name the same existing file (symlinks and hard links included)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False

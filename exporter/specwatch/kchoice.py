@@ -767,10 +767,11 @@ class CrossValidationCell:
     @property
     def shortfall(self) -> float:
         """1 − picked / best on the judging half (0 when the pick is the judging half's best)."""
-        return 1.0 - self.picked_throughput / self.best_throughput
+        return 1.0 - self.picked_throughput / self.best_throughput if self.best_throughput > 0 else 0.0
 
 
-def cross_validate(measurements: Iterable[Measurement], tolerance: float = DEFAULT_TOLERANCE) -> list[CrossValidationCell]:
+def cross_validate(measurements: Iterable[Measurement], tolerance: float = DEFAULT_TOLERANCE,
+                   cells: Iterable[tuple[str, int]] | None = None) -> list[CrossValidationCell]:
     """How well a measured-basis pick holds on batches it did not see.
 
     For every (workload, concurrency) cell whose runs (baseline and every k) have the same number
@@ -779,16 +780,23 @@ def cross_validate(measurements: Iterable[Measurement], tolerance: float = DEFAU
     within ``tolerance`` of the best mean, as :func:`recommend` does) and judged on the
     odd-numbered ones, and the other way round. The load generator sends batch b the same prompts
     on every server, so the halves are paired samples. Cells with unequal batch counts are left
-    out. Returns two :class:`CrossValidationCell` per usable cell.
+    out, as are cells where a half has no positive throughput. ``cells``: only these
+    (workload, concurrency) cells (None: all). Returns two :class:`CrossValidationCell` per
+    usable cell.
     """
+    keep = None if cells is None else set(cells)
     out: list[CrossValidationCell] = []
     for (wl, c), runs in sorted(_cells(measurements).items()):
+        if keep is not None and (wl, c) not in keep:
+            continue
         by_k = {m.k: m.batch_throughputs for m in runs}
         ns = {len(b) for b in by_k.values()}
         if len(ns) != 1 or min(ns) < 2 or not any(k > 0 for k in by_k):
             continue
         halves = {"even": {k: statistics.fmean(b[0::2]) for k, b in by_k.items()},
                   "odd": {k: statistics.fmean(b[1::2]) for k, b in by_k.items()}}
+        if any(max(h.values()) <= 0 for h in halves.values()):
+            continue
         for pick_on, judge_on in (("even", "odd"), ("odd", "even")):
             picked = recommend_k(halves[pick_on], tolerance)
             judge = halves[judge_on]
@@ -935,7 +943,7 @@ def advise(
         speculative_config=speculative_config_advice(base_config, k_by_c) if k_by_c else None,
         noise=statistics.median(noises) if noises else None,
         basis=basis,
-        cross_validation=cross_validate(ms, tolerance),
+        cross_validation=cross_validate(ms, tolerance, {(r.workload, r.concurrency) for r in recs if r.workload != "*"}),
     )
 
 

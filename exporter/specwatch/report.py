@@ -243,7 +243,7 @@ code,pre{background:#f6f6f6;padding:.2em .4em;border-radius:3px} pre{padding:.8e
 
 
 def render_report(doc: Mapping[str, Any], *, tolerance: float = DEFAULT_TOLERANCE, candidates: str = "measured",
-                  title: str = "specwatch sweep report") -> str:
+                  title: str = "specwatch sweep report", basis: str = "measured") -> str:
     """The HTML text of the report for a sweep result document (see the module docstring)."""
     from specwatch.advise_cli import advise_sweep
     from specwatch.sweep import measurements, servers_by_config
@@ -294,7 +294,7 @@ def render_report(doc: Mapping[str, Any], *, tolerance: float = DEFAULT_TOLERANC
 
     parts.append("<h2>Advice</h2>")
     try:
-        advices: list[Advice] = advise_sweep(dict(doc), tolerance=tolerance, candidates=candidates)
+        advices: list[Advice] = advise_sweep(dict(doc), tolerance=tolerance, candidates=candidates, basis=basis)
     except KChoiceError as exc:
         advices = []
         parts.append(f"<p class='note'>No advice: {_e(exc)}</p>")
@@ -344,20 +344,32 @@ def render_report(doc: Mapping[str, Any], *, tolerance: float = DEFAULT_TOLERANC
               help="HTML file to write (default: the result file with .html).")
 @click.option("--tolerance", type=float, default=DEFAULT_TOLERANCE, show_default=True, help="As for specwatch advise.")
 @click.option("--candidates", type=click.Choice(["measured", "all"]), default="measured", show_default=True)
+@click.option("--basis", type=click.Choice(["measured", "model"]), default="measured", show_default=True,
+              help="As for specwatch advise.")
 @click.option("--title", default="specwatch sweep report", show_default=True)
-def report(result_file: Path, output: Path | None, tolerance: float, candidates: str, title: str) -> None:
+def report(result_file: Path, output: Path | None, tolerance: float, candidates: str, basis: str, title: str) -> None:
     """Render a self-contained HTML report (embedded PNG plots) of a sweep RESULT_FILE."""
+    from specwatch.fileio import same_file
     from specwatch.sweep import check_writable, load_result, measurements
 
     if not (0.0 <= tolerance < 1.0):
         raise click.BadParameter("must be in [0, 1)", param_hint="--tolerance")
+    if output is not None and same_file(output, result_file):
+        raise click.BadParameter("is the sweep result itself: writing it would destroy the sweep", param_hint="--output")
     doc = load_result(result_file)
-    if not measurements(doc):
+    try:
+        usable = measurements(doc)
+    except KChoiceError as exc:
+        raise click.ClickException(f"{result_file}: {exc}") from None
+    if not usable:
         raise click.ClickException(f"{result_file} has no finished cell yet (status {doc.get('status')!r}): "
                                    "nothing to report; run or resume specwatch sweep first")
     out = output or result_file.with_suffix(".html")
     check_writable(out, "--output")
-    text = render_report(doc, tolerance=tolerance, candidates=candidates, title=title)
+    try:
+        text = render_report(doc, tolerance=tolerance, candidates=candidates, basis=basis, title=title)
+    except KChoiceError as exc:
+        raise click.ClickException(f"{result_file}: {exc}") from None
     tmp = out.with_name(f".{out.name}.tmp")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -118,6 +118,9 @@ def bench(workloads, concurrencies, dataset_path, output_len, ignore_eos, temper
         raise click.UsageError(flag_message(str(exc))) from None
     if config.equivalence and not config.baseline_url:
         config = BenchConfig(**{**config.__dict__, "equivalence": False})
+    from specwatch.fileio import install_stop_signals
+
+    install_stop_signals()  # SIGTERM (docker stop, timeout) ends the run like Ctrl-C: files say "interrupted"
     try:
         result = run_bench(config)
     except BenchInterrupted as exc:
@@ -127,8 +130,8 @@ def bench(workloads, concurrencies, dataset_path, output_len, ignore_eos, temper
         console.print(f"[yellow]interrupted: {measured} measured + {warm} warm-up batches kept"
                       + (f" in {result.json_path} and {result.csv_path}" if result.json_path else ""))
         sys.exit(130)
-    except OSError as exc:  # e.g. the metrics port is taken
-        raise click.ClickException(f"{exc}") from None
+    except OSError as exc:  # e.g. the disk filled up while writing results
+        raise click.ClickException(f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")) from None
     except (WorkloadError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from None
     _print(console, result)

@@ -33,6 +33,9 @@ HIGH_WATER = 256 * 1024
 #: Largest request head + body accepted (bytes).
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
 
+#: Largest answer (tokens) one request may ask for.
+MAX_TOKENS = 1_000_000
+
 _HEAD_SSE = (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
              b"Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n")
 
@@ -58,6 +61,7 @@ class _Stream:
     token: bytes
     last: bytes
     tail: bytes
+    on_done: Callable[[], None] | None = None
 
 
 class FastStub:
@@ -99,9 +103,11 @@ class FastStub:
                            "created": 0, "model": self.model, "choices": [], "usage": u}) + tail
         return first, token, last, tail
 
-    def start_stream(self, transport: asyncio.Transport, body: bytes, chat: bool) -> bytes | None:
+    def start_stream(self, transport: asyncio.Transport, body: bytes, chat: bool,
+                     on_done: Callable[[], None] | None = None) -> bytes | None:
         """Queue one streaming answer for the request ``body`` (JSON); returns an error response
-        (bytes) instead when the body is not a streaming request."""
+        (bytes) instead when the body is not a streaming request. ``on_done`` is called when the
+        answer has been written completely (or its connection closed)."""
         try:
             req = json.loads(body)
             if not isinstance(req, dict) or not req.get("stream"):
@@ -109,16 +115,22 @@ class FastStub:
             n = req.get("max_completion_tokens" if chat else "max_tokens")
             if n is None:
                 n = req.get("max_tokens")
-            n = self.default_tokens if n is None else int(n)
-            if n < 1:
-                raise ValueError("max_tokens must be >= 1")
-        except (ValueError, TypeError) as exc:
+            try:
+                n = self.default_tokens if n is None else int(n)
+            except (ValueError, TypeError, OverflowError):
+                raise ValueError(f"max_tokens must be an integer, got {n!r}") from None
+            if not 1 <= n <= MAX_TOKENS:
+                raise ValueError(f"max_tokens must be in [1, {MAX_TOKENS}]")
+            opts = req.get("stream_options") or {}
+            if not isinstance(opts, dict):
+                raise ValueError("stream_options must be an object")
+            usage = bool(opts.get("include_usage"))
+        except (ValueError, TypeError, OverflowError) as exc:
             return _plain("400 Bad Request", json.dumps({"error": {"message": str(exc)}}).encode())
-        usage = bool((req.get("stream_options") or {}).get("include_usage"))
         first, token, last, tail = self._events(chat, usage, n)
         self.requests += 1
         transport.write(_HEAD_SSE + first)
-        self._streams.append(_Stream(transport, n, token, last, tail))
+        self._streams.append(_Stream(transport, n, token, last, tail, on_done))
         self._wake.set()
         return None
 
@@ -133,7 +145,7 @@ class FastStub:
             for s in self._streams:
                 t = s.transport
                 if t.is_closing():
-                    continue
+                    continue  # the client went away: drop the stream (its connection is gone)
                 if t.get_write_buffer_size() > HIGH_WATER:
                     running.append(s)
                     continue
@@ -144,6 +156,8 @@ class FastStub:
                     running.append(s)
                 else:
                     t.write(s.last + s.tail)
+                    if s.on_done is not None:
+                        s.on_done()
             self.tokens += written
             self._streams = running
             # one step done: let the loop read new requests (and back off when every running
@@ -155,23 +169,44 @@ class FastStub:
 
 
 class _Connection(asyncio.Protocol):
-    """One keep-alive HTTP/1.1 connection (requests answered in order; no pipelining of streams
-    is needed by any client here, but queued requests are parsed as they complete)."""
+    """One keep-alive HTTP/1.1 connection. Pipelined requests are answered in order: while a
+    stream runs, the requests behind it wait in the buffer."""
 
     def __init__(self, server: FastStub) -> None:
         self.server = server
         self.buf = b""
         self.transport: asyncio.Transport | None = None
+        self.streaming = False
+        self.eof = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+
+    def eof_received(self) -> bool:
+        """The client half-closed after sending: finish what it asked for, then close."""
+        self.eof = True
+        self._close_if_finished()
+        return True  # keep the transport open for writing
+
+    def _close_if_finished(self) -> None:
+        if self.eof and not self.streaming and self.transport is not None and b"\r\n\r\n" not in self.buf:
+            self.transport.close()
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
         if len(self.buf) > MAX_REQUEST_BYTES:
             self._fail("request too large")
             return
-        while self.transport is not None and not self.transport.is_closing():
+        self._process()
+
+    def _stream_done(self) -> None:
+        self.streaming = False
+        if self.buf:
+            self._process()
+        self._close_if_finished()
+
+    def _process(self) -> None:
+        while self.transport is not None and not self.transport.is_closing() and not self.streaming:
             end = self.buf.find(b"\r\n\r\n")
             if end < 0:
                 return
@@ -183,6 +218,8 @@ class _Connection(asyncio.Protocol):
                     name, _, value = line.partition(":")
                     if name.strip().lower() == "content-length":
                         length = int(value)
+                        if length < 0:
+                            raise ValueError("negative Content-Length")
                     elif name.strip().lower() == "transfer-encoding":
                         raise ValueError("chunked request bodies are not supported")
             except ValueError as exc:
@@ -199,8 +236,10 @@ class _Connection(asyncio.Protocol):
         assert t is not None
         s = self.server
         if method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
-            err = s.start_stream(t, body, chat=path.endswith("chat/completions"))
+            self.streaming = True
+            err = s.start_stream(t, body, chat=path.endswith("chat/completions"), on_done=self._stream_done)
             if err is not None:
+                self.streaming = False
                 t.write(err)
         elif method == "GET" and path == "/v1/models":
             t.write(_plain("200 OK", json.dumps({"object": "list", "data": [{"id": s.model, "object": "model"}]}).encode()))
@@ -238,10 +277,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--model", default="stub-model")
     ap.add_argument("--default-tokens", type=int, default=16)
     a = ap.parse_args(argv)
+    if not 0 <= a.port <= 65535:
+        ap.error(f"--port must be in [0, 65535], got {a.port}")
     try:
         asyncio.run(serve(a.host, a.port, a.model, a.default_tokens))
     except KeyboardInterrupt:
         pass
+    except OSError as exc:
+        raise SystemExit(f"faststub: cannot listen on {a.host}:{a.port}: {exc.strerror or exc}") from None
 
 
 if __name__ == "__main__":

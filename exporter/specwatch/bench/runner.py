@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime as _dt
+import errno
 import gc
 import math
+import os
 import random
 import time
 from dataclasses import asdict, dataclass, field
@@ -170,6 +172,8 @@ class BenchConfig:
         """
         json_path, csv_path = self.result_paths(date)
         json_path.parent.mkdir(parents=True, exist_ok=True)
+        if not os.access(json_path.parent, os.W_OK | os.X_OK):
+            raise PermissionError(errno.EACCES, "directory not writable", str(json_path.parent))
         if self.result_filename:
             return json_path, csv_path
         stem = json_path.stem
@@ -349,8 +353,12 @@ async def run_bench_async(config: BenchConfig, *, metrics: BenchMetrics | None =
     date = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     writer = None
     if config.save_result:
-        res.json_path, res.csv_path = config.claim_result_paths(date)
-        writer = ResultWriter(res.json_path, res.csv_path, config.public_dict())
+        try:
+            res.json_path, res.csv_path = config.claim_result_paths(date)
+            writer = ResultWriter(res.json_path, res.csv_path, config.public_dict())
+        except OSError as exc:
+            raise RuntimeError(f"cannot write result files in {config.result_dir!r} (--result-dir / --result-filename): "
+                               f"{exc.strerror or exc}") from None
 
     def save() -> None:
         if writer is not None:
@@ -373,7 +381,10 @@ async def run_bench_async(config: BenchConfig, *, metrics: BenchMetrics | None =
         if bm is None:
             bm = BenchMetrics()
             if config.metrics_port is not None:
-                bm.serve(config.metrics_port)
+                try:
+                    bm.serve(config.metrics_port)
+                except OSError as exc:
+                    raise RuntimeError(f"--metrics-port {config.metrics_port}: cannot listen: {exc.strerror or exc}") from None
                 served_here = True
     except Exception as exc:
         fail(exc)
