@@ -89,6 +89,10 @@ def test_normalize_base_url():
     assert normalize_base_url(" http://h:8000 ") == "http://h:8000"
     with pytest.raises(ValueError):
         normalize_base_url("h:8000")
+    assert normalize_base_url("http://[::1]:8000/v1") == "http://[::1]:8000"
+    for bad, why in (("http://[::1", "IPv6"), ("http://localhost:99999", "out of range"), ("http://:80", "no host")):
+        with pytest.raises(ValueError, match=why):
+            normalize_base_url(bad)
 
 
 def test_failures_never_stop_a_run(tmp_path):

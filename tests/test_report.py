@@ -285,3 +285,22 @@ def test_report_basis_option(tmp_path, sweep_doc):
         assert r.exit_code == 0, r.output
     r = CliRunner().invoke(report, [str(src), "--basis", "guess"])
     assert r.exit_code == 2
+
+
+def test_advise_and_report_name_the_cells_left_out_for_failed_requests(tmp_path, sweep_doc):
+    from specwatch.advise_cli import advise
+
+    bad = next(c for c in sweep_doc["cells"] if c["config"] == "ngram-k2" and c["workload"] == "copy" and c["max_concurrency"] == 4)
+    bad["summary"]["failed"] = 3
+    src = _write(tmp_path, sweep_doc)
+    out = tmp_path / "a.json"
+    r = CliRunner().invoke(advise, [str(src), "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "left out: 1 cell(s)" in r.output and "ngram-k2/copy/c=4: 3 of" in r.output
+    doc = json.loads(out.read_text())
+    assert doc["left_out_cells"] and doc["left_out_cells"][0].startswith("ngram-k2/copy/c=4")
+    fam = doc["families"][0]
+    assert not any(p["k"] == 2 and p["workload"] == "copy" and p["concurrency"] == 4 and p["measured"] is not None
+                   for p in fam["throughput_predictions"])
+    html = render_report(json.loads(src.read_text()))
+    assert "Left out: 1 cell(s)" in html and "ngram-k2/copy/c=4" in html

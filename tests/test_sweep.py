@@ -250,7 +250,7 @@ def test_cli_rejects_bad_options(tmp_path):
     assert r.exit_code != 0 and "unknown workload" in r.output
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
-    r = CliRunner().invoke(sweep, ["--result-file", str(bad), "--server-command", "true {port}", "--no-lock"])
+    r = CliRunner().invoke(sweep, ["--result-file", str(bad), "--server-command", "true --port {port} {spec_args}", "--no-lock"])
     assert r.exit_code != 0 and "not a specwatch sweep result" in r.output
     assert bad.read_text() == "{}"
 

@@ -380,10 +380,19 @@ def advise_cmd(result_file, exporter_url, prometheus_url, window, concurrencies,
             raise click.ClickException(str(exc)) from None
         if doc.get("status") != "complete":
             console.print(f"[yellow]note: the sweep's status is {doc.get('status')!r}: advice from the cells finished so far[/yellow]")
+        from specwatch.sweep import failed_cells
+
+        left_out = failed_cells(doc)
+        if left_out:
+            console.print(f"[yellow]left out: {len(left_out)} cell(s) with failed requests (resume the sweep to measure "
+                          "them again):[/yellow]")
+            for line in left_out:
+                console.print(f"  {line}", markup=False, highlight=False)
         for a in advices:
             render_advice(a, console)
         if json_path:
-            atomic_write_json(json_path, {"source": str(result_file), "tolerance": tolerance, "candidates": candidates,
+            atomic_write_json(json_path, {"source": str(result_file), "left_out_cells": left_out,
+                                          "tolerance": tolerance, "candidates": candidates,
                                           "fit_k": None if fit_k is None else list(fit_k), "acceptance": acceptance,
                                           "basis": basis, "families": [a.to_dict() for a in advices]})
         return

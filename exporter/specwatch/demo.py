@@ -260,8 +260,11 @@ def demo(workloads, concurrency, k, output_len, num_batches, equivalence_output_
     except (BenchConfigError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     finally:
-        for p in procs:
-            stop_process_group(p, 20)
+        for p in procs:  # every one of them, even if Ctrl-C is pressed again while stopping
+            try:
+                stop_process_group(p, 20)
+            except KeyboardInterrupt:
+                console.print("[yellow]still stopping the other servers…")
 
 
 PROM_CHECKS = {

@@ -25,7 +25,6 @@ import importlib.metadata
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -577,27 +576,8 @@ class VllmServer:
         """Stop the server (SIGTERM to its process group, SIGKILL after ``stop_timeout`` s) and
         release the lock. Safe to call twice."""
         try:
-            p = self.process
-            stop_process_group(p, self.stop_timeout)
-            if p is not None:
-                # vLLM's engine-core child sits in the same process group; make sure none survive.
-                try:
-                    os.killpg(p.pid, 0)
-                except ProcessLookupError:
-                    pass
-                else:
-                    deadline = time.monotonic() + 10
-                    while time.monotonic() < deadline:
-                        try:
-                            os.killpg(p.pid, 0)
-                        except ProcessLookupError:
-                            break
-                        time.sleep(0.2)
-                    else:
-                        try:
-                            os.killpg(p.pid, signal.SIGKILL)
-                        except ProcessLookupError:
-                            pass
+            # the whole process group: vLLM's engine-core child sits in it too
+            stop_process_group(self.process, self.stop_timeout)
         finally:
             if self._log_fh is not None:
                 self._log_fh.close()

@@ -62,22 +62,95 @@ def atomic_write_json(path: str | Path, doc: Any, indent: int = 1) -> None:
 
 
 def stop_process_group(process: subprocess.Popen | None, timeout: float) -> None:
-    """SIGTERM the process group led by ``process`` (started with ``start_new_session=True``),
-    wait up to ``timeout`` s, then SIGKILL it. No-op when it already exited or is None."""
-    if process is None or process.poll() is not None:
+    """Stop every process of the group led by ``process`` (started with ``start_new_session=True``),
+    including children that outlive the leader (vLLM's EngineCore holds the model's memory).
+
+    SIGTERM to the group, then wait up to ``timeout`` s until no process of the group is left
+    (polled with ``os.killpg(pgid, 0)`` every 0.05 s; zombies, which hold no memory, do not count),
+    then SIGKILL the group and wait up to 10 s more for it to vanish. The leader is reaped (a
+    ``process`` that leads no group is signalled alone). No-op when ``process`` is None or its
+    group is already gone; returns (without raising) if processes still survive SIGKILL after
+    those 10 s (stuck in the kernel).
+
+    Called from the main thread, SIGINT and SIGTERM are deferred while it runs, so a second Ctrl-C
+    cannot leave the server half-stopped: they are only recorded, the previous handlers are
+    restored afterwards and the first recorded signal is then handed to its previous handler
+    (Python's default SIGINT handler raises KeyboardInterrupt; SIG_IGN ignores it; SIG_DFL
+    re-raises the signal). From other threads signals are not touched (``signal.signal`` works
+    only in the main thread).
+    """
+    import threading
+    import time
+
+    if process is None:
         return
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
-    try:
-        process.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
+    pgid = process.pid
+
+    def group_alive() -> bool:
+        if process.poll() is None:  # (also reaps the leader: its zombie would count for killpg)
+            return True
         try:
-            os.killpg(process.pid, signal.SIGKILL)
+            os.killpg(pgid, 0)
         except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        # killpg also counts zombies (exited children not yet reaped by their new parent; a
+        # container's PID 1 may never reap them): on Linux, look for a live member in /proc.
+        try:
+            pids = [p for p in os.listdir("/proc") if p.isdigit()]
+        except OSError:
+            return True
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(b")") + 2:].split()  # state, ppid, pgrp, …
+            if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] != b"Z":
+                return True
+        return False
+
+    def signal_group(sig: int) -> None:
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:  # not a group leader after all: signal the process alone
+            if process.poll() is None:
+                process.send_signal(sig)
+        except PermissionError:
             pass
-        process.wait(timeout=10)
+
+    def wait_gone(seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while group_alive():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    deferred: list[int] = []
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.getsignal(sig)
+            signal.signal(sig, lambda signum, frame: deferred.append(signum))
+    try:
+        if group_alive():
+            signal_group(signal.SIGTERM)
+            if not wait_gone(timeout):
+                signal_group(signal.SIGKILL)
+                wait_gone(10.0)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        if deferred:
+            signum = deferred[0]
+            handler = previous.get(signum)
+            if callable(handler):
+                handler(signum, None)
+            elif handler != signal.SIG_IGN:
+                signal.raise_signal(signum)
 
 
 def listen_error(host: str, port: int) -> str | None:

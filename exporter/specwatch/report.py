@@ -258,6 +258,12 @@ def render_report(doc: Mapping[str, Any], *, tolerance: float = DEFAULT_TOLERANC
         f"<p>Status <b>{_e(doc.get('status'))}</b>; created {_e(doc.get('created_at'))}, updated {_e(doc.get('updated_at'))}; "
         f"server: {_e((doc.get('server') or {}).get('kind', '?'))}. {len(ms)} measured cells.</p>"
     )
+    from specwatch.sweep import failed_cells
+
+    left_out = failed_cells(doc)
+    if left_out:
+        parts.append(f"<p class='note'>Left out: {len(left_out)} cell(s) with failed requests (resume the sweep to "
+                     "measure them again): " + "; ".join(_e(x) for x in left_out) + ".</p>")
     parts.append(_table(["setting", "value"], [[k, json.dumps(v) if isinstance(v, (list, dict)) else v]
                                               for k, v in settings.items()], "settings"))
 

@@ -16,18 +16,26 @@ Servers come from the embedded vLLM (:mod:`specwatch.embedded`, the default; it 
 Results: one JSON document (``specwatch_sweep_format`` 1) rewritten atomically after every
 finished cell::
 
-    {"specwatch_sweep_format": 1, "status": "running" | "complete" | "interrupted" | "failed",
+    {"specwatch_sweep_format": 1,
+     "status": "running" | "complete" | "incomplete" | "interrupted" | "failed",
      "settings": {...measurement settings...},
+     "server": {"kind": "embedded" | "template", "command_template": <redacted template> | null},
      "configs": [{"name", "k", "family", "speculative_config"}],
      "servers": [{"config", "k", "started_at", "startup_seconds", "kv_cache_tokens",
                   "num_gpu_blocks", "block_size", "command"}],
      "cells": [{"config", "k", "family", "workload", "max_concurrency", "finished_at",
                 "summary": <bench cell summary: output_throughput, mean_tpot_ms, …>,
-                "batches": [<bench batch records>]}]}
+                "batches": [<bench batch records>], "server_exited": <exit code, only if the
+                server died during the cell>}]}
+
+A cell with failed requests (``summary.failed`` > 0) or whose server died is kept in the file but
+does not count as finished: :func:`measurements` leaves it out, :func:`failed_cells` describes it,
+a resumed sweep measures it again (replacing the record) and the sweep ends "incomplete".
 
 Running the same command again with the same ``--result-file`` resumes: finished cells are
 skipped, and a server whose cells are all finished is not started. Measurement settings
-(output length, prompts, batches, seed) must match the file's, else the sweep refuses to mix them.
+(output length, prompts, batches, seed), the server command template and the speculative config
+of every configuration name must match the file's, else the sweep refuses to mix them.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ import datetime as _dt
 import json
 import math
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -48,7 +57,7 @@ from typing import Any
 
 import click
 
-from specwatch.fileio import atomic_write_json, stop_process_group
+from specwatch.fileio import atomic_write_json, listen_error, stop_process_group
 from specwatch.kchoice import Measurement, family_of
 
 FORMAT = 1
@@ -161,35 +170,119 @@ def _now() -> str:
 
 
 def load_result(path: str | Path) -> dict[str, Any]:
-    """Read a sweep result file. Raises SweepError if it is unreadable or not a sweep result."""
+    """Read a sweep result file and check its shape (see the module doc). Raises SweepError if it
+    is unreadable, not UTF-8 JSON, not a sweep result, or has malformed configs/servers/cells."""
     p = Path(path)
     try:
         doc = json.loads(p.read_text(encoding="utf-8"))
     except OSError as exc:
         raise SweepError(f"cannot read {p}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise SweepError(f"{p} is not a specwatch sweep result (not UTF-8 text: {exc.reason} at byte {exc.start})") from None
     except json.JSONDecodeError as exc:
         raise SweepError(f"{p} is not valid JSON: {exc}") from None
     if not isinstance(doc, dict) or doc.get("specwatch_sweep_format") != FORMAT:
         raise SweepError(f"{p} is not a specwatch sweep result (format {FORMAT})")
     if not isinstance(doc.get("cells"), list):
         raise SweepError(f"{p} has no 'cells' list")
+    problem = _shape_problem(doc)
+    if problem:
+        raise SweepError(f"{p} is a damaged sweep result: {problem}")
     return doc
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _shape_problem(doc: Mapping[str, Any]) -> str | None:
+    """What is malformed in a sweep result document (None when its shape is fine)."""
+    for key in ("settings", "server"):
+        if key in doc and doc[key] is not None and not isinstance(doc[key], dict):
+            return f"'{key}' is not an object"
+    for key in ("configs", "servers", "resumed_at"):
+        if key in doc and not isinstance(doc[key], list):
+            return f"'{key}' is not a list"
+    for key in ("workloads", "concurrencies"):
+        if key in (doc.get("settings") or {}) and not isinstance(doc["settings"][key], list):
+            return f"settings '{key}' is not a list"
+    for i, c in enumerate(doc.get("configs") or []):
+        if not isinstance(c, dict) or not isinstance(c.get("name"), str):
+            return f"configs[{i}] is not an object with a 'name'"
+        if c.get("speculative_config") is not None and not isinstance(c["speculative_config"], dict):
+            return f"configs[{i}] ({c['name']}): 'speculative_config' is not an object"
+    for i, s in enumerate(doc.get("servers") or []):
+        if not isinstance(s, dict) or not isinstance(s.get("config"), str):
+            return f"servers[{i}] is not an object with a 'config'"
+    for i, c in enumerate(doc.get("cells") or []):
+        if not isinstance(c, dict):
+            return f"cells[{i}] is not an object"
+        for key, ok, what in (("config", isinstance(c.get("config"), str), "a string"),
+                              ("workload", isinstance(c.get("workload"), str), "a string"),
+                              ("max_concurrency", _is_int(c.get("max_concurrency")), "an integer"),
+                              ("k", _is_int(c.get("k")), "an integer")):
+            if not ok:
+                return f"cells[{i}]: '{key}' is missing or not {what}"
+        summary = c.get("summary")
+        if summary is not None and not isinstance(summary, dict):
+            return f"cells[{i}]: 'summary' is not an object"
+        for key in ("output_throughput", "completed", "failed"):
+            v = (summary or {}).get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                return f"cells[{i}]: summary '{key}' is not a number"
+        if "batches" in c and not isinstance(c["batches"], list):
+            return f"cells[{i}]: 'batches' is not a list"
+    return None
 
 
 def cell_key(config: str, workload: str, concurrency: int) -> tuple[str, str, int]:
     return (config, workload, int(concurrency))
 
 
+def cell_problem(cell: Mapping[str, Any]) -> str | None:
+    """Why a stored cell does not count as finished — "8 of 8 requests failed", "the server exited
+    during the cell (…)" — or None when it does."""
+    summary = cell.get("summary") or {}
+    failed = int(summary.get("failed") or 0)
+    total = failed + int(summary.get("completed") or 0)
+    requests = f"{failed} of {total} requests failed"
+    if cell.get("server_exited") is not None:
+        return f"the server exited during the cell (code {cell['server_exited']}" + (f"; {requests})" if failed else ")")
+    return requests if failed else None
+
+
+def failed_cells(doc: Mapping[str, Any]) -> list[str]:
+    """One line per stored cell that does not count as finished (failed requests, or its server
+    died), e.g. ``"ngram-k1/copy/c=2: 8 of 8 requests failed"``; such cells are left out of
+    :func:`measurements` and measured again by a resumed sweep. ``doc`` as from :func:`load_result`."""
+    out = []
+    for cell in doc.get("cells", []):
+        problem = cell_problem(cell)
+        if problem:
+            out.append(f"{cell['config']}/{cell['workload']}/c={cell['max_concurrency']}: {problem}")
+    return out
+
+
 def measurements(doc: Mapping[str, Any]) -> list[Measurement]:
-    """One :class:`specwatch.kchoice.Measurement` per finished cell of a sweep result (cells with
-    no successful request are skipped)."""
+    """One :class:`specwatch.kchoice.Measurement` per finished cell of a sweep result. Left out:
+    cells with no successful request, and cells with failed requests or whose server died (see
+    :func:`failed_cells`). Raises SweepError for a malformed document."""
+    from specwatch.kchoice import KChoiceError
+
+    problem = _shape_problem(doc) if isinstance(doc.get("cells", []), list) else "'cells' is not a list"
+    if problem:
+        raise SweepError(f"damaged sweep result: {problem}")
     out = []
     for cell in doc.get("cells", []):
         summary = cell.get("summary") or {}
         thr = summary.get("output_throughput")
-        if not thr:
+        if not thr or cell_problem(cell):
             continue
-        out.append(Measurement.from_record(summary, config=cell["config"], k=int(cell["k"]), family=cell.get("family", "")))
+        rec = {**summary, "workload": cell["workload"], "max_concurrency": cell["max_concurrency"]}
+        try:
+            out.append(Measurement.from_record(rec, config=cell["config"], k=int(cell["k"]), family=cell.get("family", "")))
+        except (KChoiceError, KeyError, TypeError, ValueError) as exc:
+            raise SweepError(f"damaged sweep result: cell {cell['config']}/{cell['workload']}/c={cell['max_concurrency']}: {exc}") from None
     return out
 
 
@@ -299,25 +392,49 @@ def render_command(template: str, port: int, speculative_config: Mapping[str, An
     return argv
 
 
+def uses_speculation(template: str) -> bool:
+    """True when a ``--server-command`` template passes the speculative config on (it contains
+    ``{spec_args}`` or ``{speculative_config}``): rendering it with and without one differs.
+    Raises SweepError for a bad template (see :func:`render_command`)."""
+    spec = {"method": "ngram", "num_speculative_tokens": 1}
+    return render_command(template, 8000, spec) != render_command(template, 8000, None)
+
+
+def port_error(host: str, port: int) -> str | None:
+    """A one-line reason why a server of the sweep cannot use ``host:port`` (something already
+    listens there and would be measured instead), or None when the port is free."""
+    busy = listen_error(host, port)
+    if busy is None:
+        return None
+    return (f"cannot start a server on {host}:{port}: {busy} (another server is listening there and would be "
+            "measured instead); stop it or choose another --port")
+
+
 class TemplateServer:
     """A server started from a ``--server-command`` template, as a context manager.
 
-    Starts the command in its own process group (output to ``log_path``), optionally holding the
-    machine-wide vLLM lock (``lock=True``), polls ``GET {base_url}/v1/models`` until it answers
-    200 with at least one model, and on exit sends SIGTERM to the group (SIGKILL after
-    ``stop_timeout`` s). Attributes as :class:`specwatch.embedded.VllmServer`: ``base_url``,
-    ``metrics_url``, ``startup_seconds``, ``command``, ``log_path``, ``served_model_name`` (the
-    first model id listed).
+    Refuses a port something already listens on, starts the command in its own process group
+    (output to ``log_path``), optionally holding the machine-wide vLLM lock (``lock=True``; waits
+    up to ``lock_timeout`` s, calling ``on_status(message)`` once if it has to wait), polls
+    ``GET {base_url}/v1/models`` until it answers 200 with at least one model and checks that the
+    started process is still running, and on exit stops the whole process group (SIGTERM, SIGKILL
+    after ``stop_timeout`` s; :func:`specwatch.fileio.stop_process_group`). Attributes as
+    :class:`specwatch.embedded.VllmServer`: ``base_url``, ``metrics_url``, ``startup_seconds``,
+    ``command``, ``log_path``, ``served_model_name`` (the first model id listed), ``process``,
+    ``stop_timeout``.
 
-    Raises (from ``__enter__``): SweepError when the process exits or is not ready in
+    Raises (from ``__enter__``): SweepError when the port is busy, the program cannot be run, the
+    lock is still held after ``lock_timeout`` s, or the process exits or is not ready in
     ``startup_timeout`` s (the message carries the log's tail).
     """
 
     def __init__(self, argv: list[str], port: int, *, host: str = "127.0.0.1", log_path: Path,
                  startup_timeout: float = 900.0, stop_timeout: float = 30.0, lock: bool = True,
-                 api_key: str | None = None):
+                 api_key: str | None = None, on_status=None, lock_timeout: float = 3600.0,
+                 lock_path: Path | None = None):
         self.command = argv
         self.port = port
+        self.host = host
         self.base_url = f"http://{host}:{port}"
         self.metrics_url = self.base_url + "/metrics"
         self.log_path = Path(log_path)
@@ -326,25 +443,40 @@ class TemplateServer:
         self.startup_seconds: float | None = None
         self.served_model_name: str | None = None
         self.process: subprocess.Popen | None = None
+        self.on_status = on_status or (lambda msg: None)
         self._api_key = api_key
         self._lock = None
         if lock:
-            from specwatch.embedded import VllmLock
+            from specwatch.embedded import LOCK_PATH, VllmLock
 
-            self._lock = VllmLock()
+            self._lock = VllmLock(Path(lock_path) if lock_path else LOCK_PATH, timeout=lock_timeout,
+                                  on_wait=self.on_status, note=self.base_url)
         self._log = None
 
     def __enter__(self) -> TemplateServer:
         import requests
 
+        from specwatch.embedded import LockTimeout
+
         if self._lock is not None:
-            self._lock.acquire()
+            try:
+                self._lock.acquire()
+            except LockTimeout as exc:
+                raise SweepError(f"{exc} (or run with --no-lock)") from None
         try:
+            busy = port_error(self.host, self.port)
+            if busy:
+                raise SweepError(busy)
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log = open(self.log_path, "ab")
             t0 = time.monotonic()
-            self.process = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True)
+            try:
+                self.process = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT,
+                                                stdin=subprocess.DEVNULL, start_new_session=True)
+            except FileNotFoundError:
+                raise SweepError(f"--server-command: program {self.command[0]!r} not found") from None
+            except OSError as exc:
+                raise SweepError(f"--server-command: cannot run {self.command[0]!r}: {exc.strerror or exc}") from None
             headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
             while True:
                 rc = self.process.poll()
@@ -358,13 +490,17 @@ class TemplateServer:
                         if data:
                             self.served_model_name = data[0].get("id")
                             break
-                except (requests.RequestException, ValueError):
+                except (requests.RequestException, ValueError, AttributeError):
                     pass
                 if time.monotonic() - t0 > self.startup_timeout:
                     raise SweepError(f"server not ready on {self.base_url} after {self.startup_timeout:.0f} s\n"
                                      f"log {self.log_path}:\n{_tail(self.log_path)}")
                 time.sleep(0.25)
             self.startup_seconds = time.monotonic() - t0
+            rc = self.process.poll()
+            if rc is not None:  # whatever answered is not the server we started
+                raise SweepError(f"server exited with code {rc} while {self.base_url} answered (another server on the "
+                                 f"port?): {shlex.join(redact_argv(self.command))}\nlog {self.log_path}:\n{_tail(self.log_path)}")
         except BaseException:
             self.__exit__()
             raise
@@ -393,26 +529,38 @@ def _tail(path: Path, lines: int = 30) -> str:
 def start_server(cfg: ServerConfig, *, template: str | None, port: int | None, host: str,
                  log_path: Path, startup_timeout: float, lock: bool, api_key: str | None,
                  model_dir: str | None, on_status) -> Iterator[Any]:
-    """Start the server of ``cfg`` (embedded vLLM, or ``template``) and yield it while it runs."""
+    """Start the server of ``cfg`` (embedded vLLM, or ``template``) and yield it while it runs;
+    stop it afterwards (saying so through ``on_status``). Raises SweepError when it cannot start
+    (busy port, missing program, lock timeout, start-up failure)."""
     p = port or free_port(host)
     if template is None:
         from specwatch.embedded import SpecwatchEmbeddedError, VllmServer
 
+        busy = port_error(host, p)
+        if busy:
+            raise SweepError(f"{cfg.name}: {busy}")
         srv = VllmServer(p, model_dir=model_dir, speculative_config=cfg.speculative_config, host=host,
                          log_path=log_path, startup_timeout=startup_timeout, on_status=on_status)
         try:
             srv.start()
         except SpecwatchEmbeddedError as exc:
             raise SweepError(f"{cfg.name}: {exc}") from None
-        try:
-            yield srv
-        finally:
-            srv.stop()
+        stop = srv.stop
     else:
         srv = TemplateServer(render_command(template, p, cfg.speculative_config), p, host=host, log_path=log_path,
-                             startup_timeout=startup_timeout, lock=lock, api_key=api_key)
-        with srv:
-            yield srv
+                             startup_timeout=startup_timeout, lock=lock, api_key=api_key, on_status=on_status)
+        try:
+            srv.__enter__()
+        except SweepError as exc:
+            raise SweepError(f"{cfg.name}: {exc.message}") from None
+        stop = srv.__exit__
+    try:
+        yield srv
+    finally:
+        try:
+            on_status(f"{cfg.name}: stopping the server (up to {srv.stop_timeout:.0f} s)…")
+        finally:
+            stop()
 
 
 def read_metrics(url: str, api_key: str | None = None) -> str | None:
@@ -433,7 +581,8 @@ def read_metrics(url: str, api_key: str | None = None) -> str | None:
 
 @dataclass
 class SweepPlan:
-    """What to run and how to measure it (see :func:`run_sweep`)."""
+    """What to run and how to measure it (see :func:`run_sweep`). ``dataset_path``: the
+    ShareGPT-format JSON file of the ``sharegpt`` workload (needed only with it)."""
 
     configs: list[ServerConfig]
     workloads: tuple[str, ...]
@@ -445,6 +594,7 @@ class SweepPlan:
     warmup_batches: int
     seed: int
     request_rate: float = math.inf
+    dataset_path: str | None = None
 
     def prompts_for(self, concurrency: int) -> int:
         return self.num_prompts or max(1, self.prompts_per_concurrency * concurrency)
@@ -460,26 +610,70 @@ class SweepPlan:
             "warmup_batches": self.warmup_batches,
             "seed": self.seed,
             "request_rate": "inf" if math.isinf(self.request_rate) else self.request_rate,
+            "dataset_path": self.dataset_path,
         }
 
 
+def check_dataset(workloads: Sequence[str], dataset_path: str | None) -> None:
+    """Fail before any server starts when the ``sharegpt`` workload is asked for without a usable
+    ``--dataset-path`` (missing, unreadable, not ShareGPT format). Raises SweepError."""
+    if "sharegpt" not in workloads:
+        return
+    if not dataset_path:
+        raise SweepError("the sharegpt workload needs --dataset-path (a ShareGPT-format JSON file)")
+    from specwatch.bench.workloads import WorkloadError, load_sharegpt
+
+    try:
+        load_sharegpt(dataset_path)
+    except WorkloadError as exc:
+        raise SweepError(f"--dataset-path: {exc}") from None
+
+
+def _canonical(spec: Any) -> str:
+    return json.dumps(spec, sort_keys=True, separators=(",", ":"))
+
+
+def _describe_server(info: Mapping[str, Any]) -> str:
+    if info.get("kind") == "embedded":
+        return "the embedded vLLM"
+    return f"--server-command {info.get('command_template')!r}"
+
+
 def _merge_doc(path: Path, plan: SweepPlan, server_info: Mapping[str, Any]) -> dict[str, Any]:
+    """The result document to continue: a new one, or the one in ``path`` extended by ``plan``.
+    Raises SweepError (nothing written) when ``path`` is not a sweep result or was measured
+    differently: other measurement settings or ShareGPT file, another server command template,
+    or another speculative config under a configuration name of ``plan``."""
     if path.exists():
         doc = load_result(path)
         old = doc.get("settings") or {}
         new = plan.settings()
         diff = [k for k in MEASUREMENT_KEYS if k in old and old[k] != new[k]]
+        if old.get("dataset_path") and new["dataset_path"] and old["dataset_path"] != new["dataset_path"]:
+            diff.append("dataset_path")
         if diff:
             raise SweepError(
                 f"{path} was measured with different settings ({', '.join(f'{k}: {old[k]!r} vs {new[k]!r}' for k in diff)}); "
                 "use another --result-file or the same options"
             )
+        old_server = doc.get("server") or {}
+        if old_server.get("kind") and (old_server.get("kind"), old_server.get("command_template")) != (
+                server_info["kind"], server_info["command_template"]):
+            raise SweepError(f"{path} was measured with {_describe_server(old_server)}, this run uses "
+                             f"{_describe_server(server_info)}; use another --result-file or the same server")
+        old_cfgs = {c["name"]: c for c in doc.get("configs", [])}
+        for c in plan.configs:
+            o = old_cfgs.get(c.name)
+            if o is not None and "speculative_config" in o and _canonical(o["speculative_config"]) != _canonical(c.speculative_config):
+                raise SweepError(f"{path} measured {c.name} with speculative config {_canonical(o['speculative_config'])}, "
+                                 f"this run asks for {_canonical(c.speculative_config)}; use another --result-file or the "
+                                 "same --speculative-config/--k")
         # extend the lists of workloads/concurrencies/configs; keep what is there
         doc["settings"] = {**old, **new,
                            "workloads": list(dict.fromkeys([*old.get("workloads", []), *new["workloads"]])),
-                           "concurrencies": sorted(set(old.get("concurrencies", [])) | set(new["concurrencies"]))}
-        known = {c["name"] for c in doc.get("configs", [])}
-        doc["configs"] = doc.get("configs", []) + [c.to_dict() for c in plan.configs if c.name not in known]
+                           "concurrencies": sorted(set(old.get("concurrencies", [])) | set(new["concurrencies"])),
+                           "dataset_path": new["dataset_path"] or old.get("dataset_path")}
+        doc["configs"] = doc.get("configs", []) + [c.to_dict() for c in plan.configs if c.name not in old_cfgs]
         doc.setdefault("servers", [])
         doc["resumed_at"] = doc.get("resumed_at", []) + [_now()]
         return doc
@@ -494,6 +688,24 @@ def _merge_doc(path: Path, plan: SweepPlan, server_info: Mapping[str, Any]) -> d
         "servers": [],
         "cells": [],
     }
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _server_exit_code(srv: Any) -> int | None:
+    """The exit code of a started server's process, None while it runs."""
+    proc = getattr(srv, "process", None)
+    return None if proc is None else proc.poll()
+
+
+def _first_error(batches: Sequence[Mapping[str, Any]]) -> str | None:
+    for b in batches:
+        for e in b.get("errors") or ():
+            if isinstance(e, dict) and e.get("error"):
+                return " ".join(str(e["error"]).split())[:200]
+    return None
 
 
 def run_sweep(
@@ -513,7 +725,10 @@ def run_sweep(
 ) -> dict[str, Any]:
     """Run (or resume) a sweep and return the result document (also in ``result_file``).
 
-    Raises SweepError (bad/mismatched result file, server that does not start) and
+    The status ends "complete", or "incomplete" when some cells of ``plan`` had failed requests
+    (kept in the file, listed by :func:`failed_cells`, measured again on resume). Raises
+    SweepError (bad/mismatched result file or ShareGPT file, busy port, server that does not
+    start or exits during the sweep — the file then says "failed", finished cells kept) and
     KeyboardInterrupt (after writing the file with status "interrupted").
     """
     from specwatch.bench.runner import BenchConfig, BenchConfigError, BenchInterrupted, run_bench
@@ -521,16 +736,21 @@ def run_sweep(
 
     result_file = Path(result_file)
     log_dir = Path(log_dir) if log_dir else result_file.with_name(result_file.stem + "-logs")
+    check_dataset(plan.workloads, plan.dataset_path)
     server_info = {"kind": "template" if template else "embedded",
                    "command_template": None if template is None else shlex.join(redact_argv(shlex.split(template)))}
     doc = _merge_doc(result_file, plan, server_info)
-    done = {cell_key(c["config"], c["workload"], c["max_concurrency"]) for c in doc["cells"]}
-    options = WorkloadOptions(output_len=plan.output_len, seed=plan.seed)
+    done = {cell_key(c["config"], c["workload"], c["max_concurrency"]) for c in doc["cells"] if not cell_problem(c)}
+    options = WorkloadOptions(output_len=plan.output_len, seed=plan.seed, dataset_path=plan.dataset_path)
 
     def save(status: str) -> None:
         doc["status"] = status
         doc["updated_at"] = _now()
         atomic_write_json(result_file, doc)
+
+    def server_died(cfg: ServerConfig, rc: int, log_path: Path, when: str) -> SweepError:
+        return SweepError(f"{cfg.name}: the server exited with code {rc} {when}; the sweep stops "
+                          f"(finished cells are kept in {result_file})\nlog {log_path}:\n{_tail(log_path)}")
 
     save("running")
     try:
@@ -538,9 +758,10 @@ def run_sweep(
             todo = [(wl, c) for wl in plan.workloads for c in plan.concurrencies
                     if cell_key(cfg.name, wl, c) not in done]
             if not todo:
-                echo(f"{cfg.name}: all {len(plan.workloads) * len(plan.concurrencies)} cells already in {result_file}, skipped")
+                n = len(plan.workloads) * len(plan.concurrencies)
+                echo(f"{cfg.name}: {'its cell is' if n == 1 else f'all {n} cells'} already in {result_file}, skipped")
                 continue
-            echo(f"{cfg.name}: starting the server ({len(todo)} cells to run)")
+            echo(f"{cfg.name}: starting the server ({_plural(len(todo), 'cell')} to run)")
             log_path = log_dir / f"{cfg.name}.log"
             with start_server(cfg, template=template, port=port, host=host, log_path=log_path,
                               startup_timeout=startup_timeout, lock=lock, api_key=api_key,
@@ -554,6 +775,9 @@ def run_sweep(
                 kvs = "unknown" if kv["kv_cache_tokens"] is None else f"{kv['kv_cache_tokens']} tokens"
                 echo(f"{cfg.name}: ready in {srv.startup_seconds:.1f} s, KV-cache capacity {kvs}")
                 for wl, c in todo:
+                    rc = _server_exit_code(srv)
+                    if rc is not None:
+                        raise server_died(cfg, rc, log_path, f"before {wl} c={c}")
                     try:
                         bcfg = BenchConfig(
                             base_url=srv.base_url, role="baseline" if cfg.k == 0 else "speculative",
@@ -573,18 +797,41 @@ def run_sweep(
                     if not cells:
                         raise SweepError(f"{cfg.name} {wl} c={c}: no measured batch")
                     summary = cells[0].record()
-                    doc["cells"].append({
-                        "config": cfg.name, "k": cfg.k, "family": cfg.family, "workload": wl,
-                        "max_concurrency": c, "finished_at": _now(), "summary": summary,
-                        "batches": [b.record() for b in res.batches],
-                    })
-                    done.add(cell_key(cfg.name, wl, c))
+                    batches = [b.record() for b in res.batches]
+                    failed = any(b.get("failed") for b in batches)
+                    if failed and _server_exit_code(srv) is None:
+                        try:  # failures from a dying server: give it a moment to finish exiting
+                            srv.process.wait(timeout=1.0)
+                        except (subprocess.TimeoutExpired, AttributeError):
+                            pass
+                    rc = _server_exit_code(srv)
+                    cell = {"config": cfg.name, "k": cfg.k, "family": cfg.family, "workload": wl,
+                            "max_concurrency": c, "finished_at": _now(), "summary": summary, "batches": batches}
+                    if rc is not None:
+                        cell["server_exited"] = rc
+                    key = cell_key(cfg.name, wl, c)  # a re-measured cell replaces the old record
+                    doc["cells"] = [x for x in doc["cells"]
+                                    if cell_key(x["config"], x["workload"], x["max_concurrency"]) != key]
+                    doc["cells"].append(cell)
+                    problem = cell_problem(cell)
+                    if not problem:
+                        done.add(key)
                     save("running")
                     acc = summary.get("spec_decode_acceptance_rate")
-                    echo(f"  {cfg.name} {wl} c={c}: {summary['output_throughput']:.1f} tok/s"
+                    echo(f"  {cfg.name} {wl} c={c}: {summary.get('output_throughput') or 0.0:.1f} tok/s"
                          + ("" if acc is None else f", acceptance {acc:.1f} %")
                          + (f", {summary['failed']} failed" if summary.get("failed") else ""))
-        save("complete")
+                    if rc is not None:
+                        raise server_died(cfg, rc, log_path, f"during {wl} c={c}")
+                    if problem:
+                        err = _first_error(batches)
+                        echo(f"  warning: {cfg.name} {wl} c={c}: {problem}" + (f" (first error: {err})" if err else "")
+                             + "; the cell is kept but not used by advise/report, and a resumed sweep measures it again")
+                    elif failed:  # only warm-up requests failed
+                        echo(f"  warning: {cfg.name} {wl} c={c}: warm-up requests failed"
+                             + (f" (first error: {_first_error(batches)})" if _first_error(batches) else ""))
+        planned = {cell_key(cfg.name, wl, c) for cfg in plan.configs for wl in plan.workloads for c in plan.concurrencies}
+        save("complete" if planned <= done else "incomplete")
     except KeyboardInterrupt:
         save("interrupted")
         raise
@@ -677,11 +924,13 @@ def _server_command_cb(ctx, param, value):
     if "{port}" not in value:
         raise click.BadParameter("the template must contain {port} (the sweep picks the port of each server)")
     try:
-        render_command(value, 8000, {"method": "ngram", "num_speculative_tokens": 1})
+        argv = render_command(value, 8000, {"method": "ngram", "num_speculative_tokens": 1})
     except SweepError as exc:
         raise click.BadParameter(exc.message.removeprefix("--server-command").lstrip(": ")) from None
     except ValueError as exc:  # shlex: unbalanced quotes
         raise click.BadParameter(f"cannot split it like a shell: {exc}") from None
+    if shutil.which(argv[0]) is None:
+        raise click.BadParameter(f"program {argv[0]!r} not found (not on PATH, or not an executable file)")
     return value
 
 
@@ -694,7 +943,10 @@ def _server_command_cb(ctx, param, value):
               help="A --speculative-config JSON (with num_speculative_tokens); repeat for several servers.")
 @click.option("--baseline/--no-baseline", default=True, show_default=True, help="Include a server without speculation (k = 0).")
 @click.option("--workloads", default=",".join(DEFAULT_WORKLOADS), show_default=True, callback=_workloads_cb,
-              help="Comma-separated workloads of the load generator (copy, word-chain, random-output, code-return, explain, random-words).")
+              help="Comma-separated workloads of the load generator (copy, word-chain, random-output, code-return, explain, "
+                   "random-words, sharegpt with --dataset-path).")
+@click.option("--dataset-path", type=click.Path(dir_okay=False), default=None,
+              help="ShareGPT-format JSON file for the sharegpt workload.")
 @click.option("--concurrency", "concurrencies", default=",".join(map(str, DEFAULT_CONCURRENCIES)), show_default=True, callback=_int_list_cb(1),
               help="Comma-separated max concurrencies.")
 @click.option("--output-len", type=click.IntRange(min=1), default=DEFAULT_OUTPUT_LEN, show_default=True, help="Output tokens per request.")
@@ -717,7 +969,7 @@ def _server_command_cb(ctx, param, value):
 @click.option("--log-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Server logs (default: <result-file stem>-logs/ beside it).")
 @click.option("--progress/--no-progress", default=True, show_default=True)
-def sweep(result_file, ks, spec_configs, baseline, workloads, concurrencies, output_len, num_prompts,
+def sweep(result_file, ks, spec_configs, baseline, workloads, dataset_path, concurrencies, output_len, num_prompts,
           prompts_per_concurrency, num_batches, warmup_batches, seed, server_command, port, host, model_dir,
           startup_timeout, lock, api_key, log_dir, progress) -> None:
     """Run the load generator over server configurations × workloads × concurrencies.
@@ -730,11 +982,18 @@ def sweep(result_file, ks, spec_configs, baseline, workloads, concurrencies, out
         configs = build_configs(ks, spec_configs, baseline)
     except SweepError as exc:
         raise click.UsageError(exc.message) from None
+    if server_command is not None and any(c.speculative_config for c in configs) and not uses_speculation(server_command):
+        raise click.UsageError("--server-command has no {spec_args} (or {speculative_config}): the speculative servers "
+                               "would run without speculation; add {spec_args} where the server takes --speculative-config")
     wls, concs = workloads, concurrencies
+    try:
+        check_dataset(wls, dataset_path)
+    except SweepError as exc:
+        raise click.UsageError(exc.message) from None
     check_writable(result_file, "--result-file")
     check_dir_writable(log_dir or result_file.with_name(result_file.stem + "-logs"), "--log-dir")
     plan = SweepPlan(configs, wls, concs, output_len, num_prompts, prompts_per_concurrency, num_batches,
-                     warmup_batches, seed)
+                     warmup_batches, seed, dataset_path=dataset_path)
     echo = click.echo
     if server_command is None:
         echo("specwatch sweep: embedded vLLM on CPU; the defaults (64-token outputs, 2×concurrency prompts per "
@@ -748,10 +1007,18 @@ def sweep(result_file, ks, spec_configs, baseline, workloads, concurrencies, out
 
     install_stop_signals()
     try:
-        run_sweep(plan, result_file, template=server_command, port=port, host=host, log_dir=log_dir,
-                  startup_timeout=startup_timeout, lock=lock, api_key=api_key, model_dir=model_dir,
-                  progress=progress, echo=echo)
+        doc = run_sweep(plan, result_file, template=server_command, port=port, host=host, log_dir=log_dir,
+                        startup_timeout=startup_timeout, lock=lock, api_key=api_key, model_dir=model_dir,
+                        progress=progress, echo=echo)
     except KeyboardInterrupt:
         echo(f"interrupted: finished cells are in {result_file}; run the same command to resume", err=True)
         sys.exit(130)
+    if doc["status"] == "incomplete":
+        names = {c.name for c in configs}
+        bad = failed_cells({"cells": [c for c in doc["cells"] if c["config"] in names and c["workload"] in wls
+                                      and c["max_concurrency"] in concs]})
+        raise click.ClickException(
+            f"sweep incomplete: {_plural(len(bad), 'cell')} had failed requests ({'; '.join(bad[:3])}"
+            f"{'; …' if len(bad) > 3 else ''}); they are kept in {result_file} but not used by advise/report; "
+            "run the same command to measure them again")
     echo(f"sweep complete: {result_file}\nnext: specwatch advise {result_file}; specwatch report {result_file}")

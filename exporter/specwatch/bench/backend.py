@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +57,13 @@ def normalize_base_url(url: str) -> str:
     u = url.strip().rstrip("/")
     if not u.startswith(("http://", "https://")):
         raise ValueError(f"base URL must start with http:// or https://, got {url!r}")
+    try:
+        parts = urllib.parse.urlsplit(u)
+        parts.port  # noqa: B018 - validates the port (ValueError when out of range or not a number)
+    except ValueError as exc:
+        raise ValueError(f"not a valid URL: {url!r} ({exc})") from None
+    if not parts.hostname:
+        raise ValueError(f"not a valid URL (no host): {url!r}")
     if u.endswith("/v1"):
         u = u[: -len("/v1")]
     return u

@@ -1,0 +1,591 @@
+"""specwatch sweep robustness: busy ports, servers that die, failed cells, resume mismatches, process
+groups that outlive their leader, signals while a server stops, missing programs, damaged result
+files, templates without {spec_args}, sharegpt's dataset, the vLLM lock, messages.
+
+The stub server (``rstub``) is the one of test_sweep.py plus failure injection from the
+environment: ``STUB_ERROR_EVERY=n`` (every n-th generation request gets HTTP 500) and
+``STUB_DIE_AFTER=n`` (the process exits abruptly on generation request n + 1).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from specwatch.fileio import stop_process_group
+from specwatch.sweep import (
+    SweepError,
+    SweepPlan,
+    TemplateServer,
+    build_configs,
+    failed_cells,
+    load_result,
+    measurements,
+    run_sweep,
+)
+
+STUB = r'''
+import argparse, json, os
+from aiohttp import web
+from specwatch.bench.stubserver import StubConfig, StubServer
+ap = argparse.ArgumentParser()
+ap.add_argument("--port", type=int, required=True)
+ap.add_argument("--speculative-config", default=None)
+ap.add_argument("--api-key", default=None)
+a = ap.parse_args()
+k = json.loads(a.speculative_config)["num_speculative_tokens"] if a.speculative_config else 0
+with open(os.environ["STUB_START_LOG"], "a") as f:
+    f.write(f"{k}\n")
+if os.environ.get("STUB_PID_LOG"):
+    with open(os.environ["STUB_PID_LOG"], "a") as f:
+        f.write(f"{os.getpid()}\n")
+die_after = int(os.environ.get("STUB_DIE_AFTER") or 0)
+seen = [0]
+@web.middleware
+async def die(request, handler):
+    if request.method == "POST":
+        seen[0] += 1
+        if die_after and seen[0] > die_after:
+            os._exit(7)
+    return await handler(request)
+srv = StubServer(StubConfig(k=k, accept_pattern=(3, 1, 0, 2), require_api_key=a.api_key,
+                            error_every=int(os.environ.get("STUB_ERROR_EVERY") or 0)))
+srv.app.middlewares.append(die)
+web.run_app(srv.app, host="127.0.0.1", port=a.port, access_log=None, print=None)
+'''
+
+QUIET = {"lock": False, "progress": False}
+
+
+@pytest.fixture
+def rstub(tmp_path, monkeypatch):
+    script = tmp_path / "stub.py"
+    script.write_text(STUB)
+    log = tmp_path / "starts.log"
+    monkeypatch.setenv("STUB_START_LOG", str(log))
+    monkeypatch.delenv("STUB_ERROR_EVERY", raising=False)
+    monkeypatch.delenv("STUB_DIE_AFTER", raising=False)
+    template = f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} --port {{port}} {{spec_args}}"
+    return template, log
+
+
+def plan(ks=(2,), workloads=("copy",), concs=(1,), spec=(), baseline=True, dataset_path=None) -> SweepPlan:
+    return SweepPlan(build_configs(ks, spec, baseline), workloads, concs, 8, None, 1, 1, 1, 0,
+                     dataset_path=dataset_path)
+
+
+def starts(log: Path) -> list[int]:
+    return [int(x) for x in log.read_text().split()] if log.exists() else []
+
+
+def keys(doc) -> list[tuple[str, str, int]]:
+    return [(c["config"], c["workload"], c["max_concurrency"]) for c in doc["cells"]]
+
+
+def alive(pid: int) -> bool:
+    """A process that exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:].split()[0] != b"Z"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --------------------------------------------------------------------------------------------
+# 1. busy port
+
+
+def test_busy_port_is_refused_before_any_server_starts(tmp_path, rstub):
+    template, log = rstub
+    out = tmp_path / "s.json"
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        with pytest.raises(SweepError, match=rf"baseline: cannot start a server on 127.0.0.1:{port}: .*in use.*--port"):
+            run_sweep(plan(), out, template=template, port=port, echo=lambda *a, **k: None, **QUIET)
+    assert starts(log) == []
+    assert load_result(out)["status"] == "failed"
+
+
+def test_server_that_exits_while_another_answers_on_its_port_is_an_error(tmp_path, rstub, monkeypatch):
+    """If something else answers /v1/models on the port (the busy-port check raced), the sweep
+    must notice that its own process exited instead of measuring the other server."""
+    import specwatch.sweep as sw
+
+    template, log = rstub
+    port = free_port()
+    other = subprocess.Popen([sys.executable, str(tmp_path / "stub.py"), "--port", str(port)],
+                             env={**os.environ, "STUB_START_LOG": str(tmp_path / "other.log")}, start_new_session=True)
+    try:
+        t0 = time.time()
+        while sw.listen_error("127.0.0.1", port) is None:
+            assert time.time() - t0 < 60 and other.poll() is None
+            time.sleep(0.1)
+        monkeypatch.setattr(sw, "listen_error", lambda host, port: None)
+        out = tmp_path / "s.json"
+        dies = f"{shlex.quote(sys.executable)} -c 'import sys; sys.exit(5)' --port {{port}} {{spec_args}}"
+        with pytest.raises(SweepError, match="exited with code 5"):
+            run_sweep(plan(), out, template=dies, port=port, echo=lambda *a, **k: None, **QUIET)
+        doc = load_result(out)
+        assert doc["status"] == "failed"
+        assert measurements(doc) == []
+    finally:
+        stop_process_group(other, 5)
+
+
+# --------------------------------------------------------------------------------------------
+# 2. servers that die, cells with failed requests
+
+
+def test_server_killed_between_cells_stops_the_sweep_with_its_log(tmp_path, rstub, monkeypatch):
+    template, log = rstub
+    pids = tmp_path / "pids.log"
+    monkeypatch.setenv("STUB_PID_LOG", str(pids))
+    out = tmp_path / "s.json"
+
+    def echo(msg: str, **_: object) -> None:
+        if msg.startswith("  ngram-k2 copy c=1:"):
+            os.kill(int(pids.read_text().split()[-1]), signal.SIGKILL)
+            time.sleep(0.5)
+
+    with pytest.raises(SweepError) as info:
+        run_sweep(plan(concs=(1, 2)), out, template=template, echo=echo, **QUIET)
+    msg = str(info.value)
+    assert msg.startswith("ngram-k2: the server exited with code -9 before copy c=2")
+    assert str(tmp_path / "s-logs" / "ngram-k2.log") in msg
+    doc = load_result(out)
+    assert doc["status"] == "failed"
+    assert sorted(keys(doc)) == [("baseline", "copy", 1), ("baseline", "copy", 2), ("ngram-k2", "copy", 1)]
+    assert len(measurements(doc)) == 3 and failed_cells(doc) == []
+
+
+def test_server_dying_during_a_cell_keeps_it_as_failed_and_resume_measures_it_again(tmp_path, rstub, monkeypatch):
+    template, log = rstub
+    out = tmp_path / "s.json"
+    msgs: list[str] = []
+    # each server: c=1 sends 1 warm-up + 1 measured request, c=2 then 2 + 2; die on the 3rd
+    monkeypatch.setenv("STUB_DIE_AFTER", "2")
+    with pytest.raises(SweepError, match=r"^baseline: the server exited with code 7 during copy c=2") as info:
+        run_sweep(plan(concs=(1, 2)), out, template=template, echo=lambda m, **_: msgs.append(m), **QUIET)
+    assert "baseline.log" in str(info.value)
+    doc = load_result(out)
+    assert doc["status"] == "failed"
+    bad = next(c for c in doc["cells"] if c["max_concurrency"] == 2)
+    assert bad["server_exited"] == 7 and bad["summary"]["failed"] == 2  # data kept
+    assert failed_cells(doc) == ["baseline/copy/c=2: the server exited during the cell (code 7; 2 of 2 requests failed)"]
+    assert [(m.config, m.concurrency) for m in measurements(doc)] == [("baseline", 1)]
+
+    monkeypatch.delenv("STUB_DIE_AFTER")
+    doc = run_sweep(plan(concs=(1, 2)), out, template=template, echo=lambda m, **_: msgs.append(m), **QUIET)
+    assert doc["status"] == "complete"
+    assert starts(log) == [0, 0, 2]  # the baseline again, for its failed cell
+    assert sorted(keys(doc)) == sorted(set(keys(doc)))  # the failed record was replaced
+    assert len(doc["cells"]) == 4 and failed_cells(doc) == [] and len(measurements(doc)) == 4
+    assert any("baseline: starting the server (1 cell to run)" in m for m in msgs)
+
+
+def test_cells_with_failed_requests_are_kept_marked_and_rerun(tmp_path, rstub, monkeypatch):
+    template, log = rstub
+    out = tmp_path / "s.json"
+    msgs: list[str] = []
+    monkeypatch.setenv("STUB_ERROR_EVERY", "1")  # every request: HTTP 500
+    doc = run_sweep(plan(), out, template=template, echo=lambda m, **_: msgs.append(m), **QUIET)
+    assert doc["status"] == "incomplete"
+    assert load_result(out)["status"] == "incomplete"
+    assert failed_cells(doc) == ["baseline/copy/c=1: 1 of 1 requests failed", "ngram-k2/copy/c=1: 1 of 1 requests failed"]
+    assert measurements(doc) == []
+    warnings = [m for m in msgs if "warning:" in m]
+    assert len(warnings) == 2 and "1 of 1 requests failed" in warnings[0] and "injected failure" in warnings[0]
+
+    monkeypatch.delenv("STUB_ERROR_EVERY")
+    doc = run_sweep(plan(), out, template=template, echo=lambda m, **_: msgs.append(m), **QUIET)
+    assert doc["status"] == "complete"
+    assert starts(log) == [0, 2, 0, 2]
+    assert len(doc["cells"]) == 2 and failed_cells(doc) == [] and len(measurements(doc)) == 2
+
+
+def test_cli_exits_non_zero_when_cells_had_failed_requests(tmp_path, rstub, monkeypatch):
+    from specwatch.sweep import sweep
+
+    template, _ = rstub
+    out = tmp_path / "s.json"
+    monkeypatch.setenv("STUB_ERROR_EVERY", "1")
+    r = CliRunner().invoke(sweep, ["--result-file", str(out), "--k", "1", "--no-baseline", "--workloads", "copy",
+                                   "--concurrency", "1", "--output-len", "8", "--num-batches", "1",
+                                   "--server-command", template, "--no-lock", "--no-progress"])
+    assert r.exit_code == 1, r.output
+    assert isinstance(r.exception, SystemExit)
+    assert "sweep incomplete: 1 cell had failed requests (ngram-k1/copy/c=1: 2 of 2 requests failed)" in r.output
+    assert "sweep complete" not in r.output
+
+
+def test_measurements_leave_out_failed_cells_of_an_old_file():
+    cell = {"config": "ngram-k1", "k": 1, "family": "ngram", "workload": "copy", "max_concurrency": 2,
+            "summary": {"workload": "copy", "max_concurrency": 2, "output_throughput": 5.0, "completed": 0,
+                        "failed": 8, "num_batches": 1}}
+    good = {**cell, "config": "baseline", "k": 0, "summary": {**cell["summary"], "completed": 8, "failed": 0}}
+    doc = {"specwatch_sweep_format": 1, "cells": [cell, good]}
+    assert [m.config for m in measurements(doc)] == ["baseline"]
+    assert failed_cells(doc) == ["ngram-k1/copy/c=2: 8 of 8 requests failed"]
+
+
+# --------------------------------------------------------------------------------------------
+# 3. resume must not mix configurations or servers
+
+
+def test_resume_refuses_another_speculative_config_under_the_same_name(tmp_path, rstub):
+    template, log = rstub
+    out = tmp_path / "s.json"
+    a = '{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_max":5}'
+    b = '{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_max":3}'
+    run_sweep(plan(spec=(a,), baseline=False), out, template=template, echo=lambda *a, **k: None, **QUIET)
+    before = out.read_text()
+    with pytest.raises(SweepError, match=r"measured ngram-k2 with speculative config .*\"prompt_lookup_max\":5.*"
+                                         r"\"prompt_lookup_max\":3.*--result-file"):
+        run_sweep(plan(spec=(b,), baseline=False), out, template=template, echo=lambda *a, **k: None, **QUIET)
+    assert out.read_text() == before and starts(log) == [2]
+    # the same config again: resumes (nothing to run)
+    doc = run_sweep(plan(spec=(a,), baseline=False), out, template=template, echo=lambda *a, **k: None, **QUIET)
+    assert doc["status"] == "complete" and starts(log) == [2]
+
+
+def test_resume_refuses_another_server_command(tmp_path, rstub):
+    template, log = rstub
+    out = tmp_path / "s.json"
+    run_sweep(plan(), out, template=template, echo=lambda *a, **k: None, **QUIET)
+    before = out.read_text()
+    assert "stub.py --port" in load_result(out)["server"]["command_template"]
+    with pytest.raises(SweepError, match=r"was measured with --server-command .*this run uses --server-command"):
+        run_sweep(plan(), out, template=template + " --api-key other", echo=lambda *a, **k: None, **QUIET)
+    assert out.read_text() == before and starts(log) == [0, 2]
+
+
+# --------------------------------------------------------------------------------------------
+# 4./5. stopping a process group
+
+
+GROUP = r'''
+import signal, subprocess, sys, time
+child_mode, pid_file = sys.argv[1], sys.argv[2]
+leader_slow = len(sys.argv) > 3
+CHILD = """
+import signal, sys, time
+mode, pid_file = sys.argv[1], sys.argv[2]
+if mode == "ignore":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+else:
+    signal.signal(signal.SIGTERM, lambda *a: (time.sleep(1.0), sys.exit(0)))
+open(pid_file, "w").write("ready")
+time.sleep(600)
+"""
+if leader_slow:
+    signal.signal(signal.SIGTERM, lambda *a: (time.sleep(1.0), sys.exit(0)))
+child = subprocess.Popen([sys.executable, "-c", CHILD, child_mode, pid_file + ".ready"])
+while True:
+    try:
+        if open(pid_file + ".ready").read() == "ready":
+            break
+    except OSError:
+        pass
+    time.sleep(0.02)
+open(pid_file, "w").write(str(child.pid))
+time.sleep(600)
+'''
+
+
+def start_group(tmp_path, child_mode: str, leader_slow: bool = False) -> tuple[subprocess.Popen, int]:
+    script = tmp_path / "group.py"
+    script.write_text(GROUP)
+    pid_file = tmp_path / f"child-{child_mode}.pid"
+    argv = [sys.executable, str(script), child_mode, str(pid_file)] + (["slow"] if leader_slow else [])
+    p = subprocess.Popen(argv, start_new_session=True)
+    t0 = time.time()
+    while not (pid_file.exists() and pid_file.read_text().strip()):
+        assert time.time() - t0 < 30 and p.poll() is None
+        time.sleep(0.02)
+    time.sleep(0.1)  # the leader is in its sleep, its SIGTERM handler installed
+    return p, int(pid_file.read_text())
+
+
+def _cleanup(p: subprocess.Popen) -> None:
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    p.poll()
+
+
+def test_stop_process_group_waits_for_children_that_outlive_the_leader(tmp_path):
+    p, child = start_group(tmp_path, "slow")
+    try:
+        t0 = time.monotonic()
+        stop_process_group(p, 10)
+        assert not alive(child), "the child (EngineCore) outlived stop_process_group"
+        assert not alive(p.pid) and p.returncode is not None
+        assert 0.9 < time.monotonic() - t0 < 8
+    finally:
+        _cleanup(p)
+
+
+def test_stop_process_group_kills_children_that_ignore_sigterm(tmp_path):
+    p, child = start_group(tmp_path, "ignore")
+    try:
+        t0 = time.monotonic()
+        stop_process_group(p, 0.5)
+        assert not alive(child)
+        assert time.monotonic() - t0 < 8
+        stop_process_group(p, 0.5)  # a second call is a no-op
+    finally:
+        _cleanup(p)
+
+
+def test_second_ctrl_c_while_stopping_does_not_orphan_the_server(tmp_path):
+    p, child = start_group(tmp_path, "slow", leader_slow=True)
+    handler = signal.getsignal(signal.SIGINT)
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    raised = False
+    try:
+        timer.start()
+        try:
+            stop_process_group(p, 10)
+        except KeyboardInterrupt:
+            raised = True
+        timer.join()
+        assert raised, "the Ctrl-C that arrived while stopping was lost"
+        assert not alive(p.pid) and not alive(child), "the server was left running"
+        assert signal.getsignal(signal.SIGINT) is handler
+    finally:
+        timer.cancel()
+        _cleanup(p)
+
+
+def test_stop_process_group_from_another_thread_leaves_signals_alone(tmp_path):
+    p, child = start_group(tmp_path, "slow")
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            stop_process_group(p, 10)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    try:
+        t = threading.Thread(target=run)
+        t.start()
+        t.join(30)
+        assert errors == [] and not alive(child)
+    finally:
+        _cleanup(p)
+
+
+# --------------------------------------------------------------------------------------------
+# 6. missing program
+
+
+def test_missing_program_is_a_one_line_error(tmp_path):
+    from specwatch.sweep import sweep
+
+    out = tmp_path / "s.json"
+    with pytest.raises(SweepError) as info:
+        run_sweep(plan(), out, template="nonexistent-binary-xyz --port {port} {spec_args}",
+                  echo=lambda *a, **k: None, **QUIET)
+    assert str(info.value) == "baseline: --server-command: program 'nonexistent-binary-xyz' not found"
+    assert load_result(out)["status"] == "failed"
+    r = CliRunner().invoke(sweep, ["--result-file", str(out), "--no-lock",
+                                   "--server-command", "nonexistent-binary-xyz --port {port} {spec_args}"])
+    assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output
+    assert "--server-command" in r.output and "'nonexistent-binary-xyz' not found" in r.output
+
+
+# --------------------------------------------------------------------------------------------
+# 7. damaged result files
+
+
+def _doc(**over):
+    doc = {"specwatch_sweep_format": 1, "status": "complete", "settings": {}, "configs": [], "servers": [], "cells": []}
+    doc.update(over)
+    return doc
+
+
+GOOD_CELL = {"config": "baseline", "k": 0, "family": "", "workload": "copy", "max_concurrency": 1,
+             "summary": {"output_throughput": 3.0, "completed": 1, "failed": 0}}
+
+
+@pytest.mark.parametrize("doc, what", [
+    (_doc(cells=[1]), "cells[0] is not an object"),
+    (_doc(cells=[{k: v for k, v in GOOD_CELL.items() if k != "config"}]), "cells[0]: 'config'"),
+    (_doc(cells=[{**GOOD_CELL, "max_concurrency": "1"}]), "cells[0]: 'max_concurrency'"),
+    (_doc(cells=[{**GOOD_CELL, "summary": "x"}]), "cells[0]: 'summary' is not an object"),
+    (_doc(cells=[{**GOOD_CELL, "summary": {"output_throughput": "fast"}}]), "summary 'output_throughput'"),
+    (_doc(configs="x"), "'configs' is not a list"),
+    (_doc(configs=[{"k": 1}]), "configs[0]"),
+    (_doc(servers=[{"k": 1}]), "servers[0]"),
+    (_doc(settings=[]), "'settings' is not an object"),
+    (_doc(settings={"workloads": 3}), "settings 'workloads'"),
+])
+def test_hand_damaged_result_files_give_clean_errors(tmp_path, doc, what):
+    from specwatch.advise_cli import advise
+    from specwatch.report import report
+    from specwatch.sweep import sweep
+
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps(doc))
+    with pytest.raises(SweepError, match="damaged sweep result") as info:
+        load_result(f)
+    assert what in str(info.value)
+    with pytest.raises(SweepError, match="damaged sweep result"):
+        measurements(doc)
+    for cmd, args in ((advise, [str(f)]), (report, [str(f), "-o", str(tmp_path / "r.html")]),
+                      (sweep, ["--result-file", str(f), "--server-command", "true --port {port} {spec_args}", "--no-lock"])):
+        r = CliRunner().invoke(cmd, args)
+        assert r.exit_code == 1 and isinstance(r.exception, SystemExit), (cmd.name, r.output, r.exception)
+        assert "damaged sweep result" in r.output
+
+
+def test_non_utf8_result_file_is_a_clean_error(tmp_path):
+    from specwatch.report import report
+
+    f = tmp_path / "s.json"
+    f.write_bytes(b'{"specwatch_sweep_format": 1, "cells": [], "x": "\xff\xfe"}')
+    with pytest.raises(SweepError, match="not UTF-8"):
+        load_result(f)
+    r = CliRunner().invoke(report, [str(f)])
+    assert r.exit_code == 1 and isinstance(r.exception, SystemExit) and "not UTF-8" in r.output
+
+
+# --------------------------------------------------------------------------------------------
+# 8. templates without {spec_args}
+
+
+def test_template_without_spec_args_is_refused_when_speculation_is_swept(tmp_path, rstub):
+    from specwatch.sweep import sweep
+
+    template, log = rstub
+    out = tmp_path / "s.json"
+    no_spec = template.replace(" {spec_args}", "")
+    for args in (["--k", "2"], ["--speculative-config", '{"method":"ngram","num_speculative_tokens":2}']):
+        r = CliRunner().invoke(sweep, ["--result-file", str(out), *args, "--server-command", no_spec, "--no-lock"])
+        assert r.exit_code == 2, r.output
+        assert "--server-command" in r.output and "{spec_args}" in r.output
+    assert starts(log) == [] and not out.exists()
+    r = CliRunner().invoke(sweep, ["--result-file", str(out), "--k", "2", "--no-baseline", "--workloads", "copy",
+                                   "--concurrency", "1", "--output-len", "8", "--num-batches", "1", "--no-lock",
+                                   "--no-progress", "--server-command",
+                                   no_spec + " --speculative-config {speculative_config}"])
+    assert r.exit_code == 0, r.output
+    assert starts(log) == [2]
+
+
+# --------------------------------------------------------------------------------------------
+# 9. sharegpt
+
+
+def test_sharegpt_needs_a_dataset_path_before_any_server_starts(tmp_path, rstub):
+    from specwatch.sweep import sweep
+
+    template, log = rstub
+    out = tmp_path / "s.json"
+    base = ["--result-file", str(out), "--k", "2", "--workloads", "sharegpt", "--server-command", template, "--no-lock"]
+    r = CliRunner().invoke(sweep, base)
+    assert r.exit_code == 2 and "--dataset-path" in r.output, r.output
+    r = CliRunner().invoke(sweep, [*base, "--dataset-path", str(tmp_path / "missing.json")])
+    assert r.exit_code == 2 and "--dataset-path" in r.output and "not found" in r.output, r.output
+    with pytest.raises(SweepError, match="--dataset-path"):
+        run_sweep(plan(workloads=("sharegpt",)), out, template=template, echo=lambda *a, **k: None, **QUIET)
+    assert starts(log) == [] and not out.exists()
+
+
+def test_sharegpt_sweep_with_a_dataset(tmp_path, rstub):
+    from specwatch.sweep import sweep
+
+    template, log = rstub
+    data = tmp_path / "sg.json"
+    data.write_text(json.dumps([
+        {"id": str(i), "conversations": [{"from": "human", "value": f"Question {i}: tell me about rivers."},
+                                         {"from": "gpt", "value": f"Answer {i}: rivers flow to the sea."}]}
+        for i in range(4)]))
+    out = tmp_path / "s.json"
+    r = CliRunner().invoke(sweep, ["--result-file", str(out), "--k", "2", "--workloads", "sharegpt,copy",
+                                   "--dataset-path", str(data), "--concurrency", "1", "--output-len", "8",
+                                   "--num-batches", "1", "--server-command", template, "--no-lock", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    doc = load_result(out)
+    assert doc["settings"]["dataset_path"] == str(data)
+    assert {(c["config"], c["workload"]) for c in doc["cells"]} == {
+        (cfg, wl) for cfg in ("baseline", "ngram-k2") for wl in ("sharegpt", "copy")}
+    assert failed_cells(doc) == []
+
+
+# --------------------------------------------------------------------------------------------
+# 10. the vLLM lock
+
+
+def test_template_server_reports_lock_waits_and_timeouts(tmp_path):
+    from specwatch.embedded import VllmLock
+
+    lock_path = tmp_path / "vllm.lock"
+    msgs: list[str] = []
+    srv = TemplateServer(["true"], free_port(), log_path=tmp_path / "x.log", lock=True, lock_path=lock_path,
+                         lock_timeout=1.5, on_status=msgs.append)
+    with VllmLock(lock_path):
+        with pytest.raises(SweepError, match=re.escape(f"another real vLLM still holds {lock_path} after 2 s")):
+            srv.__enter__()
+    assert msgs == [f"waiting for {lock_path} (another real vLLM is running)"]
+    assert srv.process is None
+
+
+def test_template_sweep_echoes_while_it_waits_for_the_lock(tmp_path, rstub, monkeypatch):
+    import specwatch.embedded as emb
+    from specwatch.embedded import VllmLock
+
+    template, log = rstub
+    lock_path = tmp_path / "vllm.lock"
+    monkeypatch.setattr(emb, "LOCK_PATH", lock_path)
+    held = VllmLock(lock_path)
+    held.acquire()
+    timer = threading.Timer(1.5, held.release)
+    msgs: list[str] = []
+    try:
+        timer.start()
+        doc = run_sweep(plan(ks=(1,), baseline=False), tmp_path / "s.json", template=template, lock=True,
+                        progress=False, echo=lambda m, **_: msgs.append(m))
+    finally:
+        timer.cancel()
+        held.release()
+    assert doc["status"] == "complete"
+    assert f"waiting for {lock_path} (another real vLLM is running)" in msgs
+
+
+# --------------------------------------------------------------------------------------------
+# 11. messages
+
+
+def test_messages_singular_cell_and_stopping_the_server(tmp_path, rstub):
+    template, _ = rstub
+    msgs: list[str] = []
+    out = tmp_path / "s.json"
+    run_sweep(plan(), out, template=template, echo=lambda m, **_: msgs.append(m), **QUIET)
+    assert "baseline: starting the server (1 cell to run)" in msgs
+    assert "ngram-k2: stopping the server (up to 30 s)…" in msgs
+    msgs.clear()
+    run_sweep(plan(), out, template=template, echo=lambda m, **_: msgs.append(m), **QUIET)
+    assert f"baseline: its cell is already in {out}, skipped" in msgs
