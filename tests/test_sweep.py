@@ -1,7 +1,7 @@
 """specwatch sweep: server lifecycle from a command template, result file, resume; one tiny sweep on
 the real embedded vLLM.
 
-The stub server is the load generator's stub (specwatch.bench.stubserver: constructed vLLM V1
+The stub server (tests/sweep_stub.py) is the load generator's stub (constructed vLLM V1
 spec-decode counters) wrapped by a tiny script that reads ``--speculative-config`` like vLLM,
 adds a constructed ``vllm:cache_config_info`` and logs every start.
 """
@@ -27,42 +27,15 @@ from specwatch.sweep import (
     run_sweep,
 )
 
+from sweep_stub import make_stub
+
 FIX = Path(__file__).parent / "fixtures" / "metrics"
 
-STUB = r'''
-import argparse, json, os
-from aiohttp import web
-from specwatch.bench.stubserver import StubConfig, StubServer
-ap = argparse.ArgumentParser()
-ap.add_argument("--port", type=int, required=True)
-ap.add_argument("--speculative-config", default=None)
-ap.add_argument("--api-key", default=None)
-a = ap.parse_args()
-k = json.loads(a.speculative_config)["num_speculative_tokens"] if a.speculative_config else 0
-with open(os.environ["STUB_START_LOG"], "a") as f:
-    f.write(f"{k}\n")
-if os.environ.get("STUB_PID_LOG"):
-    with open(os.environ["STUB_PID_LOG"], "a") as f:
-        f.write(f"{os.getpid()}\n")
-class S(StubServer):
-    def metrics_text(self):  # constructed cache info: capacity shrinks with k
-        return super().metrics_text() + (
-            "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
-            "# TYPE vllm:cache_config_info gauge\n"
-            f'vllm:cache_config_info{{block_size="16",engine="0",num_gpu_blocks="{1000 - 10 * k}"}} 1.0\n')
-web.run_app(S(StubConfig(k=k, accept_pattern=(3, 1, 0, 2), require_api_key=a.api_key)).app, host="127.0.0.1", port=a.port,
-            access_log=None, print=None)
-'''
 
 
 @pytest.fixture
 def stub(tmp_path, monkeypatch):
-    script = tmp_path / "stub.py"
-    script.write_text(STUB)
-    log = tmp_path / "starts.log"
-    monkeypatch.setenv("STUB_START_LOG", str(log))
-    template = f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} --port {{port}} {{spec_args}}"
-    return template, log
+    return make_stub(tmp_path, monkeypatch)
 
 
 def plan(ks=(2, 4), workloads=("copy", "explain"), concs=(1, 2), output_len=8) -> SweepPlan:

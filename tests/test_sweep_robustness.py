@@ -35,50 +35,15 @@ from specwatch.sweep import (
     measurements,
     run_sweep,
 )
+from sweep_stub import make_stub
 
-STUB = r'''
-import argparse, json, os
-from aiohttp import web
-from specwatch.bench.stubserver import StubConfig, StubServer
-ap = argparse.ArgumentParser()
-ap.add_argument("--port", type=int, required=True)
-ap.add_argument("--speculative-config", default=None)
-ap.add_argument("--api-key", default=None)
-a = ap.parse_args()
-k = json.loads(a.speculative_config)["num_speculative_tokens"] if a.speculative_config else 0
-with open(os.environ["STUB_START_LOG"], "a") as f:
-    f.write(f"{k}\n")
-if os.environ.get("STUB_PID_LOG"):
-    with open(os.environ["STUB_PID_LOG"], "a") as f:
-        f.write(f"{os.getpid()}\n")
-die_after = int(os.environ.get("STUB_DIE_AFTER") or 0)
-seen = [0]
-@web.middleware
-async def die(request, handler):
-    if request.method == "POST":
-        seen[0] += 1
-        if die_after and seen[0] > die_after:
-            os._exit(7)
-    return await handler(request)
-srv = StubServer(StubConfig(k=k, accept_pattern=(3, 1, 0, 2), require_api_key=a.api_key,
-                            error_every=int(os.environ.get("STUB_ERROR_EVERY") or 0)))
-srv.app.middlewares.append(die)
-web.run_app(srv.app, host="127.0.0.1", port=a.port, access_log=None, print=None)
-'''
 
 QUIET = {"lock": False, "progress": False}
 
 
 @pytest.fixture
 def rstub(tmp_path, monkeypatch):
-    script = tmp_path / "stub.py"
-    script.write_text(STUB)
-    log = tmp_path / "starts.log"
-    monkeypatch.setenv("STUB_START_LOG", str(log))
-    monkeypatch.delenv("STUB_ERROR_EVERY", raising=False)
-    monkeypatch.delenv("STUB_DIE_AFTER", raising=False)
-    template = f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} --port {{port}} {{spec_args}}"
-    return template, log
+    return make_stub(tmp_path, monkeypatch)
 
 
 def plan(ks=(2,), workloads=("copy",), concs=(1,), spec=(), baseline=True, dataset_path=None) -> SweepPlan:
