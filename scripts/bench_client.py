@@ -185,6 +185,8 @@ def main() -> None:
     for name in ("concurrency", "num_prompts", "output_len", "rounds"):
         if getattr(a, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
+    if a.json is not None and not (a.json.parent.is_dir() and os.access(a.json.parent, os.W_OK)):
+        ap.error(f"--json {a.json}: the directory does not exist or is not writable")
     global PIN
     cpus = sorted(os.sched_getaffinity(0))
     if not a.no_pin and len(cpus) >= 2 and not (a.real_vllm or a.base_url):

@@ -184,3 +184,8 @@ def test_pipelined_requests_are_answered_in_order_and_half_close_is_served(fast_
     second, sep2, tail = rest.partition(b"0\r\n\r\n")
     assert sep2 and tail == b""
     assert second.startswith(b"HTTP/1.1 200") and second.count(b"chat.completion.chunk") == 3  # role + 2 tokens
+
+
+def test_oversized_content_length_is_refused_up_front(fast_stub):
+    data = _raw(fast_stub, b"POST /v1/completions HTTP/1.1\r\nContent-Length: 9000000\r\n\r\n")
+    assert data.startswith(b"HTTP/1.1 400") and b"Content-Length above" in data

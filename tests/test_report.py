@@ -304,3 +304,43 @@ def test_advise_and_report_name_the_cells_left_out_for_failed_requests(tmp_path,
                    for p in fam["throughput_predictions"])
     html = render_report(json.loads(src.read_text()))
     assert "Left out: 1 cell(s)" in html and "ngram-k2/copy/c=4" in html
+
+
+def test_report_output_keeps_links_and_special_files_and_never_replaces_the_sweep(tmp_path, sweep_doc):
+    import os
+    import threading
+
+    src = _write(tmp_path, sweep_doc)
+    target = tmp_path / "real.html"
+    link = tmp_path / "link.html"
+    link.symlink_to(target)  # dangling until written
+    r = CliRunner().invoke(report, [str(src), "-o", str(link)])
+    assert r.exit_code == 0, r.output
+    assert link.is_symlink() and "<html" in target.read_text()
+    fifo = tmp_path / "fifo.html"
+    os.mkfifo(fifo)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo).read()))
+    reader.start()
+    r = CliRunner().invoke(report, [str(src), "-o", str(fifo)])
+    reader.join(20)
+    assert r.exit_code == 0, r.output
+    assert fifo.is_fifo() and got and "<html" in got[0]
+    # a sweep saved with a .html name: the default output would be the sweep itself
+    sw = tmp_path / "sw.html"
+    sw.write_text(json.dumps(sweep_doc))
+    before = sw.read_text()
+    r = CliRunner().invoke(report, [str(sw)])
+    assert r.exit_code == 2 and "sweep result itself" in r.output
+    assert sw.read_text() == before
+
+
+def test_advise_json_to_dev_stdout_through_a_pipe(tmp_path, sweep_doc):
+    import sys
+
+    src = _write(tmp_path, sweep_doc)
+    p = subprocess.run([sys.executable, "-m", "specwatch", "advise", str(src), "--json", "/dev/stdout"],
+                       capture_output=True, text=True, timeout=300)  # stdout is a pipe
+    assert p.returncode == 0, p.stderr
+    start = p.stdout.index('{\n "source"')
+    assert "families" in json.loads(p.stdout[start:])

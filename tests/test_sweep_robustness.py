@@ -406,6 +406,9 @@ GOOD_CELL = {"config": "baseline", "k": 0, "family": "", "workload": "copy", "ma
     (_doc(servers=[{"k": 1}]), "servers[0]"),
     (_doc(settings=[]), "'settings' is not an object"),
     (_doc(settings={"workloads": 3}), "settings 'workloads'"),
+    (_doc(cells=[{**GOOD_CELL, "max_concurrency": 0}]), "'max_concurrency' 0 is out of range"),
+    (_doc(cells=[{**GOOD_CELL, "max_concurrency": 10**400}]), "'max_concurrency'"),
+    (_doc(cells=[{**GOOD_CELL, "k": -3}]), "'k' -3 is out of range"),
 ])
 def test_hand_damaged_result_files_give_clean_errors(tmp_path, doc, what):
     from specwatch.advise_cli import advise
@@ -554,3 +557,84 @@ def test_messages_singular_cell_and_stopping_the_server(tmp_path, rstub):
     msgs.clear()
     run_sweep(plan(), out, template=template, echo=lambda m, **_: msgs.append(m), **QUIET)
     assert f"baseline: its cell is already in {out}, skipped" in msgs
+
+
+# --------------------------------------------------------------------------------------------
+# second round of bad input
+
+
+def test_a_first_attempt_that_measured_nothing_does_not_lock_the_file(tmp_path, rstub):
+    """A typo in --server-command (or a busy port) leaves a "failed" file without cells; the
+    corrected command must be accepted on the same file."""
+    template, log = rstub
+    out = tmp_path / "s.json"
+    with pytest.raises(SweepError):
+        run_sweep(plan(), out, template="false --port {port} {spec_args}", echo=lambda *a, **k: None, **QUIET)
+    assert load_result(out)["status"] == "failed" and load_result(out)["cells"] == []
+    doc = run_sweep(plan(), out, template=template, echo=lambda *a, **k: None, **QUIET)
+    assert doc["status"] == "complete" and len(doc["cells"]) == 2
+    assert "stub.py" in doc["server"]["command_template"]
+    # a configuration without cells may be redefined; one with cells may not
+    spec_a = (json.dumps({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 5}),)
+    out2 = tmp_path / "s2.json"
+    seen = []
+
+    def stop_after_baseline(msg: str, **_: object) -> None:
+        seen.append(msg)
+        if "baseline copy" in msg:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(plan(ks=(), spec=spec_a), out2, template=template, echo=stop_after_baseline, **QUIET)
+    spec_b = (json.dumps({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3}),)
+    doc = run_sweep(plan(ks=(), spec=spec_b), out2, template=template, echo=lambda *a, **k: None, **QUIET)
+    assert doc["status"] == "complete"
+    stored = next(c for c in doc["configs"] if c["k"] == 2)
+    assert stored["speculative_config"]["prompt_lookup_max"] == 3
+    with pytest.raises(SweepError, match="speculative config"):
+        run_sweep(plan(ks=(), spec=spec_a), out2, template=template, echo=lambda *a, **k: None, **QUIET)
+
+
+def test_two_sweeps_cannot_write_one_result_file(tmp_path, rstub):
+    from specwatch.sweep import result_file_lock
+
+    template, log = rstub
+    out = tmp_path / "s.json"
+    with result_file_lock(out):  # as a running sweep holds it
+        with pytest.raises(SweepError, match="another specwatch sweep is writing"):
+            run_sweep(plan(), out, template=template, echo=lambda *a, **k: None, **QUIET)
+    assert not out.exists() and starts(log) == []
+    assert run_sweep(plan(), out, template=template, echo=lambda *a, **k: None, **QUIET)["status"] == "complete"
+
+
+def test_sighup_stops_the_sweep_and_its_server(tmp_path, rstub):
+    """Closing the terminal (SIGHUP) must not leave the server running."""
+    template, log = rstub
+    pids = tmp_path / "pids.log"
+    out = tmp_path / "s.json"
+    env = {**os.environ, "STUB_PID_LOG": str(pids)}
+    cmd = [sys.executable, "-m", "specwatch", "sweep", "--result-file", str(out), "--k", "2", "--workloads", "copy",
+           "--concurrency", "1", "--output-len", "8", "--num-batches", "100000", "--server-command", template,
+           "--no-lock", "--no-progress"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        t0 = time.time()
+        while not (pids.exists() and pids.read_text().strip()):
+            assert proc.poll() is None, proc.communicate()[0]
+            assert time.time() - t0 < 60
+            time.sleep(0.1)
+        server_pid = int(pids.read_text().split()[0])
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGHUP)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, output
+    t0 = time.time()
+    while alive(server_pid) and time.time() - t0 < 15:
+        time.sleep(0.1)
+    if alive(server_pid):
+        os.kill(server_pid, signal.SIGKILL)
+        raise AssertionError("the server outlived a SIGHUP'd sweep")
+    assert load_result(out)["status"] == "interrupted"

@@ -75,6 +75,18 @@ def advise_sweep(doc: dict[str, Any], *, tolerance: float = DEFAULT_TOLERANCE, c
     return out
 
 
+#: What a hand-edited but well-formed result file can still raise deep in the maths (a zero or
+#: absurd count, a string where a number belongs, a nesting too deep for json).
+DAMAGED_FILE_ERRORS = (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError, OverflowError,
+                       AttributeError, RecursionError)
+
+
+def damaged_file_message(path, exc: BaseException) -> str:
+    """The one-line error for a result file whose values the advice cannot use."""
+    return (f"{path}: cannot use the values in this result file ({type(exc).__name__}: {exc}); "
+            "was it edited by hand? Re-run or resume the sweep into a new file")
+
+
 WIDE_CONSOLE = 160
 
 
@@ -364,6 +376,14 @@ def advise_cmd(result_file, exporter_url, prometheus_url, window, concurrencies,
         if json_path is not None and same_file(json_path, result_file):
             raise click.BadParameter("is the sweep result itself: writing it would destroy the sweep", param_hint="--json")
         doc = load_result(result_file)
+        from specwatch.sweep import failed_cells
+
+        left_out = failed_cells(doc)
+        if left_out:
+            console.print(f"[yellow]left out: {len(left_out)} cell(s) with failed requests (resume the sweep to measure "
+                          "them again):[/yellow]")
+            for line in left_out:
+                console.print(f"  {line}", markup=False, highlight=False)
         if fit_k is not None:
             from specwatch.sweep import measurements
 
@@ -378,16 +398,11 @@ def advise_cmd(result_file, exporter_url, prometheus_url, window, concurrencies,
                                    fit_ks=fit_k, basis=basis)
         except KChoiceError as exc:
             raise click.ClickException(str(exc)) from None
+        except DAMAGED_FILE_ERRORS as exc:
+            raise click.ClickException(damaged_file_message(result_file, exc)) from None
         if doc.get("status") != "complete":
             console.print(f"[yellow]note: the sweep's status is {doc.get('status')!r}: advice from the cells finished so far[/yellow]")
-        from specwatch.sweep import failed_cells
 
-        left_out = failed_cells(doc)
-        if left_out:
-            console.print(f"[yellow]left out: {len(left_out)} cell(s) with failed requests (resume the sweep to measure "
-                          "them again):[/yellow]")
-            for line in left_out:
-                console.print(f"  {line}", markup=False, highlight=False)
         for a in advices:
             render_advice(a, console)
         if json_path:

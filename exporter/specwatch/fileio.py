@@ -8,6 +8,7 @@ import math
 import os
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
 from pathlib import Path
@@ -21,11 +22,17 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     not a regular file (``/dev/stdout``, a FIFO, a device) is written in place, never replaced.
     Creates the parent directory; the file gets the usual mode (0666 less the umask).
     Raises OSError when the directory is not writable."""
-    path = Path(os.path.realpath(path))
-    if path.exists() and not path.is_file():
-        with open(path, "w", encoding="utf-8", newline="") as f:
+    given = Path(path)
+    try:
+        st = os.stat(given)  # follows symlinks
+    except OSError:
+        st = None
+    if (st is not None and not stat.S_ISREG(st.st_mode)) or str(given).startswith(("/dev/", "/proc/")):
+        # /dev/stdout, a pipe, a FIFO, a device: write into it (replacing it would break it)
+        with open(given, "w", encoding="utf-8", newline="") as f:
             f.write(text)
         return
+    path = Path(os.path.realpath(given))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -166,7 +173,8 @@ def listen_error(host: str, port: int) -> str | None:
 
 
 def install_stop_signals() -> None:
-    """Make SIGTERM (``timeout``, ``docker stop``, systemd) act exactly like Ctrl-C: it re-sends
+    """Make SIGTERM (``timeout``, ``docker stop``, systemd) and SIGHUP (the terminal or SSH session
+    closed; left alone when ignored, as under ``nohup``) act exactly like Ctrl-C: each re-sends
     itself as SIGINT, so plain code gets KeyboardInterrupt and ``asyncio.run`` cancels its main
     task (the code's CancelledError paths run). A command that owns child servers or result files
     then stops them on its ``finally``/``with`` paths instead of dying with them running. SIGINT
@@ -177,6 +185,8 @@ def install_stop_signals() -> None:
         os.kill(os.getpid(), signal.SIGINT)
 
     signal.signal(signal.SIGTERM, _as_sigint)
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # a closed terminal/SSH session; nohup ignores it
+        signal.signal(signal.SIGHUP, _as_sigint)
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 

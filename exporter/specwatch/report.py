@@ -355,8 +355,8 @@ def render_report(doc: Mapping[str, Any], *, tolerance: float = DEFAULT_TOLERANC
 @click.option("--title", default="specwatch sweep report", show_default=True)
 def report(result_file: Path, output: Path | None, tolerance: float, candidates: str, basis: str, title: str) -> None:
     """Render a self-contained HTML report (embedded PNG plots) of a sweep RESULT_FILE."""
-    from specwatch.fileio import same_file
-    from specwatch.sweep import check_writable, load_result, measurements
+    from specwatch.fileio import atomic_write_text, same_file
+    from specwatch.sweep import check_writable, failed_cells, load_result, measurements
 
     if not (0.0 <= tolerance < 1.0):
         raise click.BadParameter("must be in [0, 1)", param_hint="--tolerance")
@@ -368,19 +368,25 @@ def report(result_file: Path, output: Path | None, tolerance: float, candidates:
     except KChoiceError as exc:
         raise click.ClickException(f"{result_file}: {exc}") from None
     if not usable:
-        raise click.ClickException(f"{result_file} has no finished cell yet (status {doc.get('status')!r}): "
-                                   "nothing to report; run or resume specwatch sweep first")
+        left_out = failed_cells(doc)
+        raise click.ClickException(
+            f"{result_file} has no finished cell yet (status {doc.get('status')!r}): nothing to report; run or resume "
+            "specwatch sweep first" + (f". Left out for failed requests: {'; '.join(left_out)}" if left_out else ""))
     out = output or result_file.with_suffix(".html")
+    if same_file(out, result_file):
+        raise click.BadParameter(f"{out} is the sweep result itself: writing it would destroy the sweep "
+                                 "(give another --output)", param_hint="--output")
     check_writable(out, "--output")
+    from specwatch.advise_cli import DAMAGED_FILE_ERRORS, damaged_file_message
+
     try:
         text = render_report(doc, tolerance=tolerance, candidates=candidates, basis=basis, title=title)
     except KChoiceError as exc:
         raise click.ClickException(f"{result_file}: {exc}") from None
-    tmp = out.with_name(f".{out.name}.tmp")
+    except DAMAGED_FILE_ERRORS as exc:
+        raise click.ClickException(damaged_file_message(result_file, exc)) from None
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(out)
+        atomic_write_text(out, text)
     except OSError as exc:
         raise click.ClickException(f"cannot write {out}: {exc.strerror or exc}") from None
     click.echo(f"report written: {out} ({len(text) // 1024} KiB)")

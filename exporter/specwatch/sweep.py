@@ -40,9 +40,11 @@ of every configuration name must match the file's, else the sweep refuses to mix
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import math
+import os
 import shlex
 import shutil
 import socket
@@ -181,6 +183,8 @@ def load_result(path: str | Path) -> dict[str, Any]:
         raise SweepError(f"{p} is not a specwatch sweep result (not UTF-8 text: {exc.reason} at byte {exc.start})") from None
     except json.JSONDecodeError as exc:
         raise SweepError(f"{p} is not valid JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # an integer of > 4300 digits, nesting too deep
+        raise SweepError(f"{p} is not a usable sweep result: {type(exc).__name__}: {exc}") from None
     if not isinstance(doc, dict) or doc.get("specwatch_sweep_format") != FORMAT:
         raise SweepError(f"{p} is not a specwatch sweep result (format {FORMAT})")
     if not isinstance(doc.get("cells"), list):
@@ -223,6 +227,10 @@ def _shape_problem(doc: Mapping[str, Any]) -> str | None:
                               ("k", _is_int(c.get("k")), "an integer")):
             if not ok:
                 return f"cells[{i}]: '{key}' is missing or not {what}"
+        if not 1 <= c["max_concurrency"] <= 1_000_000:
+            return f"cells[{i}]: 'max_concurrency' {c['max_concurrency']} is out of range (1 to 1000000)"
+        if not 0 <= c["k"] <= 1000:
+            return f"cells[{i}]: 'k' {c['k']} is out of range (0 to 1000)"
         summary = c.get("summary")
         if summary is not None and not isinstance(summary, dict):
             return f"cells[{i}]: 'summary' is not an object"
@@ -643,9 +651,16 @@ def _merge_doc(path: Path, plan: SweepPlan, server_info: Mapping[str, Any]) -> d
     """The result document to continue: a new one, or the one in ``path`` extended by ``plan``.
     Raises SweepError (nothing written) when ``path`` is not a sweep result or was measured
     differently: other measurement settings or ShareGPT file, another server command template,
-    or another speculative config under a configuration name of ``plan``."""
+    or another speculative config under a configuration name of ``plan``. Only what stored cells
+    were measured with counts: a file whose first attempt measured nothing (a typo in the command,
+    a busy port) or a configuration without cells takes the new settings."""
     if path.exists():
         doc = load_result(path)
+        measured_configs = {c["config"] for c in doc.get("cells", [])}
+        if not measured_configs:  # nothing measured yet: start over with this run's settings
+            doc["settings"] = {}
+            doc["server"] = dict(server_info)
+            doc["configs"] = []
         old = doc.get("settings") or {}
         new = plan.settings()
         diff = [k for k in MEASUREMENT_KEYS if k in old and old[k] != new[k]]
@@ -661,7 +676,9 @@ def _merge_doc(path: Path, plan: SweepPlan, server_info: Mapping[str, Any]) -> d
                 server_info["kind"], server_info["command_template"]):
             raise SweepError(f"{path} was measured with {_describe_server(old_server)}, this run uses "
                              f"{_describe_server(server_info)}; use another --result-file or the same server")
-        old_cfgs = {c["name"]: c for c in doc.get("configs", [])}
+        # a configuration without cells takes the new definition
+        doc["configs"] = [c for c in doc.get("configs", []) if c["name"] in measured_configs]
+        old_cfgs = {c["name"]: c for c in doc["configs"]}
         for c in plan.configs:
             o = old_cfgs.get(c.name)
             if o is not None and "speculative_config" in o and _canonical(o["speculative_config"]) != _canonical(c.speculative_config):
@@ -708,6 +725,30 @@ def _first_error(batches: Sequence[Mapping[str, Any]]) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def result_file_lock(result_file: Path) -> Iterator[None]:
+    """Hold an exclusive, non-blocking flock for ``result_file`` (on a lock file in the temporary
+    directory named after the file's absolute path, so nothing is added beside the results).
+    Raises SweepError when another sweep holds it: two sweeps writing one file would each
+    overwrite the other's cells."""
+    import fcntl
+    import hashlib
+    import tempfile
+
+    key = hashlib.sha1(os.path.realpath(result_file).encode()).hexdigest()[:16]
+    path = Path(tempfile.gettempdir()) / f"specwatch-sweep-{key}.lock"
+    fh = open(path, "a+")
+    try:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SweepError(f"another specwatch sweep is writing {result_file} (lock {path}); "
+                             "wait for it or use another --result-file") from None
+        yield
+    finally:
+        fh.close()
+
+
 def run_sweep(
     plan: SweepPlan,
     result_file: Path,
@@ -728,9 +769,18 @@ def run_sweep(
     The status ends "complete", or "incomplete" when some cells of ``plan`` had failed requests
     (kept in the file, listed by :func:`failed_cells`, measured again on resume). Raises
     SweepError (bad/mismatched result file or ShareGPT file, busy port, server that does not
-    start or exits during the sweep — the file then says "failed", finished cells kept) and
-    KeyboardInterrupt (after writing the file with status "interrupted").
+    start or exits during the sweep — the file then says "failed", finished cells kept —, another
+    sweep writing the same file) and KeyboardInterrupt (after writing the file with status
+    "interrupted").
     """
+    with result_file_lock(Path(result_file)):
+        return _run_sweep(plan, Path(result_file), template=template, port=port, host=host, log_dir=log_dir,
+                          startup_timeout=startup_timeout, lock=lock, api_key=api_key, model_dir=model_dir,
+                          progress=progress, echo=echo)
+
+
+def _run_sweep(plan: SweepPlan, result_file: Path, *, template, port, host, log_dir, startup_timeout, lock, api_key,
+               model_dir, progress, echo) -> dict[str, Any]:
     from specwatch.bench.runner import BenchConfig, BenchConfigError, BenchInterrupted, run_bench
     from specwatch.bench.workloads import WorkloadError, WorkloadOptions
 

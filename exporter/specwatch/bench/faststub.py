@@ -220,6 +220,8 @@ class _Connection(asyncio.Protocol):
                         length = int(value)
                         if length < 0:
                             raise ValueError("negative Content-Length")
+                        if length > MAX_REQUEST_BYTES:
+                            raise ValueError(f"Content-Length above {MAX_REQUEST_BYTES} bytes")
                     elif name.strip().lower() == "transfer-encoding":
                         raise ValueError("chunked request bodies are not supported")
             except ValueError as exc:
