@@ -616,7 +616,10 @@ def test_sighup_stops_the_sweep_and_its_server(tmp_path, rstub):
     cmd = [sys.executable, "-m", "specwatch", "sweep", "--result-file", str(out), "--k", "2", "--workloads", "copy",
            "--concurrency", "1", "--output-len", "8", "--num-batches", "100000", "--server-command", template,
            "--no-lock", "--no-progress"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # as from a terminal: SIGHUP at its default (under nohup, which CI may use, it is ignored and
+    # the sweep rightly keeps ignoring it)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
     try:
         t0 = time.time()
         while not (pids.exists() and pids.read_text().strip()):
