@@ -641,3 +641,20 @@ def test_sighup_stops_the_sweep_and_its_server(tmp_path, rstub):
         os.kill(server_pid, signal.SIGKILL)
         raise AssertionError("the server outlived a SIGHUP'd sweep")
     assert load_result(out)["status"] == "interrupted"
+
+
+def test_repeated_k_and_concurrency_are_measured_once(tmp_path, rstub):
+    from specwatch.sweep import sweep
+
+    template, log = rstub
+    out = tmp_path / "s.json"
+    r = CliRunner().invoke(sweep, ["--result-file", str(out), "--k", "2,2", "--concurrency", "1,1", "--workloads", "copy",
+                                   "--output-len", "8", "--num-batches", "1", "--server-command", template,
+                                   "--no-lock", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    doc = load_result(out)
+    assert [c["name"] for c in doc["configs"]] == ["baseline", "ngram-k2"]
+    assert sorted(keys(doc)) == [("baseline", "copy", 1), ("ngram-k2", "copy", 1)]
+    assert starts(log) == [0, 2]
+    r = CliRunner().invoke(sweep, ["--result-file", str(out), "--k", "", "--no-lock"])
+    assert r.exit_code == 2 and "Invalid value for '--k': empty list" in r.output

@@ -941,11 +941,11 @@ def _int_list_cb(lo: int):
         try:
             vals = parse_int_list(value, param.opts[0])
         except SweepError as exc:
-            raise click.BadParameter(exc.message) from None
+            raise click.BadParameter(exc.message.removeprefix(f"{param.opts[0]}: ")) from None
         bad = [v for v in vals if v < lo]
         if bad:
             raise click.BadParameter(f"every value must be >= {lo}, got {', '.join(map(str, bad))}")
-        return vals
+        return tuple(dict.fromkeys(vals))  # "1,1" would measure the same cells twice
     return cb
 
 
