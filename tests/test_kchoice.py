@@ -6,6 +6,7 @@ T(x) = T0 + β·x), so every prediction has an exact expected value computed ind
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 
@@ -417,6 +418,31 @@ def _exporter_text() -> str:
     return generate_latest(reg).decode()
 
 
+@contextlib.contextmanager
+def _pages(pages: dict[str, tuple[int, str, bytes]]):
+    """Serve ``{path: (status, content type, body)}`` on 127.0.0.1 in a thread; yields the base URL."""
+    import http.server
+    import threading
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            code, ctype, body = pages[self.path]
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}"
+    finally:
+        srv.shutdown()
+
+
 def test_live_advice_from_the_exporter_matches_its_own_speedups():
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -437,31 +463,15 @@ def test_live_advice_from_the_exporter_matches_its_own_speedups():
 
 
 def test_advise_cli_against_a_live_exporter(tmp_path):
-    import http.server
     import json
-    import threading
 
     from click.testing import CliRunner
 
     from specwatch.advise_cli import advise
 
-    body = _exporter_text().encode()
-
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *a):
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
+    with _pages({"/metrics": (200, "text/plain", _exporter_text().encode())}) as base:
         out = tmp_path / "live.json"
-        url = f"http://127.0.0.1:{srv.server_address[1]}/metrics"
+        url = base + "/metrics"
         r = CliRunner().invoke(advise, ["--exporter", url, "--concurrency", "1,64", "--json", str(out)])
         assert r.exit_code == 0, r.output
         live = json.loads(out.read_text())["live"][0]
@@ -473,8 +483,6 @@ def test_advise_cli_against_a_live_exporter(tmp_path):
         assert r.exit_code != 0
         r = CliRunner().invoke(advise, [])
         assert r.exit_code != 0 and "exactly one" in r.output
-    finally:
-        srv.shutdown()
 
 
 def test_measured_mode_interpolates_the_curve_bias_for_k_not_run():
@@ -493,36 +501,19 @@ def test_measured_mode_interpolates_the_curve_bias_for_k_not_run():
 def test_advise_exporter_errors_are_one_line(tmp_path):
     """An HTML page, garbage, an HTTP error or a refused connection: one line naming the URL and the
     reason, exit 1, no traceback."""
-    import http.server
     import socket
-    import threading
 
     from click.testing import CliRunner
 
     from specwatch.advise_cli import advise
 
-    pages = {"/html": (200, b"<!DOCTYPE html><html><head><title>Grafana</title></head><body>hi</body></html>\n"),
-             "/garbage": (200, b"foo{bar 1 2 3\n\x00\x01"),
-             "/missing": (404, b"not found")}
-
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            code, body = pages[self.path]
-            self.send_response(code)
-            self.send_header("Content-Type", "text/html")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *a):
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    pages = {"/html": (200, "text/html", b"<!DOCTYPE html><html><head><title>Grafana</title></head><body>hi</body></html>\n"),
+             "/garbage": (200, "text/html", b"foo{bar 1 2 3\n\x00\x01"),
+             "/missing": (404, "text/html", b"not found")}
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()[1]  # nothing listens here once the socket is closed
-    try:
-        base = f"http://127.0.0.1:{srv.server_address[1]}"
+    with _pages(pages) as base:
         for url, reason in ((base + "/html", "not the specwatch exporter"), (base + "/garbage", "not the specwatch exporter"),
                             (base + "/missing", "HTTP 404"), (f"http://127.0.0.1:{closed}/metrics", "connection refused")):
             r = CliRunner().invoke(advise, ["--exporter", url])
@@ -530,5 +521,3 @@ def test_advise_exporter_errors_are_one_line(tmp_path):
             assert url in r.output and reason in r.output, r.output
             assert len(r.output.strip().splitlines()) == 1, r.output
             assert "urllib3" not in r.output and "object at 0x" not in r.output
-    finally:
-        srv.shutdown()

@@ -223,9 +223,21 @@ def test_advise_tables_are_not_cut_when_piped(tmp_path, sweep_doc):
     assert "speedup vs baseline" in r.output and "best measured k" in r.output
 
 
-def test_outputs_never_overwrite_the_sweep_and_keep_links_and_special_files(tmp_path, sweep_doc):
+def _invoke_with_fifo_reader(cmd, args, fifo):
+    """Make ``fifo`` a FIFO, run ``cmd args`` while a thread reads it; (click result, [text read])."""
     import os
+    import threading
 
+    os.mkfifo(fifo)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo).read()))
+    reader.start()
+    r = CliRunner().invoke(cmd, args)
+    reader.join(20)
+    return r, got
+
+
+def test_outputs_never_overwrite_the_sweep_and_keep_links_and_special_files(tmp_path, sweep_doc):
     from specwatch.advise_cli import advise
 
     src = _write(tmp_path, sweep_doc)
@@ -248,14 +260,7 @@ def test_outputs_never_overwrite_the_sweep_and_keep_links_and_special_files(tmp_
     assert out_link.is_symlink() and "families" in json.loads(target.read_text())
     # a FIFO is written in place (a reader gets the JSON), never replaced by a regular file
     fifo = tmp_path / "fifo.json"
-    os.mkfifo(fifo)
-    import threading
-
-    got: list[str] = []
-    reader = threading.Thread(target=lambda: got.append(open(fifo).read()))
-    reader.start()
-    r = CliRunner().invoke(advise, [str(src), "--json", str(fifo)])
-    reader.join(10)
+    r, got = _invoke_with_fifo_reader(advise, [str(src), "--json", str(fifo)], fifo)
     assert r.exit_code == 0, r.output
     assert fifo.is_fifo() and "families" in json.loads(got[0])
 
@@ -307,9 +312,6 @@ def test_advise_and_report_name_the_cells_left_out_for_failed_requests(tmp_path,
 
 
 def test_report_output_keeps_links_and_special_files_and_never_replaces_the_sweep(tmp_path, sweep_doc):
-    import os
-    import threading
-
     src = _write(tmp_path, sweep_doc)
     target = tmp_path / "real.html"
     link = tmp_path / "link.html"
@@ -318,12 +320,7 @@ def test_report_output_keeps_links_and_special_files_and_never_replaces_the_swee
     assert r.exit_code == 0, r.output
     assert link.is_symlink() and "<html" in target.read_text()
     fifo = tmp_path / "fifo.html"
-    os.mkfifo(fifo)
-    got: list[str] = []
-    reader = threading.Thread(target=lambda: got.append(open(fifo).read()))
-    reader.start()
-    r = CliRunner().invoke(report, [str(src), "-o", str(fifo)])
-    reader.join(20)
+    r, got = _invoke_with_fifo_reader(report, [str(src), "-o", str(fifo)], fifo)
     assert r.exit_code == 0, r.output
     assert fifo.is_fifo() and got and "<html" in got[0]
     # a sweep saved with a .html name: the default output would be the sweep itself

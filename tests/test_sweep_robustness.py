@@ -607,8 +607,17 @@ def test_two_sweeps_cannot_write_one_result_file(tmp_path, rstub):
     assert run_sweep(plan(), out, template=template, echo=lambda *a, **k: None, **QUIET)["status"] == "complete"
 
 
-def test_sighup_stops_the_sweep_and_its_server(tmp_path, rstub):
-    """Closing the terminal (SIGHUP) must not leave the server running."""
+def _as_if_from_a_shell() -> None:
+    # `cmd &` ignores SIGINT; a terminal leaves SIGHUP at its default (under nohup, which CI may
+    # use, SIGHUP is ignored and the sweep rightly keeps ignoring it)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_or_sighup_stops_the_sweep_and_its_server(tmp_path, rstub, sig):
+    """``timeout``/``docker stop`` (SIGTERM) or a closed terminal (SIGHUP) must stop the sweep
+    like Ctrl-C: the server it started is stopped, the result file says "interrupted"."""
     template, log = rstub
     pids = tmp_path / "pids.log"
     out = tmp_path / "s.json"
@@ -616,30 +625,29 @@ def test_sighup_stops_the_sweep_and_its_server(tmp_path, rstub):
     cmd = [sys.executable, "-m", "specwatch", "sweep", "--result-file", str(out), "--k", "2", "--workloads", "copy",
            "--concurrency", "1", "--output-len", "8", "--num-batches", "100000", "--server-command", template,
            "--no-lock", "--no-progress"]
-    # as from a terminal: SIGHUP at its default (under nohup, which CI may use, it is ignored and
-    # the sweep rightly keeps ignoring it)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
+                            preexec_fn=_as_if_from_a_shell)
     try:
         t0 = time.time()
         while not (pids.exists() and pids.read_text().strip()):
             assert proc.poll() is None, proc.communicate()[0]
-            assert time.time() - t0 < 60
+            assert time.time() - t0 < 60, "the stub server did not start"
             time.sleep(0.1)
         server_pid = int(pids.read_text().split()[0])
         time.sleep(1.0)
-        proc.send_signal(signal.SIGHUP)
+        proc.send_signal(sig)
         output, _ = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, output
+    assert "interrupted" in output
     t0 = time.time()
     while alive(server_pid) and time.time() - t0 < 15:
         time.sleep(0.1)
     if alive(server_pid):
         os.kill(server_pid, signal.SIGKILL)
-        raise AssertionError("the server outlived a SIGHUP'd sweep")
+        raise AssertionError(f"the sweep left its server running after {sig.name}")
     assert load_result(out)["status"] == "interrupted"
 
 

