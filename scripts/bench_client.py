@@ -2,10 +2,10 @@
 """Client-side speed of ``specwatch bench`` versus ``vllm bench serve``'s client.
 
 Both clients drive the same local streaming stub, run in its own process and answering
-instantly: by default :mod:`specwatch.bench.faststub` (raw HTTP, precomputed events, one event per
+instantly: by default :mod:`specwatch.testing.faststub` (raw HTTP, precomputed events, one event per
 running request per engine-like step; it spends less CPU per token than either client, so the
 clients are what is measured), or with ``--stub aiohttp`` the test stub
-(:mod:`specwatch.bench.stubserver`, ~8 µs of CPU per token: then the stub is the bottleneck and
+(:mod:`specwatch.testing.stubserver`, ~8 µs of CPU per token: then the stub is the bottleneck and
 the figures mostly show how each client's read pattern changes the stub's cost). On a machine with
 two or more CPUs the stub is pinned to one CPU and the clients to another (``--no-pin`` to turn
 off), so neither steals the other's core. They get the same ShareGPT-format prompts in the same order
@@ -204,7 +204,8 @@ def main() -> None:
             run_ours(a.base_url, dataset, Path(tmp) / "warm.json", a.concurrency, a.num_prompts, a.output_len, a.model)
         ours, theirs = rounds(a.base_url, a.tokenizer, dataset, a, a.model)
     elif a.real_vllm:
-        from specwatch.embedded import VllmServer, default_model_dir
+        from specwatch.localvllm.server import VllmServer
+        from specwatch.localvllm.model import default_model_dir
 
         with VllmServer(port, on_status=lambda m: print(m, flush=True)) as srv:
             print(f"vLLM ready in {srv.startup_seconds:.0f} s (k={srv.k}); warm-up run", flush=True)
@@ -213,8 +214,8 @@ def main() -> None:
                          a.output_len, srv.served_model_name)
             ours, theirs = rounds(srv.base_url, srv.model_dir or default_model_dir(), dataset, a, srv.served_model_name)
     else:
-        cmd = ([PY, "-m", "specwatch.bench.faststub", "--port", str(port)] if a.stub == "fast"
-               else [PY, "-m", "specwatch.bench.stubserver", "--port", str(port), "--k", "4"])
+        cmd = ([PY, "-m", "specwatch.testing.faststub", "--port", str(port)] if a.stub == "fast"
+               else [PY, "-m", "specwatch.testing.stubserver", "--port", str(port), "--k", "4"])
         stub = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 preexec_fn=(lambda: os.sched_setaffinity(0, PIN[0])) if PIN else None)
         try:

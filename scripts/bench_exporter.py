@@ -29,8 +29,8 @@ import requests
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from specwatch.collector import SpecwatchCollector
-from specwatch.config import build_config
+from specwatch.exporter.collector import SpecwatchCollector
+from specwatch.exporter.config import build_config
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "metrics"
 CAPTURES = [FIXTURES / f"vllm-0.32-ngram-k{k}-after-traffic.txt" for k in (2, 4, 8)]

@@ -30,13 +30,9 @@ from pathlib import Path
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from specwatch.embedded import (
-    DEFAULT_SERVED_MODEL_NAME,
-    VllmServer,
-    prepare_model,
-    send_copy_traffic,
-    speculative_config_for_k,
-)
+from specwatch.localvllm.server import DEFAULT_SERVED_MODEL_NAME, VllmServer, speculative_config_for_k
+from specwatch.localvllm.model import prepare_model
+from specwatch.localvllm.traffic import send_copy_traffic
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "tests" / "fixtures" / "metrics"

@@ -7,8 +7,8 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from specwatch.collector import FetchError, SpecwatchCollector
-from specwatch.config import build_config
+from specwatch.exporter.collector import FetchError, SpecwatchCollector
+from specwatch.exporter.config import build_config
 
 FIXTURES = Path(__file__).parent / "fixtures" / "metrics"
 

@@ -24,14 +24,8 @@ from pathlib import Path
 
 import requests
 
-from specwatch.embedded import (
-    DEFAULT_SERVED_MODEL_NAME,
-    LOCK_PATH,
-    VllmServer,
-    lock_holder,
-    send_copy_traffic as _send_copy_traffic,
-    speculative_config_for_k,
-)
+from specwatch.localvllm.server import DEFAULT_SERVED_MODEL_NAME, LOCK_PATH, VllmServer, lock_holder, speculative_config_for_k
+from specwatch.localvllm.traffic import send_copy_traffic as _send_copy_traffic
 
 FIXTURES_DIR = Path(__file__).resolve().parent / "fixtures"
 METRICS_FIXTURES_DIR = FIXTURES_DIR / "metrics"
@@ -172,7 +166,7 @@ def send_copy_traffic(
 ) -> list[dict]:
     """Send ``n`` greedy copy-like completions ("Text: … Copy 1: … Copy 2:") with ``concurrency``
     in flight, ``max_tokens`` output tokens each (``ignore_eos``). Returns the completion JSONs.
-    See :func:`specwatch.embedded.send_copy_traffic`."""
+    See :func:`specwatch.localvllm.server.send_copy_traffic`."""
     return _send_copy_traffic(base_url, model, n=n, concurrency=concurrency, max_tokens=max_tokens)
 
 

@@ -1,5 +1,5 @@
 """The stub vLLM server that sweep tests start from a ``--server-command`` template: the load
-generator's stub (specwatch.bench.stubserver: constructed vLLM V1 spec-decode counters), reading
+generator's stub (specwatch.testing.stubserver: constructed vLLM V1 spec-decode counters), reading
 ``--speculative-config`` like vLLM, with a constructed ``vllm:cache_config_info`` (capacity
 shrinks with k), logging every start (k to ``STUB_START_LOG``, pid to ``STUB_PID_LOG``), and
 on request failing every Nth request (``STUB_ERROR_EVERY``) or exiting after N requests
@@ -14,7 +14,7 @@ from pathlib import Path
 STUB = r'''
 import argparse, json, os
 from aiohttp import web
-from specwatch.bench.stubserver import StubConfig, StubServer
+from specwatch.testing.stubserver import StubConfig, StubServer
 ap = argparse.ArgumentParser()
 ap.add_argument("--port", type=int, required=True)
 ap.add_argument("--speculative-config", default=None)

@@ -9,7 +9,7 @@ import pytest
 
 from specwatch.bench.backend import OpenAIBackend, normalize_base_url
 from specwatch.bench.runner import BenchConfig, run_bench
-from specwatch.bench.stubserver import StubConfig, ThreadedStub, prompt_key, token_text
+from specwatch.testing.stubserver import StubConfig, ThreadedStub, prompt_key, token_text
 from specwatch.bench.workloads import BenchRequest, WorkloadOptions
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from specwatch.bench.cli import bench
-from specwatch.bench.stubserver import StubConfig, ThreadedStub
+from specwatch.testing.stubserver import StubConfig, ThreadedStub
 
 
 def _args(url: str, out: Path, *extra: str) -> list[str]:

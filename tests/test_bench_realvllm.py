@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specwatch.bench.runner import BenchConfig, run_bench, spec_stats
 from specwatch.bench.workloads import WorkloadOptions
-from specwatch.vllm_metrics import parse_metrics
+from specwatch.specdecode.metrics import parse_metrics
 
 FIX = Path(__file__).parent / "fixtures" / "metrics"
 

@@ -12,12 +12,12 @@ import pytest
 from prometheus_client import generate_latest
 
 from specwatch.bench.equivalence import compare_outputs, first_difference
-from specwatch.bench.promexport import BenchMetrics
+from specwatch.bench.metrics import BenchMetrics
 from specwatch.bench.results import latency_stats, percentile
 from specwatch.bench.runner import BenchConfig, BenchConfigError, run_bench, spec_stats
-from specwatch.bench.stubserver import StubConfig, ThreadedStub, prompt_key, token_text
+from specwatch.testing.stubserver import StubConfig, ThreadedStub, prompt_key, token_text
 from specwatch.bench.workloads import WorkloadOptions, equivalence_requests
-from specwatch.vllm_metrics import parse_metrics
+from specwatch.specdecode.metrics import parse_metrics
 
 
 def cfg(url, tmp_path, **kw):
@@ -60,7 +60,7 @@ def test_spec_decode_deltas_equal_counter_differences(tmp_path):
 def test_spec_stats_without_speculation_and_on_reset():
     """A baseline (no spec-decode series) has no acceptance; a restarted server counts from 0."""
     base = StubConfig(k=0)
-    from specwatch.bench.stubserver import StubServer
+    from specwatch.testing.stubserver import StubServer
 
     s = StubServer(base)
     none = parse_metrics(s.metrics_text())

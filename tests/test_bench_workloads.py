@@ -8,7 +8,7 @@ import math
 import pytest
 
 from specwatch.bench.runner import BenchConfig, run_bench
-from specwatch.bench.stubserver import StubConfig, ThreadedStub
+from specwatch.testing.stubserver import StubConfig, ThreadedStub
 from specwatch.bench.workloads import (
     COPY_TEXTS,
     EXPLAIN_PROMPT,

@@ -4,7 +4,7 @@ exists somewhere real, so that a rename in one artifact cannot silently empty an
 Known names come from:
 - real captured vLLM /metrics (tests/fixtures/metrics/vllm-0.32-*.txt without the CONSTRUCTED marker),
 - the exporter's output: ``specwatch serve --once`` run on each of those captures, served over loopback,
-- the load generator's registry (``specwatch.bench.promexport.BenchMetrics``; sample names derived from
+- the load generator's registry (``specwatch.bench.metrics.BenchMetrics``; sample names derived from
   each family's type, as the client library exposes them),
 - the recorded series of prometheus/rules/*.yml,
 - ``up`` (Prometheus adds it to every target).
@@ -130,7 +130,7 @@ def exporter_output(capture: Path) -> str:
 
 def bench_names() -> set[str]:
     """Sample names of the load generator's registry (counter -> _total, histogram -> _bucket/_sum/_count)."""
-    from specwatch.bench.promexport import BenchMetrics
+    from specwatch.bench.metrics import BenchMetrics
 
     names = set()
     for fam in BenchMetrics().registry.collect():

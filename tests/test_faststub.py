@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from specwatch.bench.backend import OpenAIBackend
-from specwatch.bench.faststub import serve
+from specwatch.testing.faststub import serve
 from specwatch.bench.workloads import BenchRequest
 
 
@@ -71,7 +71,7 @@ def test_client_reads_completions_and_chat_streams(fast_stub):
 
 def test_streams_interleave_like_engine_steps():
     """Every step writes one event to every running stream (in order), as an engine step does."""
-    from specwatch.bench.faststub import FastStub
+    from specwatch.testing.faststub import FastStub
 
     class FakeTransport:
         def __init__(self, name: str, log: list) -> None:

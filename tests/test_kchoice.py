@@ -1,4 +1,4 @@
-"""The offline k-choice maths (specwatch.kchoice) with known curves.
+"""The offline k-choice maths (specwatch.choosek.model) with known curves.
 
 Measurements here are *constructed* from a known model (i.i.d. acceptance α, step time
 T(x) = T0 + β·x), so every prediction has an exact expected value computed independently.
@@ -12,9 +12,9 @@ import random
 
 import pytest
 
-from specwatch.advice import estimated_speedups, recommend_k
-from specwatch.costmodel import CostModel
-from specwatch.kchoice import (
+from specwatch.specdecode.cost import estimated_speedups, recommend_k
+from specwatch.specdecode.cost import CostModel
+from specwatch.choosek.model import (
     KChoiceError,
     Measurement,
     ThroughputPrediction,
@@ -318,7 +318,7 @@ def test_speculative_config_advice():
 def test_measurement_from_a_bench_cell_record():
     """Build the record with the load generator's own result classes (real code path)."""
     from specwatch.bench.results import BatchResult, CellSummary, SpecDecodeStats
-    from specwatch.vllm_metrics import SpecDecodeCounters
+    from specwatch.specdecode.metrics import SpecDecodeCounters
 
     delta = SpecDecodeCounters("m", "0", drafts=100.0, draft_tokens=400.0, accepted_tokens=250.0,
                                accepted_per_position=(90.0, 70.0, 50.0, 40.0), generation_tokens=512.0)
@@ -446,7 +446,7 @@ def _pages(pages: dict[str, tuple[int, str, bytes]]):
 def test_live_advice_from_the_exporter_matches_its_own_speedups():
     from prometheus_client.parser import text_string_to_metric_families
 
-    from specwatch.advise_cli import curves_from_exporter, live_advice
+    from specwatch.choosek.advise import curves_from_exporter, live_advice
 
     text = _exporter_text()
     curves = curves_from_exporter(text, "5m")  # no 5m window configured: falls back to lifetime
@@ -467,7 +467,7 @@ def test_advise_cli_against_a_live_exporter(tmp_path):
 
     from click.testing import CliRunner
 
-    from specwatch.advise_cli import advise
+    from specwatch.choosek.cli import advise
 
     with _pages({"/metrics": (200, "text/plain", _exporter_text().encode())}) as base:
         out = tmp_path / "live.json"
@@ -505,7 +505,7 @@ def test_advise_exporter_errors_are_one_line(tmp_path):
 
     from click.testing import CliRunner
 
-    from specwatch.advise_cli import advise
+    from specwatch.choosek.cli import advise
 
     pages = {"/html": (200, "text/html", b"<!DOCTYPE html><html><head><title>Grafana</title></head><body>hi</body></html>\n"),
              "/garbage": (200, "text/html", b"foo{bar 1 2 3\n\x00\x01"),

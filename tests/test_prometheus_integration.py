@@ -34,7 +34,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from specwatch.costmodel import estimated_speedup
+from specwatch.specdecode.cost import estimated_speedup
 from specwatch.mixin import generate
 from specwatch.mixin.config import MixinConfig
 
@@ -263,7 +263,7 @@ def _measure(real_vllm, copy_traffic, prometheus_server, exporter, tmp_path, mod
                 assert close(got, exp_w) and close(got, dir_), f"{level} {key}: prometheus {got}, exporter {exp_w}, vLLM Δ {dir_}"
 
     # 6. The estimated speedup joins vLLM's running requests through the `upstream` label of the
-    #    vllm job: same value as specwatch.costmodel for the same inputs.
+    #    vllm job: same value as specwatch.specdecode.cost for the same inputs.
     speed_name = f'upstream_engine:specwatch_estimated_speedup:ratio_rate{WINDOW}{{upstream="{UPSTREAM}"}}'
     ts = prom.one(f"timestamp({speed_name})")
     speed = prom.one(speed_name)

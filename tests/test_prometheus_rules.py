@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specwatch.costmodel import CostModel, estimated_speedup, step_cost_factor
+from specwatch.specdecode.cost import CostModel, estimated_speedup, step_cost_factor
 from specwatch.mixin import generate
 from specwatch.mixin.config import LEVEL_LABELS, MixinConfig, parse_duration
 from specwatch.mixin.rules import rule_groups
@@ -281,7 +281,7 @@ def test_mixin_config_rejects_bad_values():
 
 @needs_promtool
 def test_speedup_rule_uses_the_configured_cost_model(tmp_path):
-    """Rules rendered with other coefficients compute specwatch.costmodel.estimated_speedup."""
+    """Rules rendered with other coefficients compute specwatch.specdecode.cost.estimated_speedup."""
     cfg = MixinConfig(step_cost_per_draft_token=0.11, step_cost_per_draft_token_per_running_request=0.035)
     (tmp_path / "r.yml").write_text(generate.render_rules(cfg))
     # one engine: 2 drafts/s, 6 draft tokens/s (k_eff 3), 4 accepted/s (L = 3), 5 running requests

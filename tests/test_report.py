@@ -18,9 +18,10 @@ import pytest
 from click.testing import CliRunner
 
 from specwatch.bench.results import BatchResult, CellSummary, SpecDecodeStats
-from specwatch.kchoice import iid_curve
-from specwatch.report import BASELINE_COLOR, _colors, render_report, report
-from specwatch.vllm_metrics import SpecDecodeCounters
+from specwatch.choosek.model import iid_curve
+from specwatch.choosek.report import BASELINE_COLOR, _colors, render_report
+from specwatch.choosek.cli import report
+from specwatch.specdecode.metrics import SpecDecodeCounters
 
 
 def cell(k: int, wl: str, c: int, alpha: float = 0.8) -> dict:
@@ -155,7 +156,7 @@ def _write(tmp_path, doc, name="s.json"):
 
 
 def test_report_refuses_a_sweep_without_finished_cells(tmp_path, sweep_doc):
-    from specwatch.advise_cli import advise
+    from specwatch.choosek.cli import advise
 
     sweep_doc["cells"], sweep_doc["status"] = [], "running"
     src = _write(tmp_path, sweep_doc)
@@ -166,7 +167,7 @@ def test_report_refuses_a_sweep_without_finished_cells(tmp_path, sweep_doc):
 
 
 def test_unwritable_outputs_are_one_line_click_errors(tmp_path, sweep_doc):
-    from specwatch.advise_cli import advise
+    from specwatch.choosek.cli import advise
 
     src = _write(tmp_path, sweep_doc)
     afile = tmp_path / "afile"
@@ -180,7 +181,7 @@ def test_unwritable_outputs_are_one_line_click_errors(tmp_path, sweep_doc):
 
 
 def test_advise_fit_k_without_runs_at_that_k_fails(tmp_path, sweep_doc):
-    from specwatch.advise_cli import advise
+    from specwatch.choosek.cli import advise
 
     src = _write(tmp_path, sweep_doc)  # runs at k = 1, 2, 4
     r = CliRunner().invoke(advise, [str(src), "--fit-k", "3"])
@@ -195,7 +196,7 @@ def test_advise_fit_k_without_runs_at_that_k_fails(tmp_path, sweep_doc):
 
 
 def test_advise_says_exact_fit_instead_of_zero_error_for_two_runs(tmp_path, sweep_doc):
-    from specwatch.advise_cli import advise
+    from specwatch.choosek.cli import advise
 
     sweep_doc["cells"] = [c for c in sweep_doc["cells"] if c["k"] in (0, 1, 2)]
     src = _write(tmp_path, sweep_doc)
@@ -214,7 +215,7 @@ def test_advise_says_exact_fit_instead_of_zero_error_for_two_runs(tmp_path, swee
 
 
 def test_advise_tables_are_not_cut_when_piped(tmp_path, sweep_doc):
-    from specwatch.advise_cli import advise
+    from specwatch.choosek.cli import advise
 
     src = _write(tmp_path, sweep_doc)
     r = CliRunner().invoke(advise, [str(src)], env={"COLUMNS": None})  # CliRunner's stdout is not a TTY
@@ -238,7 +239,7 @@ def _invoke_with_fifo_reader(cmd, args, fifo):
 
 
 def test_outputs_never_overwrite_the_sweep_and_keep_links_and_special_files(tmp_path, sweep_doc):
-    from specwatch.advise_cli import advise
+    from specwatch.choosek.cli import advise
 
     src = _write(tmp_path, sweep_doc)
     before = src.read_text()
@@ -266,7 +267,7 @@ def test_outputs_never_overwrite_the_sweep_and_keep_links_and_special_files(tmp_
 
 
 def test_advise_without_spec_decode_counters_says_why(tmp_path, sweep_doc):
-    from specwatch.advise_cli import advise
+    from specwatch.choosek.cli import advise
 
     for c in sweep_doc["cells"]:  # as from servers that ran without speculation (no counters)
         for rec in [c["summary"], *c["batches"]]:
@@ -293,7 +294,7 @@ def test_report_basis_option(tmp_path, sweep_doc):
 
 
 def test_advise_and_report_name_the_cells_left_out_for_failed_requests(tmp_path, sweep_doc):
-    from specwatch.advise_cli import advise
+    from specwatch.choosek.cli import advise
 
     bad = next(c for c in sweep_doc["cells"] if c["config"] == "ngram-k2" and c["workload"] == "copy" and c["max_concurrency"] == 4)
     bad["summary"]["failed"] = 3

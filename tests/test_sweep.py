@@ -16,16 +16,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from specwatch.sweep import (
-    SweepError,
-    SweepPlan,
-    build_configs,
-    kv_capacity,
-    load_result,
-    measurements,
-    render_command,
-    run_sweep,
-)
+from specwatch.choosek.resultfile import SweepError, load_result, measurements
+from specwatch.choosek.sweep import SweepPlan, build_configs, kv_capacity, render_command, run_sweep
 
 from sweep_stub import make_stub
 
@@ -169,7 +161,7 @@ def test_kv_capacity_from_real_vllm_metrics():
 
 
 def test_cli_rejects_bad_options(tmp_path):
-    from specwatch.sweep import sweep
+    from specwatch.choosek.cli import sweep
 
     r = CliRunner().invoke(sweep, ["--result-file", str(tmp_path / "x.json"), "--k", "2,x"])
     assert r.exit_code != 0 and "comma-separated integers" in r.output
@@ -184,9 +176,9 @@ def test_cli_rejects_bad_options(tmp_path):
 
 def test_cli_sweep_advise_report_on_the_stub(tmp_path, stub):
     """The README's three commands, end to end (stub server)."""
-    from specwatch.advise_cli import advise
-    from specwatch.report import report
-    from specwatch.sweep import sweep
+    from specwatch.choosek.cli import advise
+    from specwatch.choosek.cli import report
+    from specwatch.choosek.cli import sweep
 
     template, _ = stub
     out = tmp_path / "s.json"
@@ -217,7 +209,7 @@ def test_tiny_sweep_on_the_real_embedded_vllm(tmp_path):
     reason = realstack.skip_real_reason()
     if reason:
         pytest.skip(reason)
-    from specwatch.embedded import default_model_dir, model_dir_is_complete
+    from specwatch.localvllm.model import default_model_dir, model_dir_is_complete
 
     if not model_dir_is_complete(default_model_dir()):
         pytest.skip("the embedded model is not prepared (specwatch prepare-model)")
@@ -239,7 +231,7 @@ def test_tiny_sweep_on_the_real_embedded_vllm(tmp_path):
 
 
 def test_secrets_in_server_commands_are_not_written(tmp_path, stub):
-    from specwatch.sweep import redact_argv
+    from specwatch.choosek.sweep import redact_argv
 
     assert redact_argv(["vllm", "serve", "m", "--api-key", "s3cr3t", "--hf-token=abc", "HF_TOKEN=xyz", "--port", "1"]) == [
         "vllm", "serve", "m", "--api-key", "***", "--hf-token=***", "HF_TOKEN=***", "--port", "1"]
@@ -282,7 +274,7 @@ def test_secrets_in_server_commands_are_not_written(tmp_path, stub):
 ])
 def test_cli_flag_errors_are_usage_errors_naming_the_option(tmp_path, args, option):
     """Bad flags exit 2 with a Usage line naming the option, before anything starts or is written."""
-    from specwatch.sweep import sweep
+    from specwatch.choosek.cli import sweep
 
     out = tmp_path / "x.json"
     r = CliRunner().invoke(sweep, ["--result-file", str(out), "--no-lock", *args])
@@ -293,7 +285,7 @@ def test_cli_flag_errors_are_usage_errors_naming_the_option(tmp_path, args, opti
 
 
 def test_cli_refuses_an_unwritable_result_file_before_any_server_starts(tmp_path, stub):
-    from specwatch.sweep import sweep
+    from specwatch.choosek.cli import sweep
 
     template, log = stub
     afile = tmp_path / "afile"
@@ -312,7 +304,7 @@ def test_cli_refuses_an_unwritable_result_file_before_any_server_starts(tmp_path
 
 
 def test_cli_reads_the_api_key_from_openai_api_key_and_writes_it_nowhere(tmp_path, stub):
-    from specwatch.sweep import sweep
+    from specwatch.choosek.cli import sweep
 
     template, _ = stub
     out = tmp_path / "s.json"

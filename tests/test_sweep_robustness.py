@@ -24,17 +24,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from specwatch.fileio import stop_process_group
-from specwatch.sweep import (
-    SweepError,
-    SweepPlan,
-    TemplateServer,
-    build_configs,
-    failed_cells,
-    load_result,
-    measurements,
-    run_sweep,
-)
+from specwatch.common.processes import stop_process_group
+from specwatch.choosek.resultfile import SweepError, failed_cells, load_result, measurements
+from specwatch.choosek.sweep import SweepPlan, TemplateServer, build_configs, run_sweep
 from sweep_stub import make_stub
 
 
@@ -94,7 +86,7 @@ def test_busy_port_is_refused_before_any_server_starts(tmp_path, rstub):
 def test_server_that_exits_while_another_answers_on_its_port_is_an_error(tmp_path, rstub, monkeypatch):
     """If something else answers /v1/models on the port (the busy-port check raced), the sweep
     must notice that its own process exited instead of measuring the other server."""
-    import specwatch.sweep as sw
+    import specwatch.choosek.sweep as sw
 
     template, log = rstub
     port = free_port()
@@ -189,7 +181,7 @@ def test_cells_with_failed_requests_are_kept_marked_and_rerun(tmp_path, rstub, m
 
 
 def test_cli_exits_non_zero_when_cells_had_failed_requests(tmp_path, rstub, monkeypatch):
-    from specwatch.sweep import sweep
+    from specwatch.choosek.cli import sweep
 
     template, _ = rstub
     out = tmp_path / "s.json"
@@ -367,7 +359,7 @@ def test_stop_process_group_from_another_thread_leaves_signals_alone(tmp_path):
 
 
 def test_missing_program_is_a_one_line_error(tmp_path):
-    from specwatch.sweep import sweep
+    from specwatch.choosek.cli import sweep
 
     out = tmp_path / "s.json"
     with pytest.raises(SweepError) as info:
@@ -411,9 +403,9 @@ GOOD_CELL = {"config": "baseline", "k": 0, "family": "", "workload": "copy", "ma
     (_doc(cells=[{**GOOD_CELL, "k": -3}]), "'k' -3 is out of range"),
 ])
 def test_hand_damaged_result_files_give_clean_errors(tmp_path, doc, what):
-    from specwatch.advise_cli import advise
-    from specwatch.report import report
-    from specwatch.sweep import sweep
+    from specwatch.choosek.cli import advise
+    from specwatch.choosek.cli import report
+    from specwatch.choosek.cli import sweep
 
     f = tmp_path / "s.json"
     f.write_text(json.dumps(doc))
@@ -430,7 +422,7 @@ def test_hand_damaged_result_files_give_clean_errors(tmp_path, doc, what):
 
 
 def test_non_utf8_result_file_is_a_clean_error(tmp_path):
-    from specwatch.report import report
+    from specwatch.choosek.cli import report
 
     f = tmp_path / "s.json"
     f.write_bytes(b'{"specwatch_sweep_format": 1, "cells": [], "x": "\xff\xfe"}')
@@ -445,7 +437,7 @@ def test_non_utf8_result_file_is_a_clean_error(tmp_path):
 
 
 def test_template_without_spec_args_is_refused_when_speculation_is_swept(tmp_path, rstub):
-    from specwatch.sweep import sweep
+    from specwatch.choosek.cli import sweep
 
     template, log = rstub
     out = tmp_path / "s.json"
@@ -468,7 +460,7 @@ def test_template_without_spec_args_is_refused_when_speculation_is_swept(tmp_pat
 
 
 def test_sharegpt_needs_a_dataset_path_before_any_server_starts(tmp_path, rstub):
-    from specwatch.sweep import sweep
+    from specwatch.choosek.cli import sweep
 
     template, log = rstub
     out = tmp_path / "s.json"
@@ -483,7 +475,7 @@ def test_sharegpt_needs_a_dataset_path_before_any_server_starts(tmp_path, rstub)
 
 
 def test_sharegpt_sweep_with_a_dataset(tmp_path, rstub):
-    from specwatch.sweep import sweep
+    from specwatch.choosek.cli import sweep
 
     template, log = rstub
     data = tmp_path / "sg.json"
@@ -508,7 +500,7 @@ def test_sharegpt_sweep_with_a_dataset(tmp_path, rstub):
 
 
 def test_template_server_reports_lock_waits_and_timeouts(tmp_path):
-    from specwatch.embedded import VllmLock
+    from specwatch.localvllm.server import VllmLock
 
     lock_path = tmp_path / "vllm.lock"
     msgs: list[str] = []
@@ -522,8 +514,8 @@ def test_template_server_reports_lock_waits_and_timeouts(tmp_path):
 
 
 def test_template_sweep_echoes_while_it_waits_for_the_lock(tmp_path, rstub, monkeypatch):
-    import specwatch.embedded as emb
-    from specwatch.embedded import VllmLock
+    import specwatch.localvllm.server as emb
+    from specwatch.localvllm.server import VllmLock
 
     template, log = rstub
     lock_path = tmp_path / "vllm.lock"
@@ -596,7 +588,7 @@ def test_a_first_attempt_that_measured_nothing_does_not_lock_the_file(tmp_path, 
 
 
 def test_two_sweeps_cannot_write_one_result_file(tmp_path, rstub):
-    from specwatch.sweep import result_file_lock
+    from specwatch.choosek.resultfile import result_file_lock
 
     template, log = rstub
     out = tmp_path / "s.json"
@@ -652,7 +644,7 @@ def test_sigterm_or_sighup_stops_the_sweep_and_its_server(tmp_path, rstub, sig):
 
 
 def test_repeated_k_and_concurrency_are_measured_once(tmp_path, rstub):
-    from specwatch.sweep import sweep
+    from specwatch.choosek.cli import sweep
 
     template, log = rstub
     out = tmp_path / "s.json"

@@ -14,13 +14,13 @@ from specwatch import __version__
 
 # command name -> "module:attribute" of a click.Command
 COMMANDS: dict[str, str] = {
-    "serve": "specwatch.serve_cli:serve",
+    "serve": "specwatch.exporter.server:serve",
     "bench": "specwatch.bench.cli:bench",
-    "sweep": "specwatch.sweep:sweep",
-    "advise": "specwatch.advise_cli:advise",
-    "report": "specwatch.report:report",
-    "prepare-model": "specwatch.embedded:prepare_model_cmd",
-    "vllm": "specwatch.embedded:vllm_cmd",
+    "sweep": "specwatch.choosek.cli:sweep",
+    "advise": "specwatch.choosek.cli:advise",
+    "report": "specwatch.choosek.cli:report",
+    "prepare-model": "specwatch.localvllm.cli:prepare_model_cmd",
+    "vllm": "specwatch.localvllm.cli:vllm_cmd",
     "demo": "specwatch.demo:demo",
 }
 
@@ -39,9 +39,12 @@ class LazyGroup(click.Group):
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
-            if exc.name and exc.name.startswith("specwatch"):
-                return None  # not built yet in this checkout
-            raise
+            if exc.name and not exc.name.startswith("specwatch"):
+                # a third-party dependency of this command is not installed (an extra left out)
+                raise click.ClickException(
+                    f"'specwatch {cmd_name}' needs the Python package {exc.name!r}, which is not installed; "
+                    "install specwatch with the extra for it (pip install 'specwatch[all]')") from None
+            raise  # a broken checkout: show the real error, not "No such command"
         return getattr(module, attr)
 
 

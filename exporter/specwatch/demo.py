@@ -28,8 +28,9 @@ import requests
 from rich.console import Console
 from rich.table import Table
 
-from specwatch.config import DEFAULT_PORT
-from specwatch.fileio import atomic_write_json, install_stop_signals, listen_error, stop_process_group
+from specwatch.exporter.config import DEFAULT_PORT
+from specwatch.common.files import atomic_write_json
+from specwatch.common.processes import install_stop_signals, listen_error, stop_process_group
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC_PORT, BASELINE_PORT, BENCH_PORT, PROM_PORT = 8000, 8001, 19338, 9090
@@ -55,8 +56,8 @@ def _wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None, w
 
 def _spec_curve(before_text: str | None, after_text: str | None) -> dict | None:
     """Per-position curve of the speculative run: counter deltas over the whole run."""
-    from specwatch.derive import counters_delta, derive, sum_counters
-    from specwatch.vllm_metrics import parse_metrics
+    from specwatch.specdecode.derive import counters_delta, derive, sum_counters
+    from specwatch.specdecode.metrics import parse_metrics
 
     if not before_text or not after_text:
         return None
@@ -98,11 +99,12 @@ def demo(workloads, concurrency, k, output_len, num_batches, equivalence_output_
     other, exporter + Prometheus watching, seed workloads at concurrency 1 and 8."""
     from specwatch.bench.backend import OpenAIBackend
     from specwatch.bench.equivalence import compare_outputs, run_sequential
-    from specwatch.bench.promexport import BenchMetrics
+    from specwatch.bench.metrics import BenchMetrics
     from specwatch.bench.results import render_tables
     from specwatch.bench.runner import BenchConfig, BenchConfigError, BenchInterrupted, run_bench
     from specwatch.bench.workloads import WorkloadOptions, equivalence_requests, parse_workloads
-    from specwatch.embedded import VllmServer, prepare_model, speculative_config_for_k
+    from specwatch.localvllm.server import VllmServer, speculative_config_for_k
+    from specwatch.localvllm.model import prepare_model
 
     try:
         wl = parse_workloads(workloads)

@@ -118,7 +118,7 @@ def bench(workloads, concurrencies, dataset_path, output_len, ignore_eos, temper
         raise click.UsageError(flag_message(str(exc))) from None
     if config.equivalence and not config.baseline_url:
         config = BenchConfig(**{**config.__dict__, "equivalence": False})
-    from specwatch.fileio import install_stop_signals
+    from specwatch.common.processes import install_stop_signals
 
     install_stop_signals()  # SIGTERM (docker stop, timeout) ends the run like Ctrl-C: files say "interrupted"
     try:

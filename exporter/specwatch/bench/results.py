@@ -8,8 +8,8 @@ same for ``tpot``, ``itl``, ``e2el``; ``spec_decode_acceptance_rate`` (percent, 
 ``spec_decode_acceptance_length``, ``spec_decode_num_drafts``, ``spec_decode_draft_tokens``,
 ``spec_decode_accepted_tokens``, ``spec_decode_per_position_acceptance_rates`` (0–1 each)).
 Spec-decode values are computed from the difference of the server's ``vllm:spec_decode_*``
-counters read before and after the batch (:mod:`specwatch.vllm_metrics`,
-:mod:`specwatch.derive`); a value whose denominator is zero is ``null``. Latency statistics of a
+counters read before and after the batch (:mod:`specwatch.specdecode.metrics`,
+:mod:`specwatch.specdecode.derive`); a value whose denominator is zero is ``null``. Latency statistics of a
 batch with no successful request are ``null`` (vLLM prints 0).
 
 Files are rewritten atomically (temporary file + ``os.replace``) after every batch, so an
@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from specwatch.fileio import atomic_write_text
-from specwatch.derive import derive, sum_counters
-from specwatch.vllm_metrics import SpecDecodeCounters
+from specwatch.common.files import atomic_write_text
+from specwatch.specdecode.derive import derive, sum_counters
+from specwatch.specdecode.metrics import SpecDecodeCounters
 
 #: Percentiles reported for every latency (besides mean, median and std).
 PERCENTILES = (90, 99)

@@ -11,7 +11,7 @@ Each (role, workload, concurrency) runs ``warmup_batches`` warm-up batches (reco
 ``num_prompts`` requests (default: the concurrency) with at most ``concurrency`` in flight, all
 at once or, with ``request_rate``, at Poisson arrival times (seeded). Around every batch the
 server's ``/metrics`` is read and the spec-decode counter deltas are attached
-(:mod:`specwatch.vllm_metrics`, :mod:`specwatch.derive`). Files are rewritten after every batch;
+(:mod:`specwatch.specdecode.metrics`, :mod:`specwatch.specdecode.derive`). Files are rewritten after every batch;
 the optional greedy-output equivalence check runs at the end when both servers are given.
 """
 
@@ -31,7 +31,7 @@ from typing import Any, Callable, Sequence
 
 from specwatch.bench.backend import DEFAULT_MAX_RESPONSE_BYTES, OpenAIBackend, RequestOutcome, normalize_base_url
 from specwatch.bench.equivalence import check_equivalence
-from specwatch.bench.promexport import BenchMetrics
+from specwatch.bench.metrics import BenchMetrics
 from specwatch.bench.results import BatchResult, CellSummary, ResultWriter, SpecDecodeStats, compare, summarize
 from specwatch.bench.workloads import (
     WORKLOADS,
@@ -42,8 +42,8 @@ from specwatch.bench.workloads import (
     build_requests,
     load_sharegpt,
 )
-from specwatch.derive import counters_delta, sum_counters
-from specwatch.vllm_metrics import MetricsParseError, UpstreamSnapshot, parse_metrics
+from specwatch.specdecode.derive import counters_delta, sum_counters
+from specwatch.specdecode.metrics import MetricsParseError, UpstreamSnapshot, parse_metrics
 
 ROLES = ("baseline", "speculative")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from specwatch.costmodel import (
+from specwatch.specdecode.cost import (
     DEFAULT_STEP_COST_PER_DRAFT_TOKEN,
     DEFAULT_STEP_COST_PER_DRAFT_TOKEN_PER_RUNNING_REQUEST,
     validate_coefficients,
@@ -68,7 +68,7 @@ class MixinConfig:
     rate_window: str = "5m"        # every rate()/ratio rule; names end in rate5m / mean5m / p95_5m
     scrape_interval: str = "15s"   # Prometheus scrape and rule-evaluation interval
     max_k: int = 16                # expected-acceptance-length rules for k = 1..max_k, conditional rates for positions < max_k
-    # --- cost model (see specwatch.costmodel) ---
+    # --- cost model (see specwatch.specdecode.cost) ---
     step_cost_per_draft_token: float = DEFAULT_STEP_COST_PER_DRAFT_TOKEN
     step_cost_per_draft_token_per_running_request: float = (
         DEFAULT_STEP_COST_PER_DRAFT_TOKEN_PER_RUNNING_REQUEST

@@ -16,7 +16,7 @@ Formulas (over the rate window, Δ = increase of the counter; see /work/shared/v
   expected acceptance length   = 1 + Σ_{i<k'} r_i for each k' = 1..max_k, only where position k'-1 exists
   output from drafts           = Δaccepted / Δgeneration_tokens
   draft tokens per draft       = Δdraft_tokens / Δdrafts  (effective k)
-  estimated speedup            = mean acceptance length / c(effective k, b)   (specwatch.costmodel)
+  estimated speedup            = mean acceptance length / c(effective k, b)   (specwatch.specdecode.cost)
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from specwatch.vllm_metrics import SpecDecodeCounters
+from specwatch.specdecode.metrics import SpecDecodeCounters
 
 
 def _fields(c: SpecDecodeCounters) -> list[float | None]:

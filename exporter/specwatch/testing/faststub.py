@@ -1,6 +1,6 @@
 """A minimal, fast streaming OpenAI-compatible server, for measuring load-generator *clients*.
 
-:mod:`specwatch.bench.stubserver` (aiohttp) is the test stub: it can fail, drop, stall and
+:mod:`specwatch.testing.stubserver` (aiohttp) is the test stub: it can fail, drop, stall and
 diverge on demand, and it costs about 8 µs of CPU per streamed token — more than a client spends
 reading one. Against it, a client benchmark measures the stub. This server does the least work a
 streaming server can: it parses HTTP/1.1 requests itself (keep-alive, ``Content-Length`` bodies),
@@ -16,7 +16,7 @@ counters). Anything else gets 404; a request that cannot be parsed gets 400 and 
 closed. A stream whose socket buffer is above ``HIGH_WATER`` bytes skips steps until the client
 catches up (a slow reader cannot make the server buffer without bound).
 
-Run: ``python -m specwatch.bench.faststub --port 8123 [--host 127.0.0.1] [--model stub-model]``.
+Run: ``python -m specwatch.testing.faststub --port 8123 [--host 127.0.0.1] [--model stub-model]``.
 """
 
 from __future__ import annotations

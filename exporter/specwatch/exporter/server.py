@@ -13,8 +13,8 @@ from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from specwatch import __version__
-from specwatch.collector import SpecwatchCollector
-from specwatch.config import DEFAULT_LISTEN_ADDRESS, ConfigError, ExporterConfig, build_config
+from specwatch.exporter.collector import SpecwatchCollector
+from specwatch.exporter.config import DEFAULT_LISTEN_ADDRESS, ConfigError, ExporterConfig, build_config
 
 log = logging.getLogger("specwatch.exporter")
 

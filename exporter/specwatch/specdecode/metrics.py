@@ -40,7 +40,7 @@ class MetricsParseError(ValueError):
 class SpecDecodeCounters:
     """Spec-decode counters of one (model_name, engine) of one upstream.
 
-    Values are counts since the server started (or, after :func:`specwatch.derive.counters_delta`,
+    Values are counts since the server started (or, after :func:`specwatch.specdecode.derive.counters_delta`,
     increases over an interval). Sources (vLLM V1 metric names; ``llamacpp:`` alike):
 
     - ``drafts``: ``vllm:spec_decode_num_drafts_total`` — verify steps that carried at least one

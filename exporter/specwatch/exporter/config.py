@@ -40,7 +40,7 @@ class ExporterConfig:
     ``timeout_seconds`` bounds each upstream fetch (below Prometheus' default 10 s scrape
     timeout); ``max_body_bytes`` caps a /metrics body; ``history_samples`` bounds the per-upstream
     fetch history kept for the windows; ``cost_*`` parametrise the verify-step cost model of the
-    live advice (see :mod:`specwatch.advice`).
+    live advice (see :mod:`specwatch.specdecode.cost`).
     """
 
     upstreams: tuple[Upstream, ...]

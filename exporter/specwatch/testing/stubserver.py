@@ -19,7 +19,7 @@ Failure injection: ``error_every`` (every n-th request gets HTTP 500), ``drop_ev
 runaway server), ``stall_after`` + ``stall_seconds`` (after that many chunks send nothing for
 that long: a stalled server).
 
-Run standalone: ``python -m specwatch.bench.stubserver --port 18080``.
+Run standalone: ``python -m specwatch.testing.stubserver --port 18080``.
 """
 
 from __future__ import annotations
@@ -282,7 +282,7 @@ class ThreadedStub:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m specwatch.bench.stubserver --port P [--tokens N] [--k K]``."""
+    """``python -m specwatch.testing.stubserver --port P [--tokens N] [--k K]``."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, required=True)

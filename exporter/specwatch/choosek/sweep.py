@@ -9,7 +9,7 @@ engines), runs every (workload, concurrency) cell with :func:`specwatch.bench.ru
 and stops it before the next configuration starts (one server at a time: they would share the
 CPU/GPU).
 
-Servers come from the embedded vLLM (:mod:`specwatch.embedded`, the default; it holds
+Servers come from the embedded vLLM (:mod:`specwatch.localvllm.server`, the default; it holds
 ``flock /tmp/specwatch-vllm.lock`` while it runs) or from a command template
 (``--server-command 'vllm serve MODEL --port {port} {spec_args}'``) for a GPU host.
 
@@ -40,16 +40,10 @@ of every configuration name must match the file's, else the sweep refuses to mix
 
 from __future__ import annotations
 
-import contextlib
-import datetime as _dt
 import json
 import math
-import os
 import shlex
-import shutil
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -57,12 +51,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import click
 
-from specwatch.fileio import atomic_write_json, listen_error, log_tail, stop_process_group
-from specwatch.kchoice import Measurement, family_of
+from specwatch.choosek.model import family_of
+from specwatch.choosek.resultfile import (
+    FORMAT,
+    MEASUREMENT_KEYS,
+    SweepError,
+    _now,
+    cell_key,
+    cell_problem,
+    load_result,
+    result_file_lock,
+)
+from specwatch.common.files import atomic_write_json, log_tail
+from specwatch.common.processes import free_port, listen_error, stop_process_group
 
-FORMAT = 1
 DEFAULT_KS = (1, 2, 3, 4, 6, 8)
 DEFAULT_WORKLOADS = ("copy", "random-output")
 DEFAULT_CONCURRENCIES = (1, 4)
@@ -71,16 +74,6 @@ DEFAULT_OUTPUT_LEN = 64
 DEFAULT_PROMPTS_PER_CONCURRENCY = 2
 DEFAULT_NUM_BATCHES = 2
 DEFAULT_WARMUP_BATCHES = 1
-#: Settings that must match between a result file and a resumed sweep.
-MEASUREMENT_KEYS = ("output_len", "num_prompts", "prompts_per_concurrency", "num_batches",
-                    "warmup_batches", "seed", "request_rate")
-
-
-class SweepError(click.ClickException):
-    """A sweep cannot start or continue (bad options, unreadable or mismatched result file,
-    server that fails to start)."""
-
-
 # --------------------------------------------------------------------------------------------
 # Configurations
 # --------------------------------------------------------------------------------------------
@@ -105,7 +98,7 @@ class ServerConfig:
 
 def default_spec_base() -> dict[str, Any]:
     """The embedded server's ngram settings (prompt lookup 2–5) without k."""
-    from specwatch.embedded import DEFAULT_SPECULATIVE_CONFIG
+    from specwatch.localvllm.server import DEFAULT_SPECULATIVE_CONFIG
 
     d = dict(DEFAULT_SPECULATIVE_CONFIG)
     d.pop("num_speculative_tokens", None)
@@ -151,155 +144,9 @@ def build_configs(ks: Sequence[int], spec_configs: Sequence[str], baseline: bool
     return unique
 
 
-def parse_int_list(text: str, what: str) -> tuple[int, ...]:
-    """"1,2, 4" → (1, 2, 4). Raises SweepError on anything else."""
-    try:
-        vals = tuple(int(x) for x in text.replace(" ", "").split(",") if x)
-    except ValueError:
-        raise SweepError(f"{what}: expected comma-separated integers, got {text!r}") from None
-    if not vals:
-        raise SweepError(f"{what}: empty list")
-    return vals
-
-
 # --------------------------------------------------------------------------------------------
 # Result file
 # --------------------------------------------------------------------------------------------
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def load_result(path: str | Path) -> dict[str, Any]:
-    """Read a sweep result file and check its shape (see the module doc). Raises SweepError if it
-    is unreadable, not UTF-8 JSON, not a sweep result, or has malformed configs/servers/cells."""
-    p = Path(path)
-    try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise SweepError(f"cannot read {p}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise SweepError(f"{p} is not a specwatch sweep result (not UTF-8 text: {exc.reason} at byte {exc.start})") from None
-    except json.JSONDecodeError as exc:
-        raise SweepError(f"{p} is not valid JSON: {exc}") from None
-    except (ValueError, RecursionError) as exc:  # an integer of > 4300 digits, nesting too deep
-        raise SweepError(f"{p} is not a usable sweep result: {type(exc).__name__}: {exc}") from None
-    if not isinstance(doc, dict) or doc.get("specwatch_sweep_format") != FORMAT:
-        raise SweepError(f"{p} is not a specwatch sweep result (format {FORMAT})")
-    if not isinstance(doc.get("cells"), list):
-        raise SweepError(f"{p} has no 'cells' list")
-    problem = _shape_problem(doc)
-    if problem:
-        raise SweepError(f"{p} is a damaged sweep result: {problem}")
-    return doc
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _shape_problem(doc: Mapping[str, Any]) -> str | None:
-    """What is malformed in a sweep result document (None when its shape is fine)."""
-    for key in ("settings", "server"):
-        if key in doc and doc[key] is not None and not isinstance(doc[key], dict):
-            return f"'{key}' is not an object"
-    for key in ("configs", "servers", "resumed_at"):
-        if key in doc and not isinstance(doc[key], list):
-            return f"'{key}' is not a list"
-    for key in ("workloads", "concurrencies"):
-        if key in (doc.get("settings") or {}) and not isinstance(doc["settings"][key], list):
-            return f"settings '{key}' is not a list"
-    for i, c in enumerate(doc.get("configs") or []):
-        if not isinstance(c, dict) or not isinstance(c.get("name"), str):
-            return f"configs[{i}] is not an object with a 'name'"
-        if c.get("speculative_config") is not None and not isinstance(c["speculative_config"], dict):
-            return f"configs[{i}] ({c['name']}): 'speculative_config' is not an object"
-    for i, s in enumerate(doc.get("servers") or []):
-        if not isinstance(s, dict) or not isinstance(s.get("config"), str):
-            return f"servers[{i}] is not an object with a 'config'"
-    for i, c in enumerate(doc.get("cells") or []):
-        if not isinstance(c, dict):
-            return f"cells[{i}] is not an object"
-        for key, ok, what in (("config", isinstance(c.get("config"), str), "a string"),
-                              ("workload", isinstance(c.get("workload"), str), "a string"),
-                              ("max_concurrency", _is_int(c.get("max_concurrency")), "an integer"),
-                              ("k", _is_int(c.get("k")), "an integer")):
-            if not ok:
-                return f"cells[{i}]: '{key}' is missing or not {what}"
-        if not 1 <= c["max_concurrency"] <= 1_000_000:
-            return f"cells[{i}]: 'max_concurrency' {c['max_concurrency']} is out of range (1 to 1000000)"
-        if not 0 <= c["k"] <= 1000:
-            return f"cells[{i}]: 'k' {c['k']} is out of range (0 to 1000)"
-        summary = c.get("summary")
-        if summary is not None and not isinstance(summary, dict):
-            return f"cells[{i}]: 'summary' is not an object"
-        for key in ("output_throughput", "completed", "failed"):
-            v = (summary or {}).get(key)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
-                return f"cells[{i}]: summary '{key}' is not a number"
-        if "batches" in c and not isinstance(c["batches"], list):
-            return f"cells[{i}]: 'batches' is not a list"
-    return None
-
-
-def cell_key(config: str, workload: str, concurrency: int) -> tuple[str, str, int]:
-    return (config, workload, int(concurrency))
-
-
-def cell_problem(cell: Mapping[str, Any]) -> str | None:
-    """Why a stored cell does not count as finished — "8 of 8 requests failed", "the server exited
-    during the cell (…)" — or None when it does."""
-    summary = cell.get("summary") or {}
-    failed = int(summary.get("failed") or 0)
-    total = failed + int(summary.get("completed") or 0)
-    requests = f"{failed} of {total} requests failed"
-    if cell.get("server_exited") is not None:
-        return f"the server exited during the cell (code {cell['server_exited']}" + (f"; {requests})" if failed else ")")
-    return requests if failed else None
-
-
-def failed_cells(doc: Mapping[str, Any]) -> list[str]:
-    """One line per stored cell that does not count as finished (failed requests, or its server
-    died), e.g. ``"ngram-k1/copy/c=2: 8 of 8 requests failed"``; such cells are left out of
-    :func:`measurements` and measured again by a resumed sweep. ``doc`` as from :func:`load_result`."""
-    out = []
-    for cell in doc.get("cells", []):
-        problem = cell_problem(cell)
-        if problem:
-            out.append(f"{cell['config']}/{cell['workload']}/c={cell['max_concurrency']}: {problem}")
-    return out
-
-
-def measurements(doc: Mapping[str, Any]) -> list[Measurement]:
-    """One :class:`specwatch.kchoice.Measurement` per finished cell of a sweep result. Left out:
-    cells with no successful request, and cells with failed requests or whose server died (see
-    :func:`failed_cells`). Raises SweepError for a malformed document."""
-    from specwatch.kchoice import KChoiceError
-
-    problem = _shape_problem(doc) if isinstance(doc.get("cells", []), list) else "'cells' is not a list"
-    if problem:
-        raise SweepError(f"damaged sweep result: {problem}")
-    out = []
-    for cell in doc.get("cells", []):
-        summary = cell.get("summary") or {}
-        thr = summary.get("output_throughput")
-        if not thr or cell_problem(cell):
-            continue
-        rec = {**summary, "workload": cell["workload"], "max_concurrency": cell["max_concurrency"]}
-        try:
-            out.append(Measurement.from_record(rec, config=cell["config"], k=int(cell["k"]), family=cell.get("family", "")))
-        except (KChoiceError, KeyError, TypeError, ValueError) as exc:
-            raise SweepError(f"damaged sweep result: cell {cell['config']}/{cell['workload']}/c={cell['max_concurrency']}: {exc}") from None
-    return out
-
-
-def servers_by_config(doc: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """The latest server start of each configuration (start-up time, KV capacity)."""
-    out: dict[str, dict[str, Any]] = {}
-    for s in doc.get("servers", []):
-        out[s["config"]] = s
-    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -343,13 +190,6 @@ def kv_capacity(metrics_text: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 # Servers
 # --------------------------------------------------------------------------------------------
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """An unused TCP port chosen by the OS."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 _SECRET_FLAGS = ("--api-key", "--hf-token", "--token", "--password", "--secret")
@@ -426,8 +266,8 @@ class TemplateServer:
     up to ``lock_timeout`` s, calling ``on_status(message)`` once if it has to wait), polls
     ``GET {base_url}/v1/models`` until it answers 200 with at least one model and checks that the
     started process is still running, and on exit stops the whole process group (SIGTERM, SIGKILL
-    after ``stop_timeout`` s; :func:`specwatch.fileio.stop_process_group`). Attributes as
-    :class:`specwatch.embedded.VllmServer`: ``base_url``, ``metrics_url``, ``startup_seconds``,
+    after ``stop_timeout`` s; :func:`specwatch.common.files.stop_process_group`). Attributes as
+    :class:`specwatch.localvllm.server.VllmServer`: ``base_url``, ``metrics_url``, ``startup_seconds``,
     ``command``, ``log_path``, ``served_model_name`` (the first model id listed), ``process``,
     ``stop_timeout``.
 
@@ -455,7 +295,7 @@ class TemplateServer:
         self._api_key = api_key
         self._lock = None
         if lock:
-            from specwatch.embedded import LOCK_PATH, VllmLock
+            from specwatch.localvllm.server import LOCK_PATH, VllmLock
 
             self._lock = VllmLock(Path(lock_path) if lock_path else LOCK_PATH, timeout=lock_timeout,
                                   on_wait=self.on_status, note=self.base_url)
@@ -464,7 +304,7 @@ class TemplateServer:
     def __enter__(self) -> TemplateServer:
         import requests
 
-        from specwatch.embedded import LockTimeout
+        from specwatch.localvllm.server import LockTimeout
 
         if self._lock is not None:
             try:
@@ -538,7 +378,8 @@ def start_server(cfg: ServerConfig, *, template: str | None, port: int | None, h
     (busy port, missing program, lock timeout, start-up failure)."""
     p = port or free_port(host)
     if template is None:
-        from specwatch.embedded import SpecwatchEmbeddedError, VllmServer
+        from specwatch.localvllm.model import SpecwatchEmbeddedError
+        from specwatch.localvllm.server import VllmServer
 
         busy = port_error(host, p)
         if busy:
@@ -721,30 +562,6 @@ def _first_error(batches: Sequence[Mapping[str, Any]]) -> str | None:
     return None
 
 
-@contextlib.contextmanager
-def result_file_lock(result_file: Path) -> Iterator[None]:
-    """Hold an exclusive, non-blocking flock for ``result_file`` (on a lock file in the temporary
-    directory named after the file's absolute path, so nothing is added beside the results).
-    Raises SweepError when another sweep holds it: two sweeps writing one file would each
-    overwrite the other's cells."""
-    import fcntl
-    import hashlib
-    import tempfile
-
-    key = hashlib.sha1(os.path.realpath(result_file).encode()).hexdigest()[:16]
-    path = Path(tempfile.gettempdir()) / f"specwatch-sweep-{key}.lock"
-    fh = open(path, "a+")
-    try:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise SweepError(f"another specwatch sweep is writing {result_file} (lock {path}); "
-                             "wait for it or use another --result-file") from None
-        yield
-    finally:
-        fh.close()
-
-
 def run_sweep(
     plan: SweepPlan,
     result_file: Path,
@@ -887,184 +704,3 @@ def _run_sweep(plan: SweepPlan, result_file: Path, *, template, port, host, log_
     return doc
 
 
-# --------------------------------------------------------------------------------------------
-# CLI
-# --------------------------------------------------------------------------------------------
-
-
-def check_writable(path: str | Path, what: str) -> None:
-    """Fail early (click.ClickException, one line) when ``path`` cannot be written: its nearest
-    existing ancestor is not a directory, or that directory (or an existing ``path``) is not
-    writable. For an existing parent directory the check creates and removes a temporary file
-    there (the only test that also holds for root). Creates nothing that stays."""
-    import os
-    import tempfile
-
-    p = Path(path)
-    if p.exists() and p.is_dir():
-        raise click.ClickException(f"cannot write {what} {p}: it is a directory")
-    if p.exists() and not os.access(p, os.W_OK):
-        raise click.ClickException(f"cannot write {what} {p}: permission denied")
-    anc = p.parent if str(p.parent) else Path(".")
-    while not anc.exists() and anc != anc.parent:
-        anc = anc.parent
-    if not anc.is_dir():
-        raise click.ClickException(f"cannot write {what} {p}: {anc} is not a directory")
-    if anc == (p.parent if str(p.parent) else Path(".")):
-        try:
-            with tempfile.NamedTemporaryFile(dir=anc, prefix=".specwatch-write-check-"):
-                pass
-        except OSError as exc:
-            raise click.ClickException(f"cannot write {what} {p}: {exc.strerror or exc}") from None
-    elif not os.access(anc, os.W_OK | os.X_OK):
-        raise click.ClickException(f"cannot write {what} {p}: {anc} is not writable")
-
-
-def check_dir_writable(path: str | Path, what: str) -> None:
-    """As :func:`check_writable` for a directory that may not exist yet."""
-    p = Path(path)
-    if p.exists() and not p.is_dir():
-        raise click.ClickException(f"cannot use {what} {p}: it is not a directory")
-    check_writable(p / ".specwatch-write-check", what)
-
-
-# click callbacks: flag errors exit 2 with a Usage line and the option's name
-
-def _int_list_cb(lo: int):
-    def cb(ctx, param, value):
-        if value is None:
-            return None
-        try:
-            vals = parse_int_list(value, param.opts[0])
-        except SweepError as exc:
-            raise click.BadParameter(exc.message.removeprefix(f"{param.opts[0]}: ")) from None
-        bad = [v for v in vals if v < lo]
-        if bad:
-            raise click.BadParameter(f"every value must be >= {lo}, got {', '.join(map(str, bad))}")
-        return tuple(dict.fromkeys(vals))  # "1,1" would measure the same cells twice
-    return cb
-
-
-def _spec_configs_cb(ctx, param, value):
-    for text in value or ():
-        try:
-            build_configs((), (text,), False)
-        except SweepError as exc:
-            raise click.BadParameter(exc.message.removeprefix("--speculative-config ")) from None
-    return value
-
-
-def _workloads_cb(ctx, param, value):
-    from specwatch.bench.workloads import WORKLOADS
-
-    wls = tuple(w for w in value.replace(" ", "").split(",") if w)
-    unknown = [w for w in wls if w not in WORKLOADS]
-    if not wls or unknown:
-        raise click.BadParameter(f"unknown workload(s) {', '.join(unknown) or repr(value)}; choose from {', '.join(WORKLOADS)}")
-    return wls
-
-
-def _server_command_cb(ctx, param, value):
-    if value is None:
-        return None
-    if "{port}" not in value:
-        raise click.BadParameter("the template must contain {port} (the sweep picks the port of each server)")
-    try:
-        argv = render_command(value, 8000, {"method": "ngram", "num_speculative_tokens": 1})
-    except SweepError as exc:
-        raise click.BadParameter(exc.message.removeprefix("--server-command").lstrip(": ")) from None
-    except ValueError as exc:  # shlex: unbalanced quotes
-        raise click.BadParameter(f"cannot split it like a shell: {exc}") from None
-    if shutil.which(argv[0]) is None:
-        raise click.BadParameter(f"program {argv[0]!r} not found (not on PATH, or not an executable file)")
-    return value
-
-
-@click.command("sweep")
-@click.option("--result-file", type=click.Path(dir_okay=False, path_type=Path), default=Path("specwatch-sweep.json"),
-              show_default=True, help="One JSON file with every cell; rerun with the same file to resume.")
-@click.option("--k", "ks", default=",".join(map(str, DEFAULT_KS)), show_default=True, callback=_int_list_cb(1),
-              help="Comma-separated num_speculative_tokens for ngram servers (ignored with --speculative-config).")
-@click.option("--speculative-config", "spec_configs", multiple=True, callback=_spec_configs_cb,
-              help="A --speculative-config JSON (with num_speculative_tokens); repeat for several servers.")
-@click.option("--baseline/--no-baseline", default=True, show_default=True, help="Include a server without speculation (k = 0).")
-@click.option("--workloads", default=",".join(DEFAULT_WORKLOADS), show_default=True, callback=_workloads_cb,
-              help="Comma-separated workloads of the load generator (copy, word-chain, random-output, code-return, explain, "
-                   "random-words, sharegpt with --dataset-path).")
-@click.option("--dataset-path", type=click.Path(dir_okay=False), default=None,
-              help="ShareGPT-format JSON file for the sharegpt workload.")
-@click.option("--concurrency", "concurrencies", default=",".join(map(str, DEFAULT_CONCURRENCIES)), show_default=True, callback=_int_list_cb(1),
-              help="Comma-separated max concurrencies.")
-@click.option("--output-len", type=click.IntRange(min=1), default=DEFAULT_OUTPUT_LEN, show_default=True, help="Output tokens per request.")
-@click.option("--num-prompts", type=click.IntRange(min=1), default=None, help="Requests per batch (default: --prompts-per-concurrency × concurrency).")
-@click.option("--prompts-per-concurrency", type=click.IntRange(min=1), default=DEFAULT_PROMPTS_PER_CONCURRENCY, show_default=True)
-@click.option("--num-batches", type=click.IntRange(min=1), default=DEFAULT_NUM_BATCHES, show_default=True, help="Measured batches per cell.")
-@click.option("--warmup-batches", type=click.IntRange(min=0), default=DEFAULT_WARMUP_BATCHES, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--server-command", default=None, callback=_server_command_cb,
-              help="Server command template with {port} and {spec_args} (or {speculative_config}), e.g. "
-                   "\"vllm serve MODEL --port {port} {spec_args}\". Default: the embedded vLLM (CPU).")
-@click.option("--port", type=click.IntRange(1, 65535), default=None, help="Server port (default: a free port for each server).")
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--model-dir", default=None, help="Embedded vLLM: the prepared model directory (default: prepare it).")
-@click.option("--startup-timeout", type=click.FloatRange(min=0, min_open=True), default=900.0, show_default=True, help="Seconds to wait for each server.")
-@click.option("--lock/--no-lock", default=True, show_default=True,
-              help="Hold flock /tmp/specwatch-vllm.lock while a template server runs (the embedded one always does).")
-@click.option("--api-key", envvar=["SPECWATCH_API_KEY", "OPENAI_API_KEY"], default=None, show_envvar=True,
-              help="Bearer key for the servers (never written or logged).")
-@click.option("--log-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Server logs (default: <result-file stem>-logs/ beside it).")
-@click.option("--progress/--no-progress", default=True, show_default=True)
-def sweep(result_file, ks, spec_configs, baseline, workloads, dataset_path, concurrencies, output_len, num_prompts,
-          prompts_per_concurrency, num_batches, warmup_batches, seed, server_command, port, host, model_dir,
-          startup_timeout, lock, api_key, log_dir, progress) -> None:
-    """Run the load generator over server configurations × workloads × concurrencies.
-
-    Default: the embedded vLLM (SmolLM2-135M on CPU) as a baseline and with ngram speculation at
-    k = 1, 2, 3, 4, 6, 8; workloads copy and random-output; concurrency 1 and 4; 64-token outputs —
-    sized for 2 CPU cores. Then: specwatch advise RESULT, specwatch report RESULT.
-    """
-    try:
-        configs = build_configs(ks, spec_configs, baseline)
-    except SweepError as exc:
-        raise click.UsageError(exc.message) from None
-    if server_command is not None and any(c.speculative_config for c in configs) and not uses_speculation(server_command):
-        raise click.UsageError("--server-command has no {spec_args} (or {speculative_config}): the speculative servers "
-                               "would run without speculation; add {spec_args} where the server takes --speculative-config")
-    wls, concs = workloads, concurrencies
-    try:
-        check_dataset(wls, dataset_path)
-    except SweepError as exc:
-        raise click.UsageError(exc.message) from None
-    check_writable(result_file, "--result-file")
-    check_dir_writable(log_dir or result_file.with_name(result_file.stem + "-logs"), "--log-dir")
-    plan = SweepPlan(configs, wls, concs, output_len, num_prompts, prompts_per_concurrency, num_batches,
-                     warmup_batches, seed, dataset_path=dataset_path)
-    echo = click.echo
-    if server_command is None:
-        echo("specwatch sweep: embedded vLLM on CPU; the defaults (64-token outputs, 2×concurrency prompts per "
-             "batch, 1 warm-up + 2 measured batches, concurrency 1,4) are sized for 2 cores. This run: "
-             f"{output_len}-token outputs, {prompts_per_concurrency}×concurrency prompts per batch, "
-             f"{warmup_batches} warm-up + {num_batches} measured batches, concurrency {','.join(map(str, concs))}. "
-             "CPU numbers are noisy: compare within one sweep.")
-    echo(f"configs: {', '.join(c.name for c in configs)}; workloads: {', '.join(wls)}; "
-         f"concurrency: {', '.join(map(str, concs))}; results: {result_file}")
-    from specwatch.fileio import install_stop_signals
-
-    install_stop_signals()
-    try:
-        doc = run_sweep(plan, result_file, template=server_command, port=port, host=host, log_dir=log_dir,
-                        startup_timeout=startup_timeout, lock=lock, api_key=api_key, model_dir=model_dir,
-                        progress=progress, echo=echo)
-    except KeyboardInterrupt:
-        echo(f"interrupted: finished cells are in {result_file}; run the same command to resume", err=True)
-        sys.exit(130)
-    if doc["status"] == "incomplete":
-        names = {c.name for c in configs}
-        bad = failed_cells({"cells": [c for c in doc["cells"] if c["config"] in names and c["workload"] in wls
-                                      and c["max_concurrency"] in concs]})
-        raise click.ClickException(
-            f"sweep incomplete: {_plural(len(bad), 'cell')} had failed requests ({'; '.join(bad[:3])}"
-            f"{'; …' if len(bad) > 3 else ''}); they are kept in {result_file} but not used by advise/report; "
-            "run the same command to measure them again")
-    echo(f"sweep complete: {result_file}\nnext: specwatch advise {result_file}; specwatch report {result_file}")

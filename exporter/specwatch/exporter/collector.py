@@ -23,10 +23,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from specwatch import __version__
-from specwatch.advice import CostModel, estimated_speedups, recommend_k
-from specwatch.config import ExporterConfig, Upstream
-from specwatch.derive import INVARIANTS, DerivedValues, add_counters, check_invariants, counters_delta, derive
-from specwatch.vllm_metrics import MetricsParseError, SpecDecodeCounters, UpstreamSnapshot, parse_metrics
+from specwatch.specdecode.cost import CostModel, estimated_speedups, recommend_k
+from specwatch.exporter.config import ExporterConfig, Upstream
+from specwatch.specdecode.derive import INVARIANTS, DerivedValues, add_counters, check_invariants, counters_delta, derive
+from specwatch.specdecode.metrics import MetricsParseError, SpecDecodeCounters, UpstreamSnapshot, parse_metrics
 
 log = logging.getLogger("specwatch.exporter")
 

@@ -42,7 +42,7 @@ the measured batches).
    T₀ is the step time of the speculative server with nothing to verify: on vLLM's CPU build it is
    larger than the baseline's step time (speculation switches to a slower model runner), which is
    why the baseline (k = 0) is not a point of the fit. With a single speculative run the slope
-   comes from the configured cost model (:mod:`specwatch.costmodel`):
+   comes from the configured cost model (:mod:`specwatch.specdecode.cost`):
    β = T₀ × (a + s × c), i.e. T = T₀ × c(x, c).
 
 3. Throughput for every k' ≤ K (:func:`predict_throughputs`). With f = Δdrafts / S at K (share
@@ -57,7 +57,7 @@ the measured batches).
    its nearest measured neighbours; ``"curve"`` predicts every k from the curve alone.
 
 4. Recommendation (:func:`recommend`): the k with the highest score, preferring the smallest k
-   whose score is within ``tolerance`` (relative) of the best (:func:`specwatch.advice.recommend_k`),
+   whose score is within ``tolerance`` (relative) of the best (:func:`specwatch.specdecode.cost.recommend_k`),
    k = 0 included — so speculation is switched off when it does not beat the baseline by more than
    the tolerance. With ``basis="measured"`` (the CLI's default) the score of a k that was run is its
    measured throughput (the model does not overrule a measurement) and the score of a k that was
@@ -83,8 +83,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from specwatch.advice import estimated_speedups, recommend_k
-from specwatch.costmodel import CostModel
+from specwatch.specdecode.cost import estimated_speedups, recommend_k
+from specwatch.specdecode.cost import CostModel
 
 __all__ = [
     "AccuracyCell",
@@ -385,7 +385,7 @@ class StepCostFit:
     """T(x) = intercept_s + slope_s × x for one (workload, concurrency) (see module docstring).
 
     ``points``: (k, x, T) of the speculative runs used; ``method``: "least-squares" or
-    "cost-model" (one run; slope from :class:`specwatch.costmodel.CostModel`);
+    "cost-model" (one run; slope from :class:`specwatch.specdecode.cost.CostModel`);
     ``baseline_step_s``: the baseline's T (None if no baseline run).
     """
 
@@ -954,8 +954,8 @@ def advise_from_curve(
     tolerance: float = DEFAULT_TOLERANCE,
 ) -> dict[int, dict[int, float]]:
     """Live advice without a sweep: estimated speedup E(k) / c(k, b) for every k ≤ len(rates) at
-    each concurrency b (:func:`specwatch.advice.estimated_speedups`, the configured cost model),
-    as ``{b: {k: speedup}}``. Use :func:`specwatch.advice.recommend_k` on each inner dict."""
+    each concurrency b (:func:`specwatch.specdecode.cost.estimated_speedups`, the configured cost model),
+    as ``{b: {k: speedup}}``. Use :func:`specwatch.specdecode.cost.recommend_k` on each inner dict."""
     cost = cost or CostModel()
     return {int(b): estimated_speedups(tuple(rates), float(b), cost) for b in concurrencies}
 

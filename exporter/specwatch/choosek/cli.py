@@ -1,0 +1,354 @@
+"""The k-choice commands: ``specwatch sweep`` (measure), ``specwatch advise`` (recommend k) and
+``specwatch report`` (HTML). Thin: parse and check flags, then call :mod:`.sweep`, :mod:`.advise`
+and :mod:`.report`, which share the result-file contract of :mod:`.resultfile`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import requests
+from rich.table import Table
+
+from specwatch.bench.workloads import WORKLOADS
+from specwatch.choosek.advise import (
+    DEFAULT_LIVE_CONCURRENCIES,
+    advise_sweep,
+    curves_from_exporter,
+    curves_from_prometheus,
+    live_advice,
+    make_console,
+    render_advice,
+    render_config,
+    request_failure,
+)
+from specwatch.choosek.model import DEFAULT_TOLERANCE, KChoiceError
+from specwatch.choosek.report import render_report
+from specwatch.choosek.resultfile import (
+    DAMAGED_FILE_ERRORS,
+    SweepError,
+    check_dir_writable,
+    check_writable,
+    damaged_file_message,
+    failed_cells,
+    load_result,
+    measurements,
+)
+from specwatch.choosek.sweep import (
+    DEFAULT_CONCURRENCIES,
+    DEFAULT_KS,
+    DEFAULT_NUM_BATCHES,
+    DEFAULT_OUTPUT_LEN,
+    DEFAULT_PROMPTS_PER_CONCURRENCY,
+    DEFAULT_WARMUP_BATCHES,
+    DEFAULT_WORKLOADS,
+    SweepPlan,
+    build_configs,
+    check_dataset,
+    render_command,
+    run_sweep,
+    uses_speculation,
+)
+from specwatch.common.files import atomic_write_json, atomic_write_text, same_file
+from specwatch.common.params import int_list
+from specwatch.common.processes import install_stop_signals
+from specwatch.specdecode.cost import CostModel
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+# click callbacks: flag errors exit 2 with a Usage line and the option's name
+
+def _spec_configs_cb(ctx, param, value):
+    for text in value or ():
+        try:
+            build_configs((), (text,), False)
+        except SweepError as exc:
+            raise click.BadParameter(exc.message.removeprefix("--speculative-config ")) from None
+    return value
+
+
+def _workloads_cb(ctx, param, value):
+    wls = tuple(w for w in value.replace(" ", "").split(",") if w)
+    unknown = [w for w in wls if w not in WORKLOADS]
+    if not wls or unknown:
+        raise click.BadParameter(f"unknown workload(s) {', '.join(unknown) or repr(value)}; choose from {', '.join(WORKLOADS)}")
+    return wls
+
+
+def _server_command_cb(ctx, param, value):
+    if value is None:
+        return None
+    if "{port}" not in value:
+        raise click.BadParameter("the template must contain {port} (the sweep picks the port of each server)")
+    try:
+        argv = render_command(value, 8000, {"method": "ngram", "num_speculative_tokens": 1})
+    except SweepError as exc:
+        raise click.BadParameter(exc.message.removeprefix("--server-command").lstrip(": ")) from None
+    except ValueError as exc:  # shlex: unbalanced quotes
+        raise click.BadParameter(f"cannot split it like a shell: {exc}") from None
+    if shutil.which(argv[0]) is None:
+        raise click.BadParameter(f"program {argv[0]!r} not found (not on PATH, or not an executable file)")
+    return value
+
+
+@click.command("sweep")
+@click.option("--result-file", type=click.Path(dir_okay=False, path_type=Path), default=Path("specwatch-sweep.json"),
+              show_default=True, help="One JSON file with every cell; rerun with the same file to resume.")
+@click.option("--k", "ks", default=",".join(map(str, DEFAULT_KS)), show_default=True, callback=int_list(1),
+              help="Comma-separated num_speculative_tokens for ngram servers (ignored with --speculative-config).")
+@click.option("--speculative-config", "spec_configs", multiple=True, callback=_spec_configs_cb,
+              help="A --speculative-config JSON (with num_speculative_tokens); repeat for several servers.")
+@click.option("--baseline/--no-baseline", default=True, show_default=True, help="Include a server without speculation (k = 0).")
+@click.option("--workloads", default=",".join(DEFAULT_WORKLOADS), show_default=True, callback=_workloads_cb,
+              help="Comma-separated workloads of the load generator (copy, word-chain, random-output, code-return, explain, "
+                   "random-words, sharegpt with --dataset-path).")
+@click.option("--dataset-path", type=click.Path(dir_okay=False), default=None,
+              help="ShareGPT-format JSON file for the sharegpt workload.")
+@click.option("--concurrency", "concurrencies", default=",".join(map(str, DEFAULT_CONCURRENCIES)), show_default=True, callback=int_list(1),
+              help="Comma-separated max concurrencies.")
+@click.option("--output-len", type=click.IntRange(min=1), default=DEFAULT_OUTPUT_LEN, show_default=True, help="Output tokens per request.")
+@click.option("--num-prompts", type=click.IntRange(min=1), default=None, help="Requests per batch (default: --prompts-per-concurrency × concurrency).")
+@click.option("--prompts-per-concurrency", type=click.IntRange(min=1), default=DEFAULT_PROMPTS_PER_CONCURRENCY, show_default=True)
+@click.option("--num-batches", type=click.IntRange(min=1), default=DEFAULT_NUM_BATCHES, show_default=True, help="Measured batches per cell.")
+@click.option("--warmup-batches", type=click.IntRange(min=0), default=DEFAULT_WARMUP_BATCHES, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--server-command", default=None, callback=_server_command_cb,
+              help="Server command template with {port} and {spec_args} (or {speculative_config}), e.g. "
+                   "\"vllm serve MODEL --port {port} {spec_args}\". Default: the embedded vLLM (CPU).")
+@click.option("--port", type=click.IntRange(1, 65535), default=None, help="Server port (default: a free port for each server).")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--model-dir", default=None, help="Embedded vLLM: the prepared model directory (default: prepare it).")
+@click.option("--startup-timeout", type=click.FloatRange(min=0, min_open=True), default=900.0, show_default=True, help="Seconds to wait for each server.")
+@click.option("--lock/--no-lock", default=True, show_default=True,
+              help="Hold flock /tmp/specwatch-vllm.lock while a template server runs (the embedded one always does).")
+@click.option("--api-key", envvar=["SPECWATCH_API_KEY", "OPENAI_API_KEY"], default=None, show_envvar=True,
+              help="Bearer key for the servers (never written or logged).")
+@click.option("--log-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Server logs (default: <result-file stem>-logs/ beside it).")
+@click.option("--progress/--no-progress", default=True, show_default=True)
+def sweep(result_file, ks, spec_configs, baseline, workloads, dataset_path, concurrencies, output_len, num_prompts,
+          prompts_per_concurrency, num_batches, warmup_batches, seed, server_command, port, host, model_dir,
+          startup_timeout, lock, api_key, log_dir, progress) -> None:
+    """Run the load generator over server configurations × workloads × concurrencies.
+
+    Default: the embedded vLLM (SmolLM2-135M on CPU) as a baseline and with ngram speculation at
+    k = 1, 2, 3, 4, 6, 8; workloads copy and random-output; concurrency 1 and 4; 64-token outputs —
+    sized for 2 CPU cores. Then: specwatch advise RESULT, specwatch report RESULT.
+    """
+    try:
+        configs = build_configs(ks, spec_configs, baseline)
+    except SweepError as exc:
+        raise click.UsageError(exc.message) from None
+    if server_command is not None and any(c.speculative_config for c in configs) and not uses_speculation(server_command):
+        raise click.UsageError("--server-command has no {spec_args} (or {speculative_config}): the speculative servers "
+                               "would run without speculation; add {spec_args} where the server takes --speculative-config")
+    wls, concs = workloads, concurrencies
+    try:
+        check_dataset(wls, dataset_path)
+    except SweepError as exc:
+        raise click.UsageError(exc.message) from None
+    check_writable(result_file, "--result-file")
+    check_dir_writable(log_dir or result_file.with_name(result_file.stem + "-logs"), "--log-dir")
+    plan = SweepPlan(configs, wls, concs, output_len, num_prompts, prompts_per_concurrency, num_batches,
+                     warmup_batches, seed, dataset_path=dataset_path)
+    echo = click.echo
+    if server_command is None:
+        echo("specwatch sweep: embedded vLLM on CPU; the defaults (64-token outputs, 2×concurrency prompts per "
+             "batch, 1 warm-up + 2 measured batches, concurrency 1,4) are sized for 2 cores. This run: "
+             f"{output_len}-token outputs, {prompts_per_concurrency}×concurrency prompts per batch, "
+             f"{warmup_batches} warm-up + {num_batches} measured batches, concurrency {','.join(map(str, concs))}. "
+             "CPU numbers are noisy: compare within one sweep.")
+    echo(f"configs: {', '.join(c.name for c in configs)}; workloads: {', '.join(wls)}; "
+         f"concurrency: {', '.join(map(str, concs))}; results: {result_file}")
+    install_stop_signals()
+    try:
+        doc = run_sweep(plan, result_file, template=server_command, port=port, host=host, log_dir=log_dir,
+                        startup_timeout=startup_timeout, lock=lock, api_key=api_key, model_dir=model_dir,
+                        progress=progress, echo=echo)
+    except KeyboardInterrupt:
+        echo(f"interrupted: finished cells are in {result_file}; run the same command to resume", err=True)
+        sys.exit(130)
+    if doc["status"] == "incomplete":
+        names = {c.name for c in configs}
+        bad = failed_cells({"cells": [c for c in doc["cells"] if c["config"] in names and c["workload"] in wls
+                                      and c["max_concurrency"] in concs]})
+        raise click.ClickException(
+            f"sweep incomplete: {_plural(len(bad), 'cell')} had failed requests ({'; '.join(bad[:3])}"
+            f"{'; …' if len(bad) > 3 else ''}); they are kept in {result_file} but not used by advise/report; "
+            "run the same command to measure them again")
+    echo(f"sweep complete: {result_file}\nnext: specwatch advise {result_file}; specwatch report {result_file}")
+
+
+@click.command("advise")
+@click.argument("result_file", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--exporter", "exporter_url", default=None, help="Live: the specwatch exporter's /metrics URL (e.g. http://127.0.0.1:19337/metrics).")
+@click.option("--prometheus", "prometheus_url", default=None, help="Live: Prometheus base URL (uses the recording rules).")
+@click.option("--window", default="5m", show_default=True, help="Live (exporter): the window label of the curve (falls back to lifetime).")
+@click.option("--concurrency", "concurrencies", default=",".join(map(str, DEFAULT_LIVE_CONCURRENCIES)), show_default=True,
+              callback=int_list(1),
+              help="Live: running requests per engine to advise for.")
+@click.option("--tolerance", type=float, default=DEFAULT_TOLERANCE, show_default=True,
+              help="Relative noise tolerance: the smallest k within it of the best wins.")
+@click.option("--candidates", type=click.Choice(["measured", "all"]), default="measured", show_default=True,
+              help="Sweep: recommend only k that were measured, or any k up to the largest (predicted only).")
+@click.option("--step-cost-per-draft-token", type=float, default=CostModel().step_cost_per_draft_token, show_default=True,
+              help="Cost model: verify-step cost per draft token (fraction of a plain step); live advice and single-run fits.")
+@click.option("--step-cost-per-draft-token-per-running-request", type=float,
+              default=CostModel().step_cost_per_draft_token_per_running_request, show_default=True)
+@click.option("--base-config", default=None, help="Live: the speculative config to extend (JSON; default ngram, lookup 2-5).")
+@click.option("--acceptance", type=click.Choice(["measured", "curve"]), default="measured", show_default=True,
+              help="Sweep: tokens per step of a measured k from its own run (measured) or from the largest k's curve (curve).")
+@click.option("--basis", type=click.Choice(["measured", "model"]), default="measured", show_default=True,
+              help="Sweep: score a measured k by its measured throughput (measured; the model fills in k not run) "
+                   "or every k by the model's prediction (model).")
+@click.option("--fit-k", "fit_k", default=None, callback=int_list(1, dedupe=False),
+              help="Sweep: fit the step cost only on the runs at these k (e.g. 1,8) and predict the others (held-out check).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the advice as JSON here.")
+def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tolerance, candidates,
+               step_cost_per_draft_token, step_cost_per_draft_token_per_running_request, base_config, acceptance,
+               basis, fit_k, json_path) -> None:
+    """Recommend num_speculative_tokens per concurrency from a sweep RESULT_FILE (or live data)."""
+    console = make_console()
+    sources = [x for x in (result_file, exporter_url, prometheus_url) if x]
+    if len(sources) != 1:
+        raise click.UsageError("give exactly one of RESULT_FILE, --exporter or --prometheus")
+    if not (0.0 <= tolerance < 1.0):
+        raise click.BadParameter("must be in [0, 1)", param_hint="--tolerance")
+    try:
+        cost = CostModel(step_cost_per_draft_token, step_cost_per_draft_token_per_running_request)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--step-cost-per-draft-token / "
+                                 "--step-cost-per-draft-token-per-running-request") from None
+    if json_path:
+        check_writable(json_path, "--json")
+
+    if result_file is not None:
+        if json_path is not None and same_file(json_path, result_file):
+            raise click.BadParameter("is the sweep result itself: writing it would destroy the sweep", param_hint="--json")
+        doc = load_result(result_file)
+        left_out = failed_cells(doc)
+        if left_out:
+            console.print(f"[yellow]left out: {len(left_out)} cell(s) with failed requests (resume the sweep to measure "
+                          "them again):[/yellow]")
+            for line in left_out:
+                console.print(f"  {line}", markup=False, highlight=False)
+        if fit_k is not None:
+            run_ks = {m.k for m in measurements(doc) if m.k > 0}
+            missing = [k for k in fit_k if k not in run_ks]
+            if missing:
+                raise click.ClickException(
+                    f"--fit-k: no finished run at k = {', '.join(map(str, missing))} in {result_file} "
+                    f"(runs at k = {', '.join(map(str, sorted(run_ks))) or 'none'})")
+        try:
+            advices = advise_sweep(doc, tolerance=tolerance, candidates=candidates, prior=cost, acceptance=acceptance,
+                                   fit_ks=fit_k, basis=basis)
+        except KChoiceError as exc:
+            raise click.ClickException(str(exc)) from None
+        except DAMAGED_FILE_ERRORS as exc:
+            raise click.ClickException(damaged_file_message(result_file, exc)) from None
+        if doc.get("status") != "complete":
+            console.print(f"[yellow]note: the sweep's status is {doc.get('status')!r}: advice from the cells finished so far[/yellow]")
+
+        for a in advices:
+            render_advice(a, console)
+        if json_path:
+            atomic_write_json(json_path, {"source": str(result_file), "left_out_cells": left_out,
+                                          "tolerance": tolerance, "candidates": candidates,
+                                          "fit_k": None if fit_k is None else list(fit_k), "acceptance": acceptance,
+                                          "basis": basis, "families": [a.to_dict() for a in advices]})
+        return
+
+    base: dict[str, Any] | None = None
+    if base_config:
+        try:
+            base = json.loads(base_config)
+        except json.JSONDecodeError as exc:
+            raise click.BadParameter(f"not JSON: {exc}", param_hint="--base-config") from None
+        if not isinstance(base, dict):
+            raise click.BadParameter("must be a JSON object", param_hint="--base-config")
+    concs = concurrencies
+    if exporter_url:
+        try:
+            r = requests.get(exporter_url, timeout=10)
+            r.raise_for_status()
+        except requests.RequestException as exc:
+            raise click.ClickException(f"cannot read {exporter_url}: {request_failure(exporter_url, exc)}") from None
+        try:
+            curves = curves_from_exporter(r.text, window)
+        except KChoiceError as exc:
+            raise click.ClickException(f"{exporter_url} is not the specwatch exporter's /metrics: {exc}") from None
+        source = exporter_url
+    else:
+        curves = curves_from_prometheus(prometheus_url)
+        source = prometheus_url
+    if not curves:
+        hint = "no speculative traffic yet?"
+        if exporter_url and "vllm:" in r.text and "specwatch_" not in r.text:
+            hint = "this looks like vLLM's own /metrics: point --exporter at the specwatch exporter (specwatch serve)"
+        raise click.ClickException(f"no per-position acceptance rates at {source} ({hint})")
+    live = live_advice(curves, concs, cost, tolerance, base)
+    for item in live:
+        kmax = len(item["position_acceptance_rates"])
+        t = Table(title=f"{' / '.join(x for x in item['series'] if x)}: estimated speedup E(k)/c(k, b) (cost model {cost})")
+        t.add_column("running requests", justify="right")
+        for k in range(kmax + 1):
+            t.add_column("off" if k == 0 else f"k={k}", justify="right")
+        t.add_column("recommended k", justify="right")
+        for c in concs:
+            sp = item["estimated_speedup"][str(c)]
+            t.add_row(str(c), *[f"{sp[str(k)]:.2f}" for k in range(kmax + 1)], str(item["k_by_concurrency"][str(c)]))
+        console.print(t)
+        render_config(item["speculative_config"], {int(c): k for c, k in item["k_by_concurrency"].items()}, console)
+    if json_path:
+        atomic_write_json(json_path, {"source": source, "tolerance": tolerance, "cost_model": vars(cost), "live": live})
+
+
+@click.command("report")
+@click.argument("result_file", type=click.Path(dir_okay=False, exists=True, path_type=Path))
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="HTML file to write (default: the result file with .html).")
+@click.option("--tolerance", type=float, default=DEFAULT_TOLERANCE, show_default=True, help="As for specwatch advise.")
+@click.option("--candidates", type=click.Choice(["measured", "all"]), default="measured", show_default=True)
+@click.option("--basis", type=click.Choice(["measured", "model"]), default="measured", show_default=True,
+              help="As for specwatch advise.")
+@click.option("--title", default="specwatch sweep report", show_default=True)
+def report(result_file: Path, output: Path | None, tolerance: float, candidates: str, basis: str, title: str) -> None:
+    """Render a self-contained HTML report (embedded PNG plots) of a sweep RESULT_FILE."""
+    if not (0.0 <= tolerance < 1.0):
+        raise click.BadParameter("must be in [0, 1)", param_hint="--tolerance")
+    if output is not None and same_file(output, result_file):
+        raise click.BadParameter("is the sweep result itself: writing it would destroy the sweep", param_hint="--output")
+    doc = load_result(result_file)
+    try:
+        usable = measurements(doc)
+    except KChoiceError as exc:
+        raise click.ClickException(f"{result_file}: {exc}") from None
+    if not usable:
+        left_out = failed_cells(doc)
+        raise click.ClickException(
+            f"{result_file} has no finished cell yet (status {doc.get('status')!r}): nothing to report; run or resume "
+            "specwatch sweep first" + (f". Left out for failed requests: {'; '.join(left_out)}" if left_out else ""))
+    out = output or result_file.with_suffix(".html")
+    if same_file(out, result_file):
+        raise click.BadParameter(f"{out} is the sweep result itself: writing it would destroy the sweep "
+                                 "(give another --output)", param_hint="--output")
+    check_writable(out, "--output")
+    try:
+        text = render_report(doc, tolerance=tolerance, candidates=candidates, basis=basis, title=title)
+    except KChoiceError as exc:
+        raise click.ClickException(f"{result_file}: {exc}") from None
+    except DAMAGED_FILE_ERRORS as exc:
+        raise click.ClickException(damaged_file_message(result_file, exc)) from None
+    try:
+        atomic_write_text(out, text)
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {out}: {exc.strerror or exc}") from None
+    click.echo(f"report written: {out} ({len(text) // 1024} KiB)")

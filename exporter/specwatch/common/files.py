@@ -1,0 +1,85 @@
+"""Crash-safe result files and log tails, shared by bench, sweep, demo and the local vLLM launcher."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` via a temporary file in the same directory, fsync and
+    ``os.replace``: a crash or Ctrl-C leaves the previous complete file, never a torn one.
+    A symlink is followed (its target is replaced, the link stays); a path that exists but is
+    not a regular file (``/dev/stdout``, a FIFO, a device) is written in place, never replaced.
+    Creates the parent directory; the file gets the usual mode (0666 less the umask).
+    Raises OSError when the directory is not writable."""
+    given = Path(path)
+    try:
+        st = os.stat(given)  # follows symlinks
+    except OSError:
+        st = None
+    if (st is not None and not stat.S_ISREG(st.st_mode)) or str(given).startswith(("/dev/", "/proc/")):
+        # /dev/stdout, a pipe, a FIFO, a device: write into it (replacing it would break it)
+        with open(given, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        return
+    path = Path(os.path.realpath(given))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def finite_json(o: Any) -> Any:
+    """``o`` with every NaN/inf float replaced by None (JSON has no such numbers), dict keys as str."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {str(k): finite_json(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [finite_json(v) for v in o]
+    return o
+
+
+def atomic_write_json(path: str | Path, doc: Any, indent: int = 1) -> None:
+    """:func:`atomic_write_text` of ``doc`` as JSON (NaN/inf become null; other objects via str)."""
+    atomic_write_text(path, json.dumps(finite_json(doc), indent=indent, default=str) + "\n")
+
+
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """True when ``a`` and ``b`` name the same existing file (symlinks and hard links included)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def log_tail(path: str | Path | None, lines: int = 40) -> str:
+    """The last ``lines`` lines of a log file (reads at most its last 64 KiB; undecodable bytes
+    replaced), or "(no log file)" when there is none or it cannot be read."""
+    try:
+        with open(path, "rb") as fh:  # type: ignore[arg-type]
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 64 * 1024))
+            text = fh.read().decode("utf-8", "replace")
+    except (OSError, TypeError):
+        return "(no log file)"
+    return "\n".join(text.splitlines()[-lines:])

@@ -1,0 +1,44 @@
+"""Click parameter helpers shared by the commands: comma-separated integer lists (``--k 1,2,4``,
+``--concurrency 1,4``, ``--max-concurrency 1,8``, ``--fit-k 1,8``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import click
+
+
+def parse_int_list(text: str, what: str) -> tuple[int, ...]:
+    """``"1,2, 4"`` → ``(1, 2, 4)``.
+
+    Raises ValueError (message prefixed with ``what``, e.g. ``"--k: empty list"``) for anything
+    that is not a non-empty comma-separated list of integers."""
+    try:
+        vals = tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+    except ValueError:
+        raise ValueError(f"{what}: expected comma-separated integers such as 1,8,32, got {text!r}") from None
+    if not vals:
+        raise ValueError(f"{what}: empty list")
+    return vals
+
+
+def int_list(minimum: int = 1, *, dedupe: bool = True) -> Callable[[click.Context, click.Parameter, str | None], tuple[int, ...] | None]:
+    """A click callback parsing a comma-separated integer list, every value ≥ ``minimum``.
+
+    Bad input exits 2 with click's usage line naming the option. With ``dedupe`` repeated values
+    are measured once ("1,1" → (1,)), order kept. ``None`` passes through (option not given)."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
+        if value is None:
+            return None
+        flag = param.opts[0] if param.opts else param.name
+        try:
+            vals = parse_int_list(value, flag)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc).removeprefix(f"{flag}: ")) from None
+        bad = [v for v in vals if v < minimum]
+        if bad:
+            raise click.BadParameter(f"every value must be >= {minimum}, got {', '.join(map(str, bad))}")
+        return tuple(dict.fromkeys(vals)) if dedupe else vals
+
+    return callback

