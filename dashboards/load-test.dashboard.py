@@ -13,7 +13,9 @@ from lib import (
 )
 from specwatch.mixin.config import DEFAULT_CONFIG
 
-cfg = DEFAULT_CONFIG
+# The mixin config (dashboards/generate.py --config injects it; the defaults otherwise), the same one
+# the recording rules and alerts are generated from.
+cfg = globals().get("MIXIN_CONFIG", DEFAULT_CONFIG)
 S = Sel(cfg)
 
 B = S.bench(WORKLOAD)

@@ -28,6 +28,12 @@ import pytest
 import realstack
 
 
+# Tiers are pytest markers (registered in pyproject.toml). A test that uses a real-stack fixture gets
+# the tier's marker here even when its module forgot it, so `-m "not realvllm"` really leaves out
+# every test that needs a real vLLM, and `-m "not prometheus"` every one that needs Prometheus.
+_FIXTURE_TIERS = {"real_vllm": "realvllm", "copy_traffic": "realvllm", "prometheus_server": "prometheus"}
+
+
 @pytest.fixture(scope="session")
 def real_vllm():
     reason = realstack.skip_real_reason()
@@ -89,5 +95,10 @@ def pytest_collection_modifyitems(config, items):
     """Run the tests that use the session's ``real_vllm`` last (stable order otherwise).
 
     Only one real vLLM may run at a time (the flock), and the session server holds it until the
-    session ends: a test that starts servers of its own (a sweep) must run before it starts."""
+    session ends: a test that starts servers of its own (a sweep) must run before it starts.
+    Also gives every test that uses a real-stack fixture its tier's marker (_FIXTURE_TIERS)."""
+    for item in items:
+        for fixture, marker in _FIXTURE_TIERS.items():
+            if fixture in getattr(item, "fixturenames", ()) and marker not in item.keywords:
+                item.add_marker(marker)
     items.sort(key=lambda item: "real_vllm" in getattr(item, "fixturenames", ()))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -23,7 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import requests
+import yaml
 
+from specwatch.common.processes import free_port as _free_port
 from specwatch.localvllm.server import DEFAULT_SERVED_MODEL_NAME, LOCK_PATH, VllmServer, lock_holder, speculative_config_for_k
 from specwatch.localvllm.traffic import send_copy_traffic as _send_copy_traffic
 
@@ -41,9 +42,61 @@ def skip_real_reason() -> str | None:
 
 def free_port() -> int:
     """An ephemeral TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, close)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return _free_port("127.0.0.1")
+
+
+def wait_for(what: str, check, timeout: float, interval: float = 0.5):
+    """Poll ``check()`` until it returns something truthy (returned) — a condition instead of a fixed
+    sleep. Request, assertion and lookup errors count as "not yet". Raises AssertionError naming
+    ``what`` and the last result after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+            if last:
+                return last
+        except (requests.RequestException, AssertionError, KeyError, IndexError, ValueError) as exc:
+            last = exc
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
+
+
+def wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None) -> None:
+    """Wait until ``GET url`` answers 200. Raises RuntimeError if ``proc`` exits first or on timeout."""
+
+    def ready():
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode} before {url} answered")
+        return requests.get(url, timeout=2).status_code == 200
+
+    try:
+        wait_for(url, ready, timeout, interval=0.2)
+    except AssertionError as exc:
+        raise RuntimeError(str(exc)) from None
+
+
+def write_prometheus_config(path: Path, jobs: dict[str, Sequence[tuple[str, dict]]], *, interval: str = "2s",
+                            rule_files: Sequence[str] = ()) -> Path:
+    """Write the test Prometheus' config: ``jobs`` maps job name → [(target host:port, extra labels)];
+    scrape and evaluation every ``interval`` (scrape timeout ≤ 2 s); ``rule_files`` relative to ``path``."""
+    seconds = float(interval.rstrip("s"))
+    config = {
+        "global": {"scrape_interval": interval, "evaluation_interval": interval, "scrape_timeout": f"{min(seconds, 2.0):g}s"},
+        "rule_files": list(rule_files),
+        "scrape_configs": [
+            {"job_name": job, "static_configs": [{"targets": [t], **({"labels": dict(l)} if l else {})} for t, l in targets]}
+            for job, targets in jobs.items()
+        ],
+    }
+    Path(path).write_text(yaml.safe_dump(config, sort_keys=False))
+    return Path(path)
+
+
+def prometheus_has_samples(base_url: str, expr: str, at_least: int = 1) -> bool:
+    """True when the instant query ``expr`` returns a series whose value is ≥ ``at_least``."""
+    r = requests.get(f"{base_url}/api/v1/query", params={"query": expr}, timeout=5).json()
+    return any(float(x["value"][1]) >= at_least for x in r.get("data", {}).get("result", []))
 
 
 @dataclass(frozen=True)

@@ -632,3 +632,27 @@ def test_dashboard_provider_points_at_generated_mount():
     assert prov["type"] == "file"
     assert prov["options"]["path"] == "/var/lib/grafana/dashboards/specwatch"
     assert prov["allowUiUpdates"] is False
+
+
+def test_dashboards_follow_the_mixin_config(tmp_path):
+    """One config for rules, alerts and dashboards: a selector and a window set in the YAML given to
+    ``python -m specwatch.mixin.generate --config`` reach every dashboard's queries through
+    ``dashboards/generate.py --config``, and the defaults' selector is gone from them."""
+    from specwatch.mixin.config import DEFAULT_CONFIG, load_config
+
+    cfg_file = tmp_path / "mixin.yml"
+    cfg_file.write_text("vllm_selector: 'job=\"prod-vllm\"'\nexporter_selector: 'job=\"prod-specwatch\"'\nrate_window: 10m\n")
+    cfg = load_config(cfg_file)
+    assert cfg.vllm_selector == 'job="prod-vllm"' and cfg != DEFAULT_CONFIG
+    files = generate.render_all(cfg=cfg)
+    default_files = generate.render_all()
+    for name in ("speculative-decoding.json", "load-test.json", "choosing-k.json"):
+        assert files[name] != default_files[name], name
+        exprs = [t["expr"] for p in json.loads(files[name])["panels"] for t in p.get("targets", []) if "expr" in t]
+        assert exprs, name
+        text = "\n".join(exprs)
+        assert "prod-vllm" in text or "prod-specwatch" in text, name
+        assert DEFAULT_CONFIG.vllm_selector not in text and DEFAULT_CONFIG.exporter_selector not in text, name
+    r = subprocess.run([sys.executable, str(DASHBOARDS / "generate.py"), "--config", str(tmp_path / "missing.yml")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "missing.yml" in r.stderr and "Traceback" not in r.stderr

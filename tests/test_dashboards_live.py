@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 import yaml
 
 import realstack  # tests/realstack.py: the shared real-stack helpers
@@ -56,21 +57,6 @@ EXPECTED_EMPTY = {
 }
 
 
-def _wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode} before {url} answered")
-        try:
-            if requests.get(url, timeout=2).status_code == 200:
-                return
-        except requests.RequestException as exc:
-            last = exc
-        time.sleep(0.3)
-    raise RuntimeError(f"{url} did not answer within {timeout}s: {last}")
-
-
 def _stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.terminate()
@@ -79,6 +65,16 @@ def _stop(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def _rfc3339_seconds(text: str) -> float:
+    """Prometheus' RFC 3339 timestamps (nanosecond fractions, Z or offset) as Unix seconds."""
+    import datetime as dt
+
+    m = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)", text)
+    assert m, text
+    base = dt.datetime.fromisoformat(m.group(1) + (m.group(3).replace("Z", "+00:00")))
+    return base.timestamp() + float("0." + (m.group(2) or "0"))
 
 
 def _job(selector: str) -> str:
@@ -127,29 +123,23 @@ def stack(real_vllm, copy_traffic, prometheus_server, tmp_path_factory):
         exp_port, bench_port = realstack.free_port(), realstack.free_port()
         exporter = spawn("exporter", [str(SPECWATCH), "serve", "--upstream", f"{upstream}={real_vllm.metrics_url}",
                                       "--listen-address", f"127.0.0.1:{exp_port}", "--window", EXPORTER_WINDOW])
-        _wait_http(f"http://127.0.0.1:{exp_port}/metrics", 60, exporter)
+        realstack.wait_http(f"http://127.0.0.1:{exp_port}/metrics", 60, exporter)
 
         rules_dir = work / "rules"
         rules_dir.mkdir()
         rule_files = _short_interval_rules(rules_dir)
         vllm_hostport = real_vllm.base_url.split("://", 1)[1].rstrip("/")
-        config = {
-            "global": {"scrape_interval": SCRAPE, "evaluation_interval": SCRAPE, "scrape_timeout": "2s"},
-            "rule_files": [f"rules/{n}" for n in rule_files],
-            "scrape_configs": [
-                {"job_name": _job(cfg.vllm_selector),
-                 "static_configs": [{"targets": [vllm_hostport], "labels": {"upstream": upstream}}]},
-                {"job_name": _job(cfg.exporter_selector),
-                 "static_configs": [{"targets": [f"127.0.0.1:{exp_port}"]}]},
-                {"job_name": _job(cfg.bench_selector),
-                 "static_configs": [{"targets": [f"127.0.0.1:{bench_port}"]}]},
-            ],
-        }
-        (work / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+        realstack.write_prometheus_config(work / "prometheus.yml", {
+            _job(cfg.vllm_selector): [(vllm_hostport, {"upstream": upstream})],
+            _job(cfg.exporter_selector): [(f"127.0.0.1:{exp_port}", {})],
+            _job(cfg.bench_selector): [(f"127.0.0.1:{bench_port}", {})],
+        }, interval=SCRAPE, rule_files=[f"rules/{n}" for n in rule_files])
         prom_url = prometheus_server(work / "prometheus.yml")  # waits for /-/ready; stopped at session end
 
         start = time.time()
-        time.sleep(6)  # a few scrapes of the idle counters first
+        # a few scrapes of the idle counters first (rates need two samples before the traffic)
+        realstack.wait_for("3 scrapes of vLLM and the exporter", lambda: realstack.prometheus_has_samples(
+            prom_url, f'min(count_over_time(up{{job=~"{_job(cfg.vllm_selector)}|{_job(cfg.exporter_selector)}"}}[1m]))', 3), 60)
         copy_traffic(n=4, concurrency=2, max_tokens=64)
         # The load generator: speculative cells at concurrency 1 and 2, scraped while it runs.
         bench = subprocess.run(
@@ -163,7 +153,17 @@ def stack(real_vllm, copy_traffic, prometheus_server, tmp_path_factory):
             "Prometheus scraped the load generator fewer than 3 times while it ran; bench output:\n"
             + bench.stdout[-2000:])
         copy_traffic(n=4, concurrency=2, max_tokens=64)
-        time.sleep(8)  # let the exporter, the scrapes and the rule evaluations catch up
+        # let the scrapes and the rule evaluations catch up: the exporter's lifetime counter in
+        # Prometheus equals vLLM's, and a rule group evaluated after that scrape
+        final = realstack.wait_for("vLLM idle", lambda: requests.get(real_vllm.metrics_url, timeout=5).text, 10)
+        accepted = sum(s.value for f in text_string_to_metric_families(final) for s in f.samples
+                       if s.name == "vllm:spec_decode_num_accepted_tokens_total")
+        realstack.wait_for("Prometheus to scrape the final counters", lambda: realstack.prometheus_has_samples(
+            prom_url, f'sum(specwatch_accepted_tokens_total{{upstream="{upstream}"}}) >= {accepted}'), 60)
+        scraped = time.time()
+        realstack.wait_for("a rule evaluation after the final scrape", lambda: all(
+            g["lastEvaluation"] and _rfc3339_seconds(g["lastEvaluation"]) > scraped
+            for g in requests.get(f"{prom_url}/api/v1/rules", timeout=5).json()["data"]["groups"]), 60)
         end = time.time()
         yield prom_url, start, end
     finally:

@@ -15,6 +15,7 @@ import pytest
 import requests
 
 from exporter_helpers import raw_samples, raw_value
+import realstack
 from realstack import free_port
 
 pytestmark = [pytest.mark.realvllm, pytest.mark.prometheus]
@@ -51,11 +52,7 @@ def exporter(real_vllm):
 def test_exporter_on_real_vllm(real_vllm, copy_traffic, exporter, prometheus_server, tmp_path):
     k = real_vllm.k
     cfg = tmp_path / "prometheus.yml"
-    cfg.write_text(
-        "global: {scrape_interval: 2s, evaluation_interval: 2s}\n"
-        "scrape_configs:\n"
-        f"  - job_name: specwatch\n    static_configs: [{{targets: ['127.0.0.1:{exporter}']}}]\n"
-    )
+    realstack.write_prometheus_config(cfg, {"specwatch": [(f"127.0.0.1:{exporter}", {})]}, interval="2s")
     prom = prometheus_server(cfg)
 
     _exporter_values(exporter)  # a first fetch: the window's baseline
@@ -80,11 +77,12 @@ def test_exporter_on_real_vllm(real_vllm, copy_traffic, exporter, prometheus_ser
 
     # the 30s window saw the burst; once no traffic came for longer than the window it empties
     assert _one(exp, "specwatch_draft_acceptance_rate", upstream="spec", window="30s") > 0
-    time.sleep(32)
-    _exporter_values(exporter)
-    time.sleep(1)
-    quiet = _exporter_values(exporter)
-    assert not [s for s in quiet if s[0] == "specwatch_draft_acceptance_rate" and s[1].get("window") == "30s"]
+    def window_emptied():
+        samples = _exporter_values(exporter)
+        gone = not [s for s in samples if s[0] == "specwatch_draft_acceptance_rate" and s[1].get("window") == "30s"]
+        return samples if gone else None
+
+    quiet = realstack.wait_for("the 30s window to empty after the burst", window_emptied, 75, interval=1.0)
     assert _one(quiet, "specwatch_draft_acceptance_rate", **life) == pytest.approx(accepted / draft_tokens)
 
     # Prometheus scraped and stored the exporter's series

@@ -37,6 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from specwatch.specdecode.cost import estimated_speedup
 from specwatch.mixin import generate
 from specwatch.mixin.config import MixinConfig
+from realstack import wait_for
 
 pytestmark = [pytest.mark.realvllm, pytest.mark.prometheus]
 
@@ -94,20 +95,6 @@ class PromAPI:
 
     def by_label(self, expr: str, label: str) -> dict[str, float]:
         return {r["metric"][label]: float(r["value"][1]) for r in self.query(expr)}
-
-
-def wait_for(what: str, check, timeout: float, interval: float = 0.5):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-            if last:
-                return last
-        except (requests.RequestException, AssertionError, KeyError, ValueError) as exc:
-            last = exc
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
 
 
 def close(a: float, b: float) -> bool:

@@ -29,11 +29,12 @@ from rich.console import Console
 from rich.table import Table
 
 from specwatch.exporter.config import DEFAULT_PORT
+from specwatch.common.defaults import BASELINE_VLLM_PORT, BENCH_METRICS_PORT, PROMETHEUS_PORT, VLLM_PORT
 from specwatch.common.files import atomic_write_json
 from specwatch.common.processes import install_stop_signals, listen_error, stop_process_group
 
 REPO = Path(__file__).resolve().parents[2]
-SPEC_PORT, BASELINE_PORT, BENCH_PORT, PROM_PORT = 8000, 8001, 19338, 9090
+SPEC_PORT, BASELINE_PORT, BENCH_PORT, PROM_PORT = VLLM_PORT, BASELINE_VLLM_PORT, BENCH_METRICS_PORT, PROMETHEUS_PORT
 DEFAULT_WORKLOADS = "copy,word-chain,random-output,code-return,explain,random-words"
 
 # wide enough for the tables when the output goes to a file or a pipe

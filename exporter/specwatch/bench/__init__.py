@@ -1,4 +1,4 @@
-"""``specwatch bench``: the load generator reproducing the seed documents' workloads.
+"""``specwatch bench``: the load generator reproducing the published speculative-decoding workloads (docs/load-generator.md).
 
 Parts (swappable, as in ``vllm/benchmarks``): :mod:`.workloads` (frozen requests, seeded
 sampling, our own texts), :mod:`.backend` (async aiohttp streaming client), :mod:`.runner`

@@ -34,6 +34,7 @@ from typing import Any
 import aiohttp
 
 from specwatch.bench.workloads import BenchRequest
+from specwatch.common.defaults import MAX_RESPONSE_BYTES
 
 _DECODER = json.JSONDecoder()
 
@@ -42,7 +43,7 @@ MAX_ERROR_CHARS = 500
 
 #: Default cap on the bytes of one streamed response (16 MiB): a 256-token completion is a few
 #: tens of KiB, so only a runaway server reaches it.
-DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+DEFAULT_MAX_RESPONSE_BYTES = MAX_RESPONSE_BYTES
 
 
 class ResponseTooLarge(Exception):

@@ -17,9 +17,13 @@ import sys
 import click
 
 from specwatch.bench.runner import BenchConfig, BenchConfigError, BenchInterrupted, run_bench
+from specwatch.bench.results import render_tables
+from specwatch.common.defaults import BENCH_METRICS_PORT, MAX_RESPONSE_BYTES, VLLM_PORT
+from specwatch.common.params import int_list
+from specwatch.common.processes import install_stop_signals
 from specwatch.bench.workloads import DEFAULT_VOCAB_SIZE, WORKLOADS, WorkloadError, WorkloadOptions, parse_workloads
 
-DEFAULT_METRICS_PORT = 19338
+DEFAULT_METRICS_PORT = BENCH_METRICS_PORT
 
 #: BenchConfig field → the flag that sets it (error messages name the flag).
 FIELD_FLAGS = {
@@ -38,16 +42,6 @@ def flag_message(message: str) -> str:
     return message
 
 
-def _int_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
-    try:
-        out = tuple(int(v) for v in value.split(",") if v.strip())
-    except ValueError:
-        raise click.BadParameter(f"expected comma-separated integers such as 1,8,32, got {value!r}") from None
-    if not out or any(v < 1 for v in out):
-        raise click.BadParameter(f"every concurrency must be >= 1, got {value!r}")
-    return out
-
-
 def _workloads(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
     try:
         return parse_workloads(value)
@@ -56,7 +50,7 @@ def _workloads(ctx: click.Context, param: click.Parameter, value: str) -> tuple[
 
 
 @click.command("bench", context_settings={"show_default": True})
-@click.option("--base-url", default="http://127.0.0.1:8000", help="Root URL of the (speculative) vLLM server.")
+@click.option("--base-url", default=f"http://127.0.0.1:{VLLM_PORT}", help="Root URL of the (speculative) vLLM server.")
 @click.option("--baseline-url", default=None, help="Root URL of a baseline server: the same run is made against it first, then the table compares both.")
 @click.option("--role", type=click.Choice(["speculative", "baseline"]), default="speculative", help="Role label of --base-url when no --baseline-url is given.")
 @click.option("--model", default=None, help="Model name (default: first id of GET /v1/models).")
@@ -64,7 +58,7 @@ def _workloads(ctx: click.Context, param: click.Parameter, value: str) -> tuple[
 @click.option("--dataset-name", "workloads", default="copy", callback=_workloads,
               help=f"Comma-separated workloads: {', '.join(WORKLOADS)}.")
 @click.option("--dataset-path", default=None, type=click.Path(dir_okay=False), help="ShareGPT-format JSON file for the sharegpt workload.")
-@click.option("--max-concurrency", "concurrencies", default="1", callback=_int_list, help="Comma-separated concurrencies, e.g. 1,8,32.")
+@click.option("--max-concurrency", "concurrencies", default="1", callback=int_list(1, dedupe=False), help="Comma-separated concurrencies, e.g. 1,8,32.")
 @click.option("--num-prompts", type=click.IntRange(min=1), default=None, help="Requests per batch (default: the concurrency).")
 @click.option("--num-batches", type=click.IntRange(min=1), default=3, help="Measured batches per workload and concurrency.")
 @click.option("--warmup-batches", type=click.IntRange(min=0), default=1, help="Warm-up batches before them (recorded, excluded from results).")
@@ -91,7 +85,7 @@ def _workloads(ctx: click.Context, param: click.Parameter, value: str) -> tuple[
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=3600.0, help="Seconds a request may take in total before it fails.")
 @click.option("--read-timeout", type=click.FloatRange(min=0.1), default=300.0,
               help="Seconds without any byte from the server before a request fails (stalled server).")
-@click.option("--max-response-bytes", type=click.IntRange(min=1), default=16 * 1024 * 1024,
+@click.option("--max-response-bytes", type=click.IntRange(min=1), default=MAX_RESPONSE_BYTES,
               help="Bytes one streamed response may have; a larger one fails the request.")
 @click.option("--progress/--no-progress", default=True, help="Live progress bar.")
 def bench(workloads, concurrencies, dataset_path, output_len, ignore_eos, temperature, seed, prompt_words,
@@ -118,8 +112,6 @@ def bench(workloads, concurrencies, dataset_path, output_len, ignore_eos, temper
         raise click.UsageError(flag_message(str(exc))) from None
     if config.equivalence and not config.baseline_url:
         config = BenchConfig(**{**config.__dict__, "equivalence": False})
-    from specwatch.common.processes import install_stop_signals
-
     install_stop_signals()  # SIGTERM (docker stop, timeout) ends the run like Ctrl-C: files say "interrupted"
     try:
         result = run_bench(config)
@@ -144,8 +136,6 @@ def bench(workloads, concurrencies, dataset_path, output_len, ignore_eos, temper
 
 
 def _print(console, result) -> None:
-    from specwatch.bench.results import render_tables
-
     for t in render_tables(result.batches, result.equivalence):
         console.print(t)
     failed = sum(b.failed for b in result.batches)

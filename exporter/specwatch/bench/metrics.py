@@ -1,4 +1,4 @@
-"""The load generator's own Prometheus metrics (``specwatch_bench_*``, see the contract), so
+"""The load generator's own Prometheus metrics (``specwatch_bench_*``, listed in docs/load-generator.md), so
 dashboards can show the load beside the server's acceptance.
 
 Labels: ``role`` ("baseline" | "speculative"), ``workload``, ``concurrency``. The metrics live in

@@ -1,4 +1,4 @@
-"""Workloads of the load generator: what each request sends (the seed documents' workloads).
+"""Workloads of the load generator: what each request sends (the published workloads).
 
 A workload turns (batch index, number of prompts, options) into a list of frozen
 :class:`BenchRequest` objects. Sampling is seeded with a string built from the run seed, the
@@ -7,7 +7,7 @@ the same prompts, and re-running with the same ``--seed`` reproduces them. No to
 loaded: token-id prompts are drawn from ``range(vocab_size)`` and prompt lengths of text prompts
 are taken from the server's streamed ``usage``.
 
-Workloads (all texts are our own; see ``/work/shared/workloads.md``):
+Workloads (all texts are our own; the published measurements they reproduce are summarised in docs/load-generator.md):
 
 ============== ========== ============================================ =========== ============
 name           endpoint   prompt                                       decoding    output

@@ -28,14 +28,15 @@ from pathlib import Path
 from typing import Any
 
 
+from specwatch.common.defaults import BASELINE_VLLM_PORT, VLLM_PORT
 from specwatch.common.files import log_tail
 from specwatch.localvllm.model import SpecwatchEmbeddedError, default_model_dir, model_dir_is_complete, prepare_model
 from specwatch.common.processes import stop_process_group
 
 DEFAULT_SERVED_MODEL_NAME = "smollm2"
 LOCK_PATH = Path("/tmp/specwatch-vllm.lock")
-DEFAULT_PORT = 8000
-BASELINE_PORT = 8001
+DEFAULT_PORT = VLLM_PORT
+BASELINE_PORT = BASELINE_VLLM_PORT
 #: The default speculative config: ngram (prompt lookup) proposing up to 4 tokens.
 DEFAULT_SPECULATIVE_CONFIG: Mapping[str, Any] = types.MappingProxyType(
     {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5}

@@ -12,8 +12,13 @@ names, e.g. ``cfg.ratio_rule(MODEL, "specwatch_draft_acceptance_rate")``.
 
 from __future__ import annotations
 
+import dataclasses
+
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
 
 from specwatch.specdecode.cost import (
     DEFAULT_STEP_COST_PER_DRAFT_TOKEN,
@@ -184,3 +189,27 @@ def _level(level: str) -> str:
 
 
 DEFAULT_CONFIG = MixinConfig()
+
+
+def load_config(path: Path | None) -> MixinConfig:
+    """MixinConfig from a YAML mapping of field names (None: defaults).
+
+    Raises ValueError naming the file and the bad key/value."""
+    if path is None:
+        return MixinConfig()
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"cannot read {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of MixinConfig fields")
+    names = {f.name for f in dataclasses.fields(MixinConfig)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ValueError(f"{path}: unknown MixinConfig field(s) {unknown}; known: {sorted(names)}")
+    if "extra_alert_labels" in data and isinstance(data["extra_alert_labels"], dict):
+        data["extra_alert_labels"] = tuple(sorted((str(k), str(v)) for k, v in data["extra_alert_labels"].items()))
+    try:
+        return MixinConfig(**data)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: {exc}") from None

@@ -15,7 +15,6 @@ an error); without it the defaults are used.
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import sys
 from dataclasses import dataclass
@@ -24,8 +23,10 @@ from pathlib import Path
 import click
 import yaml
 
+from specwatch.common.defaults import BASELINE_VLLM_PORT, BENCH_METRICS_PORT, EXPORTER_PORT, VLLM_PORT
 from specwatch.mixin.alerts import alert_groups
 from specwatch.mixin.config import MixinConfig, parse_duration
+from specwatch.mixin.config import load_config as config_from_file
 from specwatch.mixin.rules import RuleGroup, rule_groups
 
 REPO_PROMETHEUS_DIR = Path(__file__).resolve().parents[3] / "prometheus"
@@ -99,17 +100,17 @@ class ScrapeTargets:
     bench: tuple[str, ...]
 
 
-# The embedded default (specwatch demo): everything on localhost at the contract's default ports.
+# The embedded default (specwatch demo): everything on localhost at the default ports (common/defaults.py).
 EMBEDDED_TARGETS = ScrapeTargets(
-    vllm=(("localhost:8000", "spec"), ("localhost:8001", "baseline")),
-    exporter=("localhost:19337",),
-    bench=("localhost:19338",),
+    vllm=((f"localhost:{VLLM_PORT}", "spec"), (f"localhost:{BASELINE_VLLM_PORT}", "baseline")),
+    exporter=(f"localhost:{EXPORTER_PORT}",),
+    bench=(f"localhost:{BENCH_METRICS_PORT}",),
 )
 # docker compose: the same jobs, addressed by compose service name.
 COMPOSE_TARGETS = ScrapeTargets(
-    vllm=(("vllm:8000", "spec"), ("vllm-baseline:8001", "baseline")),
-    exporter=("specwatch:19337",),
-    bench=("specwatch-bench:19338",),
+    vllm=((f"vllm:{VLLM_PORT}", "spec"), (f"vllm-baseline:{BASELINE_VLLM_PORT}", "baseline")),
+    exporter=(f"specwatch:{EXPORTER_PORT}",),
+    bench=(f"specwatch-bench:{BENCH_METRICS_PORT}",),
 )
 
 
@@ -192,27 +193,11 @@ def render_all(cfg: MixinConfig) -> dict[str, str]:
 
 
 def load_config(path: Path | None) -> MixinConfig:
-    """MixinConfig from a YAML mapping of field names (None: defaults).
-
-    Raises click.BadParameter naming the file and the bad key/value."""
-    if path is None:
-        return MixinConfig()
+    """:func:`specwatch.mixin.config.load_config`, with errors as click.BadParameter."""
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise click.BadParameter(f"cannot read {path}: {exc}") from None
-    if not isinstance(data, dict):
-        raise click.BadParameter(f"{path}: expected a mapping of MixinConfig fields")
-    names = {f.name for f in dataclasses.fields(MixinConfig)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise click.BadParameter(f"{path}: unknown MixinConfig field(s) {unknown}; known: {sorted(names)}")
-    if "extra_alert_labels" in data and isinstance(data["extra_alert_labels"], dict):
-        data["extra_alert_labels"] = tuple(sorted((str(k), str(v)) for k, v in data["extra_alert_labels"].items()))
-    try:
-        return MixinConfig(**data)
-    except (TypeError, ValueError) as exc:
-        raise click.BadParameter(f"{path}: {exc}") from None
+        return config_from_file(path)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 @click.command()

@@ -8,7 +8,7 @@ engine it supports. Ratios are ratios of sums: numerator and denominator are sum
 level's labels first, then divided (never an average of per-engine ratios). A ratio whose
 denominator is zero is absent (``/ (denominator > 0)``), as in the exporter.
 
-Formulas (over the rate window, Δ = increase of the counter; see /work/shared/vllm-facts.md):
+Formulas (over the rate window, Δ = increase of the counter; see docs/metrics.md):
   draft acceptance rate        = Δaccepted / Δdraft_tokens
   mean acceptance length       = 1 + Δaccepted / Δdrafts
   per-position rate r_i        = Δper_pos[i] / Δdrafts
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from specwatch.mixin.config import INSTANCE_ENGINE, LEVEL_LABELS, MODEL, UPSTREAM_ENGINE, MixinConfig
 
-# The exporter's normalized counters (names fixed by the contract).
+# The exporter's normalized counters (names as the exporter serves them, see docs/metrics.md).
 DRAFTS = "specwatch_drafts_total"
 DRAFT_TOKENS = "specwatch_draft_tokens_total"
 ACCEPTED = "specwatch_accepted_tokens_total"

@@ -26,8 +26,10 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from specwatch.common.defaults import MAX_METRICS_BODY_BYTES
+
 #: Largest /metrics body accepted, in bytes (a vLLM body is tens of KiB).
-DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
+DEFAULT_MAX_BODY_BYTES = MAX_METRICS_BODY_BYTES
 
 SCHEMAS = ("v1", "v1-early", "v0", "llamacpp", "none")
 
