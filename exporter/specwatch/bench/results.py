@@ -30,6 +30,7 @@ from typing import Any, Iterable, Sequence
 from specwatch.common.files import atomic_write_text
 from specwatch.specdecode.derive import derive, sum_counters
 from specwatch.specdecode.metrics import SpecDecodeCounters
+from specwatch.specdecode.steptime import StepCounters, step_record, sum_step_counters
 
 #: Percentiles reported for every latency (besides mean, median and std).
 PERCENTILES = (90, 99)
@@ -77,6 +78,9 @@ class SpecDecodeStats:
     schema: str | None
     delta: SpecDecodeCounters | None
     metrics_error: str | None = None
+    #: Increase of the server's engine step counters over the interval (vLLM's ITL, iteration and
+    #: first-token histograms; :mod:`specwatch.specdecode.steptime`), None when not exported.
+    steps: StepCounters | None = None
 
     def record(self) -> dict[str, Any]:
         """vLLM-named fields (rate in percent like ``vllm bench serve``) plus specwatch's extras."""
@@ -94,6 +98,7 @@ class SpecDecodeStats:
             "spec_decode_generation_tokens": None,
             "spec_decode_output_from_drafts_ratio": None,
         }
+        rec.update(step_record(self.steps))
         d = self.delta
         if d is None:
             return rec
@@ -209,7 +214,9 @@ class CellSummary:
         deltas = [b.spec.delta for b in self.batches if b.spec.delta is not None]
         schema = next((b.spec.schema for b in self.batches if b.spec.schema), None)
         errs = [b.spec.metrics_error for b in self.batches if b.spec.metrics_error]
-        return SpecDecodeStats(schema, sum_counters(deltas) if deltas else None, errs[0] if errs else None)
+        steps = [b.spec.steps for b in self.batches]
+        pooled = sum_step_counters(steps) if steps and all(x is not None for x in steps) else None
+        return SpecDecodeStats(schema, sum_counters(deltas) if deltas else None, errs[0] if errs else None, pooled)
 
     def record(self) -> dict[str, Any]:
         bs = self.batches

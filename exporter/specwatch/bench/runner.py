@@ -18,6 +18,7 @@ the optional greedy-output equivalence check runs at the end when both servers a
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as _dt
 import errno
 import gc
@@ -44,6 +45,7 @@ from specwatch.bench.workloads import (
 )
 from specwatch.specdecode.derive import counters_delta, sum_counters
 from specwatch.specdecode.metrics import MetricsParseError, UpstreamSnapshot, parse_metrics
+from specwatch.specdecode.steptime import StepCounters, delta_between, parse_step_counters
 
 ROLES = ("baseline", "speculative")
 
@@ -242,11 +244,26 @@ def _model_filter(snap: UpstreamSnapshot, model: str | None) -> str | None:
     return model if model in names else None
 
 
-async def _scrape(backend: OpenAIBackend) -> tuple[UpstreamSnapshot | None, str | None]:
+@dataclass(frozen=True)
+class _Scrape:
+    """One read of a server's /metrics: spec-decode snapshot and engine step counters."""
+
+    snapshot: UpstreamSnapshot | None
+    steps: dict[tuple[str, str], StepCounters] | None
+    error: str | None
+
+
+async def _scrape(backend: OpenAIBackend) -> _Scrape:
     try:
-        return parse_metrics(await backend.fetch_metrics()), None
+        text = await backend.fetch_metrics()
+        snap = parse_metrics(text)
     except (RuntimeError, MetricsParseError) as exc:
-        return None, str(exc)
+        return _Scrape(None, None, str(exc))
+    try:
+        steps = parse_step_counters(text)
+    except ValueError:  # parse_metrics accepted the body; nothing else to say
+        steps = None
+    return _Scrape(snap, steps, None)
 
 
 def spec_stats(before: UpstreamSnapshot | None, after: UpstreamSnapshot | None, model: str | None,
@@ -428,7 +445,7 @@ async def run_bench_async(config: BenchConfig, *, metrics: BenchMetrics | None =
                             if progress is not None:
                                 progress.advance(_tid)
 
-                        before, err_b = await _scrape(backend)
+                        before = await _scrape(backend)
                         gc.collect()
                         gc.freeze()  # as vllm bench serve does: no GC pauses over long-lived objects
                         started = _now()
@@ -438,8 +455,9 @@ async def run_bench_async(config: BenchConfig, *, metrics: BenchMetrics | None =
                                                    lambda _c=cell: bm.request_started(_c), on_done)
                         duration = time.perf_counter() - t0
                         gc.unfreeze()
-                        after, err_a = await _scrape(backend)
-                        spec = spec_stats(before, after, backend.model, err_b or err_a)
+                        after = await _scrape(backend)
+                        spec = spec_stats(before.snapshot, after.snapshot, backend.model, before.error or after.error)
+                        spec = dataclasses.replace(spec, steps=delta_between(before.steps, after.steps, backend.model))
                         batch = _aggregate(role, wl, conc, b, warm, started, duration, outcomes,
                                            config.request_rate, spec)
                         bm.observe_itls(cell, batch.itls)

@@ -201,6 +201,13 @@ class Measurement:
     draft_tokens: float | None = None
     accepted_tokens: float | None = None
     generation_tokens: float | None = None
+    #: Measured by the server over the cell (vLLM's ITL/iteration histograms,
+    #: :mod:`specwatch.specdecode.steptime`): mean step time (ms), running requests per step, and
+    #: a running request's decode speed (tok/s); None when the server does not export them.
+    server_step_duration_ms: float | None = None
+    server_running_requests: float | None = None
+    server_request_decode_tokens_per_second: float | None = None
+    mean_itl_ms: float | None = None
 
     @classmethod
     def from_record(cls, rec: Mapping[str, Any], *, config: str, k: int, family: str = "") -> Measurement:
@@ -237,6 +244,10 @@ class Measurement:
             draft_tokens=_num(rec.get("spec_decode_draft_tokens")),
             accepted_tokens=_num(rec.get("spec_decode_accepted_tokens")),
             generation_tokens=gen,
+            server_step_duration_ms=_num(rec.get("server_step_duration_ms")),
+            server_running_requests=_num(rec.get("server_running_requests")),
+            server_request_decode_tokens_per_second=_num(rec.get("server_request_decode_tokens_per_second")),
+            mean_itl_ms=_num(rec.get("mean_itl_ms")),
         )
 
     # -- derived -----------------------------------------------------------------------------
