@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "sweep": "specwatch.choosek.cli:sweep",
     "advise": "specwatch.choosek.cli:advise",
     "report": "specwatch.choosek.cli:report",
+    "calibrate": "specwatch.choosek.cli:calibrate",
     "prepare-model": "specwatch.localvllm.cli:prepare_model_cmd",
     "vllm": "specwatch.localvllm.cli:vllm_cmd",
     "demo": "specwatch.demo:demo",

@@ -26,6 +26,15 @@ from specwatch.choosek.advise import (
     render_config,
     request_failure,
 )
+from specwatch.choosek.calibrate import (
+    CalibrationError,
+    load_forward_json,
+    num_positions,
+    profile_from_forward,
+    profile_from_live,
+    profile_from_sweep,
+    sample_live,
+)
 from specwatch.choosek.model import DEFAULT_TOLERANCE, KChoiceError
 from specwatch.choosek.report import render_report
 from specwatch.choosek.resultfile import (
@@ -57,6 +66,7 @@ from specwatch.common.files import atomic_write_json, atomic_write_text, same_fi
 from specwatch.common.params import int_list
 from specwatch.common.processes import install_stop_signals
 from specwatch.specdecode.cost import CostModel
+from specwatch.specdecode.costprofile import CostProfile, CostProfileError
 
 
 def _plural(n: int, word: str) -> str:
@@ -352,3 +362,95 @@ def report(result_file: Path, output: Path | None, tolerance: float, candidates:
     except OSError as exc:
         raise click.ClickException(f"cannot write {out}: {exc.strerror or exc}") from None
     click.echo(f"report written: {out} ({len(text) // 1024} KiB)")
+
+
+def render_profile(profile: CostProfile, console) -> None:
+    """The profile's points as a table: t0(b), and t(b, k) with the cost ratio c = t / t0."""
+    prov = profile.provenance
+    console.print(f"[bold]{profile.name}[/bold] — {prov.get('source')}, {prov.get('hardware')}; model {prov.get('model')}; "
+                  f"vLLM {prov.get('vllm_version') or '?'}" + ("; [yellow]forward pass only[/yellow]" if profile.forward_only else ""))
+    t = Table(title="step time (ms) against running requests b; c = speculative / plain step at that b")
+    t.add_column("configuration")
+    t.add_column("b", justify="right")
+    t.add_column("step ms", justify="right")
+    t.add_column("c(k, b)", justify="right")
+    for p in profile.plain:
+        t.add_row("plain (no speculation)", f"{p.running_requests:.2f}", f"{p.step_seconds * 1000:.2f}", "1")
+    for c in profile.speculative:
+        for p in c.points:
+            ratio = p.step_seconds / profile.plain_step(p.running_requests).seconds
+            t.add_row(f"{c.method}{'' if c.drafter is None else ' (' + Path(c.drafter).name + ')'} k={c.k}",
+                      f"{p.running_requests:.2f}", f"{p.step_seconds * 1000:.2f}", f"{ratio:.2f}")
+    console.print(t)
+
+
+@click.command("calibrate")
+@click.option("--from-sweep", "sweep_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="A specwatch sweep result with a baseline and speculative configurations.")
+@click.option("--baseline-url", default=None, help="Live: the baseline server (no speculation), e.g. http://127.0.0.1:8001.")
+@click.option("--url", "spec_url", default=None, help="Live: the speculative server, e.g. http://127.0.0.1:8000.")
+@click.option("--duration", type=click.FloatRange(min=1), default=300.0, show_default=True,
+              help="Live: seconds to sample both servers (send traffic to both meanwhile).")
+@click.option("--interval", type=click.FloatRange(min=0.5), default=10.0, show_default=True, help="Live: seconds per sample.")
+@click.option("--from-forward-json", "forward_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
+              help="GPU hosts: the JSON of `vllm bench forward --output-json` (forward pass only).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="The cost profile (YAML) to write.")
+@click.option("--name", default=None, help="Profile name (default: the output file's stem).")
+@click.option("--method", default=None, help="Live / forward: the speculative method (ngram, draft_model, eagle, …).")
+@click.option("--drafter", default=None, help="Live: the draft model (name or path) for draft_model/eagle.")
+@click.option("--hardware", default=None, help="Provenance: the hardware (default: this machine, for --from-sweep).")
+@click.option("--model", "model", default=None, help="Provenance: the target model.")
+@click.option("--served-model-name", default=None, help="Provenance: the served model name the profile applies to.")
+@click.option("--vllm-version", default=None, help="Provenance: the vLLM version measured.")
+def calibrate(sweep_file, baseline_url, spec_url, duration, interval, forward_file, output, name, method, drafter,
+              hardware, model, served_model_name, vllm_version) -> None:
+    """Write a cost profile (measured step times) from a sweep, two live servers, or vllm bench forward."""
+    sources = [x for x in (sweep_file, baseline_url or spec_url, forward_file) if x]
+    if len(sources) != 1:
+        raise click.UsageError("give exactly one source: --from-sweep FILE, --baseline-url with --url, or --from-forward-json FILE")
+    if (baseline_url is None) != (spec_url is None):
+        raise click.UsageError("live calibration needs both --baseline-url and --url")
+    check_writable(output, "--output")
+    name = name or output.stem
+    prov = {"hardware": hardware, "model": model, "served_model_name": served_model_name, "vllm_version": vllm_version}
+    console = make_console()
+    try:
+        if sweep_file is not None:
+            doc = load_result(sweep_file)
+            profile = profile_from_sweep(doc, name=name, source_path=str(sweep_file), provenance=prov)
+        elif forward_file is not None:
+            if not method or not hardware or not model:
+                raise click.UsageError("--from-forward-json needs --method, --hardware and --model (the JSON does not say)")
+            profile = profile_from_forward(load_forward_json(forward_file), name=name, method=method, provenance=prov)
+        else:
+            if not method:
+                raise click.UsageError("live calibration needs --method (vLLM's /metrics does not say which method runs)")
+            if not model:
+                raise click.UsageError("live calibration needs --model (provenance)")
+            urls = {"baseline": baseline_url.rstrip("/") + "/metrics", "speculative": spec_url.rstrip("/") + "/metrics"}
+            try:
+                k = num_positions(urls["speculative"])
+            except (requests.RequestException, ValueError) as exc:
+                raise click.ClickException(f"cannot read {urls['speculative']}: {exc}") from None
+            if k < 1:
+                raise click.ClickException(f"{urls['speculative']} shows no speculative decoding (no per-position counters)")
+            console.print(f"sampling {urls['baseline']} and {urls['speculative']} (k = {k}) every {interval:g} s for "
+                          f"{duration:g} s: send traffic to both now")
+            try:
+                samples = sample_live(urls, duration=duration, interval=interval,
+                                      on_sample=lambda role, b, t: console.print(f"  {role}: b {b:.2f}, step {t * 1000:.1f} ms"))
+            except requests.RequestException as exc:
+                raise click.ClickException(f"cannot read the servers: {request_failure('', exc)}") from None
+            prov = {**prov, "hardware": hardware or "unknown (set --hardware)",
+                    "how": f"two live servers sampled every {interval:g} s for {duration:g} s: step time = Δ ITL sum / "
+                           "Δ ITL count, b = Δ ITL count / Δ iteration count; binned by b, medians"}
+            profile = profile_from_live(samples, k=k, method=method, drafter=drafter, name=name, provenance=prov)
+    except (CalibrationError, CostProfileError) as exc:
+        raise click.ClickException(str(exc)) from None
+    except DAMAGED_FILE_ERRORS as exc:
+        raise click.ClickException(damaged_file_message(sweep_file, exc)) from None
+    atomic_write_text(output, profile.dumps())
+    render_profile(profile, console)
+    console.print(f"cost profile written: {output}\nuse it: specwatch serve --cost-profile {output} …; "
+                  f"specwatch advise --cost-profile {output} …")

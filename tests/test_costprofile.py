@@ -1,0 +1,198 @@
+"""Cost profiles (specdecode.costprofile), speedups with their basis (specdecode.speedup) and the
+calibration sources (choosek.calibrate), on hand-checkable numbers and the shipped profiles."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from specwatch.choosek.calibrate import CalibrationError, profile_from_forward
+from specwatch.choosek.cli import calibrate
+from specwatch.specdecode.costprofile import (
+    DEFAULT,
+    EXTRAPOLATED,
+    MEASURED,
+    PROFILE,
+    CostProfileError,
+    SpeculativeCurve,
+    StepPoint,
+    default_step_cost_ratio,
+    load_profile,
+    make_profile,
+    profile_from_dict,
+)
+from specwatch.specdecode.speedup import LiveCost, profile_error_ratio, recommend, speedups
+from specwatch.specdecode.steptime import StepTimes
+
+PROFILES = Path(__file__).resolve().parents[1] / "exporter" / "specwatch" / "data" / "cost-profiles"
+PROV = {"hardware": "test", "model": "m", "served_model_name": "m", "source": "test", "how": "by hand"}
+
+
+def simple_profile():
+    """t0(b) = 10 ms + 1 ms × b; ngram t(b, k) = t0 × (1 + 0.1 k) measured at k = 2 and 4."""
+    bs = (1.0, 2.0, 4.0, 8.0)
+    plain = [StepPoint(b, 0.010 + 0.001 * b) for b in bs]
+    curves = [SpeculativeCurve("ngram", None, k, tuple(StepPoint(b, (0.010 + 0.001 * b) * (1 + 0.1 * k)) for b in bs))
+              for k in (2, 4)]
+    return make_profile("t", PROV, plain, curves)
+
+
+def test_lookups_interpolate_and_say_when_they_extrapolate():
+    p = simple_profile()
+    assert p.plain_step(4).seconds == pytest.approx(0.014) and p.plain_step(4).basis == PROFILE
+    assert p.plain_step(3).seconds == pytest.approx(0.013)  # linear between 2 and 4
+    assert p.speculative_step(4, 3).seconds == pytest.approx(0.014 * 1.3)  # linear in k between 2 and 4
+    assert p.speculative_step(4, 3).basis == PROFILE
+    far = p.plain_step(32)
+    assert far.basis == EXTRAPOLATED and far.seconds == pytest.approx(0.010 + 0.032)  # the end segment's line
+    assert p.speculative_step(4, 8).basis == EXTRAPOLATED
+    assert p.speculative_step(4, 8).seconds == pytest.approx(0.014 * 1.8)  # the line through k = 2 and 4
+    assert p.speculative_step(4, 1).seconds == pytest.approx(0.014 * 1.1)
+    assert p.speculative_step(4, 3, method="draft_model") is None
+    assert p.plain_step(1.1).basis == PROFILE and p.plain_step(0.5).basis == EXTRAPOLATED
+
+
+def test_profile_round_trips_through_yaml(tmp_path):
+    p = simple_profile()
+    f = tmp_path / "p.yaml"
+    f.write_text(p.dumps())
+    q = load_profile(f)
+    assert q.plain == p.plain and q.speculative == p.speculative and q.name == "t"
+    assert q.provenance["served_model_name"] == "m" and "measured_at" in q.provenance
+
+
+@pytest.mark.parametrize("mutate, field", [
+    (lambda d: d.update(specwatch_cost_profile=2), "specwatch_cost_profile"),
+    (lambda d: d.pop("plain"), "plain"),
+    (lambda d: d["plain"][0].update(step_seconds=-0.01), "plain[0].step_seconds"),
+    (lambda d: d["plain"][1].update(step_seconds=float("nan")), "plain[1].step_seconds"),
+    (lambda d: d["plain"][1].update(step_seconds=0), "plain[1].step_seconds"),
+    (lambda d: d["plain"][0].update(step_seconds="fast"), "plain[0].step_seconds"),
+    (lambda d: d["speculative"][0].update(k=0), "speculative[0].k"),
+    (lambda d: d["speculative"][1]["points"][0].pop("running_requests"), "speculative[1].points[0].running_requests"),
+    (lambda d: d["provenance"].pop("hardware"), "provenance.hardware"),
+    (lambda d: d["plain"].append(dict(d["plain"][0])), "plain"),
+])
+def test_bad_profiles_name_the_file_and_the_field(tmp_path, mutate, field):
+    doc = yaml.safe_load(simple_profile().dumps())
+    mutate(doc)
+    f = tmp_path / "bad.yaml"
+    f.write_text(yaml.safe_dump(doc))
+    with pytest.raises(CostProfileError) as info:
+        load_profile(f)
+    msg = str(info.value)
+    assert msg.startswith(f"{f}: ") and field in msg and "\n" not in msg
+
+
+def test_unreadable_profiles(tmp_path):
+    with pytest.raises(CostProfileError, match="no such cost profile"):
+        load_profile(tmp_path / "missing.yaml")
+    (tmp_path / "x.yaml").write_text("a: [1,\n")
+    with pytest.raises(CostProfileError, match=r"not valid YAML \(line"):
+        load_profile(tmp_path / "x.yaml")
+    with pytest.raises(CostProfileError, match="not a specwatch cost profile"):
+        profile_from_dict([1, 2], "list.yaml")
+
+
+def test_shipped_profiles_load_and_the_h200_reference_matches_its_table():
+    names = sorted(p.name for p in PROFILES.glob("*.yaml"))
+    assert "h200-llama-8b-forward-only.yaml" in names
+    for path in PROFILES.glob("*.yaml"):
+        assert load_profile(path).provenance["source"]
+    h200 = load_profile(PROFILES / "h200-llama-8b-forward-only.yaml")
+    assert h200.forward_only
+    # the reference table: c(4, 64) = 1.23 and c(8, 128) = 1.62 on an H200 (forward pass only)
+    assert h200.speculative_step(64, 4).seconds / h200.plain_step(64).seconds == pytest.approx(1.23, abs=0.005)
+    assert h200.speculative_step(128, 8).seconds / h200.plain_step(128).seconds == pytest.approx(1.62, abs=0.005)
+    # the issue's case: 64 running requests, mean acceptance length 3 at k = 4: ~2.4x on the forward pass,
+    # where the built-in guess says speculation loses
+    rates = (0.8, 0.6, 0.4, 0.2)  # E(4) = 3.0
+    sp = speedups(rates, LiveCost(profile=h200, running_requests_fallback=64))
+    assert sp[4].basis == PROFILE and sp[4].value == pytest.approx(3.0 / 1.23, rel=0.01)
+    guess = speedups(rates, LiveCost(running_requests_fallback=64))
+    assert guess[4].basis == DEFAULT and guess[4].value < 1
+
+
+def test_speedup_bases():
+    p = simple_profile()
+    rates = (0.9, 0.8, 0.7, 0.6)
+    # live: 4 requests per step, a request decodes at 200 tok/s with the spec server
+    step = StepTimes(step_duration_seconds=0.02, running_requests=4.0, request_decode_tokens_per_second=200.0,
+                     engine_steps=100, request_steps=400)
+    sp = speedups(rates, LiveCost(step=step, draft_share=1.0, profile=p))
+    assert sp[4] == pytest.approx(sp[4]) and sp[4].basis == MEASURED
+    assert sp[4].value == pytest.approx(200.0 * p.plain_step(4).seconds)  # v × t0(b)
+    e2 = 1 + 0.9 + 0.8
+    assert sp[2].basis == PROFILE and sp[2].value == pytest.approx(e2 * 0.014 / (0.014 * 1.2))
+    # half the request-steps carried a draft: τ(k') = 1 + s (E(k') − 1)
+    half = speedups(rates, LiveCost(step=step, draft_share=0.5, profile=p))
+    assert half[2].value == pytest.approx((1 + 0.5 * (e2 - 1)) / 1.2)
+    # a baseline server's live decode speed beats the profile for the current k
+    with_base = speedups(rates, LiveCost(step=step, profile=p, baseline_decode_tokens_per_second=80.0))
+    assert with_base[4] .value == pytest.approx(2.5) and with_base[4].basis == MEASURED
+    # no profile, no baseline: the built-in guess, labelled default, even for the current k
+    guess = speedups(rates, LiveCost(step=step))
+    assert {v.basis for v in guess.values()} == {DEFAULT}
+    assert guess[4].value == pytest.approx((1 + sum(rates)) / default_step_cost_ratio(4, 4.0))
+    # b outside the profile: extrapolated, even the measured k
+    far = StepTimes(0.05, 30.0, 60.0, 10, 300)
+    assert {v.basis for v in speedups(rates, LiveCost(step=far, profile=p)).values()} == {EXTRAPOLATED}
+
+
+def test_recommend_carries_the_weakest_basis_and_prefers_off_when_nothing_pays():
+    from specwatch.specdecode.speedup import Speedup
+
+    k, basis = recommend({1: Speedup(1.5, MEASURED), 2: Speedup(1.52, PROFILE), 3: Speedup(1.2, EXTRAPOLATED)})
+    assert k == 1 and basis == EXTRAPOLATED  # 1.5 is within 2 % of 1.52: the smaller k
+    assert recommend({1: Speedup(0.8, MEASURED), 2: Speedup(0.7, PROFILE)}) == (0, PROFILE)
+    with pytest.raises(ValueError):
+        recommend({})
+
+
+def test_drift_ratio():
+    p = simple_profile()
+    step = StepTimes(0.014 * 1.4 * 1.3, 4.0, 100.0, 10, 40)
+    assert profile_error_ratio(LiveCost(step=step, profile=p), 4) == pytest.approx(1.3)
+    assert profile_error_ratio(LiveCost(step=StepTimes(0.028, 4.0, 30.0, 1, 4), profile=p), 0) == pytest.approx(2.0)
+    assert profile_error_ratio(LiveCost(step=step), 4) is None
+    assert profile_error_ratio(LiveCost(step=step, profile=p, method="eagle"), 4) is None
+
+
+# vllm bench forward --output-json: the shape vLLM 0.33.0 writes (vllm/benchmarks/forward/main.py:
+# a list of {"case", "requests": [asdict(BenchRequest)], "median_us", "ranks"}); constructed here.
+def _forward_case(name, b, k, median_us, kv=4096):
+    req = {"query_len": 1 + k, "kv_len": kv, "num_draft_tokens": k, "chunked": False}
+    return {"case": name, "requests": [req] * b, "median_us": median_us, "ranks": [{}]}
+
+
+def test_calibrate_from_vllm_bench_forward(tmp_path):
+    doc = [_forward_case("d1", 1, 0, 4740.0), _forward_case("d64", 64, 0, 18290.0),
+           _forward_case("v1", 1, 4, 4977.0), _forward_case("v64", 64, 4, 22497.0),
+           {"case": "prefill", "requests": [{"query_len": 8192, "kv_len": 8192, "num_draft_tokens": 0}], "median_us": 9e4}]
+    p = profile_from_forward(doc, name="gpu", method="eagle", provenance={"hardware": "H200", "model": "llama-8b"})
+    assert p.forward_only and [x.running_requests for x in p.plain] == [1.0, 64.0]
+    assert p.speculative_step(64, 4, "eagle").seconds / p.plain_step(64).seconds == pytest.approx(22497 / 18290)
+    f = tmp_path / "fwd.json"
+    f.write_text(json.dumps(doc))
+    out = tmp_path / "gpu.yaml"
+    r = CliRunner().invoke(calibrate, ["--from-forward-json", str(f), "-o", str(out), "--method", "eagle",
+                                       "--hardware", "H200", "--model", "llama-8b"])
+    assert r.exit_code == 0, r.output
+    assert load_profile(out).provenance["source"] == "vllm-bench-forward"
+    with pytest.raises(CalibrationError):
+        profile_from_forward({"not": "a list"}, name="x", method="m", provenance={})
+    r = CliRunner().invoke(calibrate, ["--from-forward-json", str(f), "-o", str(out)])
+    assert r.exit_code == 2 and "--method" in r.output
+
+
+def test_calibrate_flag_errors(tmp_path):
+    r = CliRunner().invoke(calibrate, ["-o", str(tmp_path / "x.yaml")])
+    assert r.exit_code == 2 and "exactly one source" in r.output
+    r = CliRunner().invoke(calibrate, ["--baseline-url", "http://127.0.0.1:1", "-o", str(tmp_path / "x.yaml")])
+    assert r.exit_code == 2 and "--url" in r.output
+    assert math.isfinite(default_step_cost_ratio(4, 64))
