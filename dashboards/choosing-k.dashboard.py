@@ -1,13 +1,14 @@
-"""specwatch / Choosing k: per-position acceptance (bars by position and over time), the expected
-acceptance length and estimated speedup per k, acceptance by workload (when the load generator
-labels it) and the advisor's recommended k.
+"""specwatch / Choosing k: speedup with its basis (measured, profile, extrapolated, default), step time
+against the cost profile and its drift, per-position acceptance (bars by position and over time),
+the expected acceptance length and speedup per k, acceptance by workload (when the load generator
+labels it) and the recommended k.
 
 Data: the specwatch exporter's windowed gauges (window label, variable ``$window``) and advice
 gauges, its recording rules (prometheus/rules/), and the load generator (specwatch bench).
 """
 
 from lib import (
-    RATIO_GOOD_HIGH, SPEEDUP, WINDOW, WORKLOAD, Section, Sel, bargauge, dashboard, q, stat, timeseries,
+    DRIFT_BAND, RATIO_GOOD_HIGH, SPEEDUP, WINDOW, WORKLOAD, Section, Sel, bargauge, dashboard, q, stat, timeseries,
     variables,
 )
 from specwatch.mixin.config import DEFAULT_CONFIG
@@ -19,7 +20,14 @@ S = Sel(cfg)
 W = cfg.rate_window
 
 K = f"specwatch_num_speculative_tokens{S.exporter()}"
-SPEEDUP_K = f"specwatch_estimated_speedup{S.exporter(WINDOW)}"
+SPEEDUP_K = f"specwatch_speedup{S.exporter(WINDOW)}"
+BASIS_MEASURED = 'basis="measured"'
+MEASURED = f"specwatch_speedup{S.exporter(WINDOW, BASIS_MEASURED)}"
+DRIFT = f"specwatch_cost_profile_error_ratio{S.exporter(WINDOW)}"
+STEP = f"specwatch_step_duration_seconds{S.exporter(WINDOW)}"
+PREDICTED = f"specwatch_cost_profile_predicted_step_duration_seconds{S.exporter(WINDOW)}"
+RUNNING_PER_STEP = f"specwatch_running_requests{S.exporter(WINDOW)}"
+BASIS_LEGEND = "{{upstream}} · engine {{engine}} · basis {{basis}}"
 RECOMMENDED = f"specwatch_recommended_num_speculative_tokens{S.exporter(WINDOW)}"
 BY_UE = "{{upstream}} · engine {{engine}}"
 POS_LEGEND = "position {{position}} · {{upstream}} · engine {{engine}}"
@@ -27,26 +35,46 @@ K_LEGEND = "k={{k}} · {{upstream}} · engine {{engine}}"
 # count_values turns the inferred k (a value) into a label k, to pick the speedup at the current k.
 CURRENT_K_AS_LABEL = f'count_values without () ("k", {K})'
 
-recommendation = Section("Recommendation", [
+recommendation = Section("Does speculation pay? (with how each number was obtained)", [
+    stat("Speedup at the current k",
+         "specwatch_speedup at the server's k over the exporter window $window, with its basis: measured = the "
+         "server's live decode speed (vLLM's ITL histogram) against a baseline server's, or against the cost "
+         "profile's plain step time at the live batch size; default = no cost profile, a built-in guess. "
+         "Below 1, speculation costs throughput.",
+         "none", [q(f"{SPEEDUP_K} and on (upstream, model_name, engine, k) {CURRENT_K_AS_LABEL}", BASIS_LEGEND)],
+         thresholds=SPEEDUP, decimals=2, w=6),
     stat("Recommended k",
          "specwatch_recommended_num_speculative_tokens over the exporter window $window: the k with the best "
-         "estimated speedup (the smallest within 2 % of the best); 0 means turn speculation off. From the "
-         "per-position acceptance curve and the verify-step cost model at the current batch size.",
-         "none", [q(RECOMMENDED, BY_UE)], graph=False, w=6),
+         "speedup (the smallest within 2 % of the best), 0 = turn speculation off; its basis is the weakest "
+         "of the speedups it compared.",
+         "none", [q(RECOMMENDED, BASIS_LEGEND)], graph=False, w=6),
+    stat("Cost-profile drift",
+         "specwatch_cost_profile_error_ratio over $window: live step time / the cost profile's prediction at the "
+         "live batch size and k. Outside 0.8-1.25 the profile no longer describes this server: recalibrate "
+         "(specwatch calibrate). Empty without a cost profile.",
+         "none", [q(DRIFT, BY_UE)], thresholds=DRIFT_BAND, decimals=2, w=6),
     stat("Current k (inferred)",
          "num_speculative_tokens the server runs with, inferred from the position labels of "
          "vllm:spec_decode_num_accepted_tokens_per_pos_total.",
          "none", [q(K, BY_UE)], graph=False, w=6),
-    stat("Estimated speedup at the current k",
-         "specwatch_estimated_speedup at k = the current k, over the exporter window $window: expected "
-         "acceptance length / verify-step cost factor. Below 1, speculation costs throughput.",
-         "none", [q(f"{SPEEDUP_K} and on (upstream, model_name, engine, k) {CURRENT_K_AS_LABEL}", BY_UE)],
-         thresholds=SPEEDUP, decimals=2, w=6),
-    stat("Best estimated speedup (any k)",
-         "The highest specwatch_estimated_speedup over k = 1..current k, over the exporter window $window: "
-         "the speedup the recommended k is expected to give.",
-         "none", [q(f"max by (upstream, model_name, engine) ({SPEEDUP_K})", BY_UE)],
-         thresholds=SPEEDUP, decimals=2, w=6),
+    timeseries("Measured speedup over time",
+               "specwatch_speedup{basis=\"measured\"} over the exporter window $window: the current k's live decode "
+               "speed against no speculation. The line at 1 is break-even.",
+               "none", [q(MEASURED, BASIS_LEGEND)], thresholds=SPEEDUP, show_thresholds=True, decimals=2),
+    timeseries("Step time: live against the cost profile",
+               "specwatch_step_duration_seconds (live: Δ ITL sum / Δ ITL count over $window, drafter, verify, "
+               "sampling and scheduling inside) beside specwatch_cost_profile_predicted_step_duration_seconds (the "
+               "profile's t(b, k) at the same live running requests per step b and k).",
+               "s", [q(STEP, "live · " + BY_UE), q(PREDICTED, "profile · " + BY_UE)], minimum=0),
+    timeseries("Running requests per step (live b)",
+               "specwatch_running_requests over $window: Δ ITL count / Δ iteration count, the batch a decode step "
+               "served; the b at which the profile's step times are read.",
+               "short", [q(RUNNING_PER_STEP, BY_UE)], minimum=0),
+    bargauge("Cost profile: step time by running requests",
+             "specwatch_cost_profile_step_seconds: the profile's measured step times (plain, k = 0, and per k) at "
+             "each running-request count it was calibrated at; the live points above are read against this curve.",
+             "s", [q(f"specwatch_cost_profile_step_seconds{S.exporter_self()}",
+                     "k={{k}} · b={{running_requests}} · {{method}}", instant=True)], minimum=0),
 ])
 
 positions = Section("Per-position acceptance", [
@@ -79,24 +107,27 @@ what_if = Section("What-if per k", [
              "accepted.",
              "short", [q(S.up_ratio("specwatch_expected_acceptance_length"), K_LEGEND, instant=True)],
              minimum=1, decimals=2),
-    bargauge("Estimated speedup per k",
-             "specwatch_estimated_speedup per k over the exporter window $window: E(k) / (1 + k × (a + s × "
-             "running requests)), the cost model of MixinConfig. Red below 1 (slower than no speculation).",
-             "none", [q(SPEEDUP_K, K_LEGEND, instant=True)], thresholds=SPEEDUP, decimals=2, minimum=0),
+    bargauge("Speedup per k (with basis)",
+             "specwatch_speedup per k over the exporter window $window: the current k measured, every other k "
+             "from E(k) on the per-position curve over the cost profile's step time at k (basis profile, "
+             "extrapolated outside its range, default without a profile). Red below 1.",
+             "none", [q(SPEEDUP_K, "k={{k}} · {{basis}} · {{upstream}} · engine {{engine}}", instant=True)],
+             thresholds=SPEEDUP, decimals=2, minimum=0),
     timeseries("Expected acceptance length per k over time",
                f"E(k) per k over {W}, as a time series.",
                "short", [q(S.up_ratio("specwatch_expected_acceptance_length"), K_LEGEND)], minimum=1),
-    timeseries("Estimated speedup per k over time",
-               "specwatch_estimated_speedup per k over the exporter window $window, with the recommended k. "
-               "The line at 1 is break-even.",
-               "none", [q(SPEEDUP_K, K_LEGEND)], thresholds=SPEEDUP, show_thresholds=True),
+    timeseries("Speedup per k over time (with basis)",
+               "specwatch_speedup per k over the exporter window $window; the legend names each basis. The line "
+               "at 1 is break-even.",
+               "none", [q(SPEEDUP_K, "k={{k}} · {{basis}} · {{upstream}} · engine {{engine}}")], thresholds=SPEEDUP,
+               show_thresholds=True),
     timeseries("Recommended k over time",
                "specwatch_recommended_num_speculative_tokens over time beside the current k: the advice moves "
                "with the workload and the batch size.",
                "none", [q(RECOMMENDED, "recommended · " + BY_UE), q(K, "current · " + BY_UE)], minimum=0),
-    timeseries("Running requests (cost model input)",
-               "vllm:num_requests_running, the batch size that enters the verify-step cost model: a larger "
-               "batch makes each draft token dearer.",
+    timeseries("Running requests",
+               "vllm:num_requests_running: a larger batch makes each draft token dearer (the cost profile's "
+               "step times are read at the live running requests per step).",
                "none", [q(f"sum by (instance, engine) ({S.running_by_instance()})", "{{instance}} · engine {{engine}}")],
                minimum=0),
 ])
@@ -126,8 +157,8 @@ by_workload = Section("By workload (load generator)", [
 dashboard = dashboard(
     uid="specwatch-choosing-k",
     title="specwatch / Choosing k",
-    description="Choosing num_speculative_tokens (k): per-position acceptance, what-if per k, estimated speedup, "
-                "recommended k, acceptance by workload. Generated by dashboards/generate.py; do not edit.",
+    description="Choosing num_speculative_tokens (k): speedup with its basis, step time against the cost profile, "
+                "per-position acceptance, what-if per k, recommended k, acceptance by workload. Generated by dashboards/generate.py; do not edit.",
     sections=[recommendation, positions, what_if, by_workload],
     templates=variables(cfg, window=True, workload=True),
 )

@@ -39,7 +39,7 @@ from specwatch.mixin.config import (
 )
 
 __all__ = [
-    "DATASOURCE", "GRID_WIDTH", "Sel", "Section", "Thresholds", "bargauge", "dashboard", "grid",
+    "DATASOURCE", "DRIFT_BAND", "GRID_WIDTH", "Sel", "Section", "Thresholds", "bargauge", "dashboard", "grid",
     "q", "stat", "timeseries", "variables", "lint_exclusions", "INSTANCELESS_LEVELS",
 ]
 
@@ -185,6 +185,8 @@ NEUTRAL: Thresholds = (("green", None),)
 RATIO_GOOD_HIGH: Thresholds = (("red", None), ("orange", 0.3), ("green", 0.6))
 SPEEDUP: Thresholds = (("red", None), ("orange", 1.0), ("green", 1.1))
 KV_CACHE: Thresholds = (("green", None), ("orange", 0.8), ("red", 0.95))
+#: Cost-profile drift (live / predicted step time): green within 0.8-1.25, as SpecwatchCostProfileDrift.
+DRIFT_BAND: Thresholds = (("red", None), ("green", 0.8), ("red", 1.25))
 QUEUE: Thresholds = (("green", None), ("orange", 1), ("red", 10))
 UP: Thresholds = (("red", None), ("green", 1))
 

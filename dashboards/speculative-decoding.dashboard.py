@@ -17,6 +17,9 @@ from specwatch.mixin.config import DEFAULT_CONFIG
 # the recording rules and alerts are generated from.
 cfg = globals().get("MIXIN_CONFIG", DEFAULT_CONFIG)
 S = Sel(cfg)
+EXPORTER_WINDOW = f'window="{cfg.exporter_window}"'
+BASIS_MEASURED = 'basis="measured"'
+MEASURED_SPEEDUP = f"specwatch_speedup{S.exporter(EXPORTER_WINDOW, BASIS_MEASURED)}"
 W = cfg.rate_window
 
 ACCEPTED = S.up_rate("specwatch_accepted_tokens")
@@ -60,11 +63,12 @@ overview = Section("Overview (last value; windows of %s)" % W, [
          f"Draft tokens per draft over {W}: how many tokens the proposer really drafted per verify step. "
          "ngram drafts fewer than k when the prompt has no long enough match.",
          "short", [q(f"sum({DRAFT_TOKENS}) / sum({DRAFTS})", "draft tokens per draft")], decimals=2),
-    stat("Estimated speedup",
-         f"Estimated speedup of speculative decoding at the current k vs no speculation over {W}: mean "
-         "acceptance length / verify-step cost factor (specwatch cost model, MixinConfig). Below 1 "
-         "speculation costs throughput.",
-         "none", [q(S.up_ratio("specwatch_estimated_speedup"), BY_UE)], thresholds=SPEEDUP, decimals=2),
+    stat("Measured speedup",
+         f"specwatch_speedup{{basis=\"measured\"}} over the exporter's {cfg.exporter_window} window: the current k's "
+         "live decode speed (vLLM's ITL histogram) against a baseline server's, or against the cost profile's plain "
+         "step time at the live batch size. Empty without a cost profile or baseline. Below 1 speculation costs "
+         "throughput.",
+         "none", [q(MEASURED_SPEEDUP, BY_UE + " · {{basis}}")], thresholds=SPEEDUP, decimals=2),
     stat("Running requests", "Requests in vLLM's running batch (vllm:num_requests_running), summed.",
          "none", [q(f"sum({RUNNING})", "running")]),
     stat("Waiting requests", "Requests queued in vLLM, waiting for a batch slot (vllm:num_requests_waiting), summed.",
@@ -131,10 +135,10 @@ acceptance = Section("Acceptance", [
              "short", [q(S.up_ratio("specwatch_expected_acceptance_length"), "k={{k}} · {{upstream}} · engine {{engine}}",
                          instant=True)],
              minimum=1, decimals=2),
-    timeseries("Estimated speedup over time",
-               f"Estimated speedup at the current k vs no speculation, over {W} (mean acceptance length / "
-               "verify-step cost factor of the specwatch cost model). The line at 1 is break-even.",
-               "none", [q(S.up_ratio("specwatch_estimated_speedup"), BY_UE)],
+    timeseries("Measured speedup over time",
+               f"specwatch_speedup{{basis=\"measured\"}} over the exporter's {cfg.exporter_window} window. The line at 1 "
+               "is break-even.",
+               "none", [q(MEASURED_SPEEDUP, BY_UE + " · {{basis}}")],
                thresholds=SPEEDUP, show_thresholds=True, decimals=2),
 ])
 

@@ -578,7 +578,7 @@ def test_speculative_decoding_covers_vllm_dashboard_and_more(dashboards):
                   "Draft acceptance rate by upstream and engine", "Token flow: proposed, accepted, rejected",
                   "Inter-token latency (per engine step)"):
         assert title in titles
-    for needle in ("position_conditional_acceptance_rate", "expected_acceptance_length", "estimated_speedup",
+    for needle in ("position_conditional_acceptance_rate", "expected_acceptance_length", "specwatch_speedup", "basis=\\\"measured\\\"",
                    "kv_cache_usage_perc", "vllm_num_requests_running", "vllm_num_requests_waiting",
                    "request_time_per_output_token_seconds", "specwatch_num_speculative_tokens",
                    "specwatch_bench_active", "specwatch_bench_in_flight_requests", ":p99_"):

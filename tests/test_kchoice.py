@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import math
 import random
+from pathlib import Path
 
 import pytest
 
@@ -51,6 +52,9 @@ def synth(k: int, alpha: float, c: int = 1, t0: float = 0.05, beta: float = 0.00
     return Measurement(f"ngram-k{k}", k, wl, c, thr, family="ngram", acceptance_length=1 + accepted / drafts,
                        position_rates=rates, drafts=drafts, draft_tokens=drafts * k, accepted_tokens=accepted,
                        generation_tokens=gen, batch_throughputs=(thr * 0.99, thr * 1.01))
+
+
+PROFILES = Path(__file__).resolve().parents[1] / "exporter" / "specwatch" / "data" / "cost-profiles"
 
 
 def true_throughput(k: int, alpha: float, c: int = 1, t0: float = 0.05, beta: float = 0.004, draft_share: float = 1.0) -> float:
@@ -468,17 +472,41 @@ def test_advise_cli_against_a_live_exporter(tmp_path):
     from click.testing import CliRunner
 
     from specwatch.choosek.cli import advise
+    from specwatch.specdecode.costprofile import load_profile
+    from specwatch.specdecode.speedup import LiveCost, recommend, speedups
 
+    profile_path = PROFILES / "h200-llama-8b-forward-only.yaml"
     with _pages({"/metrics": (200, "text/plain", _exporter_text().encode())}) as base:
         out = tmp_path / "live.json"
         url = base + "/metrics"
+        r = CliRunner().invoke(advise, ["--exporter", url, "--concurrency", "1,64", "--cost-profile", str(profile_path),
+                                        "--json", str(out)])
+        assert r.exit_code == 0, r.output
+        doc = json.loads(out.read_text())
+        live = doc["live"][0]
+        assert doc["cost_profile"] == str(profile_path) and live["cost_profile"] == "h200-llama-8b-forward-only"
+        rates = tuple(live["position_acceptance_rates"])
+        for c in (1, 64):
+            k, basis = recommend(speedups(rates, LiveCost(profile=load_profile(profile_path),
+                                                          running_requests_fallback=float(c)), current_k=0))
+            assert live["k_by_concurrency"][str(c)] == k and live["basis_by_concurrency"][str(c)] == basis == "profile"
+        assert "recommended k" in r.output and "h200-llama-8b-forward-only" in r.output
+        # without a profile: the built-in guess, and every number says so
         r = CliRunner().invoke(advise, ["--exporter", url, "--concurrency", "1,64", "--json", str(out)])
         assert r.exit_code == 0, r.output
         live = json.loads(out.read_text())["live"][0]
-        k1, k64 = live["k_by_concurrency"]["1"], live["k_by_concurrency"]["64"]
-        assert k1 == recommend_k(estimated_speedups(tuple(live["position_acceptance_rates"]), 1.0, CostModel()))
-        assert k1 >= k64  # verification gets dearer with more running requests
-        assert "recommended k" in r.output
+        assert set(live["basis_by_concurrency"].values()) == {"default"}
+        assert {v["basis"] for c in live["speedup"].values() for v in c.values()} == {"default"}
+        assert "no cost profile" in r.output
+        # the old coefficient flags are gone, with a pointer to what replaced them
+        r = CliRunner().invoke(advise, ["--exporter", url, "--step-cost-per-draft-token", "0.1"])
+        assert r.exit_code == 2 and "--cost-profile" in r.output
+        bad = tmp_path / "bad.yaml"
+        bad.write_text("specwatch_cost_profile: 1\nname: x\n")
+        r = CliRunner().invoke(advise, ["--exporter", url, "--cost-profile", str(bad)])
+        assert r.exit_code == 2 and str(bad) in r.output and "provenance" in r.output
+        r = CliRunner().invoke(advise, ["--exporter", url, "--cost-profile", str(profile_path), "--method", "eagle"])
+        assert r.exit_code == 2 and "no curve for method 'eagle'" in r.output
         r = CliRunner().invoke(advise, ["--exporter", url, "--concurrency", "0"])
         assert r.exit_code != 0
         r = CliRunner().invoke(advise, [])

@@ -28,8 +28,10 @@ import click
 
 from specwatch.choosek import model as kchoice
 from specwatch.choosek.resultfile import measurements
-from specwatch.specdecode.cost import CostModel, recommend_k
-from specwatch.choosek.model import DEFAULT_TOLERANCE, Advice, KChoiceError, advise_from_curve, speculative_config_advice
+from specwatch.specdecode.cost import CostModel
+from specwatch.specdecode.costprofile import CostProfile
+from specwatch.specdecode.speedup import LiveCost, recommend, speedups
+from specwatch.choosek.model import DEFAULT_TOLERANCE, Advice, KChoiceError, speculative_config_advice
 
 DEFAULT_LIVE_CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64)
 
@@ -275,20 +277,28 @@ def curves_from_prometheus(url: str, rule: str = "model_name:specwatch_position_
     return {k: tuple(v[i] for i in sorted(v)) for k, v in acc.items()}
 
 
-def live_advice(curves: dict[tuple[str, ...], tuple[float, ...]], concurrencies, cost: CostModel, tolerance: float,
-                base_config: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """For each curve: estimated speedups per concurrency (:func:`specwatch.choosek.model.advise_from_curve`),
-    the recommended k per concurrency and the vLLM config."""
+def live_advice(curves: dict[tuple[str, ...], tuple[float, ...]], concurrencies, profile: CostProfile | None,
+                tolerance: float, base_config: dict[str, Any] | None, *, method: str | None = None,
+                drafter: str | None = None) -> list[dict[str, Any]]:
+    """For each curve: the speedup of every k at each number of running requests b (from the cost
+    profile's t0(b) and t(b, k): basis "profile" or "extrapolated"; without a profile the built-in
+    guess, basis "default" — :func:`specwatch.specdecode.speedup.speedups`), the recommended k per b
+    with the weakest basis it compared, and the vLLM config."""
     out = []
     for key, rates in sorted(curves.items()):
         if not rates:
             continue
-        sp = advise_from_curve(rates, concurrencies, cost, tolerance)
-        k_by_c = {c: recommend_k(s, tolerance) for c, s in sp.items()}
+        by_c, k_by_c, basis_by_c = {}, {}, {}
+        for c in concurrencies:
+            sp = speedups(rates, LiveCost(profile=profile, running_requests_fallback=float(c), method=method,
+                                          drafter=drafter), current_k=0)
+            by_c[c] = sp
+            k_by_c[c], basis_by_c[c] = recommend(sp, tolerance)
         out.append({"series": list(key), "position_acceptance_rates": list(rates),
-                    "estimated_speedup": {str(c): {str(k): v for k, v in s.items()} for c, s in sp.items()},
+                    "speedup": {str(c): {str(k): {"value": v.value, "basis": v.basis} for k, v in sp.items()}
+                                for c, sp in by_c.items()},
                     "k_by_concurrency": {str(c): k for c, k in k_by_c.items()},
+                    "basis_by_concurrency": {str(c): b for c, b in basis_by_c.items()},
+                    "cost_profile": None if profile is None else profile.name,
                     "speculative_config": speculative_config_advice(base_config, k_by_c)})
     return out
-
-

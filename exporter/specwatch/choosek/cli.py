@@ -66,7 +66,7 @@ from specwatch.common.files import atomic_write_json, atomic_write_text, same_fi
 from specwatch.common.params import int_list
 from specwatch.common.processes import install_stop_signals
 from specwatch.specdecode.cost import CostModel
-from specwatch.specdecode.costprofile import CostProfile, CostProfileError
+from specwatch.specdecode.costprofile import CostProfile, CostProfileError, load_profile
 
 
 def _plural(n: int, word: str) -> str:
@@ -208,10 +208,13 @@ def sweep(result_file, ks, spec_configs, baseline, workloads, dataset_path, conc
               help="Relative noise tolerance: the smallest k within it of the best wins.")
 @click.option("--candidates", type=click.Choice(["measured", "all"]), default="measured", show_default=True,
               help="Sweep: recommend only k that were measured, or any k up to the largest (predicted only).")
-@click.option("--step-cost-per-draft-token", type=float, default=CostModel().step_cost_per_draft_token, show_default=True,
-              help="Cost model: verify-step cost per draft token (fraction of a plain step); live advice and single-run fits.")
-@click.option("--step-cost-per-draft-token-per-running-request", type=float,
-              default=CostModel().step_cost_per_draft_token_per_running_request, show_default=True)
+@click.option("--cost-profile", "cost_profile", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Live: the measured step times (specwatch calibrate); without it the speedups are a built-in "
+                   "guess, labelled basis=default.")
+@click.option("--method", default=None, help="Live: the speculative method to look up in the cost profile (default: its first).")
+@click.option("--drafter", default=None, help="Live: the drafter to look up in the cost profile (draft_model, eagle).")
+@click.option("--step-cost-per-draft-token", "old_cost_a", hidden=True, default=None, expose_value=True)
+@click.option("--step-cost-per-draft-token-per-running-request", "old_cost_b", hidden=True, default=None, expose_value=True)
 @click.option("--base-config", default=None, help="Live: the speculative config to extend (JSON; default ngram, lookup 2-5).")
 @click.option("--acceptance", type=click.Choice(["measured", "curve"]), default="measured", show_default=True,
               help="Sweep: tokens per step of a measured k from its own run (measured) or from the largest k's curve (curve).")
@@ -223,8 +226,7 @@ def sweep(result_file, ks, spec_configs, baseline, workloads, dataset_path, conc
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the advice as JSON here.")
 def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tolerance, candidates,
-               step_cost_per_draft_token, step_cost_per_draft_token_per_running_request, base_config, acceptance,
-               basis, fit_k, json_path) -> None:
+           cost_profile, method, drafter, old_cost_a, old_cost_b, base_config, acceptance, basis, fit_k, json_path) -> None:
     """Recommend num_speculative_tokens per concurrency from a sweep RESULT_FILE (or live data)."""
     console = make_console()
     sources = [x for x in (result_file, exporter_url, prometheus_url) if x]
@@ -232,11 +234,16 @@ def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tol
         raise click.UsageError("give exactly one of RESULT_FILE, --exporter or --prometheus")
     if not (0.0 <= tolerance < 1.0):
         raise click.BadParameter("must be in [0, 1)", param_hint="--tolerance")
-    try:
-        cost = CostModel(step_cost_per_draft_token, step_cost_per_draft_token_per_running_request)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--step-cost-per-draft-token / "
-                                 "--step-cost-per-draft-token-per-running-request") from None
+    if old_cost_a is not None or old_cost_b is not None:
+        raise click.UsageError("--step-cost-per-draft-token(-per-running-request) are gone: measured step times come "
+                               "from a cost profile (specwatch calibrate, then --cost-profile FILE)")
+    profile = None
+    if cost_profile is not None:
+        try:
+            profile = load_profile(cost_profile)
+        except CostProfileError as exc:
+            raise click.BadParameter(str(exc), param_hint="--cost-profile") from None
+    cost = CostModel()  # the step-cost fit's prior for k not run in a sweep (choosek.model)
     if json_path:
         check_writable(json_path, "--json")
 
@@ -304,21 +311,31 @@ def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tol
         if exporter_url and "vllm:" in r.text and "specwatch_" not in r.text:
             hint = "this looks like vLLM's own /metrics: point --exporter at the specwatch exporter (specwatch serve)"
         raise click.ClickException(f"no per-position acceptance rates at {source} ({hint})")
-    live = live_advice(curves, concs, cost, tolerance, base)
+    if profile is not None and method is not None and all(m != method for m, _ in profile.methods()):
+        raise click.BadParameter(f"{profile.source} has no curve for method {method!r} "
+                                 f"(it has {', '.join(m for m, _ in profile.methods()) or 'none'})", param_hint="--method")
+    live = live_advice(curves, concs, profile, tolerance, base, method=method, drafter=drafter)
+    how = (f"cost profile {profile.name} ({profile.provenance.get('source')}, {profile.provenance.get('hardware')}"
+           f"{'; forward pass only' if profile.forward_only else ''})" if profile is not None
+           else "no cost profile: the built-in guess c(k, b) = 1 + k (0.05 + 0.02 b), basis default — calibrate first")
     for item in live:
         kmax = len(item["position_acceptance_rates"])
-        t = Table(title=f"{' / '.join(x for x in item['series'] if x)}: estimated speedup E(k)/c(k, b) (cost model {cost})")
+        t = Table(title=f"{' / '.join(x for x in item['series'] if x)}: speedup τ(k)·t0(b)/t(b, k) from {how}")
         t.add_column("running requests", justify="right")
-        for k in range(kmax + 1):
-            t.add_column("off" if k == 0 else f"k={k}", justify="right")
+        for k in range(1, kmax + 1):
+            t.add_column(f"k={k}", justify="right")
         t.add_column("recommended k", justify="right")
+        t.add_column("basis", justify="left")
         for c in concs:
-            sp = item["estimated_speedup"][str(c)]
-            t.add_row(str(c), *[f"{sp[str(k)]:.2f}" for k in range(kmax + 1)], str(item["k_by_concurrency"][str(c)]))
+            sp = item["speedup"][str(c)]
+            t.add_row(str(c), *[f"{sp[str(k)]['value']:.2f}" + ("" if sp[str(k)]["basis"] == "profile" else
+                                f" ({sp[str(k)]['basis']})") for k in range(1, kmax + 1)],
+                      str(item["k_by_concurrency"][str(c)]), item["basis_by_concurrency"][str(c)])
         console.print(t)
         render_config(item["speculative_config"], {int(c): k for c, k in item["k_by_concurrency"].items()}, console)
     if json_path:
-        atomic_write_json(json_path, {"source": source, "tolerance": tolerance, "cost_model": vars(cost), "live": live})
+        atomic_write_json(json_path, {"source": source, "tolerance": tolerance,
+                                      "cost_profile": None if profile is None else str(cost_profile), "live": live})
 
 
 @click.command("report")

@@ -48,10 +48,13 @@ class AlertRule:
 
 
 def alert_rules(cfg: MixinConfig) -> tuple[AlertRule, ...]:
-    """The six Specwatch* alerts, in the order of prometheus/runbook.md."""
+    """The seven Specwatch* alerts, in the order of prometheus/runbook.md."""
     w = cfg.rate_window
     exp = cfg.exporter_selector
-    speedup = cfg.ratio_rule(UPSTREAM_ENGINE, "specwatch_estimated_speedup")
+    ew = cfg.exporter_window
+    measured = selector(exp, 'basis="measured"', f'window="{ew}"')
+    speedup = f"max by ({UE}) (specwatch_speedup{measured})"
+    drift = f"specwatch_cost_profile_error_ratio{selector(exp, f'window={chr(34)}{ew}{chr(34)}')}"
     drafts = cfg.rate_rule(UPSTREAM_ENGINE, "specwatch_drafts")
     draft_tokens = cfg.rate_rule(UPSTREAM_ENGINE, "specwatch_draft_tokens")
     acceptance = cfg.ratio_rule(UPSTREAM_ENGINE, "specwatch_draft_acceptance_rate")
@@ -69,15 +72,30 @@ def alert_rules(cfg: MixinConfig) -> tuple[AlertRule, ...]:
                   f"and on ({UE})\n({drafts} > {cfg.net_negative_min_drafts_per_second:g})"),
             for_=cfg.net_negative_for,
             severity="warning",
-            summary="Speculative decoding is estimated to be slower than plain decoding.",
+            summary="Speculative decoding is measured to be slower than plain decoding.",
             description=(
-                f"Estimated speedup of speculative decoding on {where} is "
-                "{{ $value | printf \"%.2f\" }}x over the last " + w + " (mean acceptance length divided "
-                f"by the verify-step cost for the current effective k and batch size), below "
-                f"{cfg.net_negative_speedup_threshold:g} for {cfg.net_negative_for}. Speculation is "
-                "costing throughput: lower num_speculative_tokens or turn it off at this load."),
-            comment=(f"Estimated speedup < {cfg.net_negative_speedup_threshold:g} for "
-                     f"{cfg.net_negative_for} while drafting: speculation costs more than it saves."),
+                f"Measured speedup of speculative decoding on {where} is "
+                "{{ $value | printf \"%.2f\" }}x over the exporter's " + ew + " window (the server's live "
+                "decode speed against a baseline server's, or against the cost profile's plain step time at "
+                f"the live batch size), below {cfg.net_negative_speedup_threshold:g} for {cfg.net_negative_for}. "
+                "Speculation is costing throughput: lower num_speculative_tokens or turn it off at this load."),
+            comment=(f"Measured speedup (specwatch_speedup{{basis=\"measured\"}}) < {cfg.net_negative_speedup_threshold:g} "
+                     f"for {cfg.net_negative_for} while drafting: speculation costs more than it saves."),
+        ),
+        AlertRule(
+            alert="SpecwatchCostProfileDrift",
+            expr=(f"{drift} > {1 + cfg.cost_profile_error_tolerance:g}\nor\n"
+                  f"{drift} < {1 / (1 + cfg.cost_profile_error_tolerance):.6g}"),
+            for_=cfg.cost_profile_drift_for,
+            severity="warning",
+            summary="Live step times no longer match the cost profile: recalibrate.",
+            description=(
+                f"On {where} the live step time is " + "{{ $value | printf \"%.2f\" }}" + " x what the cost "
+                f"profile predicts at the live batch size and k (exporter window {ew}), off by more than "
+                f"{cfg.cost_profile_error_tolerance:.0%} for {cfg.cost_profile_drift_for}. New hardware, model, "
+                "drafter or vLLM version? Speedups with basis profile are off by as much: run specwatch calibrate."),
+            comment=(f"specwatch_cost_profile_error_ratio outside [1/{1 + cfg.cost_profile_error_tolerance:g}, "
+                     f"{1 + cfg.cost_profile_error_tolerance:g}] for {cfg.cost_profile_drift_for}."),
         ),
         AlertRule(
             alert="SpecwatchAcceptanceCollapsed",

@@ -2,7 +2,8 @@
 
 Recording rules (rules.py), alerts (alerts.py), the Prometheus configuration (generate.py) and
 the Grafana dashboards (dashboards/, written by another module) all read their selectors, rate
-window, scrape interval, thresholds and the verify-step cost model from a MixinConfig. Nothing
+window, scrape interval and thresholds from a MixinConfig. (Cost figures come from the exporter's
+cost profile, never from here: see specwatch.specdecode.costprofile.) Nothing
 else spells ``job="..."`` or a window.
 
 Recorded series names follow ``level:metric:operations`` and the window suffix follows
@@ -20,11 +21,6 @@ from pathlib import Path
 
 import yaml
 
-from specwatch.specdecode.cost import (
-    DEFAULT_STEP_COST_PER_DRAFT_TOKEN,
-    DEFAULT_STEP_COST_PER_DRAFT_TOKEN_PER_RUNNING_REQUEST,
-    validate_coefficients,
-)
 
 # Aggregation levels of the recording rules: level name -> the labels kept by `sum by (...)`.
 MODEL = "model_name"
@@ -73,15 +69,15 @@ class MixinConfig:
     rate_window: str = "5m"        # every rate()/ratio rule; names end in rate5m / mean5m / p95_5m
     scrape_interval: str = "15s"   # Prometheus scrape and rule-evaluation interval
     max_k: int = 16                # expected-acceptance-length rules for k = 1..max_k, conditional rates for positions < max_k
-    # --- cost model (see specwatch.specdecode.cost) ---
-    step_cost_per_draft_token: float = DEFAULT_STEP_COST_PER_DRAFT_TOKEN
-    step_cost_per_draft_token_per_running_request: float = (
-        DEFAULT_STEP_COST_PER_DRAFT_TOKEN_PER_RUNNING_REQUEST
-    )
-    # --- SpecwatchSpeculationNetNegative ---
-    net_negative_speedup_threshold: float = 1.0   # fire when estimated speedup < this
+    # --- the exporter's window that the speedup and cost-profile alerts read (a --window of specwatch serve) ---
+    exporter_window: str = "5m"
+    # --- SpecwatchSpeculationNetNegative (on the exporter's specwatch_speedup{basis="measured"}) ---
+    net_negative_speedup_threshold: float = 1.0   # fire when the measured speedup < this
     net_negative_min_drafts_per_second: float = 0.1  # ...and there is traffic (drafts/s per engine)
     net_negative_for: str = "15m"
+    # --- SpecwatchCostProfileDrift (on the exporter's specwatch_cost_profile_error_ratio) ---
+    cost_profile_error_tolerance: float = 0.25    # fire when live step time / profile is off by more than this
+    cost_profile_drift_for: str = "15m"
     # --- SpecwatchAcceptanceCollapsed ---
     acceptance_collapse_ratio: float = 0.5        # current rate < ratio × rate over the history window
     acceptance_history_window: str = "6h"         # history = rate over this window, ending rate_window ago
@@ -110,7 +106,7 @@ class MixinConfig:
             if not isinstance(value, str) or not _SELECTOR_RE.match(value):
                 raise ValueError(f"{name} must be label matchers like 'job=\"vllm\"', got {value!r}")
         durations = {}
-        for name in ("rate_window", "scrape_interval", "net_negative_for", "acceptance_history_window",
+        for name in ("rate_window", "scrape_interval", "net_negative_for", "exporter_window", "cost_profile_drift_for", "acceptance_history_window",
                      "acceptance_collapse_for", "upstream_down_for", "upstream_down_lookback", "spec_decode_lookback",
                      "spec_decode_missing_for", "exporter_down_for", "invariant_window", "invariant_for"):
             try:
@@ -129,8 +125,7 @@ class MixinConfig:
             raise ValueError("invariant_window must be at least 2 × scrape_interval")
         if not isinstance(self.max_k, int) or isinstance(self.max_k, bool) or not 1 <= self.max_k <= 64:
             raise ValueError(f"max_k must be an integer in 1..64, got {self.max_k!r}")
-        validate_coefficients(self)
-        for name in ("net_negative_speedup_threshold", "net_negative_min_drafts_per_second",
+        for name in ("net_negative_speedup_threshold", "net_negative_min_drafts_per_second", "cost_profile_error_tolerance",
                      "acceptance_collapse_min_history_rate",
                      "acceptance_collapse_min_draft_tokens_per_second"):
             value = getattr(self, name)

@@ -16,7 +16,7 @@ Formulas (over the rate window, Δ = increase of the counter; see docs/metrics.m
   expected acceptance length   = 1 + Σ_{i<k'} r_i for each k' = 1..max_k, only where position k'-1 exists
   output from drafts           = Δaccepted / Δgeneration_tokens
   draft tokens per draft       = Δdraft_tokens / Δdrafts  (effective k)
-  estimated speedup            = mean acceptance length / c(effective k, b)   (specwatch.specdecode.cost)
+  (speedup and cost-profile drift are the exporter's: specwatch_speedup{basis}, see docs/architecture.md)
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ VLLM_WAITING = "vllm:num_requests_waiting"
 VLLM_TPOT = "vllm:request_time_per_output_token_seconds"
 VLLM_ITL = "vllm:inter_token_latency_seconds"
 VLLM_SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"
+VLLM_STEPS = "vllm:iteration_tokens_total"
+VLLM_GENERATION = "vllm:generation_tokens_total"
+VLLM_TTFT = "vllm:time_to_first_token_seconds"
 
 
 @dataclass(frozen=True)
@@ -78,8 +81,7 @@ def spec_decode_rules(cfg: MixinConfig, level: str) -> tuple[RecordingRule, ...]
     """The spec-decode recording rules of one level (MODEL or UPSTREAM_ENGINE), in evaluation order.
 
     Output labels: LEVEL_LABELS[level] (+ position, + k). Source: the exporter's normalized
-    counters selected by cfg.exporter_selector; the estimated speedup also reads
-    vllm:num_requests_running selected by cfg.vllm_selector.
+    counters selected by cfg.exporter_selector.
     """
     if level not in (MODEL, UPSTREAM_ENGINE):
         raise ValueError(f"spec-decode rules exist for levels {MODEL!r} and {UPSTREAM_ENGINE!r}, not {level!r}")
@@ -103,7 +105,6 @@ def spec_decode_rules(cfg: MixinConfig, level: str) -> tuple[RecordingRule, ...]
     cond_rate = cfg.ratio_rule(level, "specwatch_position_conditional_acceptance_rate")
     expected = cfg.ratio_rule(level, "specwatch_expected_acceptance_length")
     from_drafts = cfg.ratio_rule(level, "specwatch_output_from_drafts_ratio")
-    speedup = cfg.ratio_rule(level, "specwatch_estimated_speedup")
     who = "per model" if level == MODEL else "per upstream and engine"
 
     rules: list[RecordingRule] = [
@@ -155,39 +156,7 @@ def spec_decode_rules(cfg: MixinConfig, level: str) -> tuple[RecordingRule, ...]
             f"Expected acceptance length if k were {k}: 1 + Σ r_i for i < {k} "
             f"(exact for chain drafters), {who}; only where k >= {k}.",
             labels=(("k", str(k)),)))
-    rules.append(RecordingRule(speedup, _speedup_expr(cfg, level, mean_len, per_draft),
-                               f"Estimated speedup = mean acceptance length / c(effective k, running requests "
-                               f"per engine), c = 1 + k × ({cfg.step_cost_per_draft_token:g} + "
-                               f"{cfg.step_cost_per_draft_token_per_running_request:g} × b), {who}."))
     return tuple(rules)
-
-
-def _speedup_expr(cfg: MixinConfig, level: str, mean_len: str, per_draft: str) -> str:
-    """PromQL for mean acceptance length / (1 + k_eff × (s + p × b)).
-
-    b (running requests per engine, averaged over the rate window) comes from vLLM's own
-    vllm:num_requests_running. At the model level b is the mean over the engines of that model
-    that export spec-decode counters (so a baseline server of the same model is left out),
-    joined on model_name. At the upstream/engine level the vllm scrape job must carry an
-    ``upstream`` label equal to the exporter's upstream name (a static label in
-    prometheus/prometheus.yml); the join is on (upstream, model_name, engine). Without it the
-    upstream/engine speedup is absent.
-    """
-    w = cfg.rate_window
-    s = repr(float(cfg.step_cost_per_draft_token))
-    p = repr(float(cfg.step_cost_per_draft_token_per_running_request))
-    running = f"avg_over_time({VLLM_RUNNING}{selector(cfg.vllm_selector)}[{w}])"
-    if level == MODEL:
-        keep = "job, model_name"
-        join = "model_name"
-        batch = (f"avg by (model_name) (\n  {running}\n  and on (instance, model_name, engine) "
-                 f"{VLLM_SPEC_DRAFTS}{selector(cfg.vllm_selector)}\n)")
-    else:
-        keep = "job, upstream, model_name, engine"
-        join = "upstream, model_name, engine"
-        batch = f"max by (upstream, model_name, engine) (\n  {running}\n)"
-    return (f"{mean_len}\n/ on ({keep})\n(\n  1 + {per_draft}\n  * on ({join}) group_left ()\n"
-            f"  ({s} + {p} * {_indent(batch, 4).lstrip()})\n)")
 
 
 def _indent(text: str, n: int) -> str:
@@ -225,6 +194,19 @@ def vllm_rules(cfg: MixinConfig, level: str) -> tuple[RecordingRule, ...]:
                 f"histogram_quantile({q}, sum by ({g}, le) (rate({metric}_bucket{sel}[{w}])))\n"
                 f"and\n({count} > 0)",
                 f"{what}, p{round(q * 100)} in seconds (histogram_quantile over the {w} bucket rates), {who}."))
+    # Step time from vLLM's own histograms (specwatch.specdecode.steptime has the same formulas).
+    itl_count = f"sum by ({g}) (rate({VLLM_ITL}_count{sel}[{w}]))"
+    rules.append(RecordingRule(
+        cfg.ratio_rule(level, "vllm_running_requests_per_step"),
+        f"{itl_count}\n/\n(sum by ({g}) (rate({VLLM_STEPS}_count{sel}[{w}])) > 0)",
+        f"Running requests per engine step b = Δ{VLLM_ITL}_count / Δ{VLLM_STEPS}_count "
+        f"(step-weighted: idle time does not dilute it), {who}."))
+    rules.append(RecordingRule(
+        cfg.ratio_rule(level, "vllm_request_decode_tokens_per_second"),
+        f"(\n  sum by ({g}) (rate({VLLM_GENERATION}{sel}[{w}]))\n  - sum by ({g}) (rate({VLLM_TTFT}_count{sel}[{w}]))\n)\n"
+        f"/\n(sum by ({g}) (rate({VLLM_ITL}_sum{sel}[{w}])) > 0)",
+        f"Decode speed of a running request, tokens/s = Δ(generation tokens - first tokens) / Δ{VLLM_ITL}_sum "
+        f"(steps without a draft count too: the speed users feel), {who}."))
     for metric, short, what in ((VLLM_RUNNING, "vllm_num_requests_running", "Running requests"),
                                 (VLLM_WAITING, "vllm_num_requests_waiting", "Waiting (queued) requests")):
         rules.append(RecordingRule(cfg.sum_rule(level, short), f"sum by ({g}) ({metric}{sel})",
