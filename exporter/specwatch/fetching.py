@@ -81,13 +81,14 @@ def decode_body(data: bytes) -> str:
 
 
 def parse_body(text: str, max_bytes: int, content_type: str = "") -> UpstreamSnapshot:
-    """:func:`check_complete` + :func:`specwatch.vllm_metrics.parse_metrics`, errors as
-    :class:`FetchError` (reason ``parse`` or ``invalid_value``)."""
-    check_complete(text, content_type)
+    """:func:`specwatch.vllm_metrics.parse_metrics` + :func:`check_complete`, errors as
+    :class:`FetchError` (reason ``parse``, ``invalid_value`` or ``truncated``)."""
     try:
-        return parse_metrics(text, max_bytes=max_bytes)
+        snap = parse_metrics(text, max_bytes=max_bytes)
     except MetricsParseError as exc:
         raise FetchError(exc.reason, str(exc)) from None
+    check_complete(text, content_type)  # after the parse: a page that is no exposition is "parse"
+    return snap
 
 
 async def _read_limited(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes:

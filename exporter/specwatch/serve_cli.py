@@ -6,15 +6,14 @@ import logging
 import signal
 import sys
 import threading
-from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import click
 from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
-from prometheus_client.exposition import ThreadingWSGIServer
 
 from specwatch import __version__
 from specwatch.collector import SpecwatchCollector
 from specwatch.config import DEFAULT_LISTEN_ADDRESS, ConfigError, ExporterConfig, build_config
+from specwatch.listener import Listener
 
 log = logging.getLogger("specwatch.exporter")
 
@@ -53,9 +52,10 @@ def make_app(config: ExporterConfig, registry: CollectorRegistry):
     return app
 
 
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format, *args):  # noqa: A002 - signature of the base class
-        pass
+class FlagError(click.ClickException):
+    """A bad flag value: one line ``Error: …`` on stderr, exit status 2."""
+
+    exit_code = 2
 
 
 @click.command("serve")
@@ -75,11 +75,21 @@ class _QuietHandler(WSGIRequestHandler):
               help="Cost model a: verify-step cost per draft token, relative to a plain step.")
 @click.option("--cost-per-draft-token-per-running-request", type=float, default=0.02, show_default=True,
               help="Cost model s: extra cost per draft token and running request.")
+@click.option("--min-fetch-interval", type=float, default=1.0, show_default=True,
+              help="Scrapes within this many seconds after a fetch round share it (0: only scrapes "
+                   "arriving while a round is in flight share it).")
+@click.option("--max-requests", type=int, default=40, show_default=True,
+              help="Most /metrics requests served at once; more get 503 (like node_exporter's --web.max-requests).")
+@click.option("--max-connections", type=int, default=200, show_default=True,
+              help="Most open connections to the listener; more are answered 503 and closed at once.")
+@click.option("--request-timeout", type=float, default=10.0, show_default=True,
+              help="Seconds a client has to send its request line and headers (in total), and to take the answer.")
 @click.option("--once", is_flag=True, help="Scrape once, print the exposition to stdout and exit.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)
 def serve(upstreams, windows, listen_address, timeout_seconds, max_body_bytes,
-          cost_per_draft_token, cost_per_draft_token_per_running_request, once, log_level):
+          cost_per_draft_token, cost_per_draft_token_per_running_request, min_fetch_interval,
+          max_requests, max_connections, request_timeout, once, log_level):
     """Run the exporter: on each scrape, fetch every upstream's /metrics and derive draft
     acceptance rate, mean acceptance length, per-position acceptance (unconditional and
     conditional), the what-if curve for every smaller k and the live k advice."""
@@ -87,19 +97,25 @@ def serve(upstreams, windows, listen_address, timeout_seconds, max_body_bytes,
     ups = [u for spec in upstreams for u in spec.split()]
     try:
         config = build_config(ups, windows, listen_address, timeout_seconds, max_body_bytes,
-                              cost_per_draft_token, cost_per_draft_token_per_running_request)
+                              cost_per_draft_token, cost_per_draft_token_per_running_request,
+                              min_fetch_interval=min_fetch_interval, max_requests=max_requests,
+                              max_connections=max_connections, request_timeout=request_timeout)
     except ConfigError as exc:
-        raise click.BadParameter(str(exc)) from None
-    registry = make_registry(config)
+        raise FlagError(str(exc)) from None
     if once:
+        registry = make_registry(config)
         sys.stdout.write(generate_latest(registry).decode())
         return
     try:
-        httpd = make_server(config.listen_host, config.listen_port, make_app(config, registry),
-                            ThreadingWSGIServer, handler_class=_QuietHandler)
-    except OSError as exc:
-        raise click.ClickException(f"cannot listen on {listen_address}: {exc.strerror or exc}") from None
-    log.info("specwatch %s listening on http://%s:%d/metrics for %s", __version__, config.listen_host,
+        httpd = Listener(config.listen_host, config.listen_port, None, max_requests=config.max_requests,
+                         max_connections=config.max_connections, request_timeout=config.request_timeout)
+    except (OSError, UnicodeError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise FlagError(f"cannot listen on {listen_address}: {reason}") from None
+    registry = make_registry(config)
+    httpd.app = make_app(config, registry)
+    host = f"[{config.listen_host}]" if ":" in config.listen_host else config.listen_host
+    log.info("specwatch %s listening on http://%s:%d/metrics for %s", __version__, host,
              config.listen_port, ", ".join(u.name for u in config.upstreams))
     stop = threading.Event()
 
