@@ -64,6 +64,12 @@ class _Round:
         self.finished_at: float | None = None
         self.families: list[Metric] = []
         self.window_values: list[WindowValues] = []
+        self.rendered: dict[tuple, bytes] = {}  # exposition bytes per (content type, encoding)
+        self.render_lock = threading.Lock()
+
+    def collect(self) -> list[Metric]:
+        """The round's families (so a round can be rendered like a registry)."""
+        return self.families
 
 
 class SpecwatchCollector(Collector):
@@ -102,6 +108,11 @@ class SpecwatchCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         yield from self._current_round().families
+
+    def current_round(self) -> _Round:
+        """The fetch round this scrape shares (starting one if none is fresh): its ``families``,
+        and ``rendered``/``render_lock`` to render it once for all scrapes sharing it."""
+        return self._current_round()
 
     def window_values(self) -> list[WindowValues]:
         """The :class:`WindowValues` of the latest finished round: one per (upstream, model_name,

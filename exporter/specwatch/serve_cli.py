@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+import html
 import logging
 import signal
 import sys
@@ -9,6 +11,7 @@ import threading
 
 import click
 from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
+from prometheus_client.exposition import choose_encoder
 
 from specwatch import __version__
 from specwatch.collector import SpecwatchCollector
@@ -20,17 +23,42 @@ log = logging.getLogger("specwatch.exporter")
 
 def make_registry(config: ExporterConfig, **collector_kwargs) -> CollectorRegistry:
     """A fresh registry holding only the specwatch collector (no process/platform metrics, whose
-    values say nothing about speculation and would differ per host)."""
+    values say nothing about speculation and would differ per host). The collector is also
+    reachable as ``registry.specwatch_collector``."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SpecwatchCollector(config, **collector_kwargs))
+    collector = SpecwatchCollector(config, **collector_kwargs)
+    registry.register(collector)
+    registry.specwatch_collector = collector  # type: ignore[attr-defined]
     return registry
+
+
+def render_metrics(collector: SpecwatchCollector, accept: str, accept_encoding: str) -> tuple[bytes, list]:
+    """The exposition of the current fetch round as ``(body, headers)``, in the format the
+    ``Accept`` header asks for (text 0.0.4 by default, OpenMetrics on request) and gzipped when
+    ``Accept-Encoding`` allows; rendered once per round and format, shared by every scrape."""
+    rnd = collector.current_round()
+    encoder, content_type = choose_encoder(accept)
+    use_gzip = "gzip" in (accept_encoding or "")
+    key = (content_type, use_gzip)
+    with rnd.render_lock:
+        body = rnd.rendered.get(key)
+        if body is None:
+            body = encoder(rnd)
+            if use_gzip:
+                body = gzip.compress(body, compresslevel=5)
+            rnd.rendered[key] = body
+    headers = [("Content-Type", content_type)]
+    if use_gzip:
+        headers.append(("Content-Encoding", "gzip"))
+    return body, headers
 
 
 def make_app(config: ExporterConfig, registry: CollectorRegistry):
     """WSGI app: ``/`` is a landing page linking ``/metrics``; ``/metrics`` the exposition;
     anything else 404. No request parameter ever selects what is fetched."""
-    metrics_app = make_wsgi_app(registry)
-    names = "".join(f"<li>{u.name}</li>" for u in config.upstreams)
+    collector = getattr(registry, "specwatch_collector", None)
+    metrics_app = make_wsgi_app(registry) if collector is None else None
+    names = "".join(f"<li>{html.escape(u.name)}</li>" for u in config.upstreams)
     landing = (
         "<!doctype html><html><head><title>specwatch</title></head><body>"
         f"<h1>specwatch {__version__}</h1><p>Speculative-decoding exporter for vLLM.</p>"
@@ -42,7 +70,12 @@ def make_app(config: ExporterConfig, registry: CollectorRegistry):
         path = environ.get("PATH_INFO", "/")
         if path == "/metrics":
             environ["QUERY_STRING"] = ""  # name[] filters are not offered
-            return metrics_app(environ, start_response)
+            if metrics_app is not None:
+                return metrics_app(environ, start_response)
+            body, headers = render_metrics(collector, environ.get("HTTP_ACCEPT", ""),
+                                           environ.get("HTTP_ACCEPT_ENCODING", ""))
+            start_response("200 OK", headers)
+            return [body]
         if path in ("/", ""):
             start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
             return [landing]
