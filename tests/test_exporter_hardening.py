@@ -288,7 +288,8 @@ def test_three_15_mib_bodies_leave_the_healthy_upstream_up():
 
 def test_history_is_bounded_by_time_not_only_by_count():
     """One scrape per second for 2000 s with a 1 h window: the kept records are bounded by the
-    window over the record spacing (1 h / 120 s + 2), not by the 2000-sample cap."""
+    record spacing (one per max(1 s, shortest window / 12) = 5 s): 2000 s / 5 s + 2, not by the
+    2000-sample cap."""
     a = _k4()
     reg, fetcher, clock = make_exporter({"s": a}, windows=("1m", "1h"))
     coll = reg.specwatch_collector
@@ -297,7 +298,7 @@ def test_history_is_bounded_by_time_not_only_by_count():
         fetcher.bodies["s"] = add_to(a, {f"{P}drafts_total{L}": float(i), f"{P}draft_tokens_total{L}": float(4 * i),
                                          f"{P}accepted_tokens_total{L}": 0.0}) if i % 100 == 0 else fetcher.bodies["s"]
         coll.collect().__next__()
-    assert len(coll._states["s"].history) <= 3600 / 2 + 2  # spacing = max(1 s, 1m/30) = 2 s
+    assert len(coll._states["s"].history) <= 2000 / 5 + 2  # spacing = max(1 s, 1m / 12) = 5 s
     assert len(coll._states["s"].history) < 2000 / 2 + 2
 
 

@@ -21,6 +21,7 @@ import logging
 import math
 import threading
 import time
+import weakref
 from typing import Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -98,6 +99,7 @@ class SpecwatchCollector(Collector):
         else:
             self._runner = ThreadRunner(fetch, config.timeout_seconds, config.max_body_bytes, n)
         self._cost = CostModel(config.cost_per_draft_token, config.cost_per_draft_token_per_running_request)
+        weakref.finalize(self, self._runner.close)  # stop the fetch loop when the collector goes
 
     def describe(self) -> list[Metric]:
         return []  # collected per round; nothing to describe at registration time

@@ -21,7 +21,7 @@ value ``adj`` (sum of its increases since the exporter first saw it). A window's
 ``adj(now) − adj(baseline)``, where the baseline is the newest kept record at or before
 ``now − window`` (the oldest one while the history is shorter): one binary search and one
 subtraction per series, whatever the uptime. Records (a time and one float per series) are kept
-at most one per ``spacing`` seconds (``max(1 s, shortest window / 30)``), none older than the
+at most one per ``spacing`` seconds (``max(1 s, shortest window / 12)``), none older than the
 longest window plus one record, and at most ``max_records``; so memory per upstream is bounded by
 ``min(max_records, longest / spacing + 2) × series × 8 bytes``. A window's span therefore starts
 within ``spacing`` of ``now − window``; every value divides increases over that same span, and
@@ -111,7 +111,7 @@ class WindowEngine:
         self.windows = windows
         self.longest = max((s for _, s in windows), default=0.0)
         shortest = min((s for _, s in windows), default=0.0)
-        self.spacing = max(1.0, shortest / 30.0)
+        self.spacing = max(1.0, shortest / 12.0)
         self.max_records = max(2, max_records)
         self._series: dict[tuple[Key, str], _Series] = {}
         self._adj = array("d")  # current reset-adjusted cumulative value per slot
