@@ -251,7 +251,7 @@ def test_bad_body_gives_up_0_and_spares_the_other_upstream(case, caplog):
     for s in samples:
         if s.labels.get("upstream") == "bad":
             assert s.name in {"specwatch_up", "specwatch_scrape_duration_seconds",
-                              "specwatch_upstream_fetch_errors_total",
+                              "specwatch_upstream_fetch_errors_total", "specwatch_upstream_fetches_total",
                               "specwatch_invariant_violations_total"}, s
     assert series(samples, "specwatch_draft_acceptance_rate", upstream="good")
     msgs = [r.getMessage() for r in caplog.records if "upstream bad" in r.getMessage()]

@@ -1,224 +1,215 @@
-"""The exporter's custom collector: fetch every upstream on each scrape, derive, expose.
+"""The exporter's custom collector: fetch every upstream in coalesced rounds, derive, expose.
 
-Each :meth:`SpecwatchCollector.collect` builds fresh metric families, so no stale label set
-lingers. The only state kept across scrapes is, per upstream, a bounded history of fetched
-counters (for the ``window`` values; at most ``history_samples`` entries and no older than the
-longest window) and the invariant-violation counters.
+A *fetch round* fetches every upstream concurrently against one shared deadline
+(``--timeout``; see :mod:`specwatch.exporter.fetching`), feeds each successful fetch to that upstream's
+:class:`specwatch.exporter.windows.WindowEngine` and builds the metric families once. Scrapes that arrive
+while a round is in flight, or within ``--min-fetch-interval`` seconds after it finished (default
+1 s), share it: upstreams see one fetch per interval whatever the number of scrapers
+(``specwatch_upstream_fetches_total`` counts them).
+
+Each upstream is isolated: whatever its body holds (garbage, negative, NaN/Inf or duplicated
+values in any family read) makes only that upstream ``specwatch_up 0`` with a reason in
+``specwatch_upstream_fetch_errors_total{reason}``; no scrape fails, and no non-finite value is
+ever exposed. State kept across rounds, per upstream: the window engine's bounded history (see
+:mod:`specwatch.exporter.windows`) and the error/violation/fetch counters.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
+import math
 import threading
 import time
-from collections import deque
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+import weakref
 from typing import Callable, Iterator
 
-import requests
-import urllib3
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from specwatch import __version__
 from specwatch.specdecode.cost import CostModel, estimated_speedups, recommend_k
-from specwatch.exporter.config import ExporterConfig, Upstream
-from specwatch.specdecode.derive import INVARIANTS, DerivedValues, add_counters, check_invariants, counters_delta, derive
-from specwatch.specdecode.metrics import MetricsParseError, SpecDecodeCounters, UpstreamSnapshot, parse_metrics
+from specwatch.exporter.config import ExporterConfig
+from specwatch.specdecode.derive import INVARIANTS, DerivedValues, check_invariants, derive
+from specwatch.exporter.fetching import (AsyncHttpRunner, FetchError, Fetcher, FetchResult, FetchRunner,
+                                ThreadRunner, http_fetch)
+from specwatch.specdecode.metrics import UpstreamSnapshot
+from specwatch.exporter.windows import WindowEngine, WindowValues
 
 log = logging.getLogger("specwatch.exporter")
 
-
-class FetchError(Exception):
-    """An upstream could not be fetched; ``reason`` is a short label (connect, timeout, truncated,
-    http_status, too_large, decode, parse) and the message says what was wrong."""
-
-    def __init__(self, reason: str, message: str):
-        super().__init__(message)
-        self.reason = reason
-
-
-#: ``fetch(upstream, timeout_seconds, max_bytes) -> body text``; raises :class:`FetchError`.
-Fetcher = Callable[[Upstream, float, int], str]
-
-_local = threading.local()
-
-
-def http_fetch(upstream: Upstream, timeout_seconds: float, max_bytes: int) -> str:
-    """GET ``upstream.metrics_url`` (plain text format, no OpenMetrics negotiation) with a total
-    deadline of ``timeout_seconds`` and a body cap of ``max_bytes``; returns the body as text.
-
-    Raises :class:`FetchError` on connection failure, timeout, non-200 status, an oversized or
-    non-UTF-8 body.
-    """
-    session = getattr(_local, "session", None)
-    if session is None:
-        session = _local.session = requests.Session()
-    deadline = time.monotonic() + timeout_seconds
-    try:
-        with session.get(
-            upstream.metrics_url,
-            timeout=(timeout_seconds, timeout_seconds),
-            stream=True,
-            headers={"Accept": "text/plain;version=0.0.4"},
-            allow_redirects=False,
-        ) as resp:
-            if resp.status_code != 200:
-                raise FetchError("http_status", f"HTTP {resp.status_code} from /metrics")
-            chunks, size = [], 0
-            # read1: whatever has arrived (at most 64 KiB), so a body dripped slowly hits the
-            # deadline check after each piece instead of blocking until a full buffer is read
-            while True:
-                try:
-                    chunk = resp.raw.read1(65536, decode_content=True)
-                except urllib3.exceptions.ReadTimeoutError:
-                    raise FetchError("timeout", f"no data for {timeout_seconds:g} s") from None
-                except urllib3.exceptions.ProtocolError:
-                    raise FetchError("truncated", "connection closed before the body was complete") from None
-                if not chunk:
-                    break
-                size += len(chunk)
-                if size > max_bytes:
-                    raise FetchError("too_large", f"body larger than the {max_bytes}-byte cap")
-                if time.monotonic() > deadline:
-                    raise FetchError("timeout", f"body not complete within {timeout_seconds:g} s")
-                chunks.append(chunk)
-    except requests.Timeout:
-        raise FetchError("timeout", f"no answer within {timeout_seconds:g} s") from None
-    except requests.exceptions.ChunkedEncodingError:
-        raise FetchError("truncated", "connection closed before the body was complete") from None
-    except requests.ConnectionError as exc:
-        raise FetchError("connect", f"connection failed: {type(exc).__name__}") from None
-    except requests.RequestException as exc:
-        raise FetchError("connect", f"request failed: {type(exc).__name__}") from None
-    try:
-        return b"".join(chunks).decode("utf-8")
-    except UnicodeDecodeError:
-        raise FetchError("decode", "body is not UTF-8 text") from None
-
-
-@dataclass
-class _Sample:
-    t: float
-    counters: dict[tuple[str, str], SpecDecodeCounters]
+__all__ = ["FetchError", "Fetcher", "http_fetch", "SpecwatchCollector"]
 
 
 class _UpstreamState:
-    """Per-upstream state kept across scrapes (bounded)."""
+    """Per-upstream state kept across rounds (bounded)."""
 
-    def __init__(self, max_samples: int):
-        self.history: deque[_Sample] = deque(maxlen=max_samples)
+    def __init__(self, name: str, config: ExporterConfig):
+        self.engine = WindowEngine(name, tuple((w.label, w.seconds) for w in config.windows),
+                                   config.history_samples)
         self.violations: dict[str, int] = {name: 0 for name in INVARIANTS}
         self.fetch_errors: dict[str, int] = {}
+        self.fetches = 0
+
+    @property
+    def history(self):
+        """The window engine's kept records (bounded by time and count)."""
+        return self.engine.history
 
 
-def window_delta(history: list[_Sample], now: float, seconds: float, key: tuple[str, str]) -> SpecDecodeCounters | None:
-    """Increase of one key's counters over the last ``seconds`` of ``history`` (oldest first).
+class _Round:
+    """One fetch round and the families built from it (shared by coalesced scrapes)."""
 
-    The baseline is the newest sample at or before ``now - seconds`` (or the oldest one while the
-    history is shorter than the window: the value then covers what has been seen). Increases are
-    summed pair by pair so a restart inside the window counts as Prometheus' ``increase()`` does.
-    A key absent from a sample counts as a fresh series (starting at 0).
-    """
-    start = 0
-    for i, s in enumerate(history):
-        if s.t <= now - seconds:
-            start = i
-    seq = [s.counters.get(key) for s in history[start:]]
-    total: SpecDecodeCounters | None = None
-    for before, after in zip(seq, seq[1:]):
-        if after is None:
-            continue
-        step = after if before is None else counters_delta(before, after)
-        total = step if total is None else _add(total, step)
-    return total
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.finished_at: float | None = None
+        self.families: list[Metric] = []
+        self.window_values: list[WindowValues] = []
+        self.rendered: dict[tuple, bytes] = {}  # exposition bytes per (content type, encoding)
+        self.render_lock = threading.Lock()
 
-
-def _add(a: SpecDecodeCounters, b: SpecDecodeCounters) -> SpecDecodeCounters:
-    if len(a.accepted_per_position) != len(b.accepted_per_position):
-        return b  # k changed inside the window: keep the newest configuration only
-    return add_counters(a, b)
+    def collect(self) -> list[Metric]:
+        """The round's families (so a round can be rendered like a registry)."""
+        return self.families
 
 
 class SpecwatchCollector(Collector):
     """prometheus_client collector exposing specwatch's metrics (see README "Metrics").
 
-    ``fetch`` is injected (default :func:`http_fetch`); ``clock`` returns seconds (monotonic).
-    Thread-safe: concurrent scrapes are serialised.
+    ``fetch``: an injected synchronous :data:`specwatch.exporter.fetching.Fetcher` (tests), or ``None``
+    for HTTP on the shared event loop (:class:`specwatch.exporter.fetching.AsyncHttpRunner`).
+    ``clock`` returns seconds (monotonic) for the windows and the freshness interval.
+    Thread-safe: concurrent scrapes share rounds (see the module docstring).
     """
 
     def __init__(
         self,
         config: ExporterConfig,
-        fetch: Fetcher = http_fetch,
+        fetch: Fetcher | None = None,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.config = config
-        self._fetch = fetch
         self._clock = clock
         self._lock = threading.Lock()
-        self._states = {u.name: _UpstreamState(config.history_samples) for u in config.upstreams}
-        self._pool = ThreadPoolExecutor(max_workers=min(32, len(config.upstreams)), thread_name_prefix="fetch")
+        self._round: _Round | None = None
+        self._states = {u.name: _UpstreamState(u.name, config) for u in config.upstreams}
+        n = len(config.upstreams)
+        if fetch is None or fetch is http_fetch:
+            self._runner: FetchRunner = AsyncHttpRunner(config.timeout_seconds, config.max_body_bytes, n)
+        else:
+            self._runner = ThreadRunner(fetch, config.timeout_seconds, config.max_body_bytes, n)
         self._cost = CostModel(config.cost_per_draft_token, config.cost_per_draft_token_per_running_request)
+        weakref.finalize(self, self._runner.close)  # stop the fetch loop when the collector goes
 
     def describe(self) -> list[Metric]:
-        return []  # collected per scrape; nothing to describe at registration time
+        return []  # collected per round; nothing to describe at registration time
 
-    def _fetch_one(self, upstream: Upstream) -> tuple[UpstreamSnapshot | None, float, FetchError | None]:
-        t0 = time.perf_counter()
-        try:
-            body = self._fetch(upstream, self.config.timeout_seconds, self.config.max_body_bytes)
-            snap = parse_metrics(body, max_bytes=self.config.max_body_bytes)
-            return snap, time.perf_counter() - t0, None
-        except FetchError as exc:
-            return None, time.perf_counter() - t0, exc
-        except MetricsParseError as exc:
-            return None, time.perf_counter() - t0, FetchError("parse", str(exc))
-
-    def _result(self, future) -> tuple[UpstreamSnapshot | None, float, FetchError | None]:
-        """A fetch's result, waiting at most a little past the deadline :func:`http_fetch` keeps
-        itself (an injected fetcher might not keep one): one stuck upstream never holds the scrape."""
-        limit = self.config.timeout_seconds + 1.0
-        try:
-            return future.result(timeout=limit)
-        except FutureTimeout:
-            return None, limit, FetchError("timeout", f"no result within {limit:g} s")
+    def close(self) -> None:
+        """Stop the fetch machinery (the collector is unusable afterwards)."""
+        self._runner.close()
 
     def collect(self) -> Iterator[Metric]:
-        with self._lock:
-            yield from self._collect_locked()
+        yield from self._current_round().families
 
-    def _collect_locked(self) -> Iterator[Metric]:
+    def current_round(self) -> _Round:
+        """The fetch round this scrape shares (starting one if none is fresh): its ``families``,
+        and ``rendered``/``render_lock`` to render it once for all scrapes sharing it."""
+        return self._current_round()
+
+    def window_values(self) -> list[WindowValues]:
+        """The :class:`WindowValues` of the latest finished round: one per (upstream, model_name,
+        engine, window) with spec-decode counters or step histograms (configured windows only)."""
+        r = self._round
+        return list(r.window_values) if r is not None and r.done.is_set() else []
+
+    def _current_round(self) -> _Round:
+        with self._lock:
+            r = self._round
+            now = self._clock()
+            fresh = r is not None and (not r.done.is_set() or
+                                       (r.finished_at is not None and now - r.finished_at < self.config.min_fetch_interval))
+            if not fresh:
+                r = self._round = _Round()
+                owner = True
+            else:
+                owner = False
+        assert r is not None
+        if owner:
+            try:
+                self._run_round(r)
+            except Exception:  # noqa: BLE001 - a bug must not fail every later scrape
+                log.exception("fetch round failed")
+                fams = _Families()
+                fams.build_info.add_metric([__version__], 1.0)
+                r.families = list(fams.all())
+            finally:
+                r.finished_at = self._clock()
+                r.done.set()
+        else:
+            r.done.wait(self.config.timeout_seconds + 5.0)
+        return r
+
+    def _fetch_all(self) -> list[FetchResult]:
         cfg = self.config
-        futures = [self._pool.submit(self._fetch_one, u) for u in cfg.upstreams]
-        results = [self._result(f) for f in futures]
+        limit = cfg.timeout_seconds + 1.0
+        futures: dict[str, concurrent.futures.Future] = {}
+        results: dict[str, FetchResult] = {}
+        for u in cfg.upstreams:
+            fut = self._runner.submit(u)
+            if fut is None:
+                results[u.name] = FetchResult(None, FetchError("timeout", "previous fetch still running"), 0.0)
+            else:
+                futures[u.name] = fut
+                self._states[u.name].fetches += 1
+        concurrent.futures.wait(list(futures.values()), timeout=limit)  # one shared deadline
+        for name, fut in futures.items():
+            if not fut.done():
+                results[name] = FetchResult(None, FetchError("timeout", f"no result within {limit:g} s"), limit)
+                continue
+            try:
+                results[name] = fut.result()
+            except Exception as exc:  # noqa: BLE001 - isolate the upstream, never the scrape
+                results[name] = FetchResult(None, FetchError("parse", f"{type(exc).__name__}: {exc}"), 0.0)
+        return [results[u.name] for u in cfg.upstreams]
+
+    def _run_round(self, r: _Round) -> None:
+        cfg = self.config
+        results = self._fetch_all()
         now = self._clock()
 
         f = _Families()
         f.build_info.add_metric([__version__], 1.0)
-        for upstream, (snap, duration, error) in zip(cfg.upstreams, results):
+        for upstream, res in zip(cfg.upstreams, results):
             name = upstream.name
             state = self._states[name]
-            f.duration.add_metric([name], duration)
+            f.duration.add_metric([name], res.seconds)
+            error = res.error
+            if error is None:
+                assert res.snapshot is not None
+                part = _Families()
+                try:
+                    state.engine.observe(now, res.snapshot)
+                    self._add_upstream(part, name, state, res.snapshot, now, r.window_values)
+                except Exception as exc:  # noqa: BLE001 - isolate the upstream, never the scrape
+                    error = FetchError("invalid_value", f"values not usable: {type(exc).__name__}: {exc}")
+                else:
+                    f.up.add_metric([name], 1.0)
+                    f.merge(part)
             if error is not None:
                 state.fetch_errors[error.reason] = state.fetch_errors.get(error.reason, 0) + 1
                 log.warning("upstream %s: %s: %s", name, error.reason, error)
                 f.up.add_metric([name], 0.0)
-            else:
-                assert snap is not None
-                f.up.add_metric([name], 1.0)
-                f.enabled.add_metric([name], 1.0 if snap.spec_decode_enabled else 0.0)
-                f.info.add_metric([name, snap.schema], 1.0)
-                self._add_upstream(f, name, state, snap, now)
+            f.fetches.add_metric([name], float(state.fetches))
             for reason, count in sorted(state.fetch_errors.items()):
                 f.fetch_errors.add_metric([name, reason], float(count))
             for inv, count in state.violations.items():
                 f.violations.add_metric([name, inv], float(count))
-        yield from f.all()
+        r.families = list(f.all())
 
-    def _add_upstream(self, f: "_Families", name: str, state: _UpstreamState, snap: UpstreamSnapshot, now: float) -> None:
+    def _add_upstream(self, f: "_Families", name: str, state: _UpstreamState, snap: UpstreamSnapshot,
+                      now: float, out: list[WindowValues]) -> None:
+        f.enabled.add_metric([name], 1.0 if snap.spec_decode_enabled else 0.0)
+        f.info.add_metric([name, snap.schema], 1.0)
         for model, g in sorted(snap.v0.items()):
             if g.counter_acceptance_ratio is not None:
                 f.acceptance_rate.add_metric([name, model, "", "lifetime"], g.counter_acceptance_ratio)
@@ -227,7 +218,7 @@ class SpecwatchCollector(Collector):
             if g.efficiency is not None:
                 f.v0_efficiency.add_metric([name, model], g.efficiency)
 
-        good: dict[tuple[str, str], SpecDecodeCounters] = {}
+        good: set[tuple[str, str]] = set()
         for key, c in sorted(snap.counters.items()):
             bad = check_invariants(c)
             if bad:
@@ -236,12 +227,11 @@ class SpecwatchCollector(Collector):
                 log.warning("upstream %s %s: vLLM invariants violated: %s; no derived values served",
                             name, key, ", ".join(bad))
                 continue
-            good[key] = c
-        state.history.append(_Sample(now, dict(snap.counters)))
-        self._prune(state, now)
-        history = list(state.history)
+            good.add(key)
 
-        for key, c in good.items():
+        for key, c in sorted(snap.counters.items()):
+            if key not in good:
+                continue
             labels = [name, key[0], key[1]]
             if c.drafts is not None:
                 f.drafts.add_metric(labels, c.drafts)
@@ -255,17 +245,29 @@ class SpecwatchCollector(Collector):
                 f.k.add_metric(labels, float(c.num_speculative_tokens))
             running = snap.running_requests.get(key, 0.0)
             self._add_derived(f, labels, "lifetime", derive(c), running)
-            for w in self.config.windows:
-                d = window_delta(history, now, w.seconds, key)
-                if d is not None:
-                    self._add_derived(f, labels, w.label, derive(d), running)
 
-    def _prune(self, state: _UpstreamState, now: float) -> None:
-        longest = max((w.seconds for w in self.config.windows), default=0.0)
-        h = state.history
-        # keep one sample at or before now - longest (the window's baseline), drop older ones
-        while len(h) >= 2 and h[1].t <= now - longest:
-            h.popleft()
+        stepped = {key for key, st in snap.steps.items()
+                   if st.itl_count is not None or st.iteration_count is not None}
+        for key in sorted(good | stepped):
+            labels = [name, key[0], key[1]]
+            running = snap.running_requests.get(key, 0.0)
+            for w in self.config.windows:
+                wv = state.engine.values(key, w.label, w.seconds, spec=key in good, steps=key in stepped)
+                out.append(wv)
+                self._add_window(f, labels, wv, running)
+
+    def _add_window(self, f: "_Families", labels: list[str], wv: WindowValues, running: float) -> None:
+        """Series of one :class:`WindowValues` (extension point for series derived from it)."""
+        if wv.counters is not None:
+            self._add_derived(f, labels, wv.window, derive(wv.counters), running)
+        if wv.step is not None:
+            lw = labels + [wv.window]
+            for fam, v in ((f.step_duration, wv.step.step_duration_seconds),
+                           (f.steps_per_second, wv.step.engine_steps_per_second),
+                           (f.running, wv.step.running_requests),
+                           (f.decode_speed, wv.step.request_decode_tokens_per_second)):
+                if v is not None:
+                    fam.add_metric(lw, v)
 
     def _add_derived(self, f: "_Families", labels: list[str], window: str, d: DerivedValues, running: float) -> None:
         lw = labels + [window]
@@ -320,9 +322,23 @@ class _Families:
         self.speedup = GaugeMetricFamily("specwatch_estimated_speedup", "Estimated speedup at num_speculative_tokens=k vs no speculation: expected acceptance length / verify-step cost factor 1 + k(a + s*running requests).", labels=E + ["k"] + W)
         self.recommended = GaugeMetricFamily("specwatch_recommended_num_speculative_tokens", "k with the best estimated speedup (smallest within 2%); 0 = turn speculation off.", labels=E + W)
         self.v0_rate = GaugeMetricFamily("specwatch_v0_draft_acceptance_rate", "vLLM V0 gauge vllm:spec_decode_draft_acceptance_rate (most recent interval; V0 counts accepted tokens after a rejection too).", labels=["upstream", "model_name"])
+        self.fetches = CounterMetricFamily("specwatch_upstream_fetches", "Fetches of the upstream's /metrics started since the exporter started (concurrent scrapes share one fetch per --min-fetch-interval).", labels=U)
+        itl, it = "vllm:inter_token_latency_seconds", "vllm:iteration_tokens_total"
+        self.step_duration = GaugeMetricFamily("specwatch_step_duration_seconds", f"Mean engine-step time a running request sees, seconds (drafting, verify, sampling, scheduling): increase({itl}_sum) / increase({itl}_count) over the window.", labels=E + W)
+        self.steps_per_second = GaugeMetricFamily("specwatch_engine_steps_per_second", f"Engine steps per second: increase({it}_count) / window span (exporter clock).", labels=E + W)
+        self.running = GaugeMetricFamily("specwatch_running_requests", "Mean of vllm:num_requests_running over the exporter's fetches in the window.", labels=E + W)
+        self.decode_speed = GaugeMetricFamily("specwatch_request_decode_tokens_per_second", f"Output tokens per second a running request gets after its first token: increase(vllm:generation_tokens_total - vllm:time_to_first_token_seconds_count) / increase({itl}_sum).", labels=E + W)
         self.v0_efficiency = GaugeMetricFamily("specwatch_v0_spec_decode_efficiency", "vLLM V0 gauge vllm:spec_decode_efficiency = emitted / (draft_tokens / k x (k+1)).", labels=["upstream", "model_name"])
+
+    def merge(self, other: "_Families") -> None:
+        """Append ``other``'s samples (one upstream's, built apart so a failure drops them all);
+        non-finite values are dropped: they are never exposed."""
+        mine = vars(self)
+        for attr, fam in vars(other).items():
+            mine[attr].samples.extend(s for s in fam.samples if math.isfinite(s.value))
 
     def all(self) -> Iterator[Metric]:
         for fam in vars(self).values():
+            fam.samples = [s for s in fam.samples if math.isfinite(s.value)]
             if fam.samples or fam.name in ("specwatch_up", "specwatch_build_info"):
                 yield fam

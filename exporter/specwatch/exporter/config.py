@@ -40,7 +40,11 @@ class ExporterConfig:
     ``timeout_seconds`` bounds each upstream fetch (below Prometheus' default 10 s scrape
     timeout); ``max_body_bytes`` caps a /metrics body; ``history_samples`` bounds the per-upstream
     fetch history kept for the windows; ``cost_*`` parametrise the verify-step cost model of the
-    live advice (see :mod:`specwatch.specdecode.cost`).
+    live advice (see :mod:`specwatch.specdecode.cost`). ``min_fetch_interval``: scrapes within this many
+    seconds after a fetch round share it. Listener limits (:mod:`specwatch.exporter.listener`):
+    ``max_requests`` /metrics requests served at once (more get 503), ``max_connections`` open
+    connections (more are closed at once), ``request_timeout`` seconds to receive a request's
+    line and headers, and to send the answer.
     """
 
     upstreams: tuple[Upstream, ...]
@@ -52,17 +56,23 @@ class ExporterConfig:
     history_samples: int = 2000
     cost_per_draft_token: float = 0.05
     cost_per_draft_token_per_running_request: float = 0.02
+    min_fetch_interval: float = 1.0
+    max_requests: int = 40
+    max_connections: int = 200
+    request_timeout: float = 10.0
 
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.:\[\]-]{1,100}$")
+_PORT_RE = re.compile(r"^[0-9]{1,5}$")
 _DURATION_RE = re.compile(r"^(\d+)(s|m|h)$")
 
 
 def parse_upstream(spec: str) -> Upstream:
     """Parse ``NAME=URL`` or ``URL``; a base URL gets ``/metrics`` appended.
 
-    The default name is the URL's ``host:port``. Raises :class:`ConfigError` for a URL that is not
-    http(s) with a host, or a name with characters other than letters, digits and ``_.:-``.
+    The default name is the URL's ``host:port`` (``[::1]:8000`` for an IPv6 address). Raises
+    :class:`ConfigError` for a URL that is not http(s) with a host, a port that is not 1-65535 in
+    ASCII digits, or a name with characters other than letters, digits and ``_.:-`` (and ``[]``).
     """
     name, sep, url = spec.partition("=")
     if not sep or "://" in name:
@@ -74,6 +84,11 @@ def parse_upstream(spec: str) -> Upstream:
         parts.port  # noqa: B018 - validates the port
     except ValueError as exc:
         raise ConfigError(f"upstream {spec!r}: {exc}") from None
+    hostport = parts.netloc.rsplit("@", 1)[-1]
+    tail = hostport.rpartition("]")[2] if hostport.startswith("[") else hostport
+    port_text = tail.rpartition(":")[2] if ":" in tail else ""
+    if port_text and (not _PORT_RE.match(port_text) or not 0 < int(port_text) < 65536):
+        raise ConfigError(f"upstream {spec!r}: port must be 1-65535 in ASCII digits")
     path = parts.path.rstrip("/")
     if not path.endswith("/metrics"):
         path = path + "/metrics"
@@ -99,12 +114,15 @@ def parse_window(spec: str) -> Window:
 
 
 def parse_listen_address(spec: str) -> tuple[str, int]:
-    """Parse ``HOST:PORT`` (``[::1]:PORT`` for IPv6, ``:PORT`` for all interfaces)."""
-    host, sep, port = spec.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+    """Parse ``HOST:PORT`` (``[::1]:PORT`` or ``[::]:PORT`` for IPv6, ``:PORT`` for all IPv4
+    interfaces); the port in ASCII digits 1-65535. Raises :class:`ConfigError`."""
+    host, sep, port = spec.strip().rpartition(":")
+    if not sep or not _PORT_RE.match(port) or not 0 < int(port) < 65536:
         raise ConfigError(f"listen address {spec!r}: expected HOST:PORT with a port 1-65535")
-    host = host.strip("[]") or "0.0.0.0"
-    return host, int(port)
+    if host.startswith("[") != host.endswith("]") or (":" in host and not host.startswith("[")):
+        raise ConfigError(f"listen address {spec!r}: write an IPv6 address in brackets, e.g. [::1]:{port}")
+    host = host[1:-1] if host.startswith("[") else host
+    return host or "0.0.0.0", int(port)
 
 
 def build_config(
@@ -115,6 +133,10 @@ def build_config(
     max_body_bytes: int = 16 * 1024 * 1024,
     cost_per_draft_token: float = 0.05,
     cost_per_draft_token_per_running_request: float = 0.02,
+    min_fetch_interval: float = 1.0,
+    max_requests: int = 40,
+    max_connections: int = 200,
+    request_timeout: float = 10.0,
 ) -> ExporterConfig:
     """Validate raw CLI values into an :class:`ExporterConfig`; raises :class:`ConfigError`."""
     if not upstreams:
@@ -137,6 +159,14 @@ def build_config(
             raise ConfigError(f"{name} must be a finite number >= 0, got {v!r}")
     if not math.isfinite(timeout_seconds):
         raise ConfigError("timeout must be a finite number of seconds")
+    if not (math.isfinite(min_fetch_interval) and 0 <= min_fetch_interval <= 60):
+        raise ConfigError("min fetch interval must be between 0 and 60 seconds")
+    if not 1 <= max_requests <= 10000:
+        raise ConfigError("max requests must be between 1 and 10000")
+    if not max_requests <= max_connections <= 10000:
+        raise ConfigError("max connections must be between max requests and 10000")
+    if not (math.isfinite(request_timeout) and 0.5 <= request_timeout <= 300):
+        raise ConfigError("request timeout must be between 0.5 and 300 seconds")
     host, port = parse_listen_address(listen_address)
     return ExporterConfig(
         upstreams=ups,
@@ -147,4 +177,8 @@ def build_config(
         max_body_bytes=max_body_bytes,
         cost_per_draft_token=cost_per_draft_token,
         cost_per_draft_token_per_running_request=cost_per_draft_token_per_running_request,
+        min_fetch_interval=min_fetch_interval,
+        max_requests=max_requests,
+        max_connections=max_connections,
+        request_timeout=request_timeout,
     )

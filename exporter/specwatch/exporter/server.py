@@ -2,36 +2,63 @@
 
 from __future__ import annotations
 
+import gzip
+import html
 import logging
 import signal
 import sys
 import threading
-from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import click
 from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
-from prometheus_client.exposition import ThreadingWSGIServer
+from prometheus_client.exposition import choose_encoder
 
 from specwatch import __version__
 from specwatch.exporter.collector import SpecwatchCollector
 from specwatch.exporter.config import DEFAULT_LISTEN_ADDRESS, ConfigError, ExporterConfig, build_config
+from specwatch.exporter.listener import Listener
 
 log = logging.getLogger("specwatch.exporter")
 
 
 def make_registry(config: ExporterConfig, **collector_kwargs) -> CollectorRegistry:
     """A fresh registry holding only the specwatch collector (no process/platform metrics, whose
-    values say nothing about speculation and would differ per host)."""
+    values say nothing about speculation and would differ per host). The collector is also
+    reachable as ``registry.specwatch_collector``."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SpecwatchCollector(config, **collector_kwargs))
+    collector = SpecwatchCollector(config, **collector_kwargs)
+    registry.register(collector)
+    registry.specwatch_collector = collector  # type: ignore[attr-defined]
     return registry
+
+
+def render_metrics(collector: SpecwatchCollector, accept: str, accept_encoding: str) -> tuple[bytes, list]:
+    """The exposition of the current fetch round as ``(body, headers)``, in the format the
+    ``Accept`` header asks for (text 0.0.4 by default, OpenMetrics on request) and gzipped when
+    ``Accept-Encoding`` allows; rendered once per round and format, shared by every scrape."""
+    rnd = collector.current_round()
+    encoder, content_type = choose_encoder(accept)
+    use_gzip = "gzip" in (accept_encoding or "")
+    key = (content_type, use_gzip)
+    with rnd.render_lock:
+        body = rnd.rendered.get(key)
+        if body is None:
+            body = encoder(rnd)
+            if use_gzip:
+                body = gzip.compress(body, compresslevel=5)
+            rnd.rendered[key] = body
+    headers = [("Content-Type", content_type)]
+    if use_gzip:
+        headers.append(("Content-Encoding", "gzip"))
+    return body, headers
 
 
 def make_app(config: ExporterConfig, registry: CollectorRegistry):
     """WSGI app: ``/`` is a landing page linking ``/metrics``; ``/metrics`` the exposition;
     anything else 404. No request parameter ever selects what is fetched."""
-    metrics_app = make_wsgi_app(registry)
-    names = "".join(f"<li>{u.name}</li>" for u in config.upstreams)
+    collector = getattr(registry, "specwatch_collector", None)
+    metrics_app = make_wsgi_app(registry) if collector is None else None
+    names = "".join(f"<li>{html.escape(u.name)}</li>" for u in config.upstreams)
     landing = (
         "<!doctype html><html><head><title>specwatch</title></head><body>"
         f"<h1>specwatch {__version__}</h1><p>Speculative-decoding exporter for vLLM.</p>"
@@ -43,7 +70,12 @@ def make_app(config: ExporterConfig, registry: CollectorRegistry):
         path = environ.get("PATH_INFO", "/")
         if path == "/metrics":
             environ["QUERY_STRING"] = ""  # name[] filters are not offered
-            return metrics_app(environ, start_response)
+            if metrics_app is not None:
+                return metrics_app(environ, start_response)
+            body, headers = render_metrics(collector, environ.get("HTTP_ACCEPT", ""),
+                                           environ.get("HTTP_ACCEPT_ENCODING", ""))
+            start_response("200 OK", headers)
+            return [body]
         if path in ("/", ""):
             start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
             return [landing]
@@ -53,9 +85,10 @@ def make_app(config: ExporterConfig, registry: CollectorRegistry):
     return app
 
 
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format, *args):  # noqa: A002 - signature of the base class
-        pass
+class FlagError(click.ClickException):
+    """A bad flag value: one line ``Error: …`` on stderr, exit status 2."""
+
+    exit_code = 2
 
 
 @click.command("serve")
@@ -75,11 +108,21 @@ class _QuietHandler(WSGIRequestHandler):
               help="Cost model a: verify-step cost per draft token, relative to a plain step.")
 @click.option("--cost-per-draft-token-per-running-request", type=float, default=0.02, show_default=True,
               help="Cost model s: extra cost per draft token and running request.")
+@click.option("--min-fetch-interval", type=float, default=1.0, show_default=True,
+              help="Scrapes within this many seconds after a fetch round share it (0: only scrapes "
+                   "arriving while a round is in flight share it).")
+@click.option("--max-requests", type=int, default=40, show_default=True,
+              help="Most /metrics requests served at once; more get 503 (like node_exporter's --web.max-requests).")
+@click.option("--max-connections", type=int, default=200, show_default=True,
+              help="Most open connections to the listener; more are answered 503 and closed at once.")
+@click.option("--request-timeout", type=float, default=10.0, show_default=True,
+              help="Seconds a client has to send its request line and headers (in total), and to take the answer.")
 @click.option("--once", is_flag=True, help="Scrape once, print the exposition to stdout and exit.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)
 def serve(upstreams, windows, listen_address, timeout_seconds, max_body_bytes,
-          cost_per_draft_token, cost_per_draft_token_per_running_request, once, log_level):
+          cost_per_draft_token, cost_per_draft_token_per_running_request, min_fetch_interval,
+          max_requests, max_connections, request_timeout, once, log_level):
     """Run the exporter: on each scrape, fetch every upstream's /metrics and derive draft
     acceptance rate, mean acceptance length, per-position acceptance (unconditional and
     conditional), the what-if curve for every smaller k and the live k advice."""
@@ -87,19 +130,25 @@ def serve(upstreams, windows, listen_address, timeout_seconds, max_body_bytes,
     ups = [u for spec in upstreams for u in spec.split()]
     try:
         config = build_config(ups, windows, listen_address, timeout_seconds, max_body_bytes,
-                              cost_per_draft_token, cost_per_draft_token_per_running_request)
+                              cost_per_draft_token, cost_per_draft_token_per_running_request,
+                              min_fetch_interval=min_fetch_interval, max_requests=max_requests,
+                              max_connections=max_connections, request_timeout=request_timeout)
     except ConfigError as exc:
-        raise click.BadParameter(str(exc)) from None
-    registry = make_registry(config)
+        raise FlagError(str(exc)) from None
     if once:
+        registry = make_registry(config)
         sys.stdout.write(generate_latest(registry).decode())
         return
     try:
-        httpd = make_server(config.listen_host, config.listen_port, make_app(config, registry),
-                            ThreadingWSGIServer, handler_class=_QuietHandler)
-    except OSError as exc:
-        raise click.ClickException(f"cannot listen on {listen_address}: {exc.strerror or exc}") from None
-    log.info("specwatch %s listening on http://%s:%d/metrics for %s", __version__, config.listen_host,
+        httpd = Listener(config.listen_host, config.listen_port, None, max_requests=config.max_requests,
+                         max_connections=config.max_connections, request_timeout=config.request_timeout)
+    except (OSError, UnicodeError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise FlagError(f"cannot listen on {listen_address}: {reason}") from None
+    registry = make_registry(config)
+    httpd.app = make_app(config, registry)
+    host = f"[{config.listen_host}]" if ":" in config.listen_host else config.listen_host
+    log.info("specwatch %s listening on http://%s:%d/metrics for %s", __version__, host,
              config.listen_port, ", ".join(u.name for u in config.upstreams))
     stop = threading.Event()
 

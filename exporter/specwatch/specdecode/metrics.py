@@ -22,6 +22,7 @@ samples it needs and checks them. Supported upstream schemas (see ``shared/vllm-
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -35,7 +36,19 @@ SCHEMAS = ("v1", "v1-early", "v0", "llamacpp", "none")
 
 
 class MetricsParseError(ValueError):
-    """The body is not a usable vLLM /metrics exposition (garbage, truncated, NaN counters…)."""
+    """The body is not a usable vLLM /metrics exposition (garbage, truncated, NaN counters…).
+
+    ``reason`` is the exporter's short label for it: ``parse`` (the text is not a usable
+    exposition) or ``invalid_value`` (it parses, but a value the exporter reads is negative,
+    non-finite or duplicated)."""
+
+    reason = "parse"
+
+
+class InvalidValueError(MetricsParseError):
+    """A sample the exporter reads is negative, non-finite (NaN/±Inf) or duplicated."""
+
+    reason = "invalid_value"
 
 
 @dataclass(frozen=True)
@@ -87,18 +100,42 @@ class V0Gauges:
 
 
 @dataclass(frozen=True)
+class StepCounters:
+    """Engine-step counters of one (model_name, engine) of one upstream, cumulative since the
+    server started (vLLM V1; ``None`` where the upstream does not export the family):
+
+    - ``itl_sum`` / ``itl_count``: ``vllm:inter_token_latency_seconds_sum`` / ``_count`` (seconds;
+      one observation per running request per engine step: time since its previous output);
+    - ``iteration_count``: ``vllm:iteration_tokens_total_count`` (one observation per engine step);
+    - ``ttft_count``: ``vllm:time_to_first_token_seconds_count`` (first tokens, one per request);
+    - ``generation_tokens``: ``vllm:generation_tokens_total`` (all output tokens).
+    """
+
+    itl_sum: float | None = None
+    itl_count: float | None = None
+    iteration_count: float | None = None
+    ttft_count: float | None = None
+    generation_tokens: float | None = None
+
+
+@dataclass(frozen=True)
 class UpstreamSnapshot:
     """What one fetch of an upstream's /metrics says about speculative decoding.
 
     ``counters`` maps ``(model_name, engine)`` to :class:`SpecDecodeCounters` (empty for ``v0`` and
     ``none``); ``v0`` maps model_name to :class:`V0Gauges`; ``running_requests`` maps
-    ``(model_name, engine)`` to ``vllm:num_requests_running`` (batch size, used by the cost model).
+    ``(model_name, engine)`` to ``vllm:num_requests_running`` (batch size, used by the cost model);
+    ``steps`` maps ``(model_name, engine)`` to :class:`StepCounters` (every schema; empty for
+    servers without those families); ``process_start_time`` is ``process_start_time_seconds``
+    (Unix seconds) when exported: a change means the server restarted.
     """
 
     schema: str
     counters: dict[tuple[str, str], SpecDecodeCounters] = field(default_factory=dict)
     v0: dict[str, V0Gauges] = field(default_factory=dict)
     running_requests: dict[tuple[str, str], float] = field(default_factory=dict)
+    steps: dict[tuple[str, str], StepCounters] = field(default_factory=dict)
+    process_start_time: float | None = None
 
     @property
     def spec_decode_enabled(self) -> bool:
@@ -117,37 +154,102 @@ _V0_EFFICIENCY = "vllm:spec_decode_efficiency"
 _V0_EMITTED = "vllm:spec_decode_num_emitted_tokens_total"
 
 
+#: Lines of the families the exporter reads (matched before the full parser runs, so a body's
+#: parse cost is one regular-expression scan plus the few dozen lines kept).
+_WANTED_LINE = re.compile(
+    r"^(?:(?:vllm|llamacpp):(?:spec_decode_[A-Za-z0-9_]*|generation_tokens_total|num_requests_running"
+    r"|inter_token_latency_seconds_(?:sum|count)|iteration_tokens_total_count|time_to_first_token_seconds_count)"
+    r"|process_start_time_seconds)[{ \t][^\n]*",
+    re.M,
+)
+_ANY_SAMPLE = re.compile(r"^(?:vllm|llamacpp):", re.M)
+#: Most lines of the read families accepted from one body (vLLM 0.32 with k=8 has about 40).
+MAX_READ_LINES = 20000
+_V0_GAUGES = ("vllm:spec_decode_draft_acceptance_rate", "vllm:spec_decode_efficiency")
+
+
+def clip(text: str, limit: int = 200) -> str:
+    """``text`` made safe for one log line: non-ASCII and control characters escaped
+    (``\\r``, ``\\x1b``…), cut to about ``limit`` characters (``…`` marks a cut)."""
+    out = ascii(text[: limit * 2])[1:-1]
+    return out if len(out) <= limit and len(text) <= limit * 2 else out[:limit] + "…"
+
+
 def _finite(name: str, value: float) -> float:
     if math.isnan(value) or math.isinf(value):
-        raise MetricsParseError(f"{name} has a non-finite value {value!r}")
+        raise InvalidValueError(f"{name} has a non-finite value {value!r}")
     return value
 
 
-def parse_metrics(text: str, *, max_bytes: int = DEFAULT_MAX_BODY_BYTES) -> UpstreamSnapshot:
+def _read_samples(text: str, max_lines: int) -> list[tuple[str, dict[str, str], float]]:
+    """The samples of the families the exporter reads, checked: finite, ≥ 0, no duplicate series
+    (V0's NaN gauges are dropped: NaN there means "no value yet")."""
+    lines = _WANTED_LINE.findall(text)
+    if len(lines) > max_lines:
+        raise MetricsParseError(f"{len(lines)} spec-decode/engine lines, more than the {max_lines} accepted")
+    samples: list[tuple[str, dict[str, str], float]] = []
+    seen: set = set()
+    try:
+        families = list(text_string_to_metric_families("\n".join(lines) + "\n"))
+    except Exception as exc:  # the parser raises ValueError, IndexError, TypeError… on garbage
+        raise MetricsParseError(clip(f"unparseable exposition text: {type(exc).__name__}: {exc}")) from None
+    for family in families:
+        for s in family.samples:
+            if s.name.endswith("_created"):
+                continue
+            value = float(s.value)
+            if s.name in _V0_GAUGES and math.isnan(value):
+                continue
+            where = clip(f"{s.name}{s.labels}", 120)
+            if not math.isfinite(value):
+                raise InvalidValueError(f"{where} has a non-finite value {value!r}")
+            if value < 0:
+                raise InvalidValueError(f"{where} is negative ({value:g})")
+            ident = (s.name, tuple(sorted(s.labels.items())))
+            if ident in seen:
+                raise InvalidValueError(f"{where} is repeated")
+            seen.add(ident)
+            samples.append((s.name, s.labels, value))
+    return samples
+
+
+def parse_metrics(text: str, *, max_bytes: int = DEFAULT_MAX_BODY_BYTES,
+                  max_lines: int = MAX_READ_LINES) -> UpstreamSnapshot:
     """Parse one /metrics body (Prometheus text format 0.0.4) into an :class:`UpstreamSnapshot`.
 
-    Samples are read with ``prometheus_client.parser.text_string_to_metric_families``; the
-    ``…_created`` gauges are ignored.
+    Only the lines of the families the exporter reads (``vllm:spec_decode_*``,
+    ``vllm:generation_tokens_total``, ``vllm:num_requests_running``, the ``_sum``/``_count`` of
+    ``vllm:inter_token_latency_seconds``, ``vllm:iteration_tokens_total`` and
+    ``vllm:time_to_first_token_seconds``, ``process_start_time_seconds``; ``llamacpp:`` alike)
+    are kept by one regular-expression scan and then read with
+    ``prometheus_client.parser.text_string_to_metric_families``; the ``…_created`` gauges are
+    ignored. A leading UTF-8 byte-order mark is accepted.
 
-    Raises :class:`MetricsParseError` when the body is larger than ``max_bytes``, does not parse,
-    holds no ``vllm:``/``llamacpp:`` sample at all (an HTML page, an unrelated exporter), has a
-    NaN/Inf spec-decode counter, or has an incomplete spec-decode schema (e.g. drafts without
-    accepted tokens, a gap in the positions).
+    Raises :class:`MetricsParseError` when the body is larger than ``max_bytes``, holds more than
+    ``max_lines`` lines of those families, does not parse, holds no ``vllm:``/``llamacpp:`` sample
+    at all (an HTML page, an unrelated exporter), or has an incomplete spec-decode schema (e.g.
+    drafts without accepted tokens, a gap in the positions); :class:`InvalidValueError` (a
+    subclass) when a value it reads is NaN/Inf, negative or a repeated series.
     """
     if len(text) > max_bytes:
         raise MetricsParseError(f"body of {len(text)} bytes exceeds the {max_bytes}-byte cap")
-    samples: list[tuple[str, dict[str, str], float]] = []
-    try:
-        for family in text_string_to_metric_families(text):
-            for s in family.samples:
-                samples.append((s.name, s.labels, float(s.value)))
-    except Exception as exc:  # the parser raises ValueError, IndexError, TypeError… on garbage
-        raise MetricsParseError(f"unparseable exposition text: {type(exc).__name__}: {exc}") from exc
-
-    if not any(name.startswith(("vllm:", "llamacpp:")) for name, _, _ in samples):
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    if not _ANY_SAMPLE.search(text):
         raise MetricsParseError("no vllm: or llamacpp: samples: not a vLLM /metrics body")
+    samples = _read_samples(text, max_lines)
 
     names = {name for name, _, _ in samples}
+    start = next((v for n, _, v in samples if n == "process_start_time_seconds"), None)
+    snap = _dispatch(samples, names)
+    if start is not None or snap.steps:
+        snap = UpstreamSnapshot(schema=snap.schema, counters=snap.counters, v0=snap.v0,
+                                running_requests=snap.running_requests, steps=snap.steps,
+                                process_start_time=start)
+    return snap
+
+
+def _dispatch(samples, names) -> UpstreamSnapshot:
     for prefix, schema in (("vllm:", "v1"), ("llamacpp:", "llamacpp")):
         if prefix + _V1_NAMES["drafts"] in names:
             return _parse_v1(samples, prefix, schema)
@@ -156,7 +258,32 @@ def parse_metrics(text: str, *, max_bytes: int = DEFAULT_MAX_BODY_BYTES) -> Upst
     for prefix in ("vllm:", "llamacpp:"):
         if prefix + _V1_NAMES["draft_tokens"] in names or prefix + _V1_NAMES["accepted_tokens"] in names:
             return _parse_v1(samples, prefix, "v1-early" if prefix == "vllm:" else "llamacpp")
-    return UpstreamSnapshot(schema="none", running_requests=_running(samples, "vllm:"))
+    prefix = "llamacpp:" if any(n.startswith("llamacpp:") for n in names) else "vllm:"
+    return UpstreamSnapshot(schema="none", running_requests=_running(samples, prefix),
+                            steps=_steps(samples, prefix))
+
+
+_STEP_NAMES = {
+    "inter_token_latency_seconds_sum": "itl_sum",
+    "inter_token_latency_seconds_count": "itl_count",
+    "iteration_tokens_total_count": "iteration_count",
+    "time_to_first_token_seconds_count": "ttft_count",
+    "generation_tokens_total": "generation_tokens",
+}
+
+
+def _steps(samples, prefix: str) -> dict[tuple[str, str], StepCounters]:
+    """:class:`StepCounters` per (model_name, engine); series with other labels are summed."""
+    acc: dict[tuple[str, str], dict[str, float]] = {}
+    for name, labels, value in samples:
+        if not name.startswith(prefix):
+            continue
+        field_name = _STEP_NAMES.get(name[len(prefix):])
+        if field_name is None:
+            continue
+        d = acc.setdefault(_key(labels), {})
+        d[field_name] = _finite(name, d.get(field_name, 0.0) + value)
+    return {k: StepCounters(**d) for k, d in acc.items()}
 
 
 def _key(labels: dict[str, str]) -> tuple[str, str]:
@@ -166,8 +293,8 @@ def _key(labels: dict[str, str]) -> tuple[str, str]:
 def _running(samples, prefix: str) -> dict[tuple[str, str], float]:
     out: dict[tuple[str, str], float] = {}
     for name, labels, value in samples:
-        if name == prefix + "num_requests_running" and math.isfinite(value):
-            out[_key(labels)] = out.get(_key(labels), 0.0) + value
+        if name == prefix + "num_requests_running":
+            out[_key(labels)] = _finite(name, out.get(_key(labels), 0.0) + value)
     return out
 
 
@@ -177,7 +304,7 @@ def _parse_v1(samples, prefix: str, schema: str) -> UpstreamSnapshot:
     wanted = {prefix + v: k for k, v in _V1_NAMES.items()}
     for name, labels, value in samples:
         if name == prefix + "generation_tokens_total":
-            gen[_key(labels)] = gen.get(_key(labels), 0.0) + _finite(name, value)
+            gen[_key(labels)] = _finite(name, gen.get(_key(labels), 0.0) + value)
             continue
         field_name = wanted.get(name)
         if field_name is None:
@@ -197,7 +324,7 @@ def _parse_v1(samples, prefix: str, schema: str) -> UpstreamSnapshot:
             entry["per_pos"][pos] = value
         else:
             if field_name in entry:
-                raise MetricsParseError(f"{name} is repeated for {_key(labels)}")
+                raise InvalidValueError(f"{name} is repeated for {_key(labels)}")
             entry[field_name] = value
 
     counters: dict[tuple[str, str], SpecDecodeCounters] = {}
@@ -219,7 +346,8 @@ def _parse_v1(samples, prefix: str, schema: str) -> UpstreamSnapshot:
             accepted_per_position=tuple(positions[i] for i in range(len(positions))),
             generation_tokens=gen.get(key),
         )
-    return UpstreamSnapshot(schema=schema, counters=counters, running_requests=_running(samples, prefix))
+    return UpstreamSnapshot(schema=schema, counters=counters, running_requests=_running(samples, prefix),
+                            steps=_steps(samples, prefix))
 
 
 def _parse_v0(samples) -> UpstreamSnapshot:
@@ -246,4 +374,5 @@ def _parse_v0(samples) -> UpstreamSnapshot:
             efficiency=vals.get("efficiency"),
             counter_acceptance_ratio=ratio,
         )
-    return UpstreamSnapshot(schema="v0", v0=v0, running_requests=_running(samples, "vllm:"))
+    return UpstreamSnapshot(schema="v0", v0=v0, running_requests=_running(samples, "vllm:"),
+                            steps=_steps(samples, "vllm:"))

@@ -1,0 +1,281 @@
+"""Fetching upstream /metrics for the exporter: one deadline per fetch, enforced by the clock.
+
+Every fetch of an upstream — connect, request, response headers, body, decoding and parsing — is
+bounded by one total deadline (``--timeout``), whatever the upstream does (refuse, hang, trickle
+its headers or body a byte at a time, send an endless or huge body).
+
+- :class:`AsyncHttpRunner` (the default) runs all fetches on one asyncio event loop in one
+  daemon thread with aiohttp and ``ClientTimeout(total=…)`` (plus an ``asyncio.wait_for`` around
+  fetch + parse): no thread per fetch, so no pool that hung upstreams could fill.
+- :class:`ThreadRunner` runs an injected synchronous fetcher (tests, embedding) with at most one
+  worker per upstream.
+
+Both keep at most one fetch in flight per upstream: :meth:`FetchRunner.submit` refuses a second
+one while the first is still running (the round reports ``timeout`` for it instead).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Callable
+
+import aiohttp
+
+from specwatch.exporter.config import Upstream
+from specwatch.specdecode.metrics import MetricsParseError, UpstreamSnapshot, clip, parse_metrics
+
+
+class FetchError(Exception):
+    """An upstream could not be fetched; ``reason`` is a short label (connect, timeout, truncated,
+    http_status, too_large, decode, parse, invalid_value) and the message says what was wrong
+    (upstream text in it is escaped and cut to about 200 characters)."""
+
+    def __init__(self, reason: str, message: str):
+        super().__init__(clip(message, 240))
+        self.reason = reason
+
+
+#: ``fetch(upstream, timeout_seconds, max_bytes) -> body text``; raises :class:`FetchError`.
+Fetcher = Callable[[Upstream, float, int], str]
+
+ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
+_OPENMETRICS = "application/openmetrics-text"
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    """Outcome of one fetch + parse: ``snapshot`` or ``error`` (exactly one is set);
+    ``seconds`` is the wall time it took (monotonic clock)."""
+
+    snapshot: UpstreamSnapshot | None
+    error: FetchError | None
+    seconds: float
+
+
+def check_complete(text: str, content_type: str = "") -> None:
+    """Detect truncation where the text itself can show it: a body that does not end with a
+    newline was cut inside a line (e.g. mid-number); an OpenMetrics body (by content type, or one
+    holding a ``# EOF`` line) must end with ``# EOF``. A text-format body cut exactly at a line
+    boundary without Content-Length or chunked framing cannot be detected (documented in README).
+    Raises :class:`FetchError` ``truncated``."""
+    if text and not text.endswith("\n") and not text.endswith("# EOF"):
+        raise FetchError("truncated", "body does not end with a newline: cut inside a line")
+    is_om = content_type.split(";")[0].strip().lower() == _OPENMETRICS
+    if is_om or "\n# EOF" in text or text.startswith("# EOF"):
+        if text.rstrip("\n").rsplit("\n", 1)[-1] != "# EOF":
+            raise FetchError("truncated", "OpenMetrics body does not end with # EOF")
+
+
+def decode_body(data: bytes) -> str:
+    """UTF-8 text of a body (a leading byte-order mark is dropped); :class:`FetchError` ``decode``."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise FetchError("decode", "body is not UTF-8 text") from None
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def parse_body(text: str, max_bytes: int, content_type: str = "") -> UpstreamSnapshot:
+    """:func:`specwatch.specdecode.metrics.parse_metrics` + :func:`check_complete`, errors as
+    :class:`FetchError` (reason ``parse``, ``invalid_value`` or ``truncated``)."""
+    try:
+        snap = parse_metrics(text, max_bytes=max_bytes)
+    except MetricsParseError as exc:
+        raise FetchError(exc.reason, str(exc)) from None
+    check_complete(text, content_type)  # after the parse: a page that is no exposition is "parse"
+    return snap
+
+
+async def _read_limited(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes:
+    length = resp.content_length
+    if length is not None and length > max_bytes:
+        raise FetchError("too_large", f"Content-Length {length} exceeds the {max_bytes}-byte cap")
+    encoding = resp.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding not in ("identity", "", "gzip", "deflate"):
+        raise FetchError("decode", f"unsupported Content-Encoding {encoding!r}")
+    inflate = None
+    if encoding in ("gzip", "deflate"):
+        inflate = zlib.decompressobj(wbits=47 if encoding == "gzip" else 15)
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = await resp.content.read(65536)
+        if not chunk:
+            break
+        if inflate is not None:
+            # bounded inflation: never more than what is left of the cap (+1 to notice overflow)
+            chunk = inflate.decompress(chunk, max_bytes - size + 1)
+            if inflate.unconsumed_tail:
+                raise FetchError("too_large", f"decompressed body exceeds the {max_bytes}-byte cap")
+        size += len(chunk)
+        if size > max_bytes:
+            raise FetchError("too_large", f"body exceeds the {max_bytes}-byte cap")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def fetch_text(session: aiohttp.ClientSession, upstream: Upstream, timeout_seconds: float,
+                     max_bytes: int) -> tuple[str, str]:
+    """GET ``upstream.metrics_url`` (plain text format asked for, identity encoding, redirects
+    never followed) within ``timeout_seconds`` in total; returns ``(text, content type)``.
+
+    Raises :class:`FetchError` (connect, timeout, http_status, too_large, truncated, decode).
+    """
+    try:
+        async with session.get(
+            upstream.metrics_url,
+            timeout=aiohttp.ClientTimeout(total=timeout_seconds),
+            headers={"Accept": ACCEPT, "Accept-Encoding": "identity"},
+            allow_redirects=False,
+        ) as resp:
+            if resp.status != 200:
+                raise FetchError("http_status", f"HTTP {resp.status} from /metrics")
+            data = await _read_limited(resp, max_bytes)
+            ctype = resp.headers.get("Content-Type", "")
+    except FetchError:
+        raise
+    except asyncio.TimeoutError:
+        raise FetchError("timeout", f"no complete answer within {timeout_seconds:g} s") from None
+    except aiohttp.ClientPayloadError:
+        raise FetchError("truncated", "connection closed before the body was complete") from None
+    except aiohttp.ClientResponseError as exc:  # malformed status line / headers, header limits
+        raise FetchError("http_status", f"bad HTTP response: {exc.message}") from None
+    except (aiohttp.ClientError, OSError) as exc:
+        raise FetchError("connect", f"connection failed: {type(exc).__name__}") from None
+    return decode_body(data), ctype
+
+
+def _new_session(limit: int) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=limit, limit_per_host=0, enable_cleanup_closed=True),
+        auto_decompress=False,
+        trust_env=False,  # never a proxy from the environment: only configured upstreams are fetched
+        max_line_size=8190,
+        max_field_size=8190,
+    )
+
+
+def http_fetch(upstream: Upstream, timeout_seconds: float, max_bytes: int) -> str:
+    """Synchronous one-off fetch (own event loop): the body text of ``upstream``'s /metrics within
+    ``timeout_seconds`` in total (see :func:`fetch_text`); raises :class:`FetchError`."""
+
+    async def run() -> str:
+        async with _new_session(4) as session:
+            text, ctype = await asyncio.wait_for(fetch_text(session, upstream, timeout_seconds, max_bytes),
+                                                 timeout_seconds + 0.5)
+            check_complete(text, ctype)
+            return text
+
+    try:
+        return asyncio.run(run())
+    except asyncio.TimeoutError:
+        raise FetchError("timeout", f"no complete answer within {timeout_seconds:g} s") from None
+
+
+class FetchRunner:
+    """Runs fetch + parse per upstream, at most one in flight per upstream.
+
+    :meth:`submit` returns a :class:`concurrent.futures.Future` of :class:`FetchResult`, or
+    ``None`` when the previous fetch of that upstream is still running.
+    """
+
+    def __init__(self, timeout_seconds: float, max_bytes: int):
+        self.timeout_seconds = timeout_seconds
+        self.max_bytes = max_bytes
+        self._inflight: dict[str, concurrent.futures.Future] = {}
+        self._lock = threading.Lock()
+
+    def submit(self, upstream: Upstream) -> concurrent.futures.Future | None:
+        with self._lock:
+            prev = self._inflight.get(upstream.name)
+            if prev is not None and not prev.done():
+                return None
+            fut = self._start(upstream)
+            self._inflight[upstream.name] = fut
+            return fut
+
+    def _start(self, upstream: Upstream) -> concurrent.futures.Future:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Stop background work (idempotent)."""
+
+
+class AsyncHttpRunner(FetchRunner):
+    """All fetches on one asyncio loop (one daemon thread) with one aiohttp session."""
+
+    def __init__(self, timeout_seconds: float, max_bytes: int, n_upstreams: int):
+        super().__init__(timeout_seconds, max_bytes)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="specwatch-fetch", daemon=True)
+        self._thread.start()
+        self._session: aiohttp.ClientSession | None = None
+        self._limit = max(16, 2 * n_upstreams)
+
+    async def _fetch_parse(self, upstream: Upstream) -> FetchResult:
+        t0 = time.monotonic()
+        if self._session is None:
+            self._session = _new_session(self._limit)
+        try:
+            text, ctype = await asyncio.wait_for(
+                fetch_text(self._session, upstream, self.timeout_seconds, self.max_bytes),
+                self.timeout_seconds + 0.25)
+            snap = parse_body(text, self.max_bytes, ctype)
+            del text
+            if time.monotonic() - t0 > self.timeout_seconds + 0.25:
+                raise FetchError("timeout", f"fetch and parse took more than {self.timeout_seconds:g} s")
+            return FetchResult(snap, None, time.monotonic() - t0)
+        except asyncio.TimeoutError:
+            err = FetchError("timeout", f"no complete answer within {self.timeout_seconds:g} s")
+            return FetchResult(None, err, time.monotonic() - t0)
+        except FetchError as exc:
+            return FetchResult(None, exc, time.monotonic() - t0)
+
+    def _start(self, upstream: Upstream) -> concurrent.futures.Future:
+        return asyncio.run_coroutine_threadsafe(self._fetch_parse(upstream), self._loop)
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+
+        async def _close():
+            if self._session is not None:
+                await self._session.close()
+
+        try:
+            asyncio.run_coroutine_threadsafe(_close(), self._loop).result(timeout=2)
+        except Exception:  # noqa: BLE001 - best effort at shutdown
+            pass
+        self._loop.call_soon_threadsafe(self._loop.stop)
+
+
+class ThreadRunner(FetchRunner):
+    """An injected synchronous :data:`Fetcher`, one worker thread per upstream at most."""
+
+    def __init__(self, fetch: Fetcher, timeout_seconds: float, max_bytes: int, n_upstreams: int):
+        super().__init__(timeout_seconds, max_bytes)
+        self._fetch = fetch
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, n_upstreams),
+                                                           thread_name_prefix="fetch")
+
+    def _run(self, upstream: Upstream) -> FetchResult:
+        t0 = time.monotonic()
+        try:
+            text = self._fetch(upstream, self.timeout_seconds, self.max_bytes)
+            if text.startswith("\ufeff"):
+                text = text[1:]
+            snap = parse_body(text, self.max_bytes)
+            return FetchResult(snap, None, time.monotonic() - t0)
+        except FetchError as exc:
+            return FetchResult(None, exc, time.monotonic() - t0)
+
+    def _start(self, upstream: Upstream) -> concurrent.futures.Future:
+        return self._pool.submit(self._run, upstream)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

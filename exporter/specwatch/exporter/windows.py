@@ -1,0 +1,279 @@
+"""The exporter's window engine: per-series increases over sliding windows of its own fetches.
+
+Reference semantics: Prometheus' ``increase()`` per series, with two deliberate differences that
+keep one bad body from looking like a restart:
+
+- **A restart is the engine's counters dropping as vLLM restarts them.** When the upstream exports
+  ``process_start_time_seconds``, a restart is a change of it (all series of the upstream start
+  again from 0). Without it, a (model_name, engine) restarted when at least half of its counter
+  series present in both fetches fell. A drop of fewer series (a one-token dip of
+  ``vllm:generation_tokens_total``, a body cut mid-number) is *not* a reset: it adds nothing, and
+  the series' highest value stays the reference, so the recovery is not counted twice.
+- **A partial body is never a reset.** A family missing from a fetch (e.g. the per-position
+  counters, or positions 2–3 of k=4 without a restart) is absent from that scrape's values; when
+  it comes back its increase is measured from its last value seen.
+
+A series first seen after the upstream's first fetch counts from 0 when its (model_name, engine)
+is new or has just restarted (vLLM creates its series at 0), else from its first value.
+
+**Cost independent of history.** Each fetch turns every series into a reset-adjusted cumulative
+value ``adj`` (sum of its increases since the exporter first saw it). A window's increase is
+``adj(now) − adj(baseline)``, where the baseline is the newest kept record at or before
+``now − window`` (the oldest one while the history is shorter): one binary search and one
+subtraction per series, whatever the uptime. Records (a time and one float per series) are kept
+at most one per ``spacing`` seconds (``max(1 s, shortest window / 12)``), none older than the
+longest window plus one record, and at most ``max_records``; so memory per upstream is bounded by
+``min(max_records, longest / spacing + 2) × series × 8 bytes``. A window's span therefore starts
+within ``spacing`` of ``now − window``; every value divides increases over that same span, and
+rates per second use its exact length.
+
+Gauges (``vllm:num_requests_running``) are averaged over the window's fetches with two cumulative
+series (sum of values, number of fetches).
+
+:class:`WindowValues` is the typed per-(upstream, model_name, engine, window) result other code
+builds on (e.g. the speedup from a cost profile).
+"""
+
+from __future__ import annotations
+
+import bisect
+from array import array
+from collections import deque
+from dataclasses import dataclass
+
+from specwatch.specdecode.metrics import SpecDecodeCounters, UpstreamSnapshot
+
+Key = tuple[str, str]  # (model_name, engine)
+
+
+@dataclass(frozen=True)
+class StepValues:
+    """Live engine-step values of one (upstream, model_name, engine) over one window (vLLM V1
+    histograms; each ``None`` when its denominator is zero or its families are absent):
+
+    - ``step_duration_seconds`` = Δ ``vllm:inter_token_latency_seconds_sum`` / Δ ``…_count``:
+      mean engine-step time a running request sees (drafting, verify, sampling, scheduling);
+    - ``engine_steps_per_second`` = Δ ``vllm:iteration_tokens_total_count`` / Δt (exporter clock);
+    - ``running_requests`` = mean of ``vllm:num_requests_running`` over the window's fetches;
+    - ``request_decode_tokens_per_second`` = Δ(``vllm:generation_tokens_total`` −
+      ``vllm:time_to_first_token_seconds_count``) / Δ ITL sum: output tokens per second a running
+      request gets after its first token (steps that drafted nothing included).
+    """
+
+    step_duration_seconds: float | None = None
+    engine_steps_per_second: float | None = None
+    running_requests: float | None = None
+    request_decode_tokens_per_second: float | None = None
+
+
+@dataclass(frozen=True)
+class WindowValues:
+    """Everything the window engine knows about one (upstream, model_name, engine) over one window.
+
+    ``counters``: spec-decode counter increases (a :class:`SpecDecodeCounters` of deltas, fed to
+    :func:`specwatch.specdecode.derive.derive`), ``None`` when the upstream exports no spec-decode counters
+    for the key; families missing from the current fetch are ``None``/``()`` in it.
+    ``step``: :class:`StepValues`, ``None`` when the upstream exports neither the ITL nor the
+    iteration histogram for the key (older vLLM, llama.cpp). ``span_seconds``: exporter-clock
+    time from the baseline fetch to now (0 with one fetch); ``fetches``: fetches after the baseline.
+    """
+
+    upstream: str
+    model_name: str
+    engine: str
+    window: str
+    span_seconds: float
+    fetches: int
+    counters: SpecDecodeCounters | None
+    step: StepValues | None
+
+
+class _Series:
+    __slots__ = ("slot", "last")
+
+    def __init__(self, slot: int, last: float):
+        self.slot = slot
+        self.last = last
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    if num is None or den is None or den <= 0 or num < 0:
+        return None
+    return num / den
+
+
+class WindowEngine:
+    """Per-upstream window state. Call :meth:`observe` once per successful fetch (time in seconds,
+    monotonic), then :meth:`values` for each key and window."""
+
+    def __init__(self, upstream: str, windows: tuple[tuple[str, float], ...], max_records: int = 2000):
+        self.upstream = upstream
+        self.windows = windows
+        self.longest = max((s for _, s in windows), default=0.0)
+        shortest = min((s for _, s in windows), default=0.0)
+        self.spacing = max(1.0, shortest / 12.0)
+        self.max_records = max(2, max_records)
+        self._series: dict[tuple[Key, str], _Series] = {}
+        self._adj = array("d")  # current reset-adjusted cumulative value per slot
+        self.history: deque[tuple[float, array]] = deque()  # kept records: (t, adj copy)
+        self._times: deque[float] = deque()
+        self._present: set[tuple[Key, str]] = set()
+        self._keys: set[Key] = set()
+        self._kpos: dict[Key, int] = {}
+        self._start: float | None = None
+        self._now = 0.0
+        self._fetches = 0
+        self.restarts = 0
+
+    # ---- update -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _flatten(snap: UpstreamSnapshot) -> dict[tuple[Key, str], float]:
+        out: dict[tuple[Key, str], float] = {}
+        for key, c in snap.counters.items():
+            if c.drafts is not None:
+                out[(key, "drafts")] = c.drafts
+            out[(key, "draft_tokens")] = c.draft_tokens
+            out[(key, "accepted")] = c.accepted_tokens
+            for i, v in enumerate(c.accepted_per_position):
+                out[(key, f"pos{i}")] = v
+            if c.generation_tokens is not None:
+                out[(key, "gen")] = c.generation_tokens
+        for key, st in snap.steps.items():
+            for name, v in (("itl_sum", st.itl_sum), ("itl_count", st.itl_count),
+                            ("iter_count", st.iteration_count), ("ttft_count", st.ttft_count),
+                            ("gen", st.generation_tokens)):
+                if v is not None:
+                    out[(key, name)] = v
+        return out
+
+    def _slot(self, sid: tuple[Key, str], last: float) -> _Series:
+        s = _Series(len(self._adj), last)
+        self._adj.append(0.0)
+        self._series[sid] = s
+        return s
+
+    def observe(self, t: float, snap: UpstreamSnapshot) -> None:
+        """Take one successful fetch at time ``t`` (seconds; non-decreasing)."""
+        values = self._flatten(snap)
+        first = self._fetches == 0
+        restart_all = (self._start is not None and snap.process_start_time is not None
+                       and snap.process_start_time != self._start)
+        start_known = self._start is not None and snap.process_start_time is not None
+        if snap.process_start_time is not None:
+            self._start = snap.process_start_time
+
+        restarted: set[Key] = set()
+        keys = {sid[0] for sid in values}
+        for key in keys:
+            if restart_all:
+                restarted.add(key)
+                continue
+            if start_known:
+                continue  # same process: drops are dips, never a restart
+            common = [(sid, v) for sid, v in values.items() if sid[0] == key and sid in self._series]
+            drops = sum(1 for sid, v in common if v < self._series[sid].last)
+            if common and drops * 2 >= len(common):
+                restarted.add(key)
+        if restart_all:
+            restarted |= self._keys
+        # positions fewer than known without a restart: a partial body, the family is absent
+        for key, c in snap.counters.items():
+            n = len(c.accepted_per_position)
+            if key in restarted or key not in self._kpos:
+                self._kpos[key] = n
+            elif n < self._kpos[key]:
+                for i in range(self._kpos[key]):
+                    values.pop((key, f"pos{i}"), None)
+            else:
+                self._kpos[key] = n
+        if restarted:
+            self.restarts += 1
+            for sid, s in self._series.items():
+                if sid[0] in restarted:
+                    s.last = 0.0  # vLLM starts its series again at 0
+
+        adj = self._adj
+        for sid, v in values.items():
+            key = sid[0]
+            s = self._series.get(sid)
+            if s is None:
+                from_zero = not first and (key not in self._keys or key in restarted)
+                s = self._slot(sid, v)
+                if from_zero:
+                    adj[s.slot] = v
+                continue
+            if v >= s.last:
+                adj[s.slot] += v - s.last
+                s.last = v
+            # else: a dip without a restart: no increase, the highest value stays the reference
+        for key, r in snap.running_requests.items():
+            for name, inc in (("running_sum", r), ("running_n", 1.0)):
+                s = self._series.get((key, name)) or self._slot((key, name), 0.0)
+                adj[s.slot] += inc
+        self._keys |= keys | set(snap.running_requests)
+        self._present = set(values) | {(k, n) for k in snap.running_requests for n in ("running_sum", "running_n")}
+        self._now = t
+        self._fetches += 1
+        self._record(t)
+
+    def _record(self, t: float) -> None:
+        h, times = self.history, self._times
+        if not times or t - times[-1] >= self.spacing:
+            h.append((t, array("d", self._adj)))
+            times.append(t)
+        # keep one record at or before t - longest (the longest window's baseline), drop older ones
+        while len(times) >= 2 and times[1] <= t - self.longest:
+            h.popleft()
+            times.popleft()
+        while len(h) > self.max_records:
+            h.popleft()
+            times.popleft()
+
+    # ---- read --------------------------------------------------------------------------------
+
+    def _baseline(self, seconds: float) -> tuple[float, array]:
+        times = self._times
+        i = bisect.bisect_right(times, self._now - seconds) - 1
+        return self.history[max(i, 0)]
+
+    def values(self, key: Key, label: str, seconds: float, spec: bool, steps: bool) -> WindowValues:
+        """The :class:`WindowValues` of ``key`` over the last ``seconds`` (window ``label``).
+        ``spec``/``steps``: whether the current fetch has spec-decode counters / step histograms
+        for the key."""
+        t0, base = self._baseline(seconds)
+        cur, present = self._adj, self._present
+        n_base = len(base)
+
+        def d(name: str) -> float | None:
+            sid = (key, name)
+            if sid not in present:
+                return None
+            slot = self._series[sid].slot
+            return cur[slot] - (base[slot] if slot < n_base else 0.0)
+
+        span = self._now - t0
+        fetches_d = d("running_n")
+        counters = None
+        if spec:
+            n = self._kpos.get(key, 0)
+            pos = [d(f"pos{i}") for i in range(n)]
+            counters = SpecDecodeCounters(
+                model_name=key[0], engine=key[1], drafts=d("drafts"),
+                draft_tokens=d("draft_tokens") or 0.0, accepted_tokens=d("accepted") or 0.0,
+                accepted_per_position=tuple(pos) if pos and all(p is not None for p in pos) else (),  # type: ignore[arg-type]
+                generation_tokens=d("gen"),
+            )
+        step = None
+        if steps:
+            itl_sum, itl_count, ttft, gen = d("itl_sum"), d("itl_count"), d("ttft_count"), d("gen")
+            iters = d("iter_count")
+            decode = None if gen is None or ttft is None else gen - ttft
+            step = StepValues(
+                step_duration_seconds=_ratio(itl_sum, itl_count),
+                engine_steps_per_second=_ratio(iters, span),
+                running_requests=_ratio(d("running_sum"), fetches_d),
+                request_decode_tokens_per_second=_ratio(decode, itl_sum),
+            )
+        return WindowValues(self.upstream, key[0], key[1], label, span,
+                            int(fetches_d) if fetches_d is not None else 0, counters, step)
