@@ -26,7 +26,7 @@ MEASURED = f"specwatch_speedup{S.exporter(WINDOW, BASIS_MEASURED)}"
 DRIFT = f"specwatch_cost_profile_error_ratio{S.exporter(WINDOW)}"
 STEP = f"specwatch_step_duration_seconds{S.exporter(WINDOW)}"
 PREDICTED = f"specwatch_cost_profile_predicted_step_duration_seconds{S.exporter(WINDOW)}"
-RUNNING_PER_STEP = f"specwatch_running_requests{S.exporter(WINDOW)}"
+RUNNING_PER_STEP = f"specwatch_running_requests_per_step{S.exporter(WINDOW)}"
 BASIS_LEGEND = "{{upstream}} · engine {{engine}} · basis {{basis}}"
 RECOMMENDED = f"specwatch_recommended_num_speculative_tokens{S.exporter(WINDOW)}"
 BY_UE = "{{upstream}} · engine {{engine}}"
@@ -67,7 +67,7 @@ recommendation = Section("Does speculation pay? (with how each number was obtain
                "profile's t(b, k) at the same live running requests per step b and k).",
                "s", [q(STEP, "live · " + BY_UE), q(PREDICTED, "profile · " + BY_UE)], minimum=0),
     timeseries("Running requests per step (live b)",
-               "specwatch_running_requests over $window: Δ ITL count / Δ iteration count, the batch a decode step "
+               "specwatch_running_requests_per_step over $window: Δ ITL count / Δ iteration count, the batch a decode step "
                "served; the b at which the profile's step times are read.",
                "short", [q(RUNNING_PER_STEP, BY_UE)], minimum=0),
     bargauge("Cost profile: step time by running requests",

@@ -122,7 +122,7 @@ def test_speedup_bases():
     p = simple_profile()
     rates = (0.9, 0.8, 0.7, 0.6)
     # live: 4 requests per step, a request decodes at 200 tok/s with the spec server
-    step = StepTimes(step_duration_seconds=0.02, running_requests=4.0, request_decode_tokens_per_second=200.0,
+    step = StepTimes(step_duration_seconds=0.02, running_requests_per_step=4.0, request_decode_tokens_per_second=200.0,
                      engine_steps=100, request_steps=400)
     sp = speedups(rates, LiveCost(step=step, draft_share=1.0, profile=p))
     assert sp[4] == pytest.approx(sp[4]) and sp[4].basis == MEASURED

@@ -111,15 +111,19 @@ class _Body(http.server.BaseHTTPRequestHandler):
         pass
 
 
+PROFILE = Path(__file__).resolve().parents[1] / "exporter/specwatch/data/cost-profiles/h200-llama-8b-forward-only.yaml"
+
+
 def exporter_output(capture: Path) -> str:
-    """``specwatch serve --once`` on a capture served from 127.0.0.1 (the exporter's real CLI)."""
+    """``specwatch serve --once --cost-profile …`` on a capture served from 127.0.0.1 (the
+    exporter's real CLI; with a profile, so that its cost-profile series exist)."""
     handler = type("Handler", (_Body,), {"body": capture.read_bytes()})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
-        res = subprocess.run([str(SPECWATCH), "serve", "--once", "--upstream", f"spec={url}"],
+        res = subprocess.run([str(SPECWATCH), "serve", "--once", "--upstream", f"spec={url}", "--cost-profile", str(PROFILE)],
                              capture_output=True, text=True, timeout=120)
     finally:
         server.shutdown()

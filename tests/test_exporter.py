@@ -89,9 +89,10 @@ def test_lifetime_values_equal_vllm_formulas(k):
     assert not series(reg, "specwatch_expected_acceptance_length", k=k + 1)
     assert list(series(reg, "specwatch_num_speculative_tokens", upstream="spec").values()) == [k]
     assert list(series(reg, "specwatch_accepted_tokens_total", upstream="spec").values()) == [accepted]
-    speed = series(reg, "specwatch_estimated_speedup", **sel)
-    assert len(speed) == k + 1
-    rec = one("specwatch_recommended_num_speculative_tokens")
+    speed = series(reg, "specwatch_speedup", **sel)
+    assert len(speed) == k  # k' = 1 .. k; without a cost profile every one is the built-in guess
+    assert {dict(key)["basis"] for key in speed} == {"default"}
+    rec = one("specwatch_recommended_num_speculative_tokens", basis="default")
     assert 0 <= rec <= k
 
 

@@ -154,7 +154,9 @@ def test_serve_process_end_to_end(upstream_url):
     (["--upstream", "a=http://h:1", "--upstream", "a=http://h:2"], "duplicate upstream"),
     ([], "at least one --upstream"),
     (["--upstream", "http://a:1", "--no-such-flag"], "No such option"),
-    (["--upstream", "http://a:1", "--cost-per-draft-token", "nan"], "finite number"),
+    (["--upstream", "http://a:1", "--cost-per-draft-token", "nan"], "--cost-profile"),
+    (["--upstream", "http://a:1", "--cost-profile", "/nonexistent.yaml"], "no such cost profile"),
+    (["--upstream", "a=http://a:1", "--baseline-upstream", "b"], "not one of the upstreams"),
     (["--upstream", "http://a:1", "--timeout", "inf"], "timeout"),
 ])
 def test_bad_flags_exit_2_with_a_clear_message(args, needle):

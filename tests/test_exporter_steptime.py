@@ -26,6 +26,10 @@ def _pair(tag: str) -> tuple[str, str]:
     return fixture(f"vllm-0.32-{tag}-fresh.txt"), fixture(f"vllm-0.32-{tag}-after-traffic.txt")
 
 
+def _v(text, name):
+    return raw_value(text, name, model_name="smollm2", engine="0")
+
+
 def _d(before: str, after: str, name: str) -> float:
     return raw_value(after, name) - raw_value(before, name)
 
@@ -60,8 +64,14 @@ def test_step_series_equal_the_histogram_increases(tag):
     assert one("specwatch_request_decode_tokens_per_second") == pytest.approx(decode, rel=1e-12)
     # plausibility of the real numbers: a 135M model on 2 CPU cores steps in 10-200 ms
     assert 0.01 < step < 0.2
-    # no step-time series for the lifetime window (rates need the exporter's own time span)
-    assert series(samples, "specwatch_step_duration_seconds", window="lifetime") == {}
+    # b per step: Δ ITL count / Δ iteration count
+    assert one("specwatch_running_requests_per_step") == pytest.approx(
+        _d(fresh, after, ITL + "_count") / _d(fresh, after, "vllm:iteration_tokens_total_count"), rel=1e-12)
+    # lifetime: ratios of the cumulative counters since the server started; no per-second rate of
+    # steps (that needs the exporter's own time span)
+    life = series(samples, "specwatch_step_duration_seconds", window="lifetime")
+    assert list(life.values()) == [pytest.approx(_v(after, ITL + "_sum") / _v(after, ITL + "_count"), rel=1e-12)]
+    assert series(samples, "specwatch_engine_steps_per_second", window="lifetime") == {}
 
 
 def test_speculation_shows_in_step_time_and_decode_speed():

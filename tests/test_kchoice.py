@@ -447,23 +447,31 @@ def _pages(pages: dict[str, tuple[int, str, bytes]]):
         srv.shutdown()
 
 
-def test_live_advice_from_the_exporter_matches_its_own_speedups():
+def test_exporter_speedups_on_a_real_capture_follow_the_formula():
+    """On a real vLLM capture (lifetime window, no cost profile): specwatch_speedup{basis="default"}
+    = τ(k) / c(k, b) with τ(k) = 1 + s (E(k) − 1), s = drafts / request-steps and b = request-steps /
+    engine steps, all from vLLM's own counters; advise's curve from the same text is the exporter's."""
+    from exporter_helpers import FIXTURES, raw_value
     from prometheus_client.parser import text_string_to_metric_families
 
-    from specwatch.choosek.advise import curves_from_exporter, live_advice
+    from specwatch.choosek.advise import curves_from_exporter
 
+    raw = (FIXTURES / "vllm-0.32-ngram-k4-after-traffic.txt").read_text()
+    lab = {"model_name": "smollm2", "engine": "0"}
+    drafts = raw_value(raw, "vllm:spec_decode_num_drafts_total", **lab)
+    itl_n = raw_value(raw, "vllm:inter_token_latency_seconds_count", **lab)
+    steps = raw_value(raw, "vllm:iteration_tokens_total_count", **lab)
+    per_pos = [raw_value(raw, "vllm:spec_decode_num_accepted_tokens_per_pos_total", position=str(i), **lab) for i in range(4)]
+    rates = [p / drafts for p in per_pos]
+    s, b = drafts / itl_n, itl_n / steps
     text = _exporter_text()
-    curves = curves_from_exporter(text, "5m")  # no 5m window configured: falls back to lifetime
-    ((key, rates),) = curves.items()
-    assert key == ("vllm", "smollm2", "0") and len(rates) == 4
-    exported = {int(s.labels["k"]): s.value for f in text_string_to_metric_families(text)
-                if f.name == "specwatch_estimated_speedup" for s in f.samples}
-    running = 0.0  # vllm:num_requests_running in the capture
-    (item,) = live_advice(curves, [running], CostModel(), 0.02, None)
-    assert {int(k): v for k, v in item["estimated_speedup"]["0"].items()} == pytest.approx(exported)
-    rec = next(s.value for f in text_string_to_metric_families(text)
-               if f.name == "specwatch_recommended_num_speculative_tokens" for s in f.samples)
-    assert item["k_by_concurrency"]["0"] == int(rec)
+    ((key, curve),) = curves_from_exporter(text, "5m").items()  # no 5m window configured: lifetime
+    assert curve == pytest.approx(rates, rel=1e-12)
+    got = {int(x.labels["k"]): (x.value, x.labels["basis"]) for f in text_string_to_metric_families(text)
+           if f.name == "specwatch_speedup" for x in f.samples if x.labels["window"] == "lifetime"}
+    for k in range(1, 5):
+        tau = 1 + s * sum(rates[:k])
+        assert got[k] == (pytest.approx(tau / (1 + k * (0.05 + 0.02 * b)), rel=1e-12), "default")
 
 
 def test_advise_cli_against_a_live_exporter(tmp_path):

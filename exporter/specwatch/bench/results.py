@@ -29,8 +29,8 @@ from typing import Any, Iterable, Sequence
 
 from specwatch.common.files import atomic_write_text
 from specwatch.specdecode.derive import derive, sum_counters
-from specwatch.specdecode.metrics import SpecDecodeCounters
-from specwatch.specdecode.steptime import StepCounters, step_record, sum_step_counters
+from specwatch.specdecode.metrics import SpecDecodeCounters, StepCounters
+from specwatch.specdecode.steptime import step_record, sum_step_counters
 
 #: Percentiles reported for every latency (besides mean, median and std).
 PERCENTILES = (90, 99)
@@ -214,8 +214,7 @@ class CellSummary:
         deltas = [b.spec.delta for b in self.batches if b.spec.delta is not None]
         schema = next((b.spec.schema for b in self.batches if b.spec.schema), None)
         errs = [b.spec.metrics_error for b in self.batches if b.spec.metrics_error]
-        steps = [b.spec.steps for b in self.batches]
-        pooled = sum_step_counters(steps) if steps and all(x is not None for x in steps) else None
+        pooled = sum_step_counters(b.spec.steps for b in self.batches)
         return SpecDecodeStats(schema, sum_counters(deltas) if deltas else None, errs[0] if errs else None, pooled)
 
     def record(self) -> dict[str, Any]:

@@ -44,8 +44,8 @@ from specwatch.bench.workloads import (
     load_sharegpt,
 )
 from specwatch.specdecode.derive import counters_delta, sum_counters
-from specwatch.specdecode.metrics import MetricsParseError, UpstreamSnapshot, parse_metrics
-from specwatch.specdecode.steptime import StepCounters, delta_between, parse_step_counters
+from specwatch.specdecode.metrics import MetricsParseError, StepCounters, UpstreamSnapshot, parse_metrics
+from specwatch.specdecode.steptime import delta_between
 
 ROLES = ("baseline", "speculative")
 
@@ -249,21 +249,18 @@ class _Scrape:
     """One read of a server's /metrics: spec-decode snapshot and engine step counters."""
 
     snapshot: UpstreamSnapshot | None
-    steps: dict[tuple[str, str], StepCounters] | None
     error: str | None
+
+    @property
+    def steps(self) -> dict[tuple[str, str], StepCounters] | None:
+        return None if self.snapshot is None else self.snapshot.steps
 
 
 async def _scrape(backend: OpenAIBackend) -> _Scrape:
     try:
-        text = await backend.fetch_metrics()
-        snap = parse_metrics(text)
+        return _Scrape(parse_metrics(await backend.fetch_metrics()), None)
     except (RuntimeError, MetricsParseError) as exc:
-        return _Scrape(None, None, str(exc))
-    try:
-        steps = parse_step_counters(text)
-    except ValueError:  # parse_metrics accepted the body; nothing else to say
-        steps = None
-    return _Scrape(snap, steps, None)
+        return _Scrape(None, str(exc))
 
 
 def spec_stats(before: UpstreamSnapshot | None, after: UpstreamSnapshot | None, model: str | None,

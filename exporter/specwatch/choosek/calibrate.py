@@ -43,7 +43,8 @@ from specwatch.specdecode.costprofile import (
     StepPoint,
     make_profile,
 )
-from specwatch.specdecode.steptime import StepCounters, parse_step_counters, step_times, sum_step_counters
+from specwatch.specdecode.metrics import StepCounters, parse_metrics
+from specwatch.specdecode.steptime import minus, step_times, sum_step_counters
 
 
 class CalibrationError(ValueError):
@@ -163,13 +164,11 @@ def _installed_vllm_version() -> str | None:
 def _read(url: str, timeout: float) -> dict[tuple[str, str], StepCounters]:
     r = requests.get(url, timeout=timeout)
     r.raise_for_status()
-    return parse_step_counters(r.text)
+    return parse_metrics(r.text).steps
 
 
 def num_positions(url: str, timeout: float = 5.0) -> int:
     """k of a speculative server: the number of per-position counters on its /metrics (0: none)."""
-    from specwatch.specdecode.metrics import parse_metrics
-
     snap = parse_metrics(requests.get(url, timeout=timeout).text)
     ks = [c.num_speculative_tokens for c in snap.counters.values() if c.num_speculative_tokens]
     return max(ks) if ks else 0
@@ -196,15 +195,15 @@ def sample_live(urls: Mapping[str, str], *, duration: float, interval: float, ti
                 now = sum_step_counters(_read(u, timeout).values())
             except (requests.RequestException, ValueError):
                 continue
-            d = None if now is None or last[role] is None else now.minus(last[role])
+            d = None if now is None or last[role] is None else minus(now, last[role])
             last[role] = now
             if d is None or d.itl_count < 5:
                 continue
             t = step_times(d)
-            if t.step_duration_seconds and t.running_requests:
-                out[role].append((t.running_requests, t.step_duration_seconds))
+            if t.step_duration_seconds and t.running_requests_per_step:
+                out[role].append((t.running_requests_per_step, t.step_duration_seconds))
                 if on_sample:
-                    on_sample(role, t.running_requests, t.step_duration_seconds)
+                    on_sample(role, t.running_requests_per_step, t.step_duration_seconds)
     return out
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+from dataclasses import dataclass
 import math
 import threading
 import time
@@ -28,7 +29,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from specwatch import __version__
-from specwatch.specdecode.cost import CostModel, estimated_speedups, recommend_k
+from specwatch.specdecode.costprofile import CostProfile
+from specwatch.specdecode.speedup import LiveCost, profile_error_ratio, recommend, speedups
+from specwatch.specdecode.steptime import StepTimes, is_complete, step_times
 from specwatch.exporter.config import ExporterConfig
 from specwatch.specdecode.derive import INVARIANTS, DerivedValues, check_invariants, derive
 from specwatch.exporter.fetching import (AsyncHttpRunner, FetchError, Fetcher, FetchResult, FetchRunner,
@@ -98,7 +101,6 @@ class SpecwatchCollector(Collector):
             self._runner: FetchRunner = AsyncHttpRunner(config.timeout_seconds, config.max_body_bytes, n)
         else:
             self._runner = ThreadRunner(fetch, config.timeout_seconds, config.max_body_bytes, n)
-        self._cost = CostModel(config.cost_per_draft_token, config.cost_per_draft_token_per_running_request)
         weakref.finalize(self, self._runner.close)  # stop the fetch loop when the collector goes
 
     def describe(self) -> list[Metric]:
@@ -179,6 +181,8 @@ class SpecwatchCollector(Collector):
 
         f = _Families()
         f.build_info.add_metric([__version__], 1.0)
+        _add_profile(f, cfg.cost_profile)
+        pending: list[_CostInputs] = []
         for upstream, res in zip(cfg.upstreams, results):
             name = upstream.name
             state = self._states[name]
@@ -187,14 +191,16 @@ class SpecwatchCollector(Collector):
             if error is None:
                 assert res.snapshot is not None
                 part = _Families()
+                mine: list[_CostInputs] = []
                 try:
                     state.engine.observe(now, res.snapshot)
-                    self._add_upstream(part, name, state, res.snapshot, now, r.window_values)
+                    self._add_upstream(part, name, state, res.snapshot, now, r.window_values, mine)
                 except Exception as exc:  # noqa: BLE001 - isolate the upstream, never the scrape
                     error = FetchError("invalid_value", f"values not usable: {type(exc).__name__}: {exc}")
                 else:
                     f.up.add_metric([name], 1.0)
                     f.merge(part)
+                    pending.extend(mine)
             if error is not None:
                 state.fetch_errors[error.reason] = state.fetch_errors.get(error.reason, 0) + 1
                 log.warning("upstream %s: %s: %s", name, error.reason, error)
@@ -204,10 +210,11 @@ class SpecwatchCollector(Collector):
                 f.fetch_errors.add_metric([name, reason], float(count))
             for inv, count in state.violations.items():
                 f.violations.add_metric([name, inv], float(count))
+        self._add_costs(f, pending)
         r.families = list(f.all())
 
     def _add_upstream(self, f: "_Families", name: str, state: _UpstreamState, snap: UpstreamSnapshot,
-                      now: float, out: list[WindowValues]) -> None:
+                      now: float, out: list[WindowValues], costs: list["_CostInputs"]) -> None:
         f.enabled.add_metric([name], 1.0 if snap.spec_decode_enabled else 0.0)
         f.info.add_metric([name, snap.schema], 1.0)
         for model, g in sorted(snap.v0.items()):
@@ -244,7 +251,12 @@ class SpecwatchCollector(Collector):
             if c.num_speculative_tokens:
                 f.k.add_metric(labels, float(c.num_speculative_tokens))
             running = snap.running_requests.get(key, 0.0)
-            self._add_derived(f, labels, "lifetime", derive(c), running)
+            d = derive(c)
+            self._add_derived(f, labels, "lifetime", d, running)
+            st = snap.steps.get(key)
+            lifetime_step = step_times(st) if st is not None and is_complete(st) else None
+            self._add_lifetime_step(f, labels, lifetime_step)
+            costs.append(_CostInputs(name, key, "lifetime", d.position_acceptance_rates, c.drafts, lifetime_step, running))
 
         stepped = {key for key, st in snap.steps.items()
                    if st.itl_count is not None or st.iteration_count is not None}
@@ -255,6 +267,19 @@ class SpecwatchCollector(Collector):
                 wv = state.engine.values(key, w.label, w.seconds, spec=key in good, steps=key in stepped)
                 out.append(wv)
                 self._add_window(f, labels, wv, running)
+                rates = derive(wv.counters).position_acceptance_rates if wv.counters is not None else ()
+                costs.append(_CostInputs(name, key, wv.window, rates,
+                                         None if wv.counters is None else wv.counters.drafts, _step_of(wv), running))
+
+    def _add_lifetime_step(self, f: "_Families", labels: list[str], step: StepTimes | None) -> None:
+        """Step time, b and decode speed since the server started (window="lifetime")."""
+        if step is None:
+            return
+        lw = labels + ["lifetime"]
+        for fam, v in ((f.step_duration, step.step_duration_seconds), (f.running_per_step, step.running_requests_per_step),
+                       (f.decode_speed, step.request_decode_tokens_per_second)):
+            if v is not None:
+                fam.add_metric(lw, v)
 
     def _add_window(self, f: "_Families", labels: list[str], wv: WindowValues, running: float) -> None:
         """Series of one :class:`WindowValues` (extension point for series derived from it)."""
@@ -265,6 +290,7 @@ class SpecwatchCollector(Collector):
             for fam, v in ((f.step_duration, wv.step.step_duration_seconds),
                            (f.steps_per_second, wv.step.engine_steps_per_second),
                            (f.running, wv.step.running_requests),
+                           (f.running_per_step, wv.step.running_requests_per_step),
                            (f.decode_speed, wv.step.request_decode_tokens_per_second)):
                 if v is not None:
                     fam.add_metric(lw, v)
@@ -286,11 +312,84 @@ class SpecwatchCollector(Collector):
             f.tokens_per_draft.add_metric(lw, d.draft_tokens_per_draft)
         if d.output_from_drafts_ratio is not None:
             f.from_drafts.add_metric(lw, d.output_from_drafts_ratio)
-        if d.position_acceptance_rates:
-            speedups = estimated_speedups(d.position_acceptance_rates, running, self._cost)
-            for k, s in speedups.items():
-                f.speedup.add_metric(labels + [str(k), window], s)
-            f.recommended.add_metric(lw, float(recommend_k(speedups)))
+
+    def _add_costs(self, f: "_Families", items: list["_CostInputs"]) -> None:
+        """Speedup per k with its basis, the recommended k and the cost-profile drift of every
+        (upstream, model, engine, window) of this round (:mod:`specwatch.specdecode.speedup`). A
+        baseline upstream (``--baseline-upstream``) gives the measured basis its denominator: its
+        live decode speed for the same model and window."""
+        cfg = self.config
+        base_speed: dict[tuple[str, str], float] = {}
+        if cfg.baseline_upstream:
+            for it in items:
+                if it.upstream == cfg.baseline_upstream and it.step and it.step.request_decode_tokens_per_second:
+                    base_speed.setdefault((it.key[0], it.window), it.step.request_decode_tokens_per_second)
+        for it in items:
+            profile = cfg.cost_profile
+            if profile is not None and profile.served_model_name not in (None, it.key[0]):
+                profile = None  # measured for another model: not applied (specwatch_cost_profile_applied 0)
+            labels = [it.upstream, it.key[0], it.key[1]]
+            lw = labels + [it.window]
+            if cfg.cost_profile is not None:
+                f.profile_applied.add_metric(lw, 1.0 if profile is not None else 0.0)
+            share = None
+            if it.step is not None and it.drafts is not None and it.step.request_steps:
+                share = min(1.0, it.drafts / it.step.request_steps)
+            cost = LiveCost(step=it.step, draft_share=share,
+                            baseline_decode_tokens_per_second=None if it.upstream == cfg.baseline_upstream
+                            else base_speed.get((it.key[0], it.window)),
+                            profile=profile, method=cfg.speculative_method, drafter=cfg.drafter,
+                            running_requests_fallback=it.running)
+            k = len(it.rates)
+            if profile is not None and it.step is not None:
+                ratio = profile_error_ratio(cost, k)
+                if ratio is not None:
+                    f.drift.add_metric(lw, ratio)
+                    f.predicted_step.add_metric(lw, it.step.step_duration_seconds / ratio)
+            if not it.rates:
+                continue
+            values = speedups(it.rates, cost, current_k=k)
+            for kk, v in values.items():
+                f.speedup.add_metric(labels + [str(kk), it.window, v.basis], v.value)
+            rec, basis = recommend(values)
+            f.recommended.add_metric(lw + [basis], float(rec))
+
+
+@dataclass(frozen=True)
+class _CostInputs:
+    """What the speedup of one (upstream, key, window) needs, gathered while the round runs."""
+
+    upstream: str
+    key: tuple[str, str]
+    window: str
+    rates: tuple[float, ...]
+    drafts: float | None
+    step: StepTimes | None
+    running: float
+
+
+def _step_of(wv: WindowValues) -> StepTimes | None:
+    s = wv.step
+    if s is None or s.request_steps is None:
+        return None
+    return StepTimes(step_duration_seconds=s.step_duration_seconds, running_requests_per_step=s.running_requests_per_step,
+                     request_decode_tokens_per_second=s.request_decode_tokens_per_second,
+                     engine_steps=0.0, request_steps=s.request_steps)
+
+
+def _add_profile(f: "_Families", profile: CostProfile | None) -> None:
+    """The configured cost profile: its provenance (info) and its measured step times."""
+    if profile is None:
+        return
+    p = profile.provenance
+    f.profile_info.add_metric([profile.name, str(p.get("source", "")), str(p.get("hardware", "")), str(p.get("model", "")),
+                               str(p.get("served_model_name") or ""), str(p.get("vllm_version") or ""),
+                               "true" if profile.forward_only else "false"], 1.0)
+    for pt in profile.plain:
+        f.profile_step.add_metric(["none", "", "0", f"{pt.running_requests:g}"], pt.step_seconds)
+    for c in profile.speculative:
+        for pt in c.points:
+            f.profile_step.add_metric([c.method, c.drafter or "", str(c.k), f"{pt.running_requests:g}"], pt.step_seconds)
 
 
 class _Families:
@@ -319,14 +418,20 @@ class _Families:
         self.expected = GaugeMetricFamily("specwatch_expected_acceptance_length", "What-if mean acceptance length at num_speculative_tokens=k: 1 + sum of r_i for i < k (tokens per step).", labels=E + ["k"] + W)
         self.tokens_per_draft = GaugeMetricFamily("specwatch_draft_tokens_per_draft", "Effective k: increase(draft_tokens) / increase(drafts).", labels=E + W)
         self.from_drafts = GaugeMetricFamily("specwatch_output_from_drafts_ratio", "Share of output tokens that came from accepted drafts, 0-1: increase(accepted_tokens) / increase(vllm:generation_tokens_total).", labels=E + W)
-        self.speedup = GaugeMetricFamily("specwatch_estimated_speedup", "Estimated speedup at num_speculative_tokens=k vs no speculation: expected acceptance length / verify-step cost factor 1 + k(a + s*running requests).", labels=E + ["k"] + W)
-        self.recommended = GaugeMetricFamily("specwatch_recommended_num_speculative_tokens", "k with the best estimated speedup (smallest within 2%); 0 = turn speculation off.", labels=E + W)
+        self.speedup = GaugeMetricFamily("specwatch_speedup", "Speedup at num_speculative_tokens=k vs no speculation, with how it was obtained: basis=measured (the server's k: live decode speed / a baseline server's, or x the cost profile's plain step time t0(b)), profile (what-if k: tau(k) t0(b) / t(b, k) from the cost profile at the live running requests per step b), extrapolated (outside the profile's b or k), default (no profile: a built-in guess).", labels=E + ["k"] + W + ["basis"])
+        self.recommended = GaugeMetricFamily("specwatch_recommended_num_speculative_tokens", "k with the best specwatch_speedup (smallest within 2%); 0 = turn speculation off; basis = the weakest basis among the speedups compared.", labels=E + W + ["basis"])
+        self.drift = GaugeMetricFamily("specwatch_cost_profile_error_ratio", "Live step duration / the cost profile's prediction at the live running requests per step and k (k = 0: the plain step); 1 = the profile describes this server.", labels=E + W)
+        self.predicted_step = GaugeMetricFamily("specwatch_cost_profile_predicted_step_duration_seconds", "The cost profile's step time t(b, k) at the live running requests per step b and the server's k, seconds.", labels=E + W)
+        self.profile_applied = GaugeMetricFamily("specwatch_cost_profile_applied", "1 if the cost profile applies to this model (its served_model_name matches or is unset), else 0 (speedups fall back to basis default).", labels=E + W)
+        self.profile_info = GaugeMetricFamily("specwatch_cost_profile_info", "The configured cost profile and its provenance; always 1.", labels=["profile", "source", "hardware", "model", "served_model_name", "vllm_version", "forward_only"])
+        self.profile_step = GaugeMetricFamily("specwatch_cost_profile_step_seconds", "Step times of the configured cost profile, seconds: method none, k 0 = the plain step t0(b); else t(b, k) of that method and drafter.", labels=["method", "drafter", "k", "running_requests"])
         self.v0_rate = GaugeMetricFamily("specwatch_v0_draft_acceptance_rate", "vLLM V0 gauge vllm:spec_decode_draft_acceptance_rate (most recent interval; V0 counts accepted tokens after a rejection too).", labels=["upstream", "model_name"])
         self.fetches = CounterMetricFamily("specwatch_upstream_fetches", "Fetches of the upstream's /metrics started since the exporter started (concurrent scrapes share one fetch per --min-fetch-interval).", labels=U)
         itl, it = "vllm:inter_token_latency_seconds", "vllm:iteration_tokens_total"
         self.step_duration = GaugeMetricFamily("specwatch_step_duration_seconds", f"Mean engine-step time a running request sees, seconds (drafting, verify, sampling, scheduling): increase({itl}_sum) / increase({itl}_count) over the window.", labels=E + W)
         self.steps_per_second = GaugeMetricFamily("specwatch_engine_steps_per_second", f"Engine steps per second: increase({it}_count) / window span (exporter clock).", labels=E + W)
         self.running = GaugeMetricFamily("specwatch_running_requests", "Mean of vllm:num_requests_running over the exporter's fetches in the window.", labels=E + W)
+        self.running_per_step = GaugeMetricFamily("specwatch_running_requests_per_step", f"Running requests an engine step served, b: increase({itl}_count) / increase({it}_count) over the window (step-weighted; the b at which cost profiles are read).", labels=E + W)
         self.decode_speed = GaugeMetricFamily("specwatch_request_decode_tokens_per_second", f"Output tokens per second a running request gets after its first token: increase(vllm:generation_tokens_total - vllm:time_to_first_token_seconds_count) / increase({itl}_sum).", labels=E + W)
         self.v0_efficiency = GaugeMetricFamily("specwatch_v0_spec_decode_efficiency", "vLLM V0 gauge vllm:spec_decode_efficiency = emitted / (draft_tokens / k x (k+1)).", labels=["upstream", "model_name"])
 

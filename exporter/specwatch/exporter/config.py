@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+
+from specwatch.specdecode.costprofile import CostProfile, CostProfileError, load_profile
 from urllib.parse import urlsplit, urlunsplit
 
 #: Default listen port. Prometheus' default-port allocation list has no free port left in the
@@ -39,8 +41,11 @@ class ExporterConfig:
 
     ``timeout_seconds`` bounds each upstream fetch (below Prometheus' default 10 s scrape
     timeout); ``max_body_bytes`` caps a /metrics body; ``history_samples`` bounds the per-upstream
-    fetch history kept for the windows; ``cost_*`` parametrise the verify-step cost model of the
-    live advice (see :mod:`specwatch.specdecode.cost`). ``min_fetch_interval``: scrapes within this many
+    fetch history kept for the windows; ``cost_profile`` holds the measured step times the
+    speedups are computed with (:mod:`specwatch.specdecode.costprofile`; None: basis default),
+    ``baseline_upstream`` names an upstream that runs without speculation (its live decode speed
+    is the measured speedup's denominator), ``speculative_method``/``drafter`` pick the profile's
+    curve (default: its first). ``min_fetch_interval``: scrapes within this many
     seconds after a fetch round share it. Listener limits (:mod:`specwatch.exporter.listener`):
     ``max_requests`` /metrics requests served at once (more get 503), ``max_connections`` open
     connections (more are closed at once), ``request_timeout`` seconds to receive a request's
@@ -54,8 +59,10 @@ class ExporterConfig:
     timeout_seconds: float = 5.0
     max_body_bytes: int = 16 * 1024 * 1024
     history_samples: int = 2000
-    cost_per_draft_token: float = 0.05
-    cost_per_draft_token_per_running_request: float = 0.02
+    cost_profile: CostProfile | None = None
+    baseline_upstream: str | None = None
+    speculative_method: str | None = None
+    drafter: str | None = None
     min_fetch_interval: float = 1.0
     max_requests: int = 40
     max_connections: int = 200
@@ -131,8 +138,10 @@ def build_config(
     listen_address: str = DEFAULT_LISTEN_ADDRESS,
     timeout_seconds: float = 5.0,
     max_body_bytes: int = 16 * 1024 * 1024,
-    cost_per_draft_token: float = 0.05,
-    cost_per_draft_token_per_running_request: float = 0.02,
+    cost_profile: str | None = None,
+    baseline_upstream: str | None = None,
+    speculative_method: str | None = None,
+    drafter: str | None = None,
     min_fetch_interval: float = 1.0,
     max_requests: int = 40,
     max_connections: int = 200,
@@ -153,10 +162,17 @@ def build_config(
         raise ConfigError("timeout must be between 0.1 and 60 seconds")
     if max_body_bytes < 1024:
         raise ConfigError("max body bytes must be at least 1024")
-    for name, v in (("cost per draft token", cost_per_draft_token),
-                    ("cost per draft token per running request", cost_per_draft_token_per_running_request)):
-        if not math.isfinite(v) or v < 0:
-            raise ConfigError(f"{name} must be a finite number >= 0, got {v!r}")
+    profile = None
+    if cost_profile is not None:
+        try:
+            profile = load_profile(cost_profile)
+        except CostProfileError as exc:
+            raise ConfigError(f"--cost-profile: {exc}") from None
+        if speculative_method is not None and all(m != speculative_method for m, _ in profile.methods()):
+            raise ConfigError(f"--speculative-method {speculative_method!r}: {profile.source} has no curve for it "
+                              f"(it has {', '.join(m for m, _ in profile.methods()) or 'none'})")
+    if baseline_upstream is not None and baseline_upstream not in names:
+        raise ConfigError(f"--baseline-upstream {baseline_upstream!r} is not one of the upstreams ({', '.join(names)})")
     if not math.isfinite(timeout_seconds):
         raise ConfigError("timeout must be a finite number of seconds")
     if not (math.isfinite(min_fetch_interval) and 0 <= min_fetch_interval <= 60):
@@ -175,8 +191,10 @@ def build_config(
         listen_port=port,
         timeout_seconds=timeout_seconds,
         max_body_bytes=max_body_bytes,
-        cost_per_draft_token=cost_per_draft_token,
-        cost_per_draft_token_per_running_request=cost_per_draft_token_per_running_request,
+        cost_profile=profile,
+        baseline_upstream=baseline_upstream,
+        speculative_method=speculative_method,
+        drafter=drafter,
         min_fetch_interval=min_fetch_interval,
         max_requests=max_requests,
         max_connections=max_connections,

@@ -104,10 +104,16 @@ class FlagError(click.ClickException):
               help="Per-upstream fetch deadline in seconds (keep below the scrape timeout).")
 @click.option("--max-body-bytes", type=int, default=16 * 1024 * 1024, show_default=True,
               help="Largest /metrics body accepted from an upstream.")
-@click.option("--cost-per-draft-token", type=float, default=0.05, show_default=True,
-              help="Cost model a: verify-step cost per draft token, relative to a plain step.")
-@click.option("--cost-per-draft-token-per-running-request", type=float, default=0.02, show_default=True,
-              help="Cost model s: extra cost per draft token and running request.")
+@click.option("--cost-profile", default=None, envvar="SPECWATCH_COST_PROFILE",
+              help="Measured step times (specwatch calibrate): speedups with basis measured/profile. "
+                   "Without it they are a built-in guess, labelled basis=default.")
+@click.option("--baseline-upstream", default=None, envvar="SPECWATCH_BASELINE_UPSTREAM",
+              help="NAME of an --upstream that runs without speculation: its live decode speed is the "
+                   "measured speedup's denominator (the compose `baseline` profile).")
+@click.option("--speculative-method", default=None, help="The method whose cost-profile curve applies (default: the profile's first).")
+@click.option("--drafter", default=None, help="The drafter whose cost-profile curve applies (draft_model, eagle).")
+@click.option("--cost-per-draft-token", "old_cost_a", default=None, hidden=True)
+@click.option("--cost-per-draft-token-per-running-request", "old_cost_b", default=None, hidden=True)
 @click.option("--min-fetch-interval", type=float, default=1.0, show_default=True,
               help="Scrapes within this many seconds after a fetch round share it (0: only scrapes "
                    "arriving while a round is in flight share it).")
@@ -120,17 +126,21 @@ class FlagError(click.ClickException):
 @click.option("--once", is_flag=True, help="Scrape once, print the exposition to stdout and exit.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)
-def serve(upstreams, windows, listen_address, timeout_seconds, max_body_bytes,
-          cost_per_draft_token, cost_per_draft_token_per_running_request, min_fetch_interval,
+def serve(upstreams, windows, listen_address, timeout_seconds, max_body_bytes, cost_profile, baseline_upstream,
+          speculative_method, drafter, old_cost_a, old_cost_b, min_fetch_interval,
           max_requests, max_connections, request_timeout, once, log_level):
     """Run the exporter: on each scrape, fetch every upstream's /metrics and derive draft
     acceptance rate, mean acceptance length, per-position acceptance (unconditional and
     conditional), the what-if curve for every smaller k and the live k advice."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if old_cost_a is not None or old_cost_b is not None:
+        raise FlagError("--cost-per-draft-token(-per-running-request) are gone: step costs are measured now; "
+                        "write a cost profile with specwatch calibrate and pass --cost-profile FILE")
     ups = [u for spec in upstreams for u in spec.split()]
     try:
         config = build_config(ups, windows, listen_address, timeout_seconds, max_body_bytes,
-                              cost_per_draft_token, cost_per_draft_token_per_running_request,
+                              cost_profile=cost_profile, baseline_upstream=baseline_upstream,
+                              speculative_method=speculative_method, drafter=drafter,
                               min_fetch_interval=min_fetch_interval, max_requests=max_requests,
                               max_connections=max_connections, request_timeout=request_timeout)
     except ConfigError as exc:

@@ -57,13 +57,18 @@ class StepValues:
     - ``running_requests`` = mean of ``vllm:num_requests_running`` over the window's fetches;
     - ``request_decode_tokens_per_second`` = Δ(``vllm:generation_tokens_total`` −
       ``vllm:time_to_first_token_seconds_count``) / Δ ITL sum: output tokens per second a running
-      request gets after its first token (steps that drafted nothing included).
+      request gets after its first token (steps that drafted nothing included);
+    - ``running_requests_per_step`` = Δ ITL count / Δ iteration count: the batch b a decode step
+      served, step-weighted (idle time does not dilute it); the b at which cost profiles are read;
+    - ``request_steps`` = Δ ITL count (request-steps; the denominator of the draft share).
     """
 
     step_duration_seconds: float | None = None
     engine_steps_per_second: float | None = None
     running_requests: float | None = None
     request_decode_tokens_per_second: float | None = None
+    running_requests_per_step: float | None = None
+    request_steps: float | None = None
 
 
 @dataclass(frozen=True)
@@ -274,6 +279,8 @@ class WindowEngine:
                 engine_steps_per_second=_ratio(iters, span),
                 running_requests=_ratio(d("running_sum"), fetches_d),
                 request_decode_tokens_per_second=_ratio(decode, itl_sum),
+                running_requests_per_step=_ratio(itl_count, iters),
+                request_steps=itl_count,
             )
         return WindowValues(self.upstream, key[0], key[1], label, span,
                             int(fetches_d) if fetches_d is not None else 0, counters, step)

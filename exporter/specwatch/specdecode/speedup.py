@@ -72,8 +72,8 @@ class LiveCost:
     @property
     def running_requests(self) -> float:
         """b: running requests per step (live, step-weighted), else the fallback (the gauge), else 1."""
-        if self.step is not None and self.step.running_requests is not None:
-            return self.step.running_requests
+        if self.step is not None and self.step.running_requests_per_step is not None:
+            return self.step.running_requests_per_step
         if self.running_requests_fallback is not None and self.running_requests_fallback > 0:
             return self.running_requests_fallback
         return 1.0
