@@ -263,6 +263,11 @@ class SpecwatchCollector(Collector):
         for key in sorted(good | stepped):
             labels = [name, key[0], key[1]]
             running = snap.running_requests.get(key, 0.0)
+            if key not in good:  # no spec-decode counters (a baseline): lifetime step values only
+                st = snap.steps.get(key)
+                lifetime_step = step_times(st) if st is not None and is_complete(st) else None
+                self._add_lifetime_step(f, labels, lifetime_step)
+                costs.append(_CostInputs(name, key, "lifetime", (), None, lifetime_step, running))
             for w in self.config.windows:
                 wv = state.engine.values(key, w.label, w.seconds, spec=key in good, steps=key in stepped)
                 out.append(wv)
