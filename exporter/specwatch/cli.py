@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "prepare-model": "specwatch.embedded:prepare_model_cmd",
     "vllm": "specwatch.embedded:vllm_cmd",
     "demo": "specwatch.demo:demo",
+    "top": "specwatch.top.command:top",
 }
 
 
