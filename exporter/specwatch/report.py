@@ -354,7 +354,8 @@ def render_report(doc: Mapping[str, Any], *, tolerance: float = DEFAULT_TOLERANC
               help="As for specwatch advise.")
 @click.option("--title", default="specwatch sweep report", show_default=True)
 def report(result_file: Path, output: Path | None, tolerance: float, candidates: str, basis: str, title: str) -> None:
-    """Render a self-contained HTML report (embedded PNG plots) of a sweep RESULT_FILE."""
+    """Render a self-contained HTML report (embedded PNG plots) of a sweep RESULT_FILE (or of a
+    `specwatch demo` result: its demo-summary.json, written to report.html beside it)."""
     from specwatch.fileio import atomic_write_text, same_file
     from specwatch.sweep import check_writable, failed_cells, load_result, measurements
 
@@ -362,6 +363,19 @@ def report(result_file: Path, output: Path | None, tolerance: float, candidates:
         raise click.BadParameter("must be in [0, 1)", param_hint="--tolerance")
     if output is not None and same_file(output, result_file):
         raise click.BadParameter("is the sweep result itself: writing it would destroy the sweep", param_hint="--output")
+    from specwatch.demo_report import DemoReportError, is_demo_summary_file, write_demo_report
+
+    if is_demo_summary_file(result_file):  # a `specwatch demo` result: its own renderer, report.html beside it
+        out = output or result_file.parent / "report.html"
+        check_writable(out, "--output")
+        try:
+            written = write_demo_report(result_file.parent, out)
+        except DemoReportError as exc:
+            raise click.ClickException(str(exc)) from None
+        except OSError as exc:
+            raise click.ClickException(f"cannot write {out}: {exc.strerror or exc}") from None
+        click.echo(f"report written: {written} ({written.stat().st_size // 1024} KiB)")
+        return
     doc = load_result(result_file)
     try:
         usable = measurements(doc)
