@@ -43,6 +43,6 @@ def test_demo_runs_the_main_job(tmp_path):
     # how to watch it live, said before the load; the report's path is the console's last line
     assert r.stdout.index("specwatch top") < r.stdout.index("baseline server")
     report = out / "report.html"
-    assert r.stdout.strip().splitlines()[-1].replace("\n", "").endswith("report.html")
+    assert r.stdout.strip().splitlines()[-1] == f"Report: {report}"
     html = report.read_text()
     assert len(re.findall(r'src="data:image/png;base64,', html)) == 6  # rendered by specwatch.demo_report

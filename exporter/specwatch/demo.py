@@ -249,7 +249,7 @@ def demo(workloads, concurrency, k, output_len, num_batches, equivalence_output_
         else:
             console.print(f"Prometheus has stopped; its data is kept: prometheus --config.file={prom_cfg} "
                           f"--storage.tsdb.path={out / 'prometheus-data'} serves it again at http://127.0.0.1:{PROM_PORT}")
-        console.print(f"Report: {_write_report(out)}")
+        console.print(f"Report: {_write_report(out)}", soft_wrap=True)
         if keep_running:
             try:
                 while all(p.poll() is None for p in procs):
@@ -261,7 +261,7 @@ def demo(workloads, concurrency, k, output_len, num_batches, equivalence_output_
         summary["status"] = "interrupted"
         atomic_write_json(summary_path, summary)
         console.print(f"[yellow]Interrupted: finished batches are kept in {out}")
-        console.print(f"Report of what was measured: {_write_report(out)}")
+        console.print(f"Report of what was measured: {_write_report(out)}", soft_wrap=True)
         raise SystemExit(130)
     except (BenchConfigError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
