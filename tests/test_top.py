@@ -123,7 +123,7 @@ def test_windows_differ_and_fall_back_to_lifetime():
     # a window the exporter does not serve shows lifetime, and says so
     other = build_view(parse_exposition(text), "30s").upstreams[0].engines[0]
     assert other.fell_back and other.window == "lifetime"
-    assert "30s not served yet: showing lifetime" in render_plain(build_view(parse_exposition(text), "30s"), "t")
+    assert "no 30s values (no drafts in it yet): showing lifetime" in render_plain(build_view(parse_exposition(text), "30s"), "t")
 
 
 def test_basis_labels_and_new_series_names_are_shown_generically():
@@ -296,7 +296,7 @@ def test_once_against_upstreams_reads_request_gauges_and_reports_down():
     assert "upstream spec: up · schema v1" in r.output
     assert "running 0 · waiting 0" in r.output  # vLLM's own gauges, read from the upstream
     assert "upstream gone: DOWN: connect: connection failed" in r.output
-    assert "1m not served yet: showing lifetime" in r.output
+    assert "no 1m values (no drafts in it yet): showing lifetime" in r.output
 
 
 @pytest.mark.parametrize("args, hint", [
@@ -456,5 +456,17 @@ def test_live_view_in_a_narrow_terminal(tmp_path, exporter_server):
         t.wait_for(r"terminal too narrow")
         t.keys("q")
         assert "EXIT=0" in t.wait_for(r"EXIT=\d+")
+    finally:
+        t.kill()
+
+
+@pytest.mark.skipif(TMUX is None, reason="tmux is not installed (scripts/setup.sh installs it)")
+def test_live_view_with_no_exporter_is_one_line_and_leaves_the_terminal_alone(tmp_path, free_port):
+    t = Tmux(tmp_path, _top_cmd("--exporter", f"http://127.0.0.1:{free_port}", "--timeout", "1"))
+    try:
+        s = t.wait_for(r"EXIT=\d+")
+        assert "EXIT=1" in s
+        errors = [line for line in s.splitlines() if line.strip()][:-2]  # before EXIT= and the stty line
+        assert len(errors) == 1 and "cannot read the exporter" in errors[0] and "Traceback" not in s
     finally:
         t.kill()

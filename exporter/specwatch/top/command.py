@@ -218,7 +218,7 @@ def _run_live(source, window: str, interval: float) -> None:
                     view = make_view(fetched, window, tracker) if fetched is not None else None
                     live.update(render_live(view, source.description, size.width, error=error,
                                             refreshed=time.strftime("%H:%M:%S", time.localtime(when)),
-                                            interval=interval), refresh=True)
+                                            interval=interval, window=window), refresh=True)
                     dirty = False
                 if not started:
                     poller.start()  # after the first paint: its first read is the second one

@@ -77,7 +77,9 @@ def engine_rows(e: EngineView) -> list[Row]:
     if e.output_from_drafts is not None:
         rows.append(Row("output from drafts", pct(e.output_from_drafts), e.output_from_drafts.value,
                         _labels(e.output_from_drafts)))
-    rows.append(Row("requests", f"running {_count(e.running)} · waiting {_count(e.waiting)}"))
+    rows.append(Row("requests", f"running {_count(e.running)} · waiting {_count(e.waiting)}",
+                    note="not served by this exporter (--upstream reads vLLM's gauges)"
+                    if e.running is None and e.waiting is None else "vllm:num_requests_running / _waiting"))
     if e.step_time:
         rows.append(Row("step time", ", ".join(f"{s.value * 1000:.1f} ms" for s in e.step_time),
                         note=" ".join(_labels(s) for s in e.step_time).strip()))
@@ -102,7 +104,7 @@ def engine_rows(e: EngineView) -> list[Row]:
 
 def _window_note(e: EngineView, view: TopView) -> str:
     if e.fell_back:
-        return f"{view.window} not served yet: showing lifetime"
+        return f"no {view.window} values (no drafts in it yet): showing lifetime"
     return f"window {e.window}"
 
 
@@ -221,13 +223,13 @@ def _engine_panel(u: UpstreamView, e: EngineView, view: TopView, width: int) -> 
 
 
 def render_live(view: TopView | None, source: str, width: int, *, error: str | None = None,
-                refreshed: str = "", interval: float = 2.0) -> RenderableType:
+                refreshed: str = "", interval: float = 2.0, window: str | None = None) -> RenderableType:
     """The whole screen for a terminal ``width`` columns wide. ``error`` (the source could not be
     read) replaces the blocks: no stale values are shown."""
     if width < MIN_WIDTH:
         return Text(f"terminal too narrow ({width} columns): specwatch top needs {MIN_WIDTH}; q quits", style="bold")
     head = Text.assemble(("specwatch top", "bold"), f"  {source}  ",
-                         ("window ", ""), ((view.window if view else DASH), "bold reverse"),
+                         ("window ", ""), ((view.window if view else window or DASH), "bold reverse"),
                          f"  refreshed {refreshed} every {interval:g} s" if refreshed else "")
     parts: list[RenderableType] = [head, Text(KEYS_HELP, style="dim")]
     if error:
