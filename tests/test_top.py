@@ -470,3 +470,24 @@ def test_live_view_with_no_exporter_is_one_line_and_leaves_the_terminal_alone(tm
         assert len(errors) == 1 and "cannot read the exporter" in errors[0] and "Traceback" not in s
     finally:
         t.kill()
+
+
+@pytest.mark.skipif(TMUX is None, reason="tmux is not installed (scripts/setup.sh installs it)")
+def test_live_view_in_a_terminal_exporter_goes_away_and_comes_back(tmp_path):
+    """The exporter stops answering mid-run: the screen says so and shows no stale value; when it
+    is back, so are the values. (The "exporter" serves the real exporter's output on real captures.)"""
+    text = two_scrapes({"spec": fixture(K4_BEFORE)}, {"spec": fixture(K4_AFTER)})
+    rate = pct(value(text, "specwatch_draft_acceptance_rate", upstream="spec", window="1m"))
+    srv = BodyServer(text)
+    t = Tmux(tmp_path, _top_cmd("--exporter", srv.url, "--timeout", "1"))
+    try:
+        assert rate in t.wait_for(re.escape(rate))
+        srv.stop()
+        s = t.wait_for(r"source unreachable")
+        assert "cannot read the exporter" in s and rate not in s and "window 1m" in s
+        srv.start()
+        t.wait_for(re.escape(rate))
+        t.keys("q")
+        assert "EXIT=0" in t.wait_for(r"EXIT=\d+")
+    finally:
+        t.kill()

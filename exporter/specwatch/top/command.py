@@ -123,15 +123,17 @@ def _validate_window(value: str) -> str:
 @click.command("top")
 @click.option("--exporter", "exporter_url", default=DEFAULT_EXPORTER, show_default=True, envvar="SPECWATCH_EXPORTER",
               help="The specwatch exporter to read (base URL or its /metrics URL).")
-@click.option("--upstream", "upstreams", multiple=True, envvar="SPECWATCH_UPSTREAMS",
+@click.option("--upstream", "upstreams", multiple=True,
               help="Read vLLM servers directly instead (no exporter running): URL or NAME=URL, as for "
-                   "`specwatch serve --upstream`. Repeatable.")
+                   "`specwatch serve --upstream`. Repeatable. (Not read from SPECWATCH_UPSTREAMS: inside the "
+                   "exporter's container `specwatch top` still reads the exporter.)")
 @click.option("--window", default="1m", show_default=True,
               help="Window shown first: 1m, 5m, lifetime (or any window the exporter serves).")
 @click.option("--interval", type=click.FloatRange(0.5, 60), default=2.0, show_default=True,
               help="Seconds between refreshes.")
-@click.option("--timeout", type=click.FloatRange(0.1, 60), default=5.0, show_default=True,
-              help="Per-fetch deadline in seconds.")
+@click.option("--timeout", type=click.FloatRange(0.1, 60), default=10.0, show_default=True,
+              help="Per-fetch deadline in seconds (the exporter itself waits up to its own --timeout, 5 s, "
+                   "per upstream).")
 @click.option("--once", is_flag=True,
               help="Print one plain-text snapshot and exit (for scripts; no terminal needed). Exit status 1 "
                    "if the source cannot be read or an upstream is down.")

@@ -52,7 +52,7 @@ def exporter_metrics_url(url: str) -> str:
 class ExporterSource:
     """A running specwatch exporter at ``metrics_url`` (see :func:`exporter_metrics_url`)."""
 
-    def __init__(self, metrics_url: str, timeout: float = 5.0):
+    def __init__(self, metrics_url: str, timeout: float = 10.0):
         self.metrics_url = metrics_url
         self.timeout = timeout
         self.description = f"exporter {metrics_url}"
@@ -106,6 +106,11 @@ class _RecordingFetcher:
             self.requests.update(reqs)
         return body
 
+    def snapshot(self) -> tuple[dict, dict[str, str]]:
+        """(request gauges, last error messages) as of now (copies)."""
+        with self._lock:
+            return dict(self.requests), dict(self.errors)
+
 
 def _request_gauges(upstream: str, body: str) -> dict[tuple[str, str, str], tuple[float | None, float | None]]:
     running: dict[tuple[str, str, str], float] = {}
@@ -127,6 +132,8 @@ class UpstreamSource:
     """
 
     def __init__(self, upstreams: list[str], windows: tuple[str, ...] = ("1m", "5m"), timeout: float = 5.0):
+        # the exporter's own range for its per-upstream deadline is 0.1-60 s; keep it within
+        timeout = min(max(timeout, 0.1), 60.0)
         self.config = build_config(upstreams, windows, "127.0.0.1:1", timeout_seconds=timeout)
         self.fetcher = _RecordingFetcher()
         self.collector = SpecwatchCollector(self.config, fetch=self.fetcher)
@@ -138,8 +145,7 @@ class UpstreamSource:
         """One scrape of every upstream through the collector. Never raises for a down upstream
         (that is shown as ``specwatch_up 0``)."""
         text = generate_latest(self.registry).decode()
-        with self.fetcher._lock:
-            reqs, errs = dict(self.fetcher.requests), dict(self.fetcher.errors)
+        reqs, errs = self.fetcher.snapshot()
         return Fetched(parse_exposition(text), reqs, errs)
 
     def close(self) -> None:
