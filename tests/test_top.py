@@ -491,3 +491,23 @@ def test_live_view_in_a_terminal_exporter_goes_away_and_comes_back(tmp_path):
         assert "EXIT=0" in t.wait_for(r"EXIT=\d+")
     finally:
         t.kill()
+
+
+def test_one_block_per_engine_with_its_own_request_gauges():
+    """Data-parallel vLLM (constructed from the documented format: two engines under one model)."""
+    from specwatch.top.sources import _request_gauges
+
+    body = fixture("vllm-0.32-v1-dp2-ngram-k4-constructed.txt")
+    text = two_scrapes({"dp": body}, {"dp": body})
+    reqs = _request_gauges("dp", body)
+    view = build_view(parse_exposition(text), "lifetime", requests=reqs)
+    engines = view.upstreams[0].engines
+    assert [e.engine for e in engines] == sorted({l["engine"] for n, l, _ in raw_samples(body)
+                                                   if n == "vllm:spec_decode_num_drafts_total"})
+    for e in engines:
+        assert e.draft_acceptance_rate.value == value(text, "specwatch_draft_acceptance_rate", upstream="dp",
+                                                      engine=e.engine, window="lifetime")
+        assert e.running == raw_value(body, "vllm:num_requests_running", engine=e.engine)
+        assert e.waiting == raw_value(body, "vllm:num_requests_waiting", engine=e.engine)
+    plain = render_plain(view, "t")
+    assert plain.count("model ") == len(engines) == 2
