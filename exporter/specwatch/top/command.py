@@ -142,7 +142,9 @@ def top(ctx: click.Context, exporter_url: str, upstreams: tuple[str, ...], windo
         timeout: float, once: bool) -> None:
     """Live terminal view of speculative decoding: per upstream and engine the draft acceptance
     rate, mean acceptance length against k+1, per-position and conditional acceptance, effective
-    k, requests, step time and speedup with their basis, the recommended k and up/errors."""
+    k, requests, step time and speedup with their basis, the recommended k and up/errors.
+
+    Keys: 1 / 5 / l show the 1m / 5m / lifetime window, w cycles through the windows served, q quits."""
     window = _validate_window(window)
     ups = [u for spec in upstreams for u in spec.split()]
     exporter_given = ctx.get_parameter_source("exporter_url") not in (
