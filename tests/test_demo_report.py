@@ -106,3 +106,13 @@ def test_demo_report_renders_in_headless_chromium(demo_dir, tmp_path):
     for s in sizes:
         w, h = (int(x) for x in s.split("x"))
         assert w > 100 and h > 100
+
+
+def test_damaged_demo_result_is_one_line(demo_dir):
+    doc = json.loads((demo_dir / "demo-summary.json").read_text())
+    doc["comparison"] = [{"workload": "copy", "ratio": "fast"}]
+    doc["per_position"] = {"per_position_acceptance_rate": ["x"]}
+    (demo_dir / "demo-summary.json").write_text(json.dumps(doc))
+    r = CliRunner().invoke(report, [str(demo_dir / "demo-summary.json")])
+    assert r.exit_code == 1 and "damaged demo result" in r.output and len(r.output.strip().splitlines()) == 1
+    assert not (demo_dir / "report.html").exists()

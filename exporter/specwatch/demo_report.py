@@ -255,10 +255,15 @@ def _pct(v: float | None) -> float | None:
 
 def write_demo_report(result_dir: Path, output: Path | None = None) -> Path:
     """Render the demo result in ``result_dir`` to ``output`` (default ``result_dir/report.html``);
-    returns the path. Raises :class:`DemoReportError` or OSError."""
+    returns the path. Raises :class:`DemoReportError` (also for a damaged summary or bench file)
+    or OSError."""
     from specwatch.fileio import atomic_write_text
 
     summary, benches = load_demo(result_dir)
     out = output or result_dir / REPORT_FILE
-    atomic_write_text(out, render_demo_report(summary, benches))
+    try:
+        text = render_demo_report(summary, benches)
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
+        raise DemoReportError(f"{result_dir / SUMMARY_FILE}: damaged demo result ({type(exc).__name__}: {exc})") from None
+    atomic_write_text(out, text)
     return out
