@@ -141,8 +141,14 @@ def test_basis_labels_and_new_series_names_are_shown_generically():
     text = text.replace('specwatch_position_acceptance_rate{engine="0",model_name="smollm2",position="3",upstream="spec",window="1m"}',
                         'specwatch_position_acceptance_rate{basis="lower_bound",engine="0",model_name="smollm2",position="3",upstream="spec",window="1m"}')
     text = text.replace("# HELP specwatch_recommended", extra + "# HELP specwatch_recommended")
+    text = text.replace("# HELP specwatch_recommended", (
+        "# TYPE specwatch_running_requests gauge\n"
+        f'specwatch_running_requests{{{lab}}} 3.5\n'
+        f'specwatch_running_requests{{{lab.replace("1m", "lifetime")}}} 1.25\n') + "# HELP specwatch_recommended")
     view = build_view(parse_exposition(text), "1m")
     e = view.upstreams[0].engines[0]
+    assert e.running == 3.5 and e.waiting is None  # the 1m mean, not the lifetime one
+    assert build_view(parse_exposition(text), "lifetime").upstreams[0].engines[0].running == 1.25
     assert {(s.metric, s.k, s.basis_text) for s in e.speedup_at(4)} == {
         ("specwatch_speedup", 4, "basis=measured"), ("specwatch_estimated_speedup", 4, "modelled (cost model)")}
     assert [v.value for v in e.step_time] == [0.0123]

@@ -25,9 +25,10 @@ LIFETIME = "lifetime"
 #: ``specwatch_estimated_speedup{k,window}`` (cost model, see :mod:`specwatch.costmodel`).
 SPEEDUP_NAMES = ("specwatch_speedup", "specwatch_estimated_speedup")
 STEP_TIME_NAME = "specwatch_step_duration_seconds"
-#: Request gauges, if an exporter serves them (vLLM's vllm:num_requests_running / _waiting).
-RUNNING_NAMES = ("specwatch_num_requests_running", "specwatch_requests_running")
-WAITING_NAMES = ("specwatch_num_requests_waiting", "specwatch_requests_waiting")
+#: Request gauges, if an exporter serves them (from vLLM's vllm:num_requests_running / _waiting;
+#: ``specwatch_running_requests{window}`` is the mean over the window's fetches).
+RUNNING_NAMES = ("specwatch_running_requests", "specwatch_num_requests_running", "specwatch_requests_running")
+WAITING_NAMES = ("specwatch_waiting_requests", "specwatch_num_requests_waiting", "specwatch_requests_waiting")
 
 
 class ExpositionError(ValueError):
@@ -312,10 +313,10 @@ def _engine_view(get, one, up_name: str, model: str, engine: str, window: str, w
     k = one("specwatch_num_speculative_tokens", base)
 
     def first(names: tuple[str, ...]) -> float | None:
-        for n in names:
-            v = one(n, base)
-            if v is not None:
-                return v.value
+        for n in names:  # a windowed series must carry this window; an unwindowed one is the current value
+            got = strict(n, w)
+            if got:
+                return got[0].value
         return None
 
     running, waiting = first(RUNNING_NAMES), first(WAITING_NAMES)
