@@ -61,7 +61,7 @@ def two_scrapes(bodies_before: dict, bodies_after: dict, windows=("1m", "5m")) -
 
 
 def value(text: str, name: str, **labels) -> float | None:
-    got = [v for n, l, v in raw_samples(text) if n == name and all(l.get(k) == str(x) for k, x in labels.items())]
+    got = [v for n, lab, v in raw_samples(text) if n == name and all(lab.get(k) == str(x) for k, x in labels.items())]
     assert len(got) <= 1
     return got[0] if got else None
 
@@ -79,7 +79,7 @@ def test_view_shows_what_the_exporter_serves_for_every_real_capture(path, window
     view = build_view(parse_exposition(text), window)
     (u,) = view.upstreams
     assert u.up is True
-    assert [u.schema] == [l["schema"] for n, l, _ in raw_samples(text) if n == "specwatch_upstream_info"]
+    assert [u.schema] == [lab["schema"] for n, lab, _ in raw_samples(text) if n == "specwatch_upstream_info"]
     if "nospec" in path.name:
         assert u.spec_decode_enabled is False and u.engines == ()
         assert "no speculation" in render_plain(view, "t")
@@ -508,7 +508,7 @@ def test_one_block_per_engine_with_its_own_request_gauges():
     reqs = _request_gauges("dp", body)
     view = build_view(parse_exposition(text), "lifetime", requests=reqs)
     engines = view.upstreams[0].engines
-    assert [e.engine for e in engines] == sorted({l["engine"] for n, l, _ in raw_samples(body)
+    assert [e.engine for e in engines] == sorted({lab["engine"] for n, lab, _ in raw_samples(body)
                                                    if n == "vllm:spec_decode_num_drafts_total"})
     for e in engines:
         assert e.draft_acceptance_rate.value == value(text, "specwatch_draft_acceptance_rate", upstream="dp",
