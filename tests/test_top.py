@@ -156,7 +156,7 @@ def test_basis_labels_and_new_series_names_are_shown_generically():
     plain = render_plain(view, "t")
     assert "12.3 ms" in plain and "basis=measured" in plain and "[basis=lower_bound]" in plain
     # and their absence is no error (the plain exporter output above had none)
-    assert "not served by this exporter" in render_plain(build_view(parse_exposition(two_scrapes(
+    assert "not served by the exporter" in render_plain(build_view(parse_exposition(two_scrapes(
         {"spec": fixture(K4_BEFORE)}, {"spec": fixture(K4_AFTER)})), "1m"), "t")
 
 

@@ -78,13 +78,13 @@ def engine_rows(e: EngineView) -> list[Row]:
         rows.append(Row("output from drafts", pct(e.output_from_drafts), e.output_from_drafts.value,
                         _labels(e.output_from_drafts)))
     rows.append(Row("requests", f"running {_count(e.running)} · waiting {_count(e.waiting)}",
-                    note="not served by this exporter (--upstream reads vLLM's gauges)"
+                    note="not served by the exporter (--upstream reads vLLM's gauges)"
                     if e.running is None and e.waiting is None else "vllm:num_requests_running / _waiting"))
     if e.step_time:
         rows.append(Row("step time", ", ".join(f"{s.value * 1000:.1f} ms" for s in e.step_time),
                         note=" ".join(_labels(s) for s in e.step_time).strip()))
     else:
-        rows.append(Row("step time", DASH, note="not served by this exporter"))
+        rows.append(Row("step time", DASH, note="not served by the exporter"))
     rec = e.recommended_k
     rec_k = None if rec is None else int(rec.value)
     for label, kk in (("speedup at k", k), ("speedup at recommended k", rec_k)):
