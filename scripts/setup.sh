@@ -12,11 +12,13 @@ py="${PYTHON:-python3}"
 log() { printf '[setup] %s\n' "$*" >&2; }
 
 # Debian packages: prometheus (server + promtool) for the stack and its tests, docker-compose to
-# validate docker-compose.yml (no engine needed), chromium to check that the HTML report renders.
+# validate docker-compose.yml (no engine needed), chromium to check that the HTML report renders,
+# tmux to drive `specwatch top` in a real terminal in its tests.
 need=()
 command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v tmux >/dev/null 2>&1 || need+=(tmux)
 if [ ${#need[@]} -gt 0 ]; then
   log "installing Debian packages: ${need[*]}"
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi

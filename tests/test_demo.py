@@ -4,6 +4,7 @@ one workload, concurrency 1, short outputs. It starts its own servers (one at a 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -39,3 +40,9 @@ def test_demo_runs_the_main_job(tmp_path):
     assert prom["model_name:specwatch_mean_acceptance_length:ratio_rate5m"]
     for name in ("bench-baseline.json", "bench-baseline.csv", "bench-speculative.json", "bench-speculative.csv"):
         assert (out / name).stat().st_size > 0
+    # how to watch it live, said before the load; the report's path is the console's last line
+    assert r.stdout.index("specwatch top") < r.stdout.index("baseline server")
+    report = out / "report.html"
+    assert r.stdout.strip().splitlines()[-1] == f"Report: {report}"
+    html = report.read_text()
+    assert len(re.findall(r'src="data:image/png;base64,', html)) == 6  # rendered by specwatch.choosek.demoreport

@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "prepare-model": "specwatch.localvllm.cli:prepare_model_cmd",
     "vllm": "specwatch.localvllm.cli:vllm_cmd",
     "demo": "specwatch.demo:demo",
+    "top": "specwatch.top.cli:top",
 }
 
 

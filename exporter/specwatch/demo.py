@@ -6,7 +6,9 @@ and alerts), then a baseline vLLM and a speculative vLLM (SmolLM2-135M, ngram) o
 given concurrencies with the load generator, whose own metrics are served on 19338 throughout.
 It ends with the baseline-vs-speculative table, the greedy-output equivalence check, the
 per-position acceptance curve with the what-if expected acceptance length for every smaller k,
-and where the result files and the Prometheus UI are.
+and where the result files and the Prometheus UI are; it writes ``report.html`` (plots, rendered
+by :mod:`specwatch.choosek.demoreport` with the sweep report's helpers) into the result folder and ends
+with its path. Before the load starts it says how to watch the run live (``specwatch top``).
 
 Outputs and batches are shortened by default so the whole job takes minutes on 2 cores; the
 console says so. Every result file is rewritten after each batch, so an interrupted job keeps what
@@ -170,6 +172,8 @@ def demo(workloads, concurrency, k, output_len, num_batches, equivalence_output_
         _wait_http(f"http://127.0.0.1:{DEFAULT_PORT}/", 30, exporter, "the exporter")
         _wait_http(f"http://127.0.0.1:{PROM_PORT}/-/ready", 60, prom, "Prometheus")
         console.print(f"Exporter: http://127.0.0.1:{DEFAULT_PORT}/metrics   Prometheus: http://127.0.0.1:{PROM_PORT}")
+        console.print("[bold]Watch it live:[/] run [bold]specwatch top[/] in a second terminal (it reads this exporter; "
+                      "keys 1/5/l switch the window, q quits).")
 
         metrics = BenchMetrics()
         metrics.serve(BENCH_PORT, "127.0.0.1")
@@ -248,6 +252,7 @@ def demo(workloads, concurrency, k, output_len, num_batches, equivalence_output_
         else:
             console.print(f"Prometheus has stopped; its data is kept: prometheus --config.file={prom_cfg} "
                           f"--storage.tsdb.path={out / 'prometheus-data'} serves it again at http://127.0.0.1:{PROM_PORT}")
+        console.print(f"Report: {_write_report(out)}", soft_wrap=True)
         if keep_running:
             try:
                 while all(p.poll() is None for p in procs):
@@ -259,6 +264,7 @@ def demo(workloads, concurrency, k, output_len, num_batches, equivalence_output_
         summary["status"] = "interrupted"
         atomic_write_json(summary_path, summary)
         console.print(f"[yellow]Interrupted: finished batches are kept in {out}")
+        console.print(f"Report of what was measured: {_write_report(out)}", soft_wrap=True)
         raise SystemExit(130)
     except (BenchConfigError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
@@ -268,6 +274,16 @@ def demo(workloads, concurrency, k, output_len, num_batches, equivalence_output_
                 stop_process_group(p, 20)
             except KeyboardInterrupt:
                 console.print("[yellow]still stopping the other servers…")
+
+
+def _write_report(out: Path) -> str:
+    """Write ``report.html`` (specwatch.choosek.demoreport) into the result folder; its path, or why not."""
+    from specwatch.choosek.demoreport import DemoReportError, write_demo_report
+
+    try:
+        return str(write_demo_report(out))
+    except (DemoReportError, OSError, ValueError) as exc:
+        return f"not written ({exc})"
 
 
 PROM_CHECKS = {

@@ -15,53 +15,13 @@ import requests
 from rich.table import Table
 
 from specwatch.bench.workloads import WORKLOADS
-from specwatch.choosek.advise import (
-    DEFAULT_LIVE_CONCURRENCIES,
-    advise_sweep,
-    curves_from_exporter,
-    curves_from_prometheus,
-    live_advice,
-    make_console,
-    render_advice,
-    render_config,
-    request_failure,
-)
-from specwatch.choosek.calibrate import (
-    CalibrationError,
-    load_forward_json,
-    num_positions,
-    profile_from_forward,
-    profile_from_live,
-    profile_from_sweep,
-    sample_live,
-)
+from specwatch.choosek.advise import DEFAULT_LIVE_CONCURRENCIES, advise_sweep, curves_from_exporter, curves_from_prometheus, live_advice, make_console, render_advice, render_config, request_failure
+from specwatch.choosek.calibrate import CalibrationError, load_forward_json, num_positions, profile_from_forward, profile_from_live, profile_from_sweep, sample_live
+from specwatch.choosek.demoreport import DemoReportError, is_demo_summary_file, write_demo_report
 from specwatch.choosek.model import DEFAULT_TOLERANCE, KChoiceError
 from specwatch.choosek.report import render_report
-from specwatch.choosek.resultfile import (
-    DAMAGED_FILE_ERRORS,
-    SweepError,
-    check_dir_writable,
-    check_writable,
-    damaged_file_message,
-    failed_cells,
-    load_result,
-    measurements,
-)
-from specwatch.choosek.sweep import (
-    DEFAULT_CONCURRENCIES,
-    DEFAULT_KS,
-    DEFAULT_NUM_BATCHES,
-    DEFAULT_OUTPUT_LEN,
-    DEFAULT_PROMPTS_PER_CONCURRENCY,
-    DEFAULT_WARMUP_BATCHES,
-    DEFAULT_WORKLOADS,
-    SweepPlan,
-    build_configs,
-    check_dataset,
-    render_command,
-    run_sweep,
-    uses_speculation,
-)
+from specwatch.choosek.resultfile import DAMAGED_FILE_ERRORS, SweepError, check_dir_writable, check_writable, damaged_file_message, failed_cells, load_result, measurements
+from specwatch.choosek.sweep import DEFAULT_CONCURRENCIES, DEFAULT_KS, DEFAULT_NUM_BATCHES, DEFAULT_OUTPUT_LEN, DEFAULT_PROMPTS_PER_CONCURRENCY, DEFAULT_WARMUP_BATCHES, DEFAULT_WORKLOADS, SweepPlan, build_configs, check_dataset, render_command, run_sweep, uses_speculation
 from specwatch.common.files import atomic_write_json, atomic_write_text, same_file
 from specwatch.common.params import int_list
 from specwatch.common.processes import install_stop_signals
@@ -348,11 +308,23 @@ def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tol
               help="As for specwatch advise.")
 @click.option("--title", default="specwatch sweep report", show_default=True)
 def report(result_file: Path, output: Path | None, tolerance: float, candidates: str, basis: str, title: str) -> None:
-    """Render a self-contained HTML report (embedded PNG plots) of a sweep RESULT_FILE."""
+    """Render a self-contained HTML report (embedded PNG plots) of a sweep RESULT_FILE (or of a
+    `specwatch demo` result: its demo-summary.json, written to report.html beside it)."""
     if not (0.0 <= tolerance < 1.0):
         raise click.BadParameter("must be in [0, 1)", param_hint="--tolerance")
     if output is not None and same_file(output, result_file):
         raise click.BadParameter("is the sweep result itself: writing it would destroy the sweep", param_hint="--output")
+    if is_demo_summary_file(result_file):  # a `specwatch demo` result: its own renderer, report.html beside it
+        out = output or result_file.parent / "report.html"
+        check_writable(out, "--output")
+        try:
+            written = write_demo_report(result_file.parent, out)
+        except DemoReportError as exc:
+            raise click.ClickException(str(exc)) from None
+        except OSError as exc:
+            raise click.ClickException(f"cannot write {out}: {exc.strerror or exc}") from None
+        click.echo(f"report written: {written} ({written.stat().st_size // 1024} KiB)")
+        return
     doc = load_result(result_file)
     try:
         usable = measurements(doc)

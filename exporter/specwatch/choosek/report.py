@@ -337,5 +337,3 @@ def render_report(doc: Mapping[str, Any], *, tolerance: float = DEFAULT_TOLERANC
                  "(warm-up excluded); spec-decode values come from the servers' vllm:spec_decode_* counters.</p>")
     parts.append("</body></html>")
     return "".join(parts)
-
-

@@ -53,16 +53,7 @@ from typing import Any
 
 
 from specwatch.choosek.model import family_of
-from specwatch.choosek.resultfile import (
-    FORMAT,
-    MEASUREMENT_KEYS,
-    SweepError,
-    _now,
-    cell_key,
-    cell_problem,
-    load_result,
-    result_file_lock,
-)
+from specwatch.choosek.resultfile import FORMAT, MEASUREMENT_KEYS, SweepError, _now, cell_key, cell_problem, load_result, result_file_lock
 from specwatch.common.files import atomic_write_json, log_tail
 from specwatch.common.processes import free_port, listen_error, stop_process_group
 

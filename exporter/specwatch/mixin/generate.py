@@ -7,6 +7,7 @@ writes, from one MixinConfig:
   prometheus/rules/specwatch-alerts.yml   alerts (alerts.py)
   prometheus/prometheus.yml               scrape config of the embedded default (localhost, default ports)
   prometheus/compose/prometheus.yml       the same for docker compose (service names)
+  prometheus/kubernetes/                  monitoring-mixins layout and Prometheus Operator objects (kubernetes.py)
 With --check nothing is written; exit status 1 and a unified diff if a committed file differs.
 
 ``--config`` is an optional YAML mapping of MixinConfig field names to values (unknown names are
@@ -180,7 +181,9 @@ def render_prometheus_config(cfg: MixinConfig, targets: ScrapeTargets, rules_dir
 
 def render_all(cfg: MixinConfig) -> dict[str, str]:
     """Every generated file: path relative to prometheus/ -> text."""
-    return {
+    from specwatch.mixin.kubernetes import render_kubernetes
+
+    files = {
         RULES_FILE: render_rules(cfg),
         ALERTS_FILE: render_alerts(cfg),
         EMBEDDED_CONFIG_FILE: render_prometheus_config(
@@ -190,6 +193,8 @@ def render_all(cfg: MixinConfig) -> dict[str, str]:
             cfg, COMPOSE_TARGETS, "../rules",
             "docker compose: mount prometheus/ at /etc/prometheus, --config.file=/etc/prometheus/compose/prometheus.yml."),
     }
+    files.update(render_kubernetes(cfg, files[RULES_FILE], files[ALERTS_FILE]))
+    return files
 
 
 def load_config(path: Path | None) -> MixinConfig:

@@ -1,0 +1,268 @@
+"""The HTML report of a ``specwatch demo`` result folder (``report.html``), rendered with the
+plotting and HTML helpers of :mod:`specwatch.choosek.report` (the sweep report), so both look alike.
+
+Inputs, all written by ``specwatch demo`` into its result folder:
+
+- ``demo-summary.json``: settings, servers (start-up time), the whole-run per-position curve
+  (counter deltas of ``vllm:spec_decode_num_accepted_tokens_per_pos_total`` /
+  ``…_num_drafts_total`` over the speculative run), the baseline-vs-speculative comparison, the
+  greedy-output equivalence result and what Prometheus held at the end.
+- ``bench-baseline.json`` and ``bench-speculative.json``: the load generator's per-cell summaries
+  (client-measured throughput, TTFT, TPOT; server counter deltas per cell).
+
+Sections: settings; output throughput baseline vs speculative by workload and concurrency; mean
+TTFT and TPOT; the per-position curve with E(k) (whole run, and per cell from the sweep report's
+plots); the equivalence result; Prometheus' view. Images are embedded PNG data URIs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from specwatch.choosek.model import KChoiceError, Measurement
+from specwatch.choosek.report import CSS, _colors, _e, _img, _n, _plt, _table, plot_expected_length, plot_position_acceptance, png_data_uri
+
+SUMMARY_FILE = "demo-summary.json"
+REPORT_FILE = "report.html"
+ROLES = ("baseline", "speculative")
+
+
+class DemoReportError(ValueError):
+    """The folder holds no usable demo result; the message says which file and why."""
+
+
+def is_demo_summary(doc: Any) -> bool:
+    """True for the document shape ``specwatch demo`` writes to ``demo-summary.json``."""
+    return isinstance(doc, dict) and "specwatch_sweep_format" not in doc and {"servers", "workloads", "k"} <= set(doc)
+
+
+def is_demo_summary_file(path: Path) -> bool:
+    """True when ``path`` is a readable JSON file holding a demo summary (False on any error)."""
+    try:
+        return is_demo_summary(json.loads(Path(path).read_text(encoding="utf-8")))
+    except (OSError, ValueError, RecursionError):
+        return False
+
+
+def load_demo(result_dir: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """(``demo-summary.json``, {role: bench result document}) of a demo result folder. A bench file
+    is looked up in the folder by its name (the folder may have moved since). Raises
+    :class:`DemoReportError` when the summary is missing or not a demo summary; a missing bench
+    file is left out (an interrupted demo)."""
+    path = result_dir / SUMMARY_FILE
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise DemoReportError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise DemoReportError(f"{path} is not valid JSON: {exc}") from None
+    if not is_demo_summary(summary):
+        raise DemoReportError(f"{path} is not a specwatch demo summary")
+    benches = {}
+    for role in ROLES:
+        name = Path((summary.get("servers", {}).get(role) or {}).get("result_file") or f"bench-{role}.json").name
+        try:
+            benches[role] = json.loads((result_dir / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+    return summary, benches
+
+
+def demo_measurements(summary: Mapping[str, Any], benches: Mapping[str, Mapping[str, Any]]) -> list[Measurement]:
+    """One :class:`Measurement` per (role, workload, concurrency) cell with a throughput: config
+    ``baseline`` (k = 0) or ``speculative`` (k = the demo's k)."""
+    out = []
+    for role, doc in benches.items():
+        k = 0 if role == "baseline" else int(summary.get("k") or 0)
+        for rec in doc.get("summary") or []:
+            try:
+                out.append(Measurement.from_record(rec, config=role, k=k))
+            except (KChoiceError, KeyError, TypeError, ValueError):
+                continue  # a cell without a successful request: nothing to plot
+    return out
+
+
+def plot_cells(ms: Sequence[Measurement], attr: str, ylabel: str, title: str) -> str | None:
+    """Grouped bars: one group per (workload, concurrency), one bar per configuration (baseline
+    black, as in the sweep report), height = ``attr`` of the measurement; the ratio to the
+    baseline is written above each speculative bar. None when no measurement has the value."""
+    plt = _plt()
+    cells = sorted({(m.workload, m.concurrency) for m in ms})
+    configs = sorted({(m.config, m.k) for m in ms}, key=lambda c: (c[1], c[0]))
+    if not cells or not any(getattr(m, attr) is not None for m in ms):
+        return None
+    colors = _colors(configs)
+    by = {(m.workload, m.concurrency, m.config): getattr(m, attr) for m in ms}
+    fig, ax = plt.subplots(figsize=(max(5.5, 1.6 * len(cells) * len(configs)), 3.8))
+    width = 0.8 / len(configs)
+    for j, (name, k) in enumerate(configs):
+        xs, ys = [], []
+        for i, (wl, c) in enumerate(cells):
+            v = by.get((wl, c, name))
+            if v is not None:
+                xs.append(i - 0.4 + width * (j + 0.5))
+                ys.append(v)
+        bars = ax.bar(xs, ys, width=width, color=colors[name], label=name + (f" (k={k})" if k else ""))
+        if k:
+            for bar, (wl, c) in zip(bars, [cl for cl in cells if by.get((*cl, name)) is not None]):
+                base = by.get((wl, c, "baseline"))
+                if base:
+                    ax.annotate(f"{bar.get_height() / base:.2f}×", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                                ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(cells)))
+    ax.set_xticklabels([f"{wl}\nc={c}" for wl, c in cells], fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    return png_data_uri(fig)
+
+
+def plot_run_curve(curve: Mapping[str, Any], k: int) -> str | None:
+    """The speculative run's whole-run curve: per-position acceptance r_i and conditional
+    acceptance (left), expected acceptance length E(k') = 1 + Σ_(i<k') r_i for every k' ≤ k with
+    the ceiling k' + 1 and the measured mean acceptance length at k (right)."""
+    rates = list(curve.get("per_position_acceptance_rate") or [])
+    if not rates:
+        return None
+    plt = _plt()
+    cond = [float("nan") if c is None else c for c in (curve.get("conditional_acceptance_rate") or [])]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    pos = list(range(len(rates)))
+    axes[0].plot(pos, [r * 100 for r in rates], marker="o", label="r_i = P(positions 0..i accepted)")
+    if cond:
+        axes[0].plot(pos[:len(cond)], [c * 100 for c in cond], marker="s", linestyle="--",
+                     label="conditional P(i | 0..i-1 accepted)")
+    axes[0].set_ylim(0, 105)
+    axes[0].set_xticks(pos)
+    axes[0].set_xlabel("draft position i (0-based)")
+    axes[0].set_ylabel("acceptance %")
+    axes[0].set_title("per-position acceptance (whole speculative run)", fontsize=10)
+    axes[0].grid(True, alpha=0.3)
+    axes[0].legend(fontsize=8)
+    ks = list(range(0, len(rates) + 1))
+    e = [1.0 + math.fsum(rates[:kk]) for kk in ks]
+    axes[1].plot(ks, e, marker="o", label="E(k) from the curve")
+    axes[1].plot(ks, [kk + 1 for kk in ks], color="grey", linestyle=":", label="every draft accepted (k + 1)")
+    mal = curve.get("mean_acceptance_length")
+    if mal is not None:
+        axes[1].scatter([k], [mal], marker="x", s=60, color="black", zorder=3, label=f"measured at k={k}")
+    axes[1].set_xticks(ks)
+    axes[1].set_xlabel("num_speculative_tokens k")
+    axes[1].set_ylabel("tokens per verify step")
+    axes[1].set_title("expected acceptance length E(k)", fontsize=10)
+    axes[1].grid(True, alpha=0.3)
+    axes[1].legend(fontsize=8)
+    return png_data_uri(fig)
+
+
+def render_demo_report(summary: Mapping[str, Any], benches: Mapping[str, Mapping[str, Any]],
+                       title: str = "specwatch demo report") -> str:
+    """The HTML text of ``report.html`` for a demo result (see the module docstring)."""
+    ms = demo_measurements(summary, benches)
+    k = int(summary.get("k") or 0)
+    servers = summary.get("servers") or {}
+    parts = [f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(title)}</title>"
+             f"<style>{CSS}</style></head><body><h1>{_e(title)}</h1>"]
+    status = summary.get("status", "complete")
+    parts.append(f"<p>Started {_e(summary.get('started_at'))}; status <b>{_e(status)}</b>. Baseline (no speculation) "
+                 f"and speculative (ngram, k={k}) real vLLM servers, one after the other on the same machine, "
+                 f"with the same seeded workloads.</p>")
+    settings = [["workloads", ", ".join(summary.get("workloads") or [])],
+                ["concurrencies", ", ".join(str(c) for c in summary.get("concurrencies") or [])],
+                ["num_speculative_tokens k", k], ["output tokens per request", summary.get("output_len")],
+                ["measured batches per cell (after 1 warm-up)", summary.get("num_batches")]]
+    for role in ROLES:
+        s = servers.get(role) or {}
+        settings.append([f"{role} server start-up s", _n(s.get("startup_seconds"))])
+        if s.get("speculative_config"):
+            settings.append([f"{role} --speculative-config", json.dumps(s["speculative_config"], separators=(",", ":"))])
+    parts.append(_table(["setting", "value"], settings, "settings"))
+
+    parts.append("<h2>Baseline vs speculative</h2>")
+    parts.append("<p class='note'>Output throughput (output tokens/s, client-measured, mean over the measured batches of "
+                 "each cell); the number above a speculative bar is its ratio to the baseline.</p>")
+    parts.append(_img(plot_cells(ms, "output_throughput", "output tokens/s", "Output throughput"),
+                      "Output throughput, baseline vs speculative, by workload and concurrency"))
+    rows = []
+    for r in summary.get("comparison") or []:
+        rate = r.get("spec_decode_acceptance_rate")
+        rows.append([r.get("workload"), r.get("max_concurrency"), _n(r.get("baseline_output_throughput")),
+                     _n(r.get("speculative_output_throughput")), _n(r.get("ratio"), ".2f", "×"),
+                     _n(rate, ".1f", " %"), _n(r.get("spec_decode_acceptance_length"), ".2f")])
+    parts.append(_table(["workload", "concurrency", "baseline tok/s", "speculative tok/s", "ratio",
+                         "draft acceptance rate", "mean acceptance length"], rows, "comparison"))
+
+    parts.append("<h2>TTFT and TPOT</h2>")
+    parts.append(_img(plot_cells(ms, "mean_ttft_ms", "ms", "Mean TTFT (time to first token)"), "Mean TTFT by cell"))
+    parts.append(_img(plot_cells(ms, "mean_tpot_ms", "ms", "Mean TPOT (time per output token)"), "Mean TPOT by cell"))
+
+    parts.append("<h2>Per-position acceptance and E(k)</h2>")
+    curve = summary.get("per_position") or {}
+    if curve:
+        parts.append(f"<p>Whole speculative run (counter deltas of the server's vllm:spec_decode_* counters): draft "
+                     f"acceptance rate {_n(_pct(curve.get('draft_acceptance_rate')), '.1f', ' %')}, mean acceptance "
+                     f"length {_n(curve.get('mean_acceptance_length'), '.2f')} tokens per verify step (ceiling k+1 = {k + 1}), "
+                     f"draft tokens per draft {_n(curve.get('draft_tokens_per_draft'), '.2f')}.</p>")
+    parts.append(_img(plot_run_curve(curve, k), "Per-position acceptance and expected acceptance length E(k), whole run"))
+    e_by_k = curve.get("expected_acceptance_length_by_k") or {}
+    conds = curve.get("conditional_acceptance_rate") or []
+    parts.append(_table(["position i / k", "acceptance r_i", "conditional", "E(k)"],
+                        [[f"{i} / k={i + 1}", _n(_pct(r), ".1f", " %"),
+                          _n(_pct(conds[i] if i < len(conds) else None), ".1f", " %"), _n(e_by_k.get(str(i + 1)), ".2f")]
+                         for i, r in enumerate(curve.get("per_position_acceptance_rate") or [])]))
+    if (curve.get("draft_tokens_per_draft") or k) < k - 0.005:
+        parts.append("<p class='note'>Ragged drafts: ngram proposed fewer than k tokens in some drafts, so r_i at later "
+                     "positions counts drafts that never proposed that position as rejections (a lower bound).</p>")
+    parts.append("<p class='note'>Per cell (the sweep report's plots; cells whose counters saw no draft are left out):</p>")
+    parts.append(_img(plot_position_acceptance(ms), "Per-position acceptance rate per cell"))
+    parts.append(_img(plot_expected_length(ms), "Expected acceptance length against k per cell"))
+
+    parts.append("<h2>Greedy-output equivalence</h2>")
+    eq = summary.get("equivalence") or {}
+    if eq:
+        ok = eq.get("matched") == eq.get("total")
+        parts.append(f"<p><b>{_e(eq.get('matched'))}/{_e(eq.get('total'))}</b> prompts produced identical greedy output "
+                     f"with and without speculation{'' if ok else ': speculation changed some outputs'}.</p>")
+        parts.append(_table(["prompt", "identical", "first difference at", "baseline chars", "speculative chars", "error"],
+                            [[p.get("name"), "yes" if p.get("identical") else "NO",
+                              "" if p.get("first_difference") is None else p.get("first_difference"),
+                              p.get("baseline_chars"), p.get("speculative_chars"), p.get("error") or ""]
+                             for p in eq.get("prompts") or []]))
+    else:
+        parts.append("<p class='note'>Not run (the demo was interrupted before it).</p>")
+
+    prom = summary.get("prometheus") or {}
+    if prom:
+        parts.append("<h2>What Prometheus held at the end of the speculative run</h2>")
+        parts.append(_table(["series", "value"], [[q, ", ".join(f"{v:.3f}" for v in vals) or "(no data)"]
+                                                  for q, vals in prom.items()]))
+    parts.append("<p class='note'>Generated by specwatch demo (re-render: <code>specwatch report DIR/demo-summary.json"
+                 "</code>). Throughput, TTFT and TPOT are measured by the load generator; acceptance values come from the "
+                 "speculative server's vllm:spec_decode_* counters; E(k) for k below the run's k is computed from the "
+                 "per-position curve (exact for chain drafters).</p></body></html>")
+    return "".join(parts)
+
+
+def _pct(v: float | None) -> float | None:
+    return None if v is None else v * 100
+
+
+def write_demo_report(result_dir: Path, output: Path | None = None) -> Path:
+    """Render the demo result in ``result_dir`` to ``output`` (default ``result_dir/report.html``);
+    returns the path. Raises :class:`DemoReportError` (also for a damaged summary or bench file)
+    or OSError."""
+    from specwatch.common.files import atomic_write_text
+
+    summary, benches = load_demo(result_dir)
+    out = output or result_dir / REPORT_FILE
+    try:
+        text = render_demo_report(summary, benches)
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError) as exc:
+        raise DemoReportError(f"{result_dir / SUMMARY_FILE}: damaged demo result ({type(exc).__name__}: {exc})") from None
+    atomic_write_text(out, text)
+    return out

@@ -1,0 +1,248 @@
+"""Render a :class:`~specwatch.top.model.TopView`: rich renderables for the live screen, plain
+text for ``--once``. Both read the same rows (:func:`engine_rows`), so they always agree.
+
+Units: rates are shown as percent of the 0-1 ratios the exporter serves; lengths in tokens per
+verify step; step time in ms. A value the exporter does not serve is "–", never 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.bar import Bar
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from specwatch.top.model import EngineView, TopView, UpstreamView, Value
+
+#: Below this many columns the bars are dropped; below MIN_WIDTH only a notice is shown.
+BAR_WIDTH_MIN = 64
+MIN_WIDTH = 36
+KEYS_HELP = "keys: 1/5/l window 1m/5m/lifetime · w next window · q quit"
+DASH = "–"
+
+
+def pct(v: Value | float | None) -> str:
+    """``77.2 %`` for a 0-1 ratio, "–" for None."""
+    if v is None:
+        return DASH
+    x = v.value if isinstance(v, Value) else v
+    return f"{x * 100:.1f} %"
+
+
+def _count(x: float | None) -> str:
+    return DASH if x is None else f"{x:g}"
+
+
+def _labels(v: Value | None) -> str:
+    return "" if v is None or not v.extra else f"[{v.label_text}]"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of an engine block: ``label``, value ``text``, optional bar ``fraction`` (0-1) and
+    a ``note`` (basis labels, bounds)."""
+
+    label: str
+    text: str
+    fraction: float | None = None
+    note: str = ""
+
+
+def engine_rows(e: EngineView) -> list[Row]:
+    """The summary rows of one engine block (see :class:`EngineView` for the series behind each)."""
+    rows = []
+    if e.draft_acceptance_rate is not None or e.v0_draft_acceptance_rate is None:
+        r = e.draft_acceptance_rate
+        rows.append(Row("draft acceptance rate", pct(r), None if r is None else r.value, _labels(r)))
+    if e.v0_draft_acceptance_rate is not None:
+        v = e.v0_draft_acceptance_rate
+        rows.append(Row("V0 acceptance gauge", pct(v), v.value, "vLLM V0 gauge, most recent interval"))
+    m, ceil = e.mean_acceptance_length, e.ceiling
+    if m is None:
+        rows.append(Row("mean acceptance length", DASH))
+    else:
+        rows.append(Row("mean acceptance length",
+                        f"{m.value:.2f} of {ceil} (k+1)" if ceil else f"{m.value:.2f}",
+                        m.value / ceil if ceil else None, _labels(m)))
+    k = e.num_speculative_tokens
+    if e.effective_k is None:
+        rows.append(Row("effective k", DASH if k is None else f"{DASH} (k = {k})"))
+    else:
+        note = "ragged drafts (fewer than k tokens per draft)" if e.ragged else ""
+        rows.append(Row("effective k", f"{e.effective_k.value:.2f}" + ("" if k is None else f" of k = {k}"),
+                        e.effective_k.value / k if k else None, " ".join(x for x in (_labels(e.effective_k), note) if x)))
+    if e.output_from_drafts is not None:
+        rows.append(Row("output from drafts", pct(e.output_from_drafts), e.output_from_drafts.value,
+                        _labels(e.output_from_drafts)))
+    rows.append(Row("requests", f"running {_count(e.running)} · waiting {_count(e.waiting)}",
+                    note="not served by the exporter (--upstream reads vLLM's gauges)"
+                    if e.running is None and e.waiting is None else "vllm:num_requests_running / _waiting"))
+    if e.step_time:
+        rows.append(Row("step time", ", ".join(f"{s.value * 1000:.1f} ms" for s in e.step_time),
+                        note=" ".join(_labels(s) for s in e.step_time).strip()))
+    else:
+        rows.append(Row("step time", DASH, note="not served by the exporter"))
+    rec = e.recommended_k
+    rec_k = None if rec is None else int(rec.value)
+    for label, kk in (("speedup at k", k), ("speedup at recommended k", rec_k)):
+        if kk is None or (label != "speedup at k" and kk == k):
+            continue
+        sp = e.speedup_at(kk)
+        if sp:
+            rows.append(Row(f"{label} = {kk}", ", ".join(f"{s.value.value:.2f}×" for s in sp),
+                            note="; ".join(s.basis_text for s in sp if s.basis_text)))
+        elif label == "speedup at k":
+            rows.append(Row(f"{label} = {kk}", DASH))
+    if rec is not None:
+        rows.append(Row("recommended k", "0 (speculation off)" if rec_k == 0 else str(rec_k),
+                        note=_labels(rec) or "from the speedup estimate"))
+    return rows
+
+
+def _window_note(e: EngineView, view: TopView) -> str:
+    if e.fell_back:
+        return f"no {view.window} values (no drafts in it yet): showing lifetime"
+    return f"window {e.window}"
+
+
+def _upstream_status(u: UpstreamView) -> tuple[str, str]:
+    """(text, style) of an upstream's state line."""
+    errs = ", ".join(f"{r} {n:g}" for r, n in sorted(u.fetch_errors.items()))
+    if u.up is False:
+        return (f"DOWN: {u.last_error or 'last fetch failed'}" + (f" (failed fetches: {errs})" if errs else ""),
+                "bold red")
+    parts = ["up"]
+    if u.schema:
+        parts.append(f"schema {u.schema}")
+    if u.scrape_seconds is not None:
+        parts.append(f"scrape {u.scrape_seconds * 1000:.0f} ms")
+    parts.append(f"failed fetches: {errs}" if errs else "no fetch errors")
+    if u.violations:
+        parts.append("invariant violations: " + ", ".join(f"{k} {v:g}" for k, v in sorted(u.violations.items())))
+    return " · ".join(parts), "green" if not u.violations else "yellow"
+
+
+def _no_engine_text(u: UpstreamView) -> str:
+    if u.up is False:
+        return "no values while the upstream is down (never stale ones)"
+    if u.spec_decode_enabled is False:
+        return "no speculation: this server runs without --speculative-config"
+    return "no spec-decode values served yet"
+
+
+# ---------------------------------------------------------------------------------------------
+# plain text (--once)
+# ---------------------------------------------------------------------------------------------
+
+
+def render_plain(view: TopView, source: str) -> str:
+    """The ``--once`` text: one section per upstream and engine, one ``label: value`` per line."""
+    out = [f"specwatch top: {source}; window {view.window} (served: {', '.join(view.windows)})"]
+    if not view.upstreams:
+        out.append("no upstreams served by the exporter")
+    for u in view.upstreams:
+        status, _ = _upstream_status(u)
+        out.append(f"upstream {u.name}: {status}")
+        if not u.engines or u.spec_decode_enabled is False:
+            out.append(f"  {_no_engine_text(u)}")
+        for e in u.engines:
+            out.append(f"  model {e.model_name or DASH} engine {e.engine or DASH} ({_window_note(e, view)})")
+            for r in engine_rows(e):
+                out.append(f"    {r.label + ':':<28}{r.text}" + (f"  {r.note}" if r.note else ""))
+            if e.positions:
+                out.append(f"    {'position':<10}{'acceptance':>12}{'conditional':>13}")
+                for p in e.positions:
+                    note = " ".join(x for x in (_labels(p.rate), _labels(p.conditional)) if x)
+                    out.append(f"    {p.position:<10}{pct(p.rate):>12}{pct(p.conditional):>13}" + (f"  {note}" if note else ""))
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# rich (live)
+# ---------------------------------------------------------------------------------------------
+
+
+def _bar(fraction: float | None, width: int, color: str = "cyan") -> RenderableType:
+    if fraction is None:
+        return Text("")
+    f = min(max(fraction, 0.0), 1.0)
+    return Bar(size=1.0, begin=0.0, end=f, width=width, color=color, bgcolor="grey23")
+
+
+def _engine_panel(u: UpstreamView, e: EngineView, view: TopView, width: int) -> Panel:
+    bars = width >= BAR_WIDTH_MIN
+    bar_w = max(10, min(40, (width - 50) // 2))
+    grid = Table.grid(padding=(0, 1))
+    rows = engine_rows(e)
+    grid.add_column(style="bold", no_wrap=True, min_width=max(len(r.label) for r in rows))
+    grid.add_column(no_wrap=True, min_width=max(len(r.text) for r in rows))
+    if bars:
+        grid.add_column(no_wrap=True, width=bar_w)
+    grid.add_column(style="dim", no_wrap=True, overflow="ellipsis")
+    for r in rows:
+        cells: list[RenderableType] = [r.label, r.text]
+        if bars:
+            cells.append(_bar(r.fraction, bar_w))
+        cells.append(r.note)
+        grid.add_row(*cells)
+    parts: list[RenderableType] = [grid]
+    if e.positions:
+        pos = Table(box=None, padding=(0, 1), show_edge=False, title_justify="left",
+                    title="per-position acceptance (P(0..i accepted)) and conditional (P(i | 0..i-1))"
+                    if bars else None)
+        pos.add_column("pos", justify="right")
+        if bars:
+            pos.add_column("acceptance", no_wrap=True)
+        pos.add_column("r_i", justify="right")
+        if bars:
+            pos.add_column("conditional", no_wrap=True)
+        pos.add_column("cond.", justify="right")
+        pos.add_column("", style="dim")
+        for p in e.positions:
+            row: list[RenderableType] = [str(p.position)]
+            if bars:
+                row.append(_bar(None if p.rate is None else p.rate.value, bar_w, "green"))
+            row.append(pct(p.rate))
+            if bars:
+                row.append(_bar(None if p.conditional is None else p.conditional.value, bar_w, "magenta"))
+            row.append(pct(p.conditional))
+            row.append(" ".join(x for x in (_labels(p.rate), _labels(p.conditional)) if x))
+            pos.add_row(*row)
+        parts.append(pos)
+        if e.ragged:
+            parts.append(Text("ragged drafts: drafts that never proposed position i count as rejections there, "
+                              "so r_i is a lower bound of acceptance given the position was drafted", style="yellow"))
+    status, style = _upstream_status(u)
+    title = f"[bold]{u.name}[/] · {e.model_name or DASH} · engine {e.engine or DASH}"
+    return Panel(Group(Text(status, style=style), *parts), title=title, title_align="left",
+                 subtitle=_window_note(e, view), subtitle_align="right",
+                 border_style="red" if u.up is False else "blue")
+
+
+def render_live(view: TopView | None, source: str, width: int, *, error: str | None = None,
+                refreshed: str = "", interval: float = 2.0, window: str | None = None) -> RenderableType:
+    """The whole screen for a terminal ``width`` columns wide. ``error`` (the source could not be
+    read) replaces the blocks: no stale values are shown."""
+    if width < MIN_WIDTH:
+        return Text(f"terminal too narrow ({width} columns): specwatch top needs {MIN_WIDTH}; q quits", style="bold")
+    head = Text.assemble(("specwatch top", "bold"), f"  {source}  ",
+                         ("window ", ""), ((view.window if view else window or DASH), "bold reverse"),
+                         f"  refreshed {refreshed} every {interval:g} s" if refreshed else "")
+    parts: list[RenderableType] = [head, Text(KEYS_HELP, style="dim")]
+    if error:
+        parts.append(Panel(Text(error, style="bold red"), title="source unreachable", border_style="red"))
+    elif view is not None:
+        if not view.upstreams:
+            parts.append(Text("the exporter serves no upstreams", style="yellow"))
+        for u in view.upstreams:
+            if not u.engines or u.spec_decode_enabled is False:
+                status, style = _upstream_status(u)
+                parts.append(Panel(Group(Text(status, style=style), Text(_no_engine_text(u), style="dim")),
+                                   title=f"[bold]{u.name}[/]", title_align="left",
+                                   border_style="red" if u.up is False else "blue"))
+            for e in u.engines:
+                parts.append(_engine_panel(u, e, view, width))
+    return Group(*parts)

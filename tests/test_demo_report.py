@@ -1,0 +1,117 @@
+"""The demo's report.html (specwatch.choosek.demoreport), rendered from the result files of a real
+`specwatch demo` run (tests/fixtures/demo, see its README): self-contained, its plots decode and
+render in headless Chromium, and its numbers are the result files' numbers."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from specwatch.choosek.demoreport import demo_measurements, is_demo_summary_file, load_demo, render_demo_report, write_demo_report
+from specwatch.choosek.cli import report
+from test_report import CHROME_FLAGS, CHROMIUM
+
+DEMO = Path(__file__).parent / "fixtures" / "demo"
+IMAGES = 6  # throughput, TTFT, TPOT, whole-run curve with E(k), per-cell curve, per-cell E(k)
+
+
+def pngs(html: str) -> list[bytes]:
+    return [base64.b64decode(m) for m in re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)]
+
+
+@pytest.fixture
+def demo_dir(tmp_path) -> Path:
+    d = tmp_path / "demo-result"
+    shutil.copytree(DEMO, d)
+    return d
+
+
+def test_report_of_a_real_demo_result(demo_dir):
+    import matplotlib.image as mpimg
+
+    summary, benches = load_demo(demo_dir)
+    assert set(benches) == {"baseline", "speculative"}
+    html = render_demo_report(summary, benches)
+    images = pngs(html)
+    assert len(images) == IMAGES == len(re.findall(r"<img ", html))
+    assert not re.search(r'(src|href)="(https?:)?//', html), "the report must not fetch anything"
+    for png in images:
+        arr = mpimg.imread(io.BytesIO(png))
+        assert arr.shape[0] > 100 and arr.shape[1] > 100 and arr[..., :3].std() > 0.01
+    # the numbers are the result files' numbers
+    for row in summary["comparison"]:
+        assert f"{row['ratio']:.2f}×" in html
+        assert f"{row['baseline_output_throughput']:.1f}" in html and f"{row['speculative_output_throughput']:.1f}" in html
+    eq = summary["equivalence"]
+    assert f"<b>{eq['matched']}/{eq['total']}</b>" in html
+    curve = summary["per_position"]
+    for i, r in enumerate(curve["per_position_acceptance_rate"]):
+        assert f"{r * 100:.1f} %" in html and f"{curve['expected_acceptance_length_by_k'][str(i + 1)]:.2f}" in html
+    assert f"mean acceptance length {curve['mean_acceptance_length']:.2f}" in html
+    # one measurement per (role, workload, concurrency) cell of the bench files
+    ms = demo_measurements(summary, benches)
+    assert {(m.config, m.workload) for m in ms} == {(role, rec["workload"]) for role, doc in benches.items()
+                                                  for rec in doc["summary"]}
+
+
+def test_write_and_report_command(demo_dir):
+    out = write_demo_report(demo_dir)
+    assert out == demo_dir / "report.html" and len(pngs(out.read_text())) == IMAGES
+    out.unlink()
+    assert is_demo_summary_file(demo_dir / "demo-summary.json")
+    assert not is_demo_summary_file(demo_dir / "bench-baseline.json")
+    r = CliRunner().invoke(report, [str(demo_dir / "demo-summary.json")])
+    assert r.exit_code == 0, r.output
+    assert "report written" in r.output and (demo_dir / "report.html").exists()
+
+
+def test_interrupted_demo_still_reports(demo_dir):
+    """A demo stopped after the baseline: no speculative bench file, no curve, no equivalence."""
+    (demo_dir / "bench-speculative.json").unlink()
+    doc = json.loads((demo_dir / "demo-summary.json").read_text())
+    for key in ("per_position", "equivalence", "comparison", "prometheus"):
+        doc.pop(key, None)
+    doc["status"] = "interrupted"
+    (demo_dir / "demo-summary.json").write_text(json.dumps(doc))
+    html = write_demo_report(demo_dir).read_text()
+    assert "interrupted" in html and "Not run" in html and "</html>" in html
+    assert len(pngs(html)) == 3  # baseline throughput, TTFT, TPOT
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/setup.sh installs it)")
+def test_demo_report_renders_in_headless_chromium(demo_dir, tmp_path):
+    html = write_demo_report(demo_dir).read_text()
+    probe = ("<script>window.addEventListener('load', function () {"
+             "var s = Array.prototype.map.call(document.images, function (i) {"
+             "return i.complete ? i.naturalWidth + 'x' + i.naturalHeight : 'pending'; });"
+             "document.title = 'IMAGES:' + s.join(',');});</script>")
+    page = tmp_path / "probe.html"
+    page.write_text(html.replace("</body>", probe + "</body>"))
+    dom = subprocess.run(
+        [CHROMIUM, *CHROME_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000",
+         "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    m = re.search(r"<title>IMAGES:([^<]*)</title>", dom)
+    assert m, f"probe did not run; DOM head: {dom[:300]!r}"
+    sizes = m.group(1).split(",")
+    assert len(sizes) == IMAGES
+    for s in sizes:
+        w, h = (int(x) for x in s.split("x"))
+        assert w > 100 and h > 100
+
+
+def test_damaged_demo_result_is_one_line(demo_dir):
+    doc = json.loads((demo_dir / "demo-summary.json").read_text())
+    doc["comparison"] = [{"workload": "copy", "ratio": "fast"}]
+    doc["per_position"] = {"per_position_acceptance_rate": ["x"]}
+    (demo_dir / "demo-summary.json").write_text(json.dumps(doc))
+    r = CliRunner().invoke(report, [str(demo_dir / "demo-summary.json")])
+    assert r.exit_code == 1 and "damaged demo result" in r.output and len(r.output.strip().splitlines()) == 1
+    assert not (demo_dir / "report.html").exists()
