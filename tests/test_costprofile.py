@@ -196,3 +196,42 @@ def test_calibrate_flag_errors(tmp_path):
     r = CliRunner().invoke(calibrate, ["--baseline-url", "http://127.0.0.1:1", "-o", str(tmp_path / "x.yaml")])
     assert r.exit_code == 2 and "--url" in r.output
     assert math.isfinite(default_step_cost_ratio(4, 64))
+
+
+SWEEP = Path(__file__).resolve().parent / "fixtures" / "sweeps" / "embedded-ngram-draft-sweep.json"
+
+
+def test_calibrate_from_a_real_sweep(tmp_path):
+    """The shipped CPU profile is what `specwatch calibrate` makes of the real sweep it came from:
+    t0(b) and t(b, k) are the means over workloads of the cells' server-measured step times, at the
+    mean server-measured running requests per step; a draft model's step costs several plain steps."""
+    from specwatch.choosek.resultfile import load_result, measurements
+
+    doc = load_result(SWEEP)
+    out = tmp_path / "cpu.yaml"
+    r = CliRunner().invoke(calibrate, ["--from-sweep", str(SWEEP), "-o", str(out), "--name", "t"])
+    assert r.exit_code == 0, r.output
+    p = load_profile(out)
+    ms = measurements(doc)
+    for c in (1, 2, 4, 8):
+        cells = [m for m in ms if m.k == 0 and m.concurrency == c]
+        assert len(cells) == 2  # copy and random-output
+        mean_b = sum(m.server_running_requests for m in cells) / 2
+        mean_t = sum(m.server_step_duration_ms for m in cells) / 2000
+        assert any(pt.running_requests == pytest.approx(mean_b, abs=1e-4) and pt.step_seconds == pytest.approx(mean_t, abs=1e-6)
+                   for pt in p.plain), c
+    assert {(c.method, c.k) for c in p.speculative} == {("ngram", 2), ("ngram", 4), ("draft_model", 3)}
+    assert p.provenance["source"] == "sweep" and "vLLM's histograms" in p.provenance["how"]
+    assert p.served_model_name == "smollm2"
+    for b in (1.0, 4.0):
+        c_draft = p.speculative_step(b, 3, "draft_model").seconds / p.plain_step(b).seconds
+        c_ngram = p.speculative_step(b, 4, "ngram").seconds / p.plain_step(b).seconds
+        assert c_draft > 3 > 1 < c_ngram < 2  # the drafter's own forward passes are in the step
+    # the shipped profile holds the same numbers (its drafter renamed from the local path)
+    shipped = load_profile(PROFILES / "cpu-2core-smollm2-135m-vllm0.32.yaml")
+    assert shipped.plain == p.plain and [c.points for c in shipped.speculative] == [c.points for c in p.speculative]
+    # a sweep without a baseline cannot give t0(b)
+    nobase = dict(doc, cells=[c for c in doc["cells"] if c["k"] > 0])
+    (tmp_path / "nobase.json").write_text(json.dumps(nobase))
+    r = CliRunner().invoke(calibrate, ["--from-sweep", str(tmp_path / "nobase.json"), "-o", str(tmp_path / "x.yaml")])
+    assert r.exit_code == 1 and "no finished baseline" in r.output and not (tmp_path / "x.yaml").exists()
