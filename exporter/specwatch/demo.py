@@ -30,10 +30,21 @@ import requests
 from rich.console import Console
 from rich.table import Table
 
-from specwatch.exporter.config import DEFAULT_PORT
+from specwatch.bench.backend import OpenAIBackend
+from specwatch.bench.equivalence import compare_outputs, run_sequential
+from specwatch.bench.metrics import BenchMetrics
+from specwatch.bench.results import compare, render_tables, summarize
+from specwatch.bench.runner import BenchConfig, BenchConfigError, BenchInterrupted, run_bench
+from specwatch.bench.workloads import WorkloadOptions, equivalence_requests, parse_workloads
+from specwatch.choosek.demoreport import DemoReportError, write_demo_report
 from specwatch.common.defaults import BASELINE_VLLM_PORT, BENCH_METRICS_PORT, PROMETHEUS_PORT, VLLM_PORT
 from specwatch.common.files import atomic_write_json
 from specwatch.common.processes import install_stop_signals, listen_error, stop_process_group
+from specwatch.exporter.config import DEFAULT_PORT
+from specwatch.localvllm.model import prepare_model
+from specwatch.localvllm.server import VllmServer, speculative_config_for_k
+from specwatch.specdecode.derive import counters_delta, derive, sum_counters
+from specwatch.specdecode.metrics import parse_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC_PORT, BASELINE_PORT, BENCH_PORT, PROM_PORT = VLLM_PORT, BASELINE_VLLM_PORT, BENCH_METRICS_PORT, PROMETHEUS_PORT
@@ -59,9 +70,6 @@ def _wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None, w
 
 def _spec_curve(before_text: str | None, after_text: str | None) -> dict | None:
     """Per-position curve of the speculative run: counter deltas over the whole run."""
-    from specwatch.specdecode.derive import counters_delta, derive, sum_counters
-    from specwatch.specdecode.metrics import parse_metrics
-
     if not before_text or not after_text:
         return None
     b, a = parse_metrics(before_text), parse_metrics(after_text)
@@ -100,15 +108,6 @@ def _spec_curve(before_text: str | None, after_text: str | None) -> dict | None:
 def demo(workloads, concurrency, k, output_len, num_batches, equivalence_output_len, result_dir, keep_running):
     """Run the main job on the embedded default: baseline and speculative real vLLM one after the
     other, exporter + Prometheus watching, seed workloads at concurrency 1 and 8."""
-    from specwatch.bench.backend import OpenAIBackend
-    from specwatch.bench.equivalence import compare_outputs, run_sequential
-    from specwatch.bench.metrics import BenchMetrics
-    from specwatch.bench.results import render_tables
-    from specwatch.bench.runner import BenchConfig, BenchConfigError, BenchInterrupted, run_bench
-    from specwatch.bench.workloads import WorkloadOptions, equivalence_requests, parse_workloads
-    from specwatch.localvllm.server import VllmServer, speculative_config_for_k
-    from specwatch.localvllm.model import prepare_model
-
     try:
         wl = parse_workloads(workloads)
     except ValueError as exc:
@@ -221,7 +220,6 @@ def demo(workloads, concurrency, k, output_len, num_batches, equivalence_output_
 
         summary["equivalence"] = compare_outputs(eq_reqs, outputs["baseline"], outputs["speculative"])
         summary["per_position"] = curve
-        from specwatch.bench.results import compare, summarize
 
         summary["comparison"] = compare(summarize(batches))
         atomic_write_json(summary_path, summary)
@@ -278,8 +276,6 @@ def demo(workloads, concurrency, k, output_len, num_batches, equivalence_output_
 
 def _write_report(out: Path) -> str:
     """Write ``report.html`` (specwatch.choosek.demoreport) into the result folder; its path, or why not."""
-    from specwatch.choosek.demoreport import DemoReportError, write_demo_report
-
     try:
         return str(write_demo_report(out))
     except (DemoReportError, OSError, ValueError) as exc:

@@ -15,13 +15,14 @@ import re
 import sys
 
 import click
+from rich.console import Console
 
-from specwatch.bench.runner import BenchConfig, BenchConfigError, BenchInterrupted, run_bench
 from specwatch.bench.results import render_tables
+from specwatch.bench.runner import BenchConfig, BenchConfigError, BenchInterrupted, run_bench
+from specwatch.bench.workloads import DEFAULT_VOCAB_SIZE, WORKLOADS, WorkloadError, WorkloadOptions, parse_workloads
 from specwatch.common.defaults import BENCH_METRICS_PORT, MAX_RESPONSE_BYTES, VLLM_PORT
 from specwatch.common.params import int_list
 from specwatch.common.processes import install_stop_signals
-from specwatch.bench.workloads import DEFAULT_VOCAB_SIZE, WORKLOADS, WorkloadError, WorkloadOptions, parse_workloads
 
 DEFAULT_METRICS_PORT = BENCH_METRICS_PORT
 
@@ -98,8 +99,6 @@ def bench(workloads, concurrencies, dataset_path, output_len, ignore_eos, temper
     results are still written) or the run failed at start; 2 bad flags;
     130 interrupted.
     """
-    from rich.console import Console
-
     # Piped output (CI logs, files) gets a wide table instead of rich's 80-column default.
     console = Console(width=None if sys.stdout.isatty() else 160)
     try:

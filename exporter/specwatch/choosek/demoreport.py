@@ -25,6 +25,7 @@ from typing import Any
 
 from specwatch.choosek.model import KChoiceError, Measurement
 from specwatch.choosek.report import CSS, _colors, _e, _img, _n, _plt, _table, plot_expected_length, plot_position_acceptance, png_data_uri
+from specwatch.common.files import atomic_write_text
 
 SUMMARY_FILE = "demo-summary.json"
 REPORT_FILE = "report.html"
@@ -256,8 +257,6 @@ def write_demo_report(result_dir: Path, output: Path | None = None) -> Path:
     """Render the demo result in ``result_dir`` to ``output`` (default ``result_dir/report.html``);
     returns the path. Raises :class:`DemoReportError` (also for a damaged summary or bench file)
     or OSError."""
-    from specwatch.common.files import atomic_write_text
-
     summary, benches = load_demo(result_dir)
     out = output or result_dir / REPORT_FILE
     try:

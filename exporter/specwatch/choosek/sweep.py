@@ -51,11 +51,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import requests
+from prometheus_client.parser import text_string_to_metric_families
 
+from specwatch.bench.runner import BenchConfig, BenchConfigError, BenchInterrupted, run_bench
+from specwatch.bench.workloads import WorkloadError, WorkloadOptions, load_sharegpt
 from specwatch.choosek.model import family_of
 from specwatch.choosek.resultfile import FORMAT, MEASUREMENT_KEYS, SweepError, _now, cell_key, cell_problem, load_result, result_file_lock
 from specwatch.common.files import atomic_write_json, log_tail
 from specwatch.common.processes import free_port, listen_error, stop_process_group
+from specwatch.localvllm.model import SpecwatchEmbeddedError
+from specwatch.localvllm.server import DEFAULT_SPECULATIVE_CONFIG, LockTimeout, VllmServer
 
 DEFAULT_KS = (1, 2, 3, 4, 6, 8)
 DEFAULT_WORKLOADS = ("copy", "random-output")
@@ -89,8 +95,6 @@ class ServerConfig:
 
 def default_spec_base() -> dict[str, Any]:
     """The embedded server's ngram settings (prompt lookup 2–5) without k."""
-    from specwatch.localvllm.server import DEFAULT_SPECULATIVE_CONFIG
-
     d = dict(DEFAULT_SPECULATIVE_CONFIG)
     d.pop("num_speculative_tokens", None)
     return d
@@ -150,8 +154,6 @@ def kv_capacity(metrics_text: str) -> dict[str, Any]:
     CacheConfig fields): ``{"kv_cache_tokens": Σ num_gpu_blocks × block_size over engines,
     "num_gpu_blocks": Σ blocks, "block_size": …, "engines": n}``; values None when the metric or
     its labels are missing (non-vLLM servers). Parsed with ``prometheus_client.parser``."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     out: dict[str, Any] = {"kv_cache_tokens": None, "num_gpu_blocks": None, "block_size": None, "engines": 0}
     try:
         fams = list(text_string_to_metric_families(metrics_text))
@@ -293,10 +295,6 @@ class TemplateServer:
         self._log = None
 
     def __enter__(self) -> TemplateServer:
-        import requests
-
-        from specwatch.localvllm.server import LockTimeout
-
         if self._lock is not None:
             try:
                 self._lock.acquire()
@@ -369,9 +367,6 @@ def start_server(cfg: ServerConfig, *, template: str | None, port: int | None, h
     (busy port, missing program, lock timeout, start-up failure)."""
     p = port or free_port(host)
     if template is None:
-        from specwatch.localvllm.model import SpecwatchEmbeddedError
-        from specwatch.localvllm.server import VllmServer
-
         busy = port_error(host, p)
         if busy:
             raise SweepError(f"{cfg.name}: {busy}")
@@ -401,8 +396,6 @@ def start_server(cfg: ServerConfig, *, template: str | None, port: int | None, h
 
 def read_metrics(url: str, api_key: str | None = None) -> str | None:
     """GET a /metrics URL; None when it cannot be read."""
-    import requests
-
     try:
         r = requests.get(url, timeout=10, headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
         return r.text if r.status_code == 200 else None
@@ -457,7 +450,6 @@ def check_dataset(workloads: Sequence[str], dataset_path: str | None) -> None:
         return
     if not dataset_path:
         raise SweepError("the sharegpt workload needs --dataset-path (a ShareGPT-format JSON file)")
-    from specwatch.bench.workloads import WorkloadError, load_sharegpt
 
     try:
         load_sharegpt(dataset_path)
@@ -585,9 +577,6 @@ def run_sweep(
 
 def _run_sweep(plan: SweepPlan, result_file: Path, *, template, port, host, log_dir, startup_timeout, lock, api_key,
                model_dir, progress, echo) -> dict[str, Any]:
-    from specwatch.bench.runner import BenchConfig, BenchConfigError, BenchInterrupted, run_bench
-    from specwatch.bench.workloads import WorkloadError, WorkloadOptions
-
     result_file = Path(result_file)
     log_dir = Path(log_dir) if log_dir else result_file.with_name(result_file.stem + "-logs")
     check_dataset(plan.workloads, plan.dataset_path)

@@ -27,11 +27,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import requests
 
 from specwatch.common.defaults import BASELINE_VLLM_PORT, VLLM_PORT
 from specwatch.common.files import log_tail
-from specwatch.localvllm.model import SpecwatchEmbeddedError, default_model_dir, model_dir_is_complete, prepare_model
 from specwatch.common.processes import stop_process_group
+from specwatch.localvllm.model import SpecwatchEmbeddedError, default_model_dir, model_dir_is_complete, prepare_model
 
 DEFAULT_SERVED_MODEL_NAME = "smollm2"
 LOCK_PATH = Path("/tmp/specwatch-vllm.lock")
@@ -386,8 +387,6 @@ class VllmServer:
         self.startup_seconds = time.monotonic() - t0
 
     def _wait_ready(self, t0: float) -> None:
-        import requests
-
         deadline = t0 + self.startup_timeout
         while True:
             rc = self.process.poll()

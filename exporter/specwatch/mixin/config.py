@@ -14,13 +14,11 @@ names, e.g. ``cfg.ratio_rule(MODEL, "specwatch_draft_acceptance_rate")``.
 from __future__ import annotations
 
 import dataclasses
-
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-
 
 # Aggregation levels of the recording rules: level name -> the labels kept by `sum by (...)`.
 MODEL = "model_name"
@@ -208,3 +206,12 @@ def load_config(path: Path | None) -> MixinConfig:
         return MixinConfig(**data)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{path}: {exc}") from None
+
+
+def job_name(selector: str) -> str:
+    """The job name of a ``job="name"`` selector; ValueError for any other selector (the scrape
+    config can only be generated when the selectors are plain job matchers)."""
+    key, _, value = selector.partition("=")
+    if key.strip() != "job" or not (value.startswith('"') and value.endswith('"')) or "," in value:
+        raise ValueError(f"cannot derive a scrape job from selector {selector!r}; expected job=\"NAME\"")
+    return value[1:-1]

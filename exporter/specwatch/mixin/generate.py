@@ -26,8 +26,9 @@ import yaml
 
 from specwatch.common.defaults import BASELINE_VLLM_PORT, BENCH_METRICS_PORT, EXPORTER_PORT, VLLM_PORT
 from specwatch.mixin.alerts import alert_groups
-from specwatch.mixin.config import MixinConfig, parse_duration
+from specwatch.mixin.config import MixinConfig, job_name, parse_duration
 from specwatch.mixin.config import load_config as config_from_file
+from specwatch.mixin.kubernetes import render_kubernetes
 from specwatch.mixin.rules import RuleGroup, rule_groups
 
 REPO_PROMETHEUS_DIR = Path(__file__).resolve().parents[3] / "prometheus"
@@ -115,15 +116,6 @@ COMPOSE_TARGETS = ScrapeTargets(
 )
 
 
-def _job_name(selector: str) -> str:
-    """The job name of a ``job="name"`` selector; ValueError for any other selector (the scrape
-    config can only be generated when the selectors are plain job matchers)."""
-    key, _, value = selector.partition("=")
-    if key.strip() != "job" or not (value.startswith('"') and value.endswith('"')) or "," in value:
-        raise ValueError(f"cannot derive a scrape job from selector {selector!r}; expected job=\"NAME\"")
-    return value[1:-1]
-
-
 def render_prometheus_config(cfg: MixinConfig, targets: ScrapeTargets, rules_dir: str, what: str) -> str:
     """A prometheus.yml scraping vLLM, the exporter and the load generator.
 
@@ -135,9 +127,9 @@ def render_prometheus_config(cfg: MixinConfig, targets: ScrapeTargets, rules_dir
         what: one comment line saying where this file is used.
     Returns: YAML text. Raises ValueError if a selector is not a plain job matcher.
     """
-    vllm_job = _job_name(cfg.vllm_selector)
-    exporter_job = _job_name(cfg.exporter_selector)
-    bench_job = _job_name(cfg.bench_selector)
+    vllm_job = job_name(cfg.vllm_selector)
+    exporter_job = job_name(cfg.exporter_selector)
+    bench_job = job_name(cfg.bench_selector)
     timeout_ms = max(1000, int(parse_duration(cfg.scrape_interval) * 1000 * 2 // 3))
     timeout = f"{timeout_ms // 1000}s" if timeout_ms % 1000 == 0 else f"{timeout_ms}ms"
     jobs = []
@@ -181,8 +173,6 @@ def render_prometheus_config(cfg: MixinConfig, targets: ScrapeTargets, rules_dir
 
 def render_all(cfg: MixinConfig) -> dict[str, str]:
     """Every generated file: path relative to prometheus/ -> text."""
-    from specwatch.mixin.kubernetes import render_kubernetes
-
     files = {
         RULES_FILE: render_rules(cfg),
         ALERTS_FILE: render_alerts(cfg),

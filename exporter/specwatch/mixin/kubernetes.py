@@ -32,9 +32,10 @@ from pathlib import Path
 
 import yaml
 
-from specwatch.exporter.config import DEFAULT_PORT
+from specwatch.common.defaults import EXPORTER_PORT as DEFAULT_PORT
 from specwatch.mixin.alerts import alert_groups
-from specwatch.mixin.config import MixinConfig
+from specwatch.mixin.config import MixinConfig, job_name, parse_duration
+from specwatch.mixin.rules import rule_groups
 
 KUBERNETES_DIR = "kubernetes"
 DASHBOARDS_GENERATED = Path(__file__).resolve().parents[3] / "dashboards" / "generated"
@@ -76,14 +77,10 @@ def _yaml(doc, what: str) -> str:
 
 
 def _job(selector: str) -> str:
-    from specwatch.mixin.generate import _job_name
-
-    return _job_name(selector)
+    return job_name(selector)
 
 
 def _group_dicts(cfg: MixinConfig) -> list[dict]:
-    from specwatch.mixin.rules import rule_groups
-
     return [{"name": g.name, "interval": cfg.scrape_interval, "rules": [r.as_dict() for r in g.rules]}
             for g in (*rule_groups(cfg), *alert_groups(cfg))]
 
@@ -100,8 +97,6 @@ def prometheus_rule(cfg: MixinConfig, opts: KubernetesOptions = KubernetesOption
 
 def _pod_monitor(name: str, job: str, port: str, cfg: MixinConfig, opts: KubernetesOptions,
                  extra_relabelings: list[dict]) -> dict:
-    from specwatch.mixin.config import parse_duration
-
     timeout_s = max(1, int(parse_duration(cfg.scrape_interval) * 2 // 3))
     return {
         "apiVersion": OPERATOR_API,

@@ -17,9 +17,13 @@ import time
 from collections.abc import Iterator
 
 import click
+from rich.console import Console
+from rich.live import Live
 
+from specwatch.common.processes import install_stop_signals
 from specwatch.exporter.config import DEFAULT_PORT, ConfigError, parse_window
 from specwatch.top.model import LIFETIME, TopView, build_view
+from specwatch.top.render import render_live, render_plain
 from specwatch.top.sources import ExporterSource, Fetched, SourceError, UpstreamSource, exporter_metrics_url
 
 DEFAULT_EXPORTER = f"http://127.0.0.1:{DEFAULT_PORT}/metrics"
@@ -172,8 +176,6 @@ def top(ctx: click.Context, exporter_url: str, upstreams: tuple[str, ...], windo
 
 
 def _run_once(source, window: str) -> None:
-    from specwatch.top.render import render_plain
-
     try:
         fetched = source.fetch()
     except SourceError as exc:
@@ -186,12 +188,6 @@ def _run_once(source, window: str) -> None:
 
 
 def _run_live(source, window: str, interval: float) -> None:
-    from rich.console import Console
-    from rich.live import Live
-
-    from specwatch.common.processes import install_stop_signals
-    from specwatch.top.render import render_live
-
     try:  # fail fast, before taking over the screen, when the exporter is not there at all
         first = source.fetch()
     except SourceError as exc:
