@@ -1,63 +1,43 @@
-"""A small, structural PromQL reader for checking dashboards, rules and alerts offline.
+"""PromQL selectors of an expression, for checking dashboards, rules and alerts offline.
 
-It is NOT a PromQL parser (Python has none that is maintained): it tokenizes an expression and
-finds its vector selectors, their label matchers, their range (``[...]``) and the function that
-directly encloses a range selector. That is what grafana/dashboard-linter's target rules look at
-(target-job-rule, target-instance-rule, target-rate-interval-rule, target-counter-agg-rule) and
-what the metric cross-reference needs. Whether an expression is valid PromQL is checked against
-a real Prometheus (``tests/test_dashboards_live.py``) and ``promtool`` (rules).
+The expression is parsed by ``promql-parser`` (PyPI; Python bindings of GreptimeTeam's Rust
+PromQL parser, which follows Prometheus' grammar). Grafana's interval variables
+(``$__rate_interval``, ``$__interval``, ``$__range``) are not PromQL: they are replaced by
+sentinel durations before parsing and reported back by name. Other Grafana variables may only
+appear inside label values (strings), where they are plain text.
 
-Errors: :class:`PromQLSyntaxError` for input the tokenizer cannot read (unbalanced brackets,
-unterminated strings, unknown characters).
+What the checks need (grafana/dashboard-linter's target rules — target-job-rule,
+target-instance-rule, target-rate-interval-rule, target-counter-agg-rule — and the metric
+cross-reference) is every vector selector with its matchers, its range, and the function or
+aggregation that directly holds it. Whether an expression means what it should is checked
+against a real Prometheus (``tests/test_dashboards_live.py``) and ``promtool`` (rules).
+
+Errors: :class:`PromQLSyntaxError` for anything the parser rejects.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["Matcher", "Selector", "PromQLSyntaxError", "tokenize", "selectors", "metric_names"]
+import promql_parser
 
-AGGREGATIONS = frozenset(
-    {
-        "sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values",
-        "bottomk", "topk", "quantile", "limitk", "limit_ratio",
-    }
-)
-GROUPING = frozenset({"by", "without", "on", "ignoring", "group_left", "group_right"})
-KEYWORDS = frozenset({"and", "or", "unless", "bool", "offset", "atan2", "inf", "nan"}) | GROUPING
+__all__ = ["Matcher", "Selector", "PromQLSyntaxError", "selectors", "metric_names"]
 
-_TOKEN_RE = re.compile(
-    r"""
-    (?P<ws>\s+|\#[^\n]*)
-  | (?P<string>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`)
-  | (?P<range>\[[^\[\]]*\])
-  | (?P<duration>(?:\d+(?:ms|[smhdwy]))+(?![a-zA-Z0-9_:]))
-  | (?P<number>0[xX][0-9a-fA-F]+|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)
-  | (?P<ident>[a-zA-Z_:][a-zA-Z0-9_:]*)
-  | (?P<op>=~|!~|==|!=|<=|>=|[-+*/%^<>=@])
-  | (?P<punct>[(){},])
-    """,
-    re.VERBOSE,
-)
+# Grafana interval variables -> sentinel durations no dashboard uses (seconds), and back.
+_VARIABLES = {"$__rate_interval": 9_999_991, "$__interval": 9_999_992, "$__range": 9_999_993}
+_BY_SECONDS = {v: k for k, v in _VARIABLES.items()}
+_OPS = {"MatchOp.Equal": "=", "MatchOp.NotEqual": "!=", "MatchOp.Re": "=~", "MatchOp.NotRe": "!~"}
 
 
 class PromQLSyntaxError(ValueError):
-    """The expression cannot be tokenized or its brackets do not balance."""
-
-
-@dataclass(frozen=True)
-class Token:
-    """One lexical token: ``kind`` is string|range|duration|number|ident|op|punct; ``text`` the raw text."""
-
-    kind: str
-    text: str
-    pos: int
+    """The expression is not valid PromQL (after Grafana's interval variables are substituted)."""
 
 
 @dataclass(frozen=True)
 class Matcher:
-    """A label matcher ``name op "value"`` (value unquoted, escapes left as written)."""
+    """A label matcher ``name op "value"`` (value as the parser unquoted it)."""
 
     name: str
     op: str
@@ -69,10 +49,11 @@ class Selector:
     """A vector selector as found in the expression.
 
     ``name``: the metric name (from the leading identifier or an ``__name__="x"`` matcher), or
-    None. ``range``: the text inside ``[...]`` directly after it, or None (instant vector).
-    ``func``: the name of the function/aggregation whose parentheses directly hold the selector
-    (None at top level). ``direct_arg``: True when the selector is a whole argument of ``func``
-    (not part of a larger sub-expression inside the same parentheses).
+    None. ``range``: the range of a range selector as written in Prometheus' duration syntax
+    (``"5m"``), or the Grafana variable (``"$__rate_interval"``), or None (instant vector).
+    ``func``: the function or aggregation whose argument the selector is (None at top level or
+    inside a binary expression/parentheses). ``direct_arg``: True when the selector (or range
+    selector) is itself an argument of ``func``.
     """
 
     name: str | None
@@ -86,129 +67,73 @@ class Selector:
         return [m for m in self.matchers if m.name == label]
 
 
-def tokenize(expr: str) -> list[Token]:
-    """Split ``expr`` into tokens (whitespace and comments dropped).
-
-    Raises PromQLSyntaxError on a character no PromQL token starts with (``$`` outside a string
-    or a range is one: Grafana variables must be substituted or quoted first).
-    """
-    tokens: list[Token] = []
-    pos = 0
-    while pos < len(expr):
-        m = _TOKEN_RE.match(expr, pos)
-        if not m:
-            raise PromQLSyntaxError(f"unexpected character {expr[pos]!r} at {pos} in {expr!r}")
-        kind = m.lastgroup
-        if kind != "ws":
-            tokens.append(Token(kind, m.group(), pos))
-        pos = m.end()
-    return tokens
+def _duration_text(td: _dt.timedelta) -> str:
+    seconds = int(round(td.total_seconds()))
+    if seconds in _BY_SECONDS:
+        return _BY_SECONDS[seconds]
+    ms = int(round(td.total_seconds() * 1000))
+    if ms % 1000:
+        return f"{ms}ms"
+    out = ""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size:
+            out += f"{seconds // size}{unit}"
+            seconds %= size
+    return out or "0s"
 
 
-def _unquote(s: str) -> str:
-    return s[1:-1]
+def _substitute(expr: str) -> str:
+    for var, seconds in sorted(_VARIABLES.items(), key=lambda kv: -len(kv[0])):
+        expr = expr.replace(var, f"{seconds}s")
+    return expr
+
+
+def _selector(vs, rng: str | None, func: str | None, direct: bool) -> Selector:
+    ms = [Matcher(m.name, _OPS.get(str(m.op), str(m.op)), m.value) for m in vs.matchers.matchers]
+    name = vs.name
+    if name is None:
+        name = next((m.value for m in ms if m.name == "__name__" and m.op == "="), None)
+    return Selector(name, ms, rng, func, direct)
+
+
+def _walk(node, func: str | None, direct: bool, out: list[Selector]) -> None:
+    kind = type(node).__name__
+    if kind == "VectorSelector":
+        out.append(_selector(node, None, func, direct))
+    elif kind == "MatrixSelector":
+        out.append(_selector(node.vector_selector, _duration_text(node.range), func, direct))
+    elif kind == "Call":
+        for arg in node.args:
+            _walk(arg, node.func.name, True, out)
+    elif kind == "AggregateExpr":
+        op = str(node.op)
+        if node.param is not None:
+            _walk(node.param, op, True, out)
+        _walk(node.expr, op, True, out)
+    elif kind == "BinaryExpr":
+        _walk(node.lhs, func, False, out)
+        _walk(node.rhs, func, False, out)
+    elif kind in ("ParenExpr", "UnaryExpr"):
+        _walk(node.expr, func, False, out)
+    elif kind == "SubqueryExpr":
+        _walk(node.expr, func, False, out)
+    # NumberLiteral, StringLiteral: no selector
 
 
 def selectors(expr: str) -> list[Selector]:
-    """Every vector selector in ``expr``, in order of appearance.
+    """Every vector selector in ``expr``, in order of appearance (left to right).
 
-    Raises PromQLSyntaxError for unbalanced parentheses/braces or a malformed matcher list.
-    """
-    toks = tokenize(expr)
+    Raises PromQLSyntaxError when ``expr`` is not valid PromQL."""
+    if not isinstance(expr, str) or not expr.strip():
+        raise PromQLSyntaxError(f"empty expression: {expr!r}")
+    if re.search(r"\$(?!__(rate_interval|interval|range)\b)[A-Za-z_]", re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)):
+        raise PromQLSyntaxError(f"a Grafana variable outside a label value in {expr!r}")
+    try:
+        tree = promql_parser.parse(_substitute(expr))
+    except (ValueError, RuntimeError) as exc:
+        raise PromQLSyntaxError(f"{exc} in {expr!r}") from None
     out: list[Selector] = []
-    # stack of open parentheses: (function name or None, kind) where kind is "call"|"labels"|"group"
-    stack: list[tuple[str | None, str]] = []
-    pending_agg: str | None = None  # aggregation waiting for its argument after "by (...)"
-    i = 0
-    n = len(toks)
-
-    def arg_start(idx: int) -> bool:
-        """True if the token before ``idx`` opens an argument (``(`` or ``,``)."""
-        return idx > 0 and toks[idx - 1].text in ("(", ",")
-
-    def arg_end(idx: int) -> bool:
-        return idx >= n or toks[idx].text in (")", ",")
-
-    while i < n:
-        t = toks[i]
-        nxt = toks[i + 1] if i + 1 < n else None
-        if t.kind == "ident" and t.text in GROUPING and nxt is not None and nxt.text == "(":
-            stack.append((None, "labels"))
-            i += 2
-            continue
-        if t.kind == "ident" and stack and stack[-1][1] == "labels":
-            i += 1
-            continue
-        if t.kind == "ident" and t.text in AGGREGATIONS and nxt is not None and nxt.text in GROUPING:
-            pending_agg = t.text
-            i += 1
-            continue
-        if t.kind == "ident" and nxt is not None and nxt.text == "(" and t.text not in KEYWORDS:
-            stack.append((t.text, "call"))
-            i += 2
-            continue
-        if t.text == "(":
-            if pending_agg is not None:
-                stack.append((pending_agg, "call"))
-                pending_agg = None
-            else:
-                stack.append((None, "group"))
-            i += 1
-            continue
-        if t.text == ")":
-            if not stack:
-                raise PromQLSyntaxError(f"unbalanced ')' at {t.pos} in {expr!r}")
-            stack.pop()
-            i += 1
-            continue
-        if (t.kind == "ident" and t.text.lower() not in KEYWORDS) or t.text == "{":
-            start = i
-            name = t.text if t.kind == "ident" else None
-            matchers: list[Matcher] = []
-            if t.kind == "ident":
-                i += 1
-            if i < n and toks[i].text == "{":
-                i += 1
-                while True:
-                    if i >= n:
-                        raise PromQLSyntaxError(f"unterminated '{{' in {expr!r}")
-                    if toks[i].text == "}":
-                        i += 1
-                        break
-                    if toks[i].text == ",":
-                        i += 1
-                        continue
-                    if (
-                        i + 2 < n
-                        and toks[i].kind == "ident"
-                        and toks[i + 1].kind == "op"
-                        and toks[i + 1].text in ("=", "!=", "=~", "!~")
-                        and toks[i + 2].kind == "string"
-                    ):
-                        matchers.append(Matcher(toks[i].text, toks[i + 1].text, _unquote(toks[i + 2].text)))
-                        i += 3
-                        continue
-                    raise PromQLSyntaxError(f"malformed matcher at {toks[i].pos} in {expr!r}")
-            rng = None
-            if i < n and toks[i].kind == "range":
-                rng = toks[i].text[1:-1].strip()
-                i += 1
-            end = i
-            if i < n and toks[i].text == "offset":
-                i += 2
-                end = i
-            if name is None:
-                for m in matchers:
-                    if m.name == "__name__" and m.op == "=":
-                        name = m.value
-            func = stack[-1][0] if stack and stack[-1][1] == "call" else None
-            out.append(
-                Selector(name, matchers, rng, func, direct_arg=arg_start(start) and arg_end(end))
-            )
-            continue
-        i += 1
-    if stack:
-        raise PromQLSyntaxError(f"unclosed '(' in {expr!r}")
+    _walk(tree, None, False, out)
     return out
 
 
