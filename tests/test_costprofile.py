@@ -235,3 +235,40 @@ def test_calibrate_from_a_real_sweep(tmp_path):
     (tmp_path / "nobase.json").write_text(json.dumps(nobase))
     r = CliRunner().invoke(calibrate, ["--from-sweep", str(tmp_path / "nobase.json"), "-o", str(tmp_path / "x.yaml")])
     assert r.exit_code == 1 and "no finished baseline" in r.output and not (tmp_path / "x.yaml").exists()
+
+
+def test_exporter_window_without_drafts_still_has_the_measured_speedup():
+    """ngram on random output drafts (almost) nothing: the window has no acceptance curve, hence
+    no what-if and no recommended k, but the server's own k keeps its measured speedup (live
+    decode speed × t0(b)). The second body is the real k=4 capture with more decode steps and no
+    new drafts (constructed from it: ITL, iteration, generation and first-token counters raised)."""
+    import re
+
+    from exporter_helpers import fixture, make_exporter, raw_value, series
+
+    after = fixture("vllm-0.32-ngram-k4-after-traffic.txt")
+    bumps = {"vllm:inter_token_latency_seconds_sum": 12.0, "vllm:inter_token_latency_seconds_count": 400.0,
+             "vllm:iteration_tokens_total_count": 100.0, "vllm:generation_tokens_total": 412.0,
+             "vllm:time_to_first_token_seconds_count": 12.0}
+
+    def bump(m):
+        return f"{m.group(1)}{m.group(2)} {float(m.group(3)) + bumps[m.group(1)]!r}"
+
+    later = re.sub(r"^(" + "|".join(re.escape(k) for k in bumps) + r")(\{[^}]*\}) ([0-9.e+]+)$", bump, after, flags=re.M)
+    assert raw_value(later, "vllm:inter_token_latency_seconds_count") == raw_value(after, "vllm:inter_token_latency_seconds_count") + 400
+    profile = PROFILES / "cpu-2core-smollm2-135m-vllm0.32.yaml"
+    reg, fetcher, clock = make_exporter({"spec": after}, windows=("1m",), cost_profile=str(profile))
+    reg.specwatch_collector.current_round()
+    fetcher.bodies["spec"] = later
+    clock.t += 30
+    sel = {"upstream": "spec", "window": "1m"}
+    got = series(reg, "specwatch_speedup", **sel)
+    assert len(got) == 1, got
+    (key, value), = got.items()
+    labels = dict(key)
+    assert labels["k"] == "4" and labels["basis"] == "measured"
+    decode = (412 - 12) / 12.0  # tok/s of a running request over the window
+    b = 400 / 100
+    assert value == pytest.approx(decode * load_profile(profile).plain_step(b).seconds, rel=1e-9)
+    assert value < 1  # 33 tok/s per request is slower than a plain step at b = 4 (~25 ms → 40 tok/s)
+    assert series(reg, "specwatch_recommended_num_speculative_tokens", **sel) == {}

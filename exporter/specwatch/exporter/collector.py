@@ -30,7 +30,7 @@ from prometheus_client.registry import Collector
 
 from specwatch import __version__
 from specwatch.specdecode.costprofile import CostProfile
-from specwatch.specdecode.speedup import LiveCost, profile_error_ratio, recommend, speedups
+from specwatch.specdecode.speedup import LiveCost, measured_speedup, profile_error_ratio, recommend, speedups
 from specwatch.specdecode.steptime import StepTimes, is_complete, step_times
 from specwatch.exporter.config import ExporterConfig
 from specwatch.specdecode.derive import INVARIANTS, DerivedValues, check_invariants, derive
@@ -256,7 +256,8 @@ class SpecwatchCollector(Collector):
             st = snap.steps.get(key)
             lifetime_step = step_times(st) if st is not None and is_complete(st) else None
             self._add_lifetime_step(f, labels, lifetime_step)
-            costs.append(_CostInputs(name, key, "lifetime", d.position_acceptance_rates, c.drafts, lifetime_step, running))
+            costs.append(_CostInputs(name, key, "lifetime", d.position_acceptance_rates, c.drafts, lifetime_step, running,
+                                     c.num_speculative_tokens or 0))
 
         stepped = {key for key, st in snap.steps.items()
                    if st.itl_count is not None or st.iteration_count is not None}
@@ -273,8 +274,10 @@ class SpecwatchCollector(Collector):
                 out.append(wv)
                 self._add_window(f, labels, wv, running)
                 rates = derive(wv.counters).position_acceptance_rates if wv.counters is not None else ()
+                k_now = snap.counters[key].num_speculative_tokens if key in snap.counters else 0
                 costs.append(_CostInputs(name, key, wv.window, rates,
-                                         None if wv.counters is None else wv.counters.drafts, _step_of(wv), running))
+                                         None if wv.counters is None else wv.counters.drafts, _step_of(wv), running,
+                                         k_now or 0))
 
     def _add_lifetime_step(self, f: "_Families", labels: list[str], step: StepTimes | None) -> None:
         """Step time, b and decode speed since the server started (window="lifetime")."""
@@ -345,13 +348,18 @@ class SpecwatchCollector(Collector):
                             else base_speed.get((it.key[0], it.window)),
                             profile=profile, method=cfg.speculative_method, drafter=cfg.drafter,
                             running_requests_fallback=it.running)
-            k = len(it.rates)
+            k = len(it.rates) or it.k
             if profile is not None and it.step is not None:
                 ratio = profile_error_ratio(cost, k)
                 if ratio is not None:
                     f.drift.add_metric(lw, ratio)
                     f.predicted_step.add_metric(lw, it.step.step_duration_seconds / ratio)
             if not it.rates:
+                # nothing drafted in this window (ngram found no match): no acceptance curve, so no
+                # what-if and no recommendation; the server's own k still has a measured speedup
+                only = measured_speedup(cost) if k else None
+                if only is not None:
+                    f.speedup.add_metric(labels + [str(k), it.window, only.basis], only.value)
                 continue
             values = speedups(it.rates, cost, current_k=k)
             for kk, v in values.items():
@@ -371,6 +379,7 @@ class _CostInputs:
     drafts: float | None
     step: StepTimes | None
     running: float
+    k: int = 0  # the server's num_speculative_tokens (0: no speculation)
 
 
 def _step_of(wv: WindowValues) -> StepTimes | None:

@@ -94,16 +94,12 @@ def speedups(rates: Sequence[float], cost: LiveCost, current_k: int | None = Non
     profile = cost.profile
     t0 = profile.plain_step(b) if profile is not None else None
     out: dict[int, Speedup] = {}
+    measured = measured_speedup(cost)
     for k, e in enumerate(expected_lengths(tuple(rates)), start=1):
         tau = 1.0 + s * (e - 1.0)
-        live = cost.step.request_decode_tokens_per_second if cost.step is not None else None
-        if k == current_k and _finite_positive(live):
-            if _finite_positive(cost.baseline_decode_tokens_per_second):
-                out[k] = Speedup(live / cost.baseline_decode_tokens_per_second, MEASURED)
-                continue
-            if t0 is not None:
-                out[k] = Speedup(live * t0.seconds, MEASURED if t0.basis == PROFILE else EXTRAPOLATED)
-                continue
+        if k == current_k and measured is not None:
+            out[k] = measured
+            continue
         if profile is not None and t0 is not None:
             tk = profile.speculative_step(b, k, cost.method, cost.drafter)
             if tk is not None:
@@ -111,6 +107,21 @@ def speedups(rates: Sequence[float], cost: LiveCost, current_k: int | None = Non
                 continue
         out[k] = Speedup(tau / default_step_cost_ratio(k, b), DEFAULT)
     return out
+
+
+def measured_speedup(cost: LiveCost) -> Speedup | None:
+    """The current k's speedup from live step time alone (no acceptance curve needed: a window in
+    which nothing was drafted still has a measured decode speed). None without live decode speed,
+    or without both a baseline speed and a profile."""
+    live = cost.step.request_decode_tokens_per_second if cost.step is not None else None
+    if not _finite_positive(live):
+        return None
+    if _finite_positive(cost.baseline_decode_tokens_per_second):
+        return Speedup(live / cost.baseline_decode_tokens_per_second, MEASURED)
+    if cost.profile is not None:
+        t0 = cost.profile.plain_step(cost.running_requests)
+        return Speedup(live * t0.seconds, MEASURED if t0.basis == PROFILE else EXTRAPOLATED)
+    return None
 
 
 def recommend(values: dict[int, Speedup], tolerance: float = 0.02) -> tuple[int, str]:
@@ -138,4 +149,4 @@ def profile_error_ratio(cost: LiveCost, k: int) -> float | None:
 
 
 __all__ = ["DEFAULT", "EXTRAPOLATED", "MEASURED", "PROFILE", "LiveCost", "Speedup", "profile_error_ratio", "recommend",
-           "speedups"]
+           "speedups", "measured_speedup"]
