@@ -26,33 +26,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 
+from specwatch.common.processes import free_port, wait_http
+
 PY = sys.executable
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_http(url: str, timeout: float = 30.0) -> None:
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        try:
-            urllib.request.urlopen(url, timeout=1).read()
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise RuntimeError(f"{url} did not come up")
 
 
 def build_tokenizer(dataset: Path, out_dir: Path) -> None:
@@ -89,6 +71,7 @@ VLLM_DRIVER = r"""
 import sys
 from vllm.benchmarks.serve import add_cli_args, main
 from vllm.utils.argparse_utils import FlexibleArgumentParser
+
 p = FlexibleArgumentParser()
 add_cli_args(p)
 main(p.parse_args(sys.argv[1:]))
@@ -219,7 +202,7 @@ def main() -> None:
         stub = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 preexec_fn=(lambda: os.sched_setaffinity(0, PIN[0])) if PIN else None)
         try:
-            wait_http(url + "/v1/models")
+            wait_http(url + "/v1/models", 30.0)
             ours, theirs = rounds(url, None, dataset, a, "stub-model")
         finally:
             stub.terminate()

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
-import socket
 import sys
 import tempfile
 import time
@@ -33,6 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from specwatch.localvllm.server import DEFAULT_SERVED_MODEL_NAME, VllmServer, speculative_config_for_k
 from specwatch.localvllm.model import prepare_model
 from specwatch.localvllm.traffic import send_copy_traffic
+from specwatch.common.processes import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "tests" / "fixtures" / "metrics"
@@ -47,12 +47,6 @@ RUNS: dict[str, tuple[int, list[tuple[str, dict | None]]]] = {
     "k8": (8, [("fresh", None), ("after-traffic", TRAFFIC)]),
     "none": (0, [("fresh", None), ("after-traffic", TRAFFIC)]),
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def spec_values(text: str) -> dict[str, float]:

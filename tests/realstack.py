@@ -25,6 +25,7 @@ import requests
 import yaml
 
 from specwatch.common.processes import free_port as _free_port
+from specwatch.common import processes as _processes
 from specwatch.localvllm.server import DEFAULT_SERVED_MODEL_NAME, LOCK_PATH, VllmServer, lock_holder, speculative_config_for_k
 from specwatch.localvllm.traffic import send_copy_traffic as _send_copy_traffic
 
@@ -45,6 +46,10 @@ def free_port() -> int:
     return _free_port("127.0.0.1")
 
 
+#: Wait until a URL answers 200 (the product's helper, shared by the tests).
+wait_http = _processes.wait_http
+
+
 def wait_for(what: str, check, timeout: float, interval: float = 0.5):
     """Poll ``check()`` until it returns something truthy (returned) — a condition instead of a fixed
     sleep. Request, assertion and lookup errors count as "not yet". Raises AssertionError naming
@@ -60,20 +65,6 @@ def wait_for(what: str, check, timeout: float, interval: float = 0.5):
             last = exc
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
-
-
-def wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None) -> None:
-    """Wait until ``GET url`` answers 200. Raises RuntimeError if ``proc`` exits first or on timeout."""
-
-    def ready():
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[0]} exited with {proc.returncode} before {url} answered")
-        return requests.get(url, timeout=2).status_code == 200
-
-    try:
-        wait_for(url, ready, timeout, interval=0.2)
-    except AssertionError as exc:
-        raise RuntimeError(str(exc)) from None
 
 
 def write_prometheus_config(path: Path, jobs: dict[str, Sequence[tuple[str, dict]]], *, interval: str = "2s",

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from specwatch.common.processes import stop_process_group
+from specwatch.common.processes import free_port, stop_process_group
 from specwatch.choosek.resultfile import SweepError, failed_cells, load_result, measurements
 from specwatch.choosek.sweep import SweepPlan, TemplateServer, build_configs, run_sweep
 from sweep_stub import make_stub
@@ -58,12 +58,6 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return stat[stat.rfind(b")") + 2:].split()[0] != b"Z"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # --------------------------------------------------------------------------------------------

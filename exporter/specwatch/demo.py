@@ -39,7 +39,7 @@ from specwatch.bench.workloads import WorkloadOptions, equivalence_requests, par
 from specwatch.choosek.demoreport import DemoReportError, write_demo_report
 from specwatch.common.defaults import BASELINE_VLLM_PORT, BENCH_METRICS_PORT, PROMETHEUS_PORT, VLLM_PORT
 from specwatch.common.files import atomic_write_json
-from specwatch.common.processes import install_stop_signals, listen_error, stop_process_group
+from specwatch.common.processes import NotReady, install_stop_signals, listen_error, stop_process_group, wait_http
 from specwatch.exporter.config import DEFAULT_PORT
 from specwatch.localvllm.model import prepare_model
 from specwatch.localvllm.server import VllmServer, speculative_config_for_k
@@ -55,17 +55,10 @@ console = Console() if sys.stdout.isatty() else Console(width=130)
 
 
 def _wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise click.ClickException(f"{what} exited with code {proc.returncode}")
-        try:
-            if requests.get(url, timeout=2).status_code == 200:
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(0.5)
-    raise click.ClickException(f"{what} not ready at {url} within {timeout:.0f} s")
+    try:
+        wait_http(url, timeout, proc, what or url, interval=0.5)
+    except NotReady as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def _spec_curve(before_text: str | None, after_text: str | None) -> dict | None:

@@ -13,6 +13,30 @@ import time
 from typing import Any
 
 import psutil
+import requests
+
+
+class NotReady(RuntimeError):
+    """A server did not answer in time, or its process exited first (the message says which)."""
+
+
+def wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None, what: str = "the server",
+              interval: float = 0.3) -> None:
+    """Wait until ``GET url`` answers 200 (each try times out after 2 s).
+
+    Raises :class:`NotReady` naming ``what`` when ``proc`` exits first or ``timeout`` s pass."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise NotReady(f"{what} exited with code {proc.returncode}")
+        try:
+            if requests.get(url, timeout=2).status_code == 200:
+                return
+        except requests.RequestException as exc:
+            last = exc
+        time.sleep(interval)
+    raise NotReady(f"{what} not ready at {url} within {timeout:.0f} s" + (f" ({type(last).__name__})" if last else ""))
 
 
 def free_port(host: str = "127.0.0.1") -> int:
