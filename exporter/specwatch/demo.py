@@ -37,12 +37,12 @@ from specwatch.bench.results import compare, render_tables, summarize
 from specwatch.bench.runner import BenchConfig, BenchConfigError, BenchInterrupted, run_bench
 from specwatch.bench.workloads import WorkloadOptions, equivalence_requests, parse_workloads
 from specwatch.choosek.demoreport import DemoReportError, write_demo_report
-from specwatch.common.defaults import BASELINE_VLLM_PORT, BENCH_METRICS_PORT, PROMETHEUS_PORT, VLLM_PORT
+from specwatch.common.defaults import BASELINE_VLLM_PORT, BENCH_METRICS_PORT, EXPORTER_PORT, PROMETHEUS_PORT, VLLM_PORT
 from specwatch.common.files import atomic_write_json
 from specwatch.common.processes import NotReady, install_stop_signals, listen_error, stop_process_group, wait_http
-from specwatch.exporter.config import DEFAULT_PORT
 from specwatch.localvllm.model import prepare_model
 from specwatch.localvllm.server import VllmServer, speculative_config_for_k
+from specwatch.specdecode.costprofile import EMBEDDED_CPU_PROFILE
 from specwatch.specdecode.derive import counters_delta, derive, sum_counters
 from specwatch.specdecode.metrics import parse_metrics
 
@@ -121,7 +121,7 @@ def demo(workloads, concurrency, k, output_len, num_batches, equivalence_output_
         raise click.ClickException("Debian's prometheus is not installed: run scripts/setup.sh")
     if not prom_cfg.exists():
         raise click.ClickException(f"{prom_cfg} not found: run specwatch demo from a clone of the repository")
-    busy = [p for p in (SPEC_PORT, BASELINE_PORT, BENCH_PORT, PROM_PORT, DEFAULT_PORT) if listen_error("127.0.0.1", p)]
+    busy = [p for p in (SPEC_PORT, BASELINE_PORT, BENCH_PORT, PROM_PORT, EXPORTER_PORT) if listen_error("127.0.0.1", p)]
     if busy:
         raise click.ClickException(f"ports in use: {busy}; the embedded default needs 8000, 8001, 9090, 19337, 19338")
 
@@ -153,7 +153,9 @@ def demo(workloads, concurrency, k, output_len, num_batches, equivalence_output_
         exporter = subprocess.Popen(
             [sys.executable, "-m", "specwatch", "serve", "--upstream", f"spec=http://127.0.0.1:{SPEC_PORT}",
              "--upstream", f"baseline=http://127.0.0.1:{BASELINE_PORT}", "--window", "1m", "--window", "5m",
-             "--listen-address", f"127.0.0.1:{DEFAULT_PORT}"],
+             "--listen-address", f"127.0.0.1:{EXPORTER_PORT}",
+             # the embedded default's measured step times: speedups with basis measured/profile
+             "--cost-profile", str(EMBEDDED_CPU_PROFILE), "--speculative-method", "ngram"],
             stdout=open(logs / "exporter.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
         procs.append(exporter)
         prom = subprocess.Popen(
@@ -161,9 +163,9 @@ def demo(workloads, concurrency, k, output_len, num_batches, equivalence_output_
              f"--web.listen-address=127.0.0.1:{PROM_PORT}", "--web.enable-lifecycle"],
             stdout=open(logs / "prometheus.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
         procs.append(prom)
-        _wait_http(f"http://127.0.0.1:{DEFAULT_PORT}/", 30, exporter, "the exporter")
+        _wait_http(f"http://127.0.0.1:{EXPORTER_PORT}/", 30, exporter, "the exporter")
         _wait_http(f"http://127.0.0.1:{PROM_PORT}/-/ready", 60, prom, "Prometheus")
-        console.print(f"Exporter: http://127.0.0.1:{DEFAULT_PORT}/metrics   Prometheus: http://127.0.0.1:{PROM_PORT}")
+        console.print(f"Exporter: http://127.0.0.1:{EXPORTER_PORT}/metrics   Prometheus: http://127.0.0.1:{PROM_PORT}")
         console.print("[bold]Watch it live:[/] run [bold]specwatch top[/] in a second terminal (it reads this exporter; "
                       "keys 1/5/l switch the window, q quits).")
 

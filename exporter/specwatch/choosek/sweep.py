@@ -60,8 +60,9 @@ from specwatch.choosek.model import family_of
 from specwatch.choosek.resultfile import FORMAT, MEASUREMENT_KEYS, SweepError, _now, cell_key, cell_problem, load_result, result_file_lock
 from specwatch.common.files import atomic_write_json, log_tail
 from specwatch.common.processes import free_port, listen_error, stop_process_group
+from specwatch.localvllm import server as localvllm_server
 from specwatch.localvllm.model import SpecwatchEmbeddedError
-from specwatch.localvllm.server import DEFAULT_SPECULATIVE_CONFIG, LockTimeout, VllmServer
+from specwatch.localvllm.server import DEFAULT_SPECULATIVE_CONFIG, LockTimeout, VllmLock, VllmServer
 
 DEFAULT_KS = (1, 2, 3, 4, 6, 8)
 DEFAULT_WORKLOADS = ("copy", "random-output")
@@ -288,9 +289,8 @@ class TemplateServer:
         self._api_key = api_key
         self._lock = None
         if lock:
-            from specwatch.localvllm.server import LOCK_PATH, VllmLock
-
-            self._lock = VllmLock(Path(lock_path) if lock_path else LOCK_PATH, timeout=lock_timeout,
+            # LOCK_PATH is read at call time (tests point it elsewhere with monkeypatch)
+            self._lock = VllmLock(Path(lock_path) if lock_path else localvllm_server.LOCK_PATH, timeout=lock_timeout,
                                   on_wait=self.on_status, note=self.base_url)
         self._log = None
 

@@ -77,7 +77,7 @@ class _Round:
 
 
 class SpecwatchCollector(Collector):
-    """prometheus_client collector exposing specwatch's metrics (see README "Metrics").
+    """prometheus_client collector exposing specwatch's metrics (every series: docs/exporter.md).
 
     ``fetch``: an injected synchronous :data:`specwatch.exporter.fetching.Fetcher` (tests), or ``None``
     for HTTP on the shared event loop (:class:`specwatch.exporter.fetching.AsyncHttpRunner`).

@@ -61,7 +61,7 @@ def check_complete(text: str, content_type: str = "") -> None:
     """Detect truncation where the text itself can show it: a body that does not end with a
     newline was cut inside a line (e.g. mid-number); an OpenMetrics body (by content type, or one
     holding a ``# EOF`` line) must end with ``# EOF``. A text-format body cut exactly at a line
-    boundary without Content-Length or chunked framing cannot be detected (documented in README).
+    boundary without Content-Length or chunked framing cannot be detected (documented in docs/exporter.md).
     Raises :class:`FetchError` ``truncated``."""
     if text and not text.endswith("\n") and not text.endswith("# EOF"):
         raise FetchError("truncated", "body does not end with a newline: cut inside a line")

