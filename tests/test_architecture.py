@@ -1,0 +1,47 @@
+"""The package's layering (docs/architecture.md): pure speculative-decoding maths and shared helpers
+at the bottom, the exporter / mixin / load generator / local vLLM launcher above them, the k-choice
+pipeline and `specwatch top` above those, the demo on top. No module imports a higher layer or
+another part of its own layer, and no part imports another part's command module (cli.py)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "exporter" / "specwatch"
+LAYER = {"common": 0, "specdecode": 1, "exporter": 2, "mixin": 2, "bench": 2, "localvllm": 2, "testing": 2,
+         "choosek": 3, "top": 3, "demo": 4, "cli": 5, "__main__": 5}
+
+
+def _imports(path: Path) -> list[str]:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("specwatch."):
+            out.append(node.module)
+        elif isinstance(node, ast.Import):
+            out += [a.name for a in node.names if a.name.startswith("specwatch.")]
+    return out
+
+
+def test_every_part_is_placed_in_a_layer():
+    parts = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    parts |= {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
+    assert parts == set(LAYER), "a new part of the package: give it a layer here and in docs/architecture.md"
+
+
+def test_no_upward_or_sideways_imports_and_no_foreign_command_modules():
+    bad = []
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE).with_suffix("").parts
+        src = rel[0]
+        if src == "__init__":
+            continue
+        for mod in _imports(path):
+            dst = mod.split(".")[1]
+            if dst == src:
+                continue
+            if LAYER[dst] >= LAYER[src] and not (src == "__main__" and dst == "cli"):
+                bad.append(f"{'/'.join(rel)}.py imports {mod} (layer {LAYER[dst]} from layer {LAYER[src]})")
+            if mod.split(".")[-1] == "cli" and src != "__main__":
+                bad.append(f"{'/'.join(rel)}.py imports the command module {mod}")
+    assert not bad, "\n".join(bad)
