@@ -216,6 +216,7 @@ class AsyncHttpRunner(FetchRunner):
         self._thread.start()
         self._session: aiohttp.ClientSession | None = None
         self._limit = max(16, 2 * n_upstreams)
+        self._closed = False
 
     async def _fetch_parse(self, upstream: Upstream) -> FetchResult:
         t0 = time.monotonic()
@@ -240,8 +241,9 @@ class AsyncHttpRunner(FetchRunner):
         return asyncio.run_coroutine_threadsafe(self._fetch_parse(upstream), self._loop)
 
     def close(self) -> None:
-        if self._loop.is_closed():
+        if self._closed:
             return
+        self._closed = True
 
         async def _close():
             if self._session is not None:
