@@ -165,63 +165,73 @@ class SpecwatchCollector(Collector):
             r.done.wait(self.config.timeout_seconds + 5.0)
         return r
 
-    def _fetch_all(self) -> list[FetchResult]:
+    def _fetch_all(self, on_result: Callable[[str, FetchResult], None]) -> None:
+        """Fetch every upstream against one shared deadline; ``on_result(name, result)`` is called
+        (in this thread) as each result arrives, so the round's work overlaps slow fetches."""
         cfg = self.config
         limit = cfg.timeout_seconds + 1.0
-        futures: dict[str, concurrent.futures.Future] = {}
-        results: dict[str, FetchResult] = {}
+        futures: dict[concurrent.futures.Future, str] = {}
         for u in cfg.upstreams:
             fut = self._runner.submit(u)
             if fut is None:
-                results[u.name] = FetchResult(None, FetchError("timeout", "previous fetch still running"), 0.0)
+                on_result(u.name, FetchResult(None, FetchError("timeout", "previous fetch still running"), 0.0))
             else:
-                futures[u.name] = fut
+                futures[fut] = u.name
                 self._states[u.name].fetches += 1
-        concurrent.futures.wait(list(futures.values()), timeout=limit)  # one shared deadline
-        for name, fut in futures.items():
-            if not fut.done():
-                results[name] = FetchResult(None, FetchError("timeout", f"no result within {limit:g} s"), limit)
-                continue
-            try:
-                results[name] = fut.result()
-            except Exception as exc:  # noqa: BLE001 - isolate the upstream, never the scrape
-                results[name] = FetchResult(None, FetchError("parse", f"{type(exc).__name__}: {exc}"), 0.0)
-        return [results[u.name] for u in cfg.upstreams]
+        pending = set(futures)
+        try:
+            for fut in concurrent.futures.as_completed(futures, timeout=limit):  # one shared deadline
+                pending.discard(fut)
+                try:
+                    res = fut.result()
+                except Exception as exc:  # noqa: BLE001 - isolate the upstream, never the scrape
+                    res = FetchResult(None, FetchError("parse", f"{type(exc).__name__}: {exc}"), 0.0)
+                on_result(futures[fut], res)
+        except concurrent.futures.TimeoutError:
+            pass
+        for fut in pending:
+            on_result(futures[fut], FetchResult(None, FetchError("timeout", f"no result within {limit:g} s"), limit))
 
     def _run_round(self, r: _Round) -> None:
         cfg = self.config
-        results = self._fetch_all()
-        now = self._clock()
+        done: dict[str, tuple[FetchResult, "_Families | None", FetchError | None, list[WindowValues]]] = {}
 
-        f = _Families()
-        f.build_info.add_metric([__version__], 1.0)
-        for upstream, res in zip(cfg.upstreams, results):
-            name = upstream.name
+        def process(name: str, res: FetchResult) -> None:
             state = self._states[name]
-            f.duration.add_metric([name], res.seconds)
-            error = res.error
+            error, part, wvs = res.error, None, []
             if error is None:
                 assert res.snapshot is not None
+                now = self._clock()
                 part = _Families()
                 try:
                     state.engine.observe(now, res.snapshot)
-                    self._add_upstream(part, name, state, res.snapshot, now, r.window_values)
+                    self._add_upstream(part, name, state, res.snapshot, now, wvs)
                 except Exception as exc:  # noqa: BLE001 - isolate the upstream, never the scrape
-                    error = FetchError("invalid_value", f"values not usable: {type(exc).__name__}: {exc}")
-                else:
-                    f.up.add_metric([name], 1.0)
-                    f.merge(part)
+                    error, part, wvs = FetchError("invalid_value", f"values not usable: {type(exc).__name__}: {exc}"), None, []
             if error is not None:
                 state.fetch_errors[error.reason] = state.fetch_errors.get(error.reason, 0) + 1
                 log.warning("upstream %s: %s: %s", name, error.reason, error)
-                f.up.add_metric([name], 0.0)
+            done[name] = (res, part, error, wvs)
+
+        self._fetch_all(process)
+        f = _Families()
+        f.build_info.add_metric([__version__], 1.0)
+        for upstream in cfg.upstreams:
+            name = upstream.name
+            state = self._states[name]
+            res, part, error, wvs = done[name]
+            f.duration.add_metric([name], res.seconds)
+            f.up.add_metric([name], 0.0 if error is not None else 1.0)
+            if part is not None:
+                f.merge(part)
+            r.window_values.extend(wvs)
             f.fetches.add_metric([name], float(state.fetches))
             for reason, count in sorted(state.fetch_errors.items()):
                 f.fetch_errors.add_metric([name, reason], float(count))
             for inv, count in state.violations.items():
                 f.violations.add_metric([name, inv], float(count))
         r.families = list(f.all())
-        del f, results
+        del f, done
         release_memory()
 
     def _add_upstream(self, f: "_Families", name: str, state: _UpstreamState, snap: UpstreamSnapshot,
