@@ -30,7 +30,7 @@ from prometheus_client.registry import Collector
 
 from specwatch import __version__
 from specwatch.advice import CostModel, estimated_speedups, recommend_k
-from specwatch.config import ExporterConfig, Upstream
+from specwatch.config import ExporterConfig
 from specwatch.derive import INVARIANTS, DerivedValues, check_invariants, derive
 from specwatch.fetching import (AsyncHttpRunner, FetchError, Fetcher, FetchResult, FetchRunner,
                                 ThreadRunner, http_fetch)
@@ -231,7 +231,7 @@ class SpecwatchCollector(Collector):
             for inv, count in state.violations.items():
                 f.violations.add_metric([name, inv], float(count))
         r.families = list(f.all())
-        del f, done
+        del f
         release_memory()
 
     def _add_upstream(self, f: "_Families", name: str, state: _UpstreamState, snap: UpstreamSnapshot,

@@ -191,6 +191,7 @@ class FetchRunner:
         self._lock = threading.Lock()
 
     def submit(self, upstream: Upstream) -> concurrent.futures.Future | None:
+        """Start fetch + parse of ``upstream``; ``None`` while its previous fetch still runs."""
         with self._lock:
             prev = self._inflight.get(upstream.name)
             if prev is not None and not prev.done():

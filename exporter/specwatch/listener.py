@@ -124,6 +124,7 @@ class Listener:
         self._stopped.wait(2.0)
 
     def server_close(self) -> None:
+        """Close the listening socket (after :meth:`shutdown`)."""
         self.socket.close()
 
     # ---- one connection ----------------------------------------------------------------------
