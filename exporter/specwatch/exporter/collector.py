@@ -17,6 +17,7 @@ ever exposed. State kept across rounds, per upstream: the window engine's bounde
 from __future__ import annotations
 
 import concurrent.futures
+import ctypes
 import logging
 from dataclasses import dataclass
 import math
@@ -40,6 +41,21 @@ from specwatch.specdecode.metrics import UpstreamSnapshot
 from specwatch.exporter.windows import WindowEngine, WindowValues
 
 log = logging.getLogger("specwatch.exporter")
+
+
+def _load_malloc_trim() -> Callable[[], None]:
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return lambda: None
+    return lambda: trim(0)
+
+
+#: Return freed heap memory to the system (glibc ``malloc_trim(0)``; a no-op elsewhere). Called
+#: once per fetch round and per rendering: without it the transient peaks of building and
+#: rendering a round (Python's allocator over glibc arenas) keep RSS at their high-water mark.
+release_memory = _load_malloc_trim()
 
 __all__ = ["FetchError", "Fetcher", "http_fetch", "SpecwatchCollector"]
 
@@ -151,67 +167,79 @@ class SpecwatchCollector(Collector):
             r.done.wait(self.config.timeout_seconds + 5.0)
         return r
 
-    def _fetch_all(self) -> list[FetchResult]:
+    def _fetch_all(self, on_result: Callable[[str, FetchResult], None]) -> None:
+        """Fetch every upstream against one shared deadline; ``on_result(name, result)`` is called
+        (in this thread) as each result arrives, so the round's work overlaps slow fetches."""
         cfg = self.config
         limit = cfg.timeout_seconds + 1.0
-        futures: dict[str, concurrent.futures.Future] = {}
-        results: dict[str, FetchResult] = {}
+        futures: dict[concurrent.futures.Future, str] = {}
         for u in cfg.upstreams:
             fut = self._runner.submit(u)
             if fut is None:
-                results[u.name] = FetchResult(None, FetchError("timeout", "previous fetch still running"), 0.0)
+                on_result(u.name, FetchResult(None, FetchError("timeout", "previous fetch still running"), 0.0))
             else:
-                futures[u.name] = fut
+                futures[fut] = u.name
                 self._states[u.name].fetches += 1
-        concurrent.futures.wait(list(futures.values()), timeout=limit)  # one shared deadline
-        for name, fut in futures.items():
-            if not fut.done():
-                results[name] = FetchResult(None, FetchError("timeout", f"no result within {limit:g} s"), limit)
-                continue
-            try:
-                results[name] = fut.result()
-            except Exception as exc:  # noqa: BLE001 - isolate the upstream, never the scrape
-                results[name] = FetchResult(None, FetchError("parse", f"{type(exc).__name__}: {exc}"), 0.0)
-        return [results[u.name] for u in cfg.upstreams]
+        pending = set(futures)
+        try:
+            for fut in concurrent.futures.as_completed(futures, timeout=limit):  # one shared deadline
+                pending.discard(fut)
+                try:
+                    res = fut.result()
+                except Exception as exc:  # noqa: BLE001 - isolate the upstream, never the scrape
+                    res = FetchResult(None, FetchError("parse", f"{type(exc).__name__}: {exc}"), 0.0)
+                on_result(futures[fut], res)
+        except concurrent.futures.TimeoutError:
+            pass
+        for fut in pending:
+            on_result(futures[fut], FetchResult(None, FetchError("timeout", f"no result within {limit:g} s"), limit))
 
     def _run_round(self, r: _Round) -> None:
         cfg = self.config
-        results = self._fetch_all()
-        now = self._clock()
+        done: dict[str, tuple[FetchResult, "_Families | None", FetchError | None, list[WindowValues], list[_CostInputs]]] = {}
 
+        def process(name: str, res: FetchResult) -> None:
+            state = self._states[name]
+            error, part, wvs, costs = res.error, None, [], []
+            if error is None:
+                assert res.snapshot is not None
+                now = self._clock()
+                part = _Families()
+                try:
+                    state.engine.observe(now, res.snapshot)
+                    self._add_upstream(part, name, state, res.snapshot, now, wvs, costs)
+                except Exception as exc:  # noqa: BLE001 - isolate the upstream, never the scrape
+                    error, part, wvs, costs = (FetchError("invalid_value", f"values not usable: {type(exc).__name__}: {exc}"),
+                                               None, [], [])
+            if error is not None:
+                state.fetch_errors[error.reason] = state.fetch_errors.get(error.reason, 0) + 1
+                log.warning("upstream %s: %s: %s", name, error.reason, error)
+            done[name] = (res, part, error, wvs, costs)
+
+        self._fetch_all(process)
         f = _Families()
         f.build_info.add_metric([__version__], 1.0)
         _add_profile(f, cfg.cost_profile)
         pending: list[_CostInputs] = []
-        for upstream, res in zip(cfg.upstreams, results):
+        for upstream in cfg.upstreams:
             name = upstream.name
             state = self._states[name]
+            res, part, error, wvs, costs = done[name]
             f.duration.add_metric([name], res.seconds)
-            error = res.error
-            if error is None:
-                assert res.snapshot is not None
-                part = _Families()
-                mine: list[_CostInputs] = []
-                try:
-                    state.engine.observe(now, res.snapshot)
-                    self._add_upstream(part, name, state, res.snapshot, now, r.window_values, mine)
-                except Exception as exc:  # noqa: BLE001 - isolate the upstream, never the scrape
-                    error = FetchError("invalid_value", f"values not usable: {type(exc).__name__}: {exc}")
-                else:
-                    f.up.add_metric([name], 1.0)
-                    f.merge(part)
-                    pending.extend(mine)
-            if error is not None:
-                state.fetch_errors[error.reason] = state.fetch_errors.get(error.reason, 0) + 1
-                log.warning("upstream %s: %s: %s", name, error.reason, error)
-                f.up.add_metric([name], 0.0)
+            f.up.add_metric([name], 0.0 if error is not None else 1.0)
+            if part is not None:
+                f.merge(part)
+            r.window_values.extend(wvs)
+            pending.extend(costs)
             f.fetches.add_metric([name], float(state.fetches))
             for reason, count in sorted(state.fetch_errors.items()):
                 f.fetch_errors.add_metric([name, reason], float(count))
             for inv, count in state.violations.items():
                 f.violations.add_metric([name, inv], float(count))
-        self._add_costs(f, pending)
+        self._add_costs(f, pending)  # after every upstream: a baseline upstream's speed is an input
         r.families = list(f.all())
+        del f
+        release_memory()
 
     def _add_upstream(self, f: "_Families", name: str, state: _UpstreamState, snap: UpstreamSnapshot,
                       now: float, out: list[WindowValues], costs: list["_CostInputs"]) -> None:

@@ -191,6 +191,7 @@ class FetchRunner:
         self._lock = threading.Lock()
 
     def submit(self, upstream: Upstream) -> concurrent.futures.Future | None:
+        """Start fetch + parse of ``upstream``; ``None`` while its previous fetch still runs."""
         with self._lock:
             prev = self._inflight.get(upstream.name)
             if prev is not None and not prev.done():
@@ -216,6 +217,7 @@ class AsyncHttpRunner(FetchRunner):
         self._thread.start()
         self._session: aiohttp.ClientSession | None = None
         self._limit = max(16, 2 * n_upstreams)
+        self._closed = False
 
     async def _fetch_parse(self, upstream: Upstream) -> FetchResult:
         t0 = time.monotonic()
@@ -240,8 +242,9 @@ class AsyncHttpRunner(FetchRunner):
         return asyncio.run_coroutine_threadsafe(self._fetch_parse(upstream), self._loop)
 
     def close(self) -> None:
-        if self._loop.is_closed():
+        if self._closed:
             return
+        self._closed = True
 
         async def _close():
             if self._session is not None:

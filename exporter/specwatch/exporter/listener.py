@@ -124,6 +124,7 @@ class Listener:
         self._stopped.wait(2.0)
 
     def server_close(self) -> None:
+        """Close the listening socket (after :meth:`shutdown`)."""
         self.socket.close()
 
     # ---- one connection ----------------------------------------------------------------------
@@ -174,10 +175,7 @@ class Listener:
 
     def _send(self, conn: socket.socket, data: bytes) -> None:
         conn.settimeout(self.request_timeout)  # total time for sendall (Python >= 3.5)
-        try:
-            conn.sendall(data)
-        except OSError:
-            pass
+        conn.sendall(data)  # OSError (client gone, timeout) ends the connection in _handle
 
     def _serve(self, conn: socket.socket, head: bytes) -> None:
         lines = head.decode("latin-1").replace("\r\n", "\n").split("\n")
@@ -200,13 +198,17 @@ class Listener:
             self._send(conn, _simple_response(503, "too many concurrent requests"))
             return
         try:
-            data = self._run_app(method, path, query, headers)
+            head, body = self._run_app(method, path, query, headers)
         finally:
             if limited:
                 self._requests.release()
-        self._send(conn, data)
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # head and body: no copy, no Nagle stall
+        self._send(conn, head)
+        if body:
+            self._send(conn, body)
 
-    def _run_app(self, method: str, path: str, query: str, headers: dict[str, str]) -> bytes:
+    def _run_app(self, method: str, path: str, query: str, headers: dict[str, str]) -> tuple[bytes, bytes]:
+        """Run the WSGI app; returns the response head (status line and headers) and body."""
         host, port = self.server_address[:2]
         environ = {
             "REQUEST_METHOD": method, "PATH_INFO": path, "QUERY_STRING": query, "SCRIPT_NAME": "",
@@ -234,4 +236,4 @@ class Listener:
         out = [f"HTTP/1.1 {status}"]
         out += [f"{k}: {v}" for k, v in hdrs if k.lower() not in ("content-length", "connection")]
         out += [f"Content-Length: {len(body)}", "Connection: close", "", ""]
-        return "\r\n".join(out).encode("latin-1") + (b"" if method == "HEAD" else body)
+        return "\r\n".join(out).encode("latin-1"), (b"" if method == "HEAD" else body)

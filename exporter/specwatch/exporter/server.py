@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
 from prometheus_client.exposition import choose_encoder
 
 from specwatch import __version__
-from specwatch.exporter.collector import SpecwatchCollector
+from specwatch.exporter.collector import SpecwatchCollector, release_memory
 from specwatch.exporter.config import DEFAULT_LISTEN_ADDRESS, ConfigError, ExporterConfig, build_config
 from specwatch.exporter.listener import Listener
 
@@ -47,6 +47,7 @@ def render_metrics(collector: SpecwatchCollector, accept: str, accept_encoding: 
             if use_gzip:
                 body = gzip.compress(body, compresslevel=5)
             rnd.rendered[key] = body
+            release_memory()
     headers = [("Content-Type", content_type)]
     if use_gzip:
         headers.append(("Content-Encoding", "gzip"))
