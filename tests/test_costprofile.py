@@ -272,3 +272,69 @@ def test_exporter_window_without_drafts_still_has_the_measured_speedup():
     assert value == pytest.approx(decode * load_profile(profile).plain_step(b).seconds, rel=1e-9)
     assert value < 1  # 33 tok/s per request is slower than a plain step at b = 4 (~25 ms → 40 tok/s)
     assert series(reg, "specwatch_recommended_num_speculative_tokens", **sel) == {}
+
+
+def test_calibrate_live_from_two_servers(tmp_path):
+    """`specwatch calibrate --baseline-url --url`: both servers' /metrics read every interval; each
+    interval's step time and b come from the increases of vLLM's histograms. The servers here are
+    local HTTP servers replaying the real k=4 capture with counters that grow by known amounts
+    each read (constructed from the capture): baseline 20 ms steps at b = 2, speculative 30 ms at
+    b = 4."""
+    import http.server
+    import re
+    import threading
+
+    from exporter_helpers import fixture
+
+    base_text = fixture("vllm-0.32-nospec-after-traffic.txt")
+    spec_text = fixture("vllm-0.32-ngram-k4-after-traffic.txt")
+    names = ("vllm:inter_token_latency_seconds_sum", "vllm:inter_token_latency_seconds_count",
+             "vllm:iteration_tokens_total_count", "vllm:generation_tokens_total", "vllm:time_to_first_token_seconds_count")
+
+    def grown(text, n, step_s, b):
+        # per read: 50 engine steps, 50 b request-steps of step_s seconds each
+        add = {names[0]: n * 50 * b * step_s, names[1]: n * 50 * b, names[2]: n * 50, names[3]: n * 50 * b, names[4]: 0}
+        return re.sub(r"^(" + "|".join(map(re.escape, names)) + r")(\{[^}]*\}) ([0-9.e+]+)$",
+                      lambda m: f"{m.group(1)}{m.group(2)} {float(m.group(3)) + add[m.group(1)]!r}", text, flags=re.M)
+
+    class Server(http.server.ThreadingHTTPServer):
+        reads = 0
+
+    def handler(text, step_s, b):
+        class H(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = grown(text, self.server.reads, step_s, b).encode()
+                self.server.reads += 1
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+        return H
+
+    servers = [Server(("127.0.0.1", 0), handler(base_text, 0.020, 2)), Server(("127.0.0.1", 0), handler(spec_text, 0.030, 4))]
+    for s in servers:
+        threading.Thread(target=s.serve_forever, daemon=True).start()
+    try:
+        urls = [f"http://127.0.0.1:{s.server_address[1]}" for s in servers]
+        out = tmp_path / "live.yaml"
+        r = CliRunner().invoke(calibrate, ["--baseline-url", urls[0], "--url", urls[1], "--duration", "2.5",
+                                           "--interval", "0.5", "-o", str(out), "--method", "ngram", "--model", "m",
+                                           "--hardware", "test"])
+        assert r.exit_code == 0, r.output
+        p = load_profile(out)
+        assert [(pt.running_requests, round(pt.step_seconds, 6)) for pt in p.plain] == [(2.0, 0.02)]
+        ((method, k, pts),) = [(c.method, c.k, c.points) for c in p.speculative]
+        assert (method, k) == ("ngram", 4) and [(pt.running_requests, round(pt.step_seconds, 6)) for pt in pts] == [(4.0, 0.03)]
+        assert p.provenance["source"] == "live-baseline"
+        # a server without speculation as --url: one line, no profile
+        r = CliRunner().invoke(calibrate, ["--baseline-url", urls[0], "--url", urls[0], "--duration", "1", "--interval", "0.5",
+                                           "-o", str(tmp_path / "no.yaml"), "--method", "ngram", "--model", "m"])
+        assert r.exit_code == 1 and "no speculative decoding" in r.output and not (tmp_path / "no.yaml").exists()
+    finally:
+        for s in servers:
+            s.shutdown()
+            s.server_close()
