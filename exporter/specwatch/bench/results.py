@@ -27,9 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from specwatch.bench import perrequest
 from specwatch.common.files import atomic_write_text
 from specwatch.specdecode.derive import derive, sum_counters
 from specwatch.specdecode.metrics import SpecDecodeCounters, StepCounters
+from specwatch.specdecode.ragged import draft_width
 from specwatch.specdecode.steptime import step_record, sum_step_counters
 
 #: Percentiles reported for every latency (besides mean, median and std).
@@ -97,6 +99,8 @@ class SpecDecodeStats:
             "spec_decode_num_speculative_tokens": None,
             "spec_decode_generation_tokens": None,
             "spec_decode_output_from_drafts_ratio": None,
+            "spec_decode_curve_basis": None,
+            "spec_decode_missing_draft_tokens_ratio": None,
         }
         rec.update(step_record(self.steps))
         d = self.delta
@@ -115,6 +119,9 @@ class SpecDecodeStats:
             spec_decode_generation_tokens=None if d.generation_tokens is None else int(round(d.generation_tokens)),
             spec_decode_output_from_drafts_ratio=v.output_from_drafts_ratio,
         )
+        width = draft_width(d)  # counter-based curve: exact, or a lower bound when drafts were ragged
+        if width is not None:
+            rec.update(spec_decode_curve_basis=width.basis, spec_decode_missing_draft_tokens_ratio=width.missing_ratio)
         return rec
 
     @property
@@ -157,6 +164,9 @@ class BatchResult:
     tpots: list[float] = field(default_factory=list, repr=False)
     itls: list[float] = field(default_factory=list, repr=False)
     e2els: list[float] = field(default_factory=list, repr=False)
+    #: (payload, context) per request for :mod:`specwatch.bench.perrequest` (vLLM's per-request
+    #: ``metrics.speculative_decoding``; payload None when absent).
+    spec_requests: list[tuple[Any, dict[str, Any]]] = field(default_factory=list, repr=False)
 
     @property
     def output_throughput(self) -> float:
@@ -188,6 +198,8 @@ class BatchResult:
         for kind, vals in zip(LATENCY_KINDS, (self.ttfts, self.tpots, self.itls, self.e2els)):
             rec.update(latency_stats(kind, vals))
         rec.update(self.spec.record())
+        pr = per_request_record(self.spec, self.spec_requests)
+        rec["spec_decode_per_request"] = None if pr is None else {k: pr[k] for k in ("status", "requests", "problems")}
         rec["errors"] = self.errors[:MAX_ERRORS_KEPT]
         return rec
 
@@ -240,8 +252,19 @@ class CellSummary:
         }
         for kind, attr in zip(LATENCY_KINDS, ("ttfts", "tpots", "itls", "e2els")):
             rec.update(latency_stats(kind, (v for b in bs for v in getattr(b, attr))))
-        rec.update(self.spec.record())
+        spec = self.spec
+        rec.update(spec.record())
+        rec["spec_decode_per_request"] = per_request_record(spec, [x for b in bs for x in b.spec_requests])
         return rec
+
+
+def per_request_record(spec: SpecDecodeStats, items: Sequence[tuple[Any, dict[str, Any]]]) -> dict[str, Any] | None:
+    """The exact per-request summary (:func:`specwatch.bench.perrequest.summarize`) of a batch or
+    cell; None for a server without speculative-decoding counters (a baseline) and no payloads."""
+    if spec.delta is None and not any(p is not None for p, _ in items):
+        return None
+    good, bad = perrequest.collect(items)
+    return perrequest.summarize(good, bad)
 
 
 def summarize(batches: Iterable[BatchResult]) -> list[CellSummary]:
