@@ -420,6 +420,31 @@ def render_tables(batches: Sequence[BatchResult], equivalence: dict[str, Any] | 
                        _fmt(r["spec_decode_acceptance_rate"], ".1f", " %"),
                        _fmt(r["spec_decode_acceptance_length"], ".2f"))
         tables.append(ct)
+    exact_rows = []
+    for c in cells:
+        r = c.record()
+        pr = r.get("spec_decode_per_request")
+        if r.get("spec_decode_per_position_acceptance_rates") is None and not pr:
+            continue
+        curve = lambda v: "–" if not v else " / ".join("–" if x is None else f"{x:.2f}" for x in v)  # noqa: E731
+        if pr and pr.get("status") in ("measured", "partial"):
+            ra = pr.get("request_acceptance") or {}
+            exact = curve(pr.get("per_position_acceptance_rates"))
+            dist = " / ".join(f"{ra[p]:.2f}" for p in ("p5", "p50", "p95")) if ra else "–"
+            extra = f"{pr.get('num_outliers', 0)} outliers" + (f", problems {pr['problems']}" if pr.get("problems") else "")
+        else:
+            exact, dist = "not returned by the server", "–"
+            extra = f"problems {pr['problems']}" if pr and pr.get("problems") else ""
+        exact_rows.append((c.role, c.workload, str(c.max_concurrency), curve(r.get("spec_decode_per_position_acceptance_rates")),
+                           str(r.get("spec_decode_curve_basis") or "–"), exact, dist, extra))
+    if exact_rows:
+        xt = Table(title="per-position acceptance: counters vs exact per-request (vLLM --per-request-spec-decode-metrics detailed)")
+        for col in ("role", "workload", "concurrency", "counters", "basis", "exact (drafted positions)",
+                    "request acceptance p5/p50/p95", "notes"):
+            xt.add_column(col)
+        for row in exact_rows:
+            xt.add_row(*row)
+        tables.append(xt)
     if equivalence and equivalence.get("prompts"):
         et = Table(title=f"greedy-output equivalence: {equivalence['matched']}/{equivalence['total']} identical")
         for col in ("prompt", "identical", "first difference at", "baseline chars", "spec chars", "error"):

@@ -125,6 +125,11 @@ class SpecwatchCollector(Collector):
         r = self._round
         return list(r.window_values) if r is not None and r.done.is_set() else []
 
+    def latest_families(self) -> list[Metric]:
+        """The families of the latest finished round (empty before the first); never fetches."""
+        r = self._round
+        return list(r.families) if r is not None and r.done.is_set() else []
+
     def _current_round(self) -> _Round:
         with self._lock:
             r = self._round
