@@ -322,3 +322,34 @@ def test_landing_page_says_when_the_recommendation_is_withheld():
     generate_latest(reg)  # one fetch round
     status, page = get(app)
     assert "Recommendation withheld" in page and "ragged_drafts" in page and "lifetime" in page
+
+
+def test_advise_cli_against_an_exporter_with_a_ragged_curve(tmp_path):
+    """specwatch advise --exporter on the exporter's exposition of the real dynamic-table capture:
+    the curve is shown with basis lower_bound and no k is recommended; the fixed-k capture still
+    gets its advice and a curve basis of exact."""
+    from click.testing import CliRunner
+    from exporter_helpers import make_exporter
+    from prometheus_client import generate_latest
+    from test_kchoice import _pages
+
+    from specwatch.choosek.advise import curves_from_exporter
+    from specwatch.choosek.cli import advise
+
+    reg, _, _ = make_exporter({"dyn": (PERREQ / "dynamic-c4.metrics.txt").read_text(),
+                               "fixed": (PERREQ / "draft-k3-c4.metrics.txt").read_text()})
+    text = generate_latest(reg).decode()
+    bases: dict = {}
+    curves = curves_from_exporter(text, "lifetime", bases)
+    assert bases == {("dyn", "smollm2", "0"): "lower_bound", ("fixed", "smollm2", "0"): "exact"}
+    assert curves[("dyn", "smollm2", "0")][1] < 0.2 and curves[("fixed", "smollm2", "0")] == (1.0, 1.0, 1.0)
+    out = tmp_path / "live.json"
+    with _pages({"/metrics": (200, "text/plain", text.encode())}) as base:
+        r = CliRunner().invoke(advise, ["--exporter", base + "/metrics", "--concurrency", "1,4", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "basis=lower_bound" in r.output and "no k recommended" in r.output
+    live = {tuple(x["series"]): x for x in _json(out)["live"]}
+    assert live[("dyn", "smollm2", "0")]["withheld"] == "ragged_drafts"
+    assert live[("dyn", "smollm2", "0")]["k_by_concurrency"] == {}
+    assert live[("fixed", "smollm2", "0")]["curve_basis"] == "exact"
+    assert set(live[("fixed", "smollm2", "0")]["k_by_concurrency"]) == {"1", "4"}
