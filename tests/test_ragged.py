@@ -353,3 +353,27 @@ def test_advise_cli_against_an_exporter_with_a_ragged_curve(tmp_path):
     assert live[("dyn", "smollm2", "0")]["k_by_concurrency"] == {}
     assert live[("fixed", "smollm2", "0")]["curve_basis"] == "exact"
     assert set(live[("fixed", "smollm2", "0")]["k_by_concurrency"]) == {"1", "4"}
+
+
+def test_sweep_measurements_prefer_exact_per_request_curves_and_never_predict_from_lower_bounds():
+    """Constructed cell records (the bench's field names): a ragged counter curve with an exact
+    per-request curve uses the exact one; a ragged curve alone is never used to predict other k."""
+    from specwatch.choosek.model import Measurement, predict_acceptance_lengths, predict_throughputs
+
+    base = {"workload": "copy", "max_concurrency": 4, "output_throughput": 100.0, "num_batches": 1, "completed": 8,
+            "spec_decode_num_drafts": 383, "spec_decode_draft_tokens": 385, "spec_decode_accepted_tokens": 385,
+            "spec_decode_acceptance_length": 2.005, "spec_decode_generation_tokens": 768,
+            "spec_decode_per_position_acceptance_rates": [1.0, 0.0026, 0.0026], "spec_decode_curve_basis": "lower_bound",
+            "mean_tpot_ms": 20.0, "server_step_duration_ms": 20.0, "server_running_requests": 4.0}
+    exact = {**base, "spec_decode_per_request": {"status": "measured", "per_position_acceptance_rates": [1.0, 1.0, 1.0]}}
+    m = Measurement.from_record(exact, config="dyn", k=3)
+    assert m.curve_basis == "exact_per_request" and m.position_rates == (1.0, 1.0, 1.0)
+    assert m.counter_position_rates == (1.0, 0.0026, 0.0026)
+    ragged = Measurement.from_record(base, config="dyn", k=3)
+    assert ragged.curve_basis == "lower_bound"
+    baseline = Measurement.from_record({**base, "spec_decode_num_drafts": None, "spec_decode_per_position_acceptance_rates": None,
+                                        "spec_decode_curve_basis": None, "output_throughput": 90.0}, config="base", k=0)
+    assert predict_acceptance_lengths([ragged]) == []
+    preds, _ = predict_throughputs([baseline, ragged])
+    assert {p.k for p in preds} == {0}  # no k > 0 predicted from a lower-bound curve
+    assert [p.predicted for p in predict_acceptance_lengths([m])] == [2.0, 3.0, 4.0]
