@@ -12,6 +12,13 @@ counters read before and after the batch (:mod:`specwatch.specdecode.metrics`,
 :mod:`specwatch.specdecode.derive`); a value whose denominator is zero is ``null``. Latency statistics of a
 batch with no successful request are ``null`` (vLLM prints 0).
 
+specwatch's extras: ``spec_decode_curve_basis`` (``exact`` / ``lower_bound``: were the drafts full?
+:mod:`specwatch.specdecode.ragged`) with ``spec_decode_missing_draft_tokens_ratio``, and
+``spec_decode_per_request``: from vLLM's per-request ``metrics.speculative_decoding`` (a server
+started with ``--per-request-spec-decode-metrics detailed``), the exact per-position curve, the
+per-request acceptance distribution, draft lengths, outliers and bad payloads per reason
+(:mod:`specwatch.bench.perrequest`; per batch only status, requests and problems).
+
 Files are rewritten atomically (temporary file + ``os.replace``) after every batch, so an
 interrupted or crashed run leaves valid files holding every finished batch.
 """
