@@ -377,3 +377,26 @@ def test_sweep_measurements_prefer_exact_per_request_curves_and_never_predict_fr
     preds, _ = predict_throughputs([baseline, ragged])
     assert {p.k for p in preds} == {0}  # no k > 0 predicted from a lower-bound curve
     assert [p.predicted for p in predict_acceptance_lengths([m])] == [2.0, 3.0, 4.0]
+
+
+def test_report_section_shows_counter_and_exact_curves_side_by_side():
+    """The report's section on a cell record assembled from the real dynamic-table phase (counter
+    delta and per-request payloads), plus a cell from a server without per-request metrics."""
+    from specwatch.choosek import exactcurves
+    from specwatch.specdecode.derive import counters_delta, derive
+
+    c0, _ = _real("dynamic-c1")
+    c1, items = _real("dynamic-c4")
+    d = counters_delta(c0, c1)
+    summary = {"spec_decode_per_position_acceptance_rates": list(derive(d).position_acceptance_rates),
+               "spec_decode_curve_basis": draft_width(d).basis,
+               "spec_decode_per_request": perrequest.summarize(*perrequest.collect(items))}
+    old = {"spec_decode_per_position_acceptance_rates": [0.9, 0.8], "spec_decode_curve_basis": "exact",
+           "spec_decode_per_request": perrequest.summarize(*perrequest.collect([(None, {"index": 0})]))}
+    doc = {"cells": [{"config": "dyn", "workload": "copy", "max_concurrency": 4, "summary": summary},
+                     {"config": "old", "workload": "copy", "max_concurrency": 4, "summary": old}]}
+    page = exactcurves.render_html(doc)
+    assert "1.00 / 0.00 / 0.00" in page and "lower_bound" in page  # counters, ragged
+    assert "1.00 / 1.00 / 1.00" in page and "E(3)=4.00" in page    # exact per request
+    assert "1: 382" in page and "server did not return per-request metrics" in page
+    assert exactcurves.render_html({"cells": []}) == ""
