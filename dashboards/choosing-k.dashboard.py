@@ -30,8 +30,14 @@ RUNNING_PER_STEP = f"specwatch_running_requests_per_step{S.exporter(WINDOW)}"
 BASIS_LEGEND = "{{upstream}} · engine {{engine}} · basis {{basis}}"
 RECOMMENDED = f"specwatch_recommended_num_speculative_tokens{S.exporter(WINDOW)}"
 BY_UE = "{{upstream}} · engine {{engine}}"
-POS_LEGEND = "position {{position}} · {{upstream}} · engine {{engine}}"
-K_LEGEND = "k={{k}} · {{upstream}} · engine {{engine}}"
+POS_LEGEND = "position {{position}} · {{upstream}} · engine {{engine}} · {{basis}}"
+K_LEGEND = "k={{k}} · {{upstream}} · engine {{engine}} · {{basis}}"
+WITHHELD = f"specwatch_recommendation_withheld{S.exporter(WINDOW)}"
+RAGGED = f"specwatch_ragged_drafts{S.exporter(WINDOW)}"
+MISSING = f"specwatch_missing_draft_tokens_ratio{S.exporter(WINDOW)}"
+BASIS_NOTE = (" Legends carry basis: exact when every draft carried k tokens, lower_bound when drafts were "
+              "ragged (dynamic k, short ngram matches, drafts clipped at the end of an output): undrafted positions "
+              "then count as rejected, so the value is only a lower bound.")
 # count_values turns the inferred k (a value) into a label k, to pick the speedup at the current k.
 CURRENT_K_AS_LABEL = f'count_values without () ("k", {K})'
 
@@ -46,8 +52,9 @@ recommendation = Section("Does speculation pay? (with how each number was obtain
     stat("Recommended k",
          "specwatch_recommended_num_speculative_tokens over the exporter window $window: the k with the best "
          "speedup (the smallest within 2 % of the best), 0 = turn speculation off; its basis is the weakest "
-         "of the speedups it compared.",
-         "none", [q(RECOMMENDED, BASIS_LEGEND)], graph=False, w=6),
+         "of the speedups it compared. Absent, with specwatch_recommendation_withheld{reason=\"ragged_drafts\"} "
+         "shown instead, when the window's drafts were ragged: no k is derived from a lower-bound curve.",
+         "none", [q(RECOMMENDED, BASIS_LEGEND), q(WITHHELD, "withheld: {{reason}} · " + BY_UE)], graph=False, w=6),
     stat("Cost-profile drift",
          "specwatch_cost_profile_error_ratio over $window: live step time / the cost profile's prediction at the "
          "live batch size and k. Outside 0.8-1.25 the profile no longer describes this server: recalibrate "
@@ -78,10 +85,17 @@ recommendation = Section("Does speculation pay? (with how each number was obtain
 ])
 
 positions = Section("Per-position acceptance", [
+    timeseries("Ragged drafts (curves are lower bounds)",
+               "specwatch_ragged_drafts over the exporter window $window: 1 when drafts carried fewer than k tokens "
+               "beyond rounding (k x drafts - draft tokens > max(1, 0.5 % of drafts)), and the share of draft "
+               "positions never drafted. While 1, per-position, conditional and what-if values are lower bounds "
+               "and no k is recommended." + BASIS_NOTE,
+               "percentunit", [q(RAGGED, "ragged · " + BY_UE), q(MISSING, "undrafted share · " + BY_UE)],
+               minimum=0, maximum=1),
     bargauge("Per-position acceptance rate by position",
              f"r_i = P(the first i+1 draft tokens are all accepted), one bar per position, over {W} "
              "(vllm:spec_decode_num_accepted_tokens_per_pos_total / vllm:spec_decode_num_drafts_total). "
-             "Non-increasing in the position.",
+             "Non-increasing in the position." + BASIS_NOTE,
              "percentunit", [q(S.up_ratio("specwatch_position_acceptance_rate"), POS_LEGEND, instant=True)],
              minimum=0, maximum=1, thresholds=RATIO_GOOD_HIGH),
     bargauge("Conditional acceptance rate by position",

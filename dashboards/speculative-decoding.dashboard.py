@@ -118,21 +118,22 @@ acceptance = Section("Acceptance", [
     timeseries("Per-position acceptance rate (unconditional)",
                f"r_i = drafts whose first i+1 draft tokens were all accepted / drafts, over {W} "
                "(vllm:spec_decode_num_accepted_tokens_per_pos_total{position=i} / num_drafts). "
-               "Non-increasing in the position.",
+               "Non-increasing in the position. basis=lower_bound when drafts were ragged (shorter than k): "
+               "undrafted positions then count as rejected.",
                "percentunit", [q(S.up_ratio("specwatch_position_acceptance_rate"),
-                                 "position {{position}} · {{upstream}} · engine {{engine}}")],
+                                 "position {{position}} · {{upstream}} · engine {{engine}} · {{basis}}")],
                minimum=0, maximum=1),
     timeseries("Conditional per-position acceptance rate",
                f"P(position i accepted | positions before i accepted) = r_i / r_(i-1), r_(-1) = 1, over {W}. "
                "vLLM does not export it; a drop at one position shows where drafts go wrong.",
                "percentunit", [q(S.up_ratio("specwatch_position_conditional_acceptance_rate"),
-                                 "position {{position}} · {{upstream}} · engine {{engine}}")],
+                                 "position {{position}} · {{upstream}} · engine {{engine}} · {{basis}}")],
                minimum=0, maximum=1),
     bargauge("What-if: expected acceptance length for every k",
              f"Expected mean acceptance length had num_speculative_tokens been k: E(k) = 1 + sum of r_i for "
              f"i < k, over {W} (exact for chain drafters such as ngram, draft models, EAGLE chains). "
              "Only k up to the running k can be computed.",
-             "short", [q(S.up_ratio("specwatch_expected_acceptance_length"), "k={{k}} · {{upstream}} · engine {{engine}}",
+             "short", [q(S.up_ratio("specwatch_expected_acceptance_length"), "k={{k}} · {{upstream}} · engine {{engine}} · {{basis}}",
                          instant=True)],
              minimum=1, decimals=2),
     timeseries("Measured speedup over time",

@@ -148,3 +148,43 @@ def test_models_json_without_json_content_type():
 
     with ThreadedStub(StubConfig(k=0, model="plain-model", models_content_type="text/plain")) as stub:
         assert asyncio.run(go(stub.url)) == "plain-model"
+
+
+@pytest.mark.parametrize("offered", [True, False])
+def test_per_request_spec_decode_metrics_are_read_and_summarized(tmp_path, offered):
+    """The stub sends vLLM's per-request metrics.speculative_decoding (constructed, in vLLM 0.32's
+    shape) when asked: the cell's exact curve then covers exactly the verify steps its counters
+    count and, drafts being full, equals the counter curve; without them the cell says
+    not_offered and counts every request as missing."""
+    import json
+
+    with ThreadedStub(StubConfig(k=4, per_request_metrics=offered)) as stub:
+        cfg = BenchConfig(base_url=stub.url, workloads=("copy",), concurrencies=(2,), num_prompts=6,
+                          num_batches=1, warmup_batches=0, result_dir=str(tmp_path), progress=False,
+                          options=WorkloadOptions(output_len=12))
+        res = run_bench(cfg)
+    (cell,) = res.summary()
+    rec = cell.record()
+    pr = rec["spec_decode_per_request"]
+    if not offered:
+        assert pr["status"] == "not_offered" and pr["problems"] == {"missing": 6}
+        return
+    assert pr["status"] == "measured" and pr["requests"] == 6 and pr["problems"] == {}
+    assert rec["spec_decode_curve_basis"] == "exact"
+    assert pr["verify_steps"] == rec["spec_decode_num_drafts"]
+    assert pr["accepted_tokens"] == rec["spec_decode_accepted_tokens"]
+    assert pr["per_position_acceptance_rates"] == pytest.approx(rec["spec_decode_per_position_acceptance_rates"])
+    doc = json.loads(next(tmp_path.glob("*.json")).read_text())
+    assert doc["summary"][0]["spec_decode_per_request"]["per_position_acceptance_rates"] == pytest.approx(
+        pr["per_position_acceptance_rates"])
+    assert doc["batches"][0]["spec_decode_per_request"] == {"status": "measured", "requests": 6, "problems": {}}
+
+
+def test_dropped_requests_count_as_truncated_per_request_payloads(tmp_path):
+    with ThreadedStub(StubConfig(k=4, per_request_metrics=True, drop_every=5, drop_after=2)) as stub:
+        cfg = BenchConfig(base_url=stub.url, workloads=("copy",), concurrencies=(2,), num_prompts=10,
+                          num_batches=1, warmup_batches=0, result_dir=str(tmp_path), progress=False,
+                          options=WorkloadOptions(output_len=12))
+        res = run_bench(cfg)
+    pr = res.summary()[0].record()["spec_decode_per_request"]
+    assert pr["status"] == "partial" and pr["requests"] == 8 and pr["problems"] == {"truncated": 2}

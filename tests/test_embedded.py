@@ -191,11 +191,16 @@ def test_vllm_command_default_is_ngram_k4_on_loopback():
     spec = json.loads(opt("--speculative-config"))
     assert spec == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
     assert spec == dict(DEFAULT_SPECULATIVE_CONFIG)
+    # per-request spec-decode metrics (exact curves in specwatch bench) are on with speculation
+    assert opt("--per-request-spec-decode-metrics") == "detailed"
+    off = vllm_command("/m", 8123, per_request_spec_decode_metrics=None)
+    assert "--per-request-spec-decode-metrics" not in off
 
 
 def test_vllm_command_without_speculation_and_with_extra_args():
     cmd = vllm_command("/m", 8001, "base", None, ["--max-num-batched-tokens", "4096"])
     assert "--speculative-config" not in cmd
+    assert "--per-request-spec-decode-metrics" not in cmd  # vLLM refuses it without speculation
     assert cmd[cmd.index("--served-model-name") + 1] == "base"
     assert cmd[-2:] == ["--max-num-batched-tokens", "4096"]
 

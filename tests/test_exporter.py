@@ -89,11 +89,27 @@ def test_lifetime_values_equal_vllm_formulas(k):
     assert not series(reg, "specwatch_expected_acceptance_length", k=k + 1)
     assert list(series(reg, "specwatch_num_speculative_tokens", upstream="spec").values()) == [k]
     assert list(series(reg, "specwatch_accepted_tokens_total", upstream="spec").values()) == [accepted]
+    # ragged drafts (k x drafts - draft_tokens beyond max(1, 0.5 % of drafts)) make the curve a lower bound
+    missing = k * drafts - draft_tokens
+    ragged = missing > max(1.0, 0.005 * drafts)
+    basis = "lower_bound" if ragged else "exact"
+    for name in ("specwatch_position_acceptance_rate", "specwatch_position_conditional_acceptance_rate",
+                 "specwatch_expected_acceptance_length"):
+        assert {dict(key)["basis"] for key in series(reg, name, **sel)} == {basis}, name
+    assert one("specwatch_ragged_drafts") == (1.0 if ragged else 0.0)
+    assert one("specwatch_missing_draft_tokens_ratio") == pytest.approx(missing / (k * drafts))
     speed = series(reg, "specwatch_speedup", **sel)
+    if ragged:  # the real ngram k=8 copy capture: drafts clipped near the end of each output
+        assert k == 8, "ngram k=2 and k=4 copy traffic had full drafts"
+        assert not speed, "no what-if speedup from a lower-bound curve (none measured without a baseline/profile)"
+        assert not series(reg, "specwatch_recommended_num_speculative_tokens", **sel)
+        assert one("specwatch_recommendation_withheld", reason="ragged_drafts") == 1.0
+        return
     assert len(speed) == k  # k' = 1 .. k; without a cost profile every one is the built-in guess
     assert {dict(key)["basis"] for key in speed} == {"default"}
     rec = one("specwatch_recommended_num_speculative_tokens", basis="default")
     assert 0 <= rec <= k
+    assert not series(reg, "specwatch_recommendation_withheld", **sel)
 
 
 @pytest.mark.parametrize("k", [2, 4, 8])

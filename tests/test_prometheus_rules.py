@@ -130,7 +130,7 @@ def test_recording_rule_names_follow_level_metric_operations():
             level, metric, ops = rule["record"].split(":")
             assert level in LEVEL_LABELS, rule["record"]
             assert metric.startswith(("specwatch_", "vllm_")), rule["record"]
-            assert ops in ("rate5m", "ratio_rate5m", "mean5m", "p50_5m", "p95_5m", "p99_5m", "sum"), rule["record"]
+            assert ops in ("rate5m", "ratio_rate5m", "mean5m", "p50_5m", "p95_5m", "p99_5m", "sum", "max"), rule["record"]
             # a level's rules aggregate by exactly that level's labels
             for by in re.findall(r"sum by \(([^)]*)\)", rule["expr"]):
                 labels = [x.strip() for x in by.split(",")]

@@ -157,7 +157,7 @@ def test_basis_labels_and_new_series_names_are_shown_generically():
         "# TYPE specwatch_step_duration_seconds gauge\n"
         'specwatch_step_duration_seconds{upstream="spec",window="1m"} 0.0123\n'
     )
-    text = text.replace('specwatch_position_acceptance_rate{engine="0",model_name="smollm2",position="3",upstream="spec",window="1m"}',
+    text = text.replace('specwatch_position_acceptance_rate{basis="exact",engine="0",model_name="smollm2",position="3",upstream="spec",window="1m"}',
                         'specwatch_position_acceptance_rate{basis="lower_bound",engine="0",model_name="smollm2",position="3",upstream="spec",window="1m"}')
     text = text.replace("# HELP specwatch_recommended", extra + "# HELP specwatch_recommended")
     text = text.replace("# HELP specwatch_recommended", (

@@ -94,6 +94,11 @@ class RequestOutcome:
     start_time: float = 0.0
     chunks: int = 0
     finish_reason: str | None = None
+    #: vLLM's per-request speculative-decoding metrics (``metrics.speculative_decoding`` of the final
+    #: usage chunk; a server started with ``--per-request-spec-decode-metrics``), None when absent.
+    spec_decode: dict | None = field(default=None, repr=False)
+    #: One-line prompt excerpt (for outlier listings; never the whole prompt).
+    prompt_excerpt: str = ""
 
     @property
     def tpot(self) -> float | None:
@@ -190,7 +195,8 @@ class OpenAIBackend:
 
     async def send(self, request: BenchRequest) -> RequestOutcome:
         """Send one request and stream the answer. Never raises except CancelledError."""
-        out = RequestOutcome(index=request.index, prompt_tokens=request.prompt_len)
+        out = RequestOutcome(index=request.index, prompt_tokens=request.prompt_len,
+                             prompt_excerpt=request.excerpt())
         model = self.model or ""
         is_chat = request.endpoint == "chat"
         url = self.base_url + request.path
@@ -277,6 +283,9 @@ class OpenAIBackend:
                                 pt = usage.get("prompt_tokens")
                                 if pt is not None:
                                     out.prompt_tokens = int(pt)
+                                m = obj.get("metrics")
+                                if isinstance(m, dict) and isinstance(m.get("speculative_decoding"), dict):
+                                    out.spec_decode = m["speculative_decoding"]
                             if "error" in obj and not choices:
                                 err = obj["error"]
                                 msg = err.get("message", err) if isinstance(err, dict) else err

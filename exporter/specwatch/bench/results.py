@@ -12,6 +12,13 @@ counters read before and after the batch (:mod:`specwatch.specdecode.metrics`,
 :mod:`specwatch.specdecode.derive`); a value whose denominator is zero is ``null``. Latency statistics of a
 batch with no successful request are ``null`` (vLLM prints 0).
 
+specwatch's extras: ``spec_decode_curve_basis`` (``exact`` / ``lower_bound``: were the drafts full?
+:mod:`specwatch.specdecode.ragged`) with ``spec_decode_missing_draft_tokens_ratio``, and
+``spec_decode_per_request``: from vLLM's per-request ``metrics.speculative_decoding`` (a server
+started with ``--per-request-spec-decode-metrics detailed``), the exact per-position curve, the
+per-request acceptance distribution, draft lengths, outliers and bad payloads per reason
+(:mod:`specwatch.bench.perrequest`; per batch only status, requests and problems).
+
 Files are rewritten atomically (temporary file + ``os.replace``) after every batch, so an
 interrupted or crashed run leaves valid files holding every finished batch.
 """
@@ -29,9 +36,11 @@ from typing import Any, Iterable, Sequence
 
 from rich.table import Table
 
+from specwatch.bench import perrequest
 from specwatch.common.files import atomic_write_text
 from specwatch.specdecode.derive import derive, sum_counters
 from specwatch.specdecode.metrics import SpecDecodeCounters, StepCounters
+from specwatch.specdecode.ragged import draft_width
 from specwatch.specdecode.steptime import step_record, sum_step_counters
 
 #: Percentiles reported for every latency (besides mean, median and std).
@@ -99,6 +108,8 @@ class SpecDecodeStats:
             "spec_decode_num_speculative_tokens": None,
             "spec_decode_generation_tokens": None,
             "spec_decode_output_from_drafts_ratio": None,
+            "spec_decode_curve_basis": None,
+            "spec_decode_missing_draft_tokens_ratio": None,
         }
         rec.update(step_record(self.steps))
         d = self.delta
@@ -117,6 +128,9 @@ class SpecDecodeStats:
             spec_decode_generation_tokens=None if d.generation_tokens is None else int(round(d.generation_tokens)),
             spec_decode_output_from_drafts_ratio=v.output_from_drafts_ratio,
         )
+        width = draft_width(d)  # counter-based curve: exact, or a lower bound when drafts were ragged
+        if width is not None:
+            rec.update(spec_decode_curve_basis=width.basis, spec_decode_missing_draft_tokens_ratio=width.missing_ratio)
         return rec
 
     @property
@@ -159,6 +173,9 @@ class BatchResult:
     tpots: list[float] = field(default_factory=list, repr=False)
     itls: list[float] = field(default_factory=list, repr=False)
     e2els: list[float] = field(default_factory=list, repr=False)
+    #: (payload, context) per request for :mod:`specwatch.bench.perrequest` (vLLM's per-request
+    #: ``metrics.speculative_decoding``; payload None when absent).
+    spec_requests: list[tuple[Any, dict[str, Any]]] = field(default_factory=list, repr=False)
 
     @property
     def output_throughput(self) -> float:
@@ -190,6 +207,8 @@ class BatchResult:
         for kind, vals in zip(LATENCY_KINDS, (self.ttfts, self.tpots, self.itls, self.e2els)):
             rec.update(latency_stats(kind, vals))
         rec.update(self.spec.record())
+        pr = per_request_record(self.spec, self.spec_requests)
+        rec["spec_decode_per_request"] = None if pr is None else {k: pr[k] for k in ("status", "requests", "problems")}
         rec["errors"] = self.errors[:MAX_ERRORS_KEPT]
         return rec
 
@@ -242,8 +261,19 @@ class CellSummary:
         }
         for kind, attr in zip(LATENCY_KINDS, ("ttfts", "tpots", "itls", "e2els")):
             rec.update(latency_stats(kind, (v for b in bs for v in getattr(b, attr))))
-        rec.update(self.spec.record())
+        spec = self.spec
+        rec.update(spec.record())
+        rec["spec_decode_per_request"] = per_request_record(spec, [x for b in bs for x in b.spec_requests])
         return rec
+
+
+def per_request_record(spec: SpecDecodeStats, items: Sequence[tuple[Any, dict[str, Any]]]) -> dict[str, Any] | None:
+    """The exact per-request summary (:func:`specwatch.bench.perrequest.summarize`) of a batch or
+    cell; None for a server without speculative-decoding counters (a baseline) and no payloads."""
+    if spec.delta is None and not any(p is not None for p, _ in items):
+        return None
+    good, bad = perrequest.collect(items)
+    return perrequest.summarize(good, bad)
 
 
 def summarize(batches: Iterable[BatchResult]) -> list[CellSummary]:
@@ -397,6 +427,31 @@ def render_tables(batches: Sequence[BatchResult], equivalence: dict[str, Any] | 
                        _fmt(r["spec_decode_acceptance_rate"], ".1f", " %"),
                        _fmt(r["spec_decode_acceptance_length"], ".2f"))
         tables.append(ct)
+    exact_rows = []
+    for c in cells:
+        r = c.record()
+        pr = r.get("spec_decode_per_request")
+        if r.get("spec_decode_per_position_acceptance_rates") is None and not pr:
+            continue
+        curve = lambda v: "–" if not v else " / ".join("–" if x is None else f"{x:.2f}" for x in v)  # noqa: E731
+        if pr and pr.get("status") in ("measured", "partial"):
+            ra = pr.get("request_acceptance") or {}
+            exact = curve(pr.get("per_position_acceptance_rates"))
+            dist = " / ".join(f"{ra[p]:.2f}" for p in ("p5", "p50", "p95")) if ra else "–"
+            extra = f"{pr.get('num_outliers', 0)} outliers" + (f", problems {pr['problems']}" if pr.get("problems") else "")
+        else:
+            exact, dist = "not returned by the server", "–"
+            extra = f"problems {pr['problems']}" if pr and pr.get("problems") else ""
+        exact_rows.append((c.role, c.workload, str(c.max_concurrency), curve(r.get("spec_decode_per_position_acceptance_rates")),
+                           str(r.get("spec_decode_curve_basis") or "–"), exact, dist, extra))
+    if exact_rows:
+        xt = Table(title="per-position acceptance: counters vs exact per-request (vLLM --per-request-spec-decode-metrics detailed)")
+        for col in ("role", "workload", "concurrency", "counters", "basis", "exact (drafted positions)",
+                    "request acceptance p5/p50/p95", "notes"):
+            xt.add_column(col)
+        for row in exact_rows:
+            xt.add_row(*row)
+        tables.append(xt)
     if equivalence and equivalence.get("prompts"):
         et = Table(title=f"greedy-output equivalence: {equivalence['matched']}/{equivalence['total']} identical")
         for col in ("prompt", "identical", "first difference at", "baseline chars", "spec chars", "error"):

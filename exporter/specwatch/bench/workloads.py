@@ -95,6 +95,18 @@ class BenchRequest:
             body["ignore_eos"] = True
         return body
 
+    def excerpt(self, limit: int = 80) -> str:
+        """One-line excerpt of the prompt (the last chat message; ``<N token ids>`` for token-id
+        prompts), at most ``limit`` characters."""
+        if self.endpoint == "chat":
+            text = self.messages[-1][1] if self.messages else ""
+        elif isinstance(self.prompt, tuple):
+            return f"<{len(self.prompt)} token ids>"
+        else:
+            text = self.prompt or ""
+        t = " ".join(text.split())
+        return t if len(t) <= limit else t[: limit - 1] + "…"
+
     @property
     def path(self) -> str:
         """URL path under the server root: ``/v1/completions`` or ``/v1/chat/completions``."""

@@ -36,6 +36,7 @@ from specwatch.choosek.resultfile import measurements
 from specwatch.specdecode.cost import CostModel
 from specwatch.specdecode.costprofile import CostProfile
 from specwatch.specdecode.speedup import LiveCost, recommend, speedups
+from specwatch.choosek.variablewidth import engine_formats
 
 DEFAULT_LIVE_CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64)
 
@@ -218,6 +219,26 @@ def render_config(cfg: dict[str, Any] | None, k_by_c: dict[int, int], console) -
                       "inclusive batch-size ranges, the last k carried up to max_num_seqs):", markup=False)
         for s, e, k in table:
             console.print(f"  batch size {s}-{e}: k = {k}" + (" (speculation off)" if k == 0 else ""), markup=False)
+    render_engine_formats(engine_formats(cfg, k_by_c), console)
+
+
+def render_engine_formats(formats: dict[str, Any] | None, console) -> None:
+    """Tier-boundary warnings and the table in SGLang's and TensorRT-LLM's formats
+    (:mod:`specwatch.choosek.variablewidth`)."""
+    if not formats:
+        return
+    for w in formats["tier_warnings"]:
+        console.print(f"[yellow]warning: {w['message']}[/yellow]", soft_wrap=True)
+    sg, trt = formats["sglang"], formats["tensorrt_llm"]
+    console.print(f"SGLang ({sg['format']}; {sg['flags']}), the config file:", markup=False, soft_wrap=True)
+    console.print("  " + json.dumps(sg["speculative_adaptive_config"], separators=(",", ":")), markup=False,
+                  highlight=False, soft_wrap=True)
+    console.print(f"TensorRT-LLM ({trt['format']}), in speculative_config:", markup=False, soft_wrap=True)
+    console.print("  " + json.dumps({"max_draft_len": trt["max_draft_len"], "draft_len_schedule":
+                                     {int(b): k for b, k in trt["draft_len_schedule"].items()}}), markup=False,
+                  highlight=False, soft_wrap=True)
+    if trt.get("note"):
+        console.print(f"  note: {trt['note']}", markup=False, soft_wrap=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -225,13 +246,17 @@ def render_config(cfg: dict[str, Any] | None, k_by_c: dict[int, int], console) -
 # --------------------------------------------------------------------------------------------
 
 
-def curves_from_exporter(text: str, window: str) -> dict[tuple[str, ...], tuple[float, ...]]:
+def curves_from_exporter(text: str, window: str,
+                         bases: dict[tuple[str, ...], str] | None = None) -> dict[tuple[str, ...], tuple[float, ...]]:
     """Per-position curves from the exporter's exposition text:
     ``specwatch_position_acceptance_rate{upstream, model_name, engine, position, window}``, for
     ``window`` (falling back to "lifetime" when that window has no samples). Keyed by
     (upstream, model_name, engine); positions in order. Parsed with prometheus_client.parser.
-    Raises KChoiceError when ``text`` does not parse (an HTML page, garbage)."""
+    Raises KChoiceError when ``text`` does not parse (an HTML page, garbage). ``bases``, when
+    given, receives each curve's ``basis`` label (exact / lower_bound; "exact" for an exporter
+    that predates the label)."""
     found: dict[str, dict[tuple[str, ...], dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    found_basis: dict[str, dict[tuple[str, ...], str]] = defaultdict(dict)
     try:
         for fam in text_string_to_metric_families(text):
             if fam.name != "specwatch_position_acceptance_rate":
@@ -239,15 +264,20 @@ def curves_from_exporter(text: str, window: str) -> dict[tuple[str, ...], tuple[
             for s in fam.samples:
                 key = (s.labels.get("upstream", ""), s.labels.get("model_name", ""), s.labels.get("engine", ""))
                 found[s.labels.get("window", "")][key][int(s.labels["position"])] = s.value
+                found_basis[s.labels.get("window", "")][key] = s.labels.get("basis", "exact")
     except Exception as exc:  # noqa: BLE001 - the parser raises ValueError, KeyError, IndexError… on garbage
         head = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
         raise KChoiceError(f"not Prometheus exposition text ({head})") from None
-    chosen = found.get(window) or found.get("lifetime") or {}
+    chosen_window = window if found.get(window) else "lifetime"
+    chosen = found.get(chosen_window) or {}
+    if bases is not None:
+        bases.update({k: found_basis[chosen_window].get(k, "exact") for k in chosen})
     return {k: tuple(v[i] for i in sorted(v)) for k, v in chosen.items()}
 
 
 def curves_from_prometheus(url: str, rule: str = "model_name:specwatch_position_acceptance_rate:ratio_rate5m",
-                           timeout: float = 10.0) -> dict[tuple[str, ...], tuple[float, ...]]:
+                           timeout: float = 10.0,
+                           bases: dict[tuple[str, ...], str] | None = None) -> dict[tuple[str, ...], tuple[float, ...]]:
     """Per-position curves from Prometheus' instant query of the recording rule ``rule`` (labels
     job, model_name, position). Raises click.ClickException when Prometheus cannot be queried."""
     try:
@@ -268,19 +298,32 @@ def curves_from_prometheus(url: str, rule: str = "model_name:specwatch_position_
         v = float(item["value"][1])
         if math.isfinite(v) and "position" in m:
             acc[(m.get("job", ""), m.get("model_name", ""))][int(m["position"])] = v
+            if bases is not None:
+                key = (m.get("job", ""), m.get("model_name", ""))
+                if bases.get(key) != "lower_bound":  # any lower-bound sample makes the curve one
+                    bases[key] = m.get("basis", "exact")
     return {k: tuple(v[i] for i in sorted(v)) for k, v in acc.items()}
 
 
 def live_advice(curves: dict[tuple[str, ...], tuple[float, ...]], concurrencies, profile: CostProfile | None,
                 tolerance: float, base_config: dict[str, Any] | None, *, method: str | None = None,
-                drafter: str | None = None) -> list[dict[str, Any]]:
+                drafter: str | None = None, bases: dict[tuple[str, ...], str] | None = None) -> list[dict[str, Any]]:
     """For each curve: the speedup of every k at each number of running requests b (from the cost
     profile's t0(b) and t(b, k): basis "profile" or "extrapolated"; without a profile the built-in
     guess, basis "default" — :func:`specwatch.specdecode.speedup.speedups`), the recommended k per b
-    with the weakest basis it compared, and the vLLM config."""
+    with the weakest basis it compared, and the vLLM config. A curve whose ``bases`` entry is
+    ``lower_bound`` (ragged drafts, :mod:`specwatch.specdecode.ragged`) gets no speedups and no k:
+    ``withheld`` says why."""
     out = []
     for key, rates in sorted(curves.items()):
         if not rates:
+            continue
+        basis = (bases or {}).get(key, "exact")
+        if basis == "lower_bound":
+            out.append({"series": list(key), "position_acceptance_rates": list(rates), "curve_basis": basis,
+                        "withheld": "ragged_drafts", "speedup": {}, "k_by_concurrency": {}, "basis_by_concurrency": {},
+                        "cost_profile": None if profile is None else profile.name, "speculative_config": None,
+                        "engine_formats": None})
             continue
         by_c, k_by_c, basis_by_c = {}, {}, {}
         for c in concurrencies:
@@ -288,11 +331,12 @@ def live_advice(curves: dict[tuple[str, ...], tuple[float, ...]], concurrencies,
                                           drafter=drafter), current_k=0)
             by_c[c] = sp
             k_by_c[c], basis_by_c[c] = recommend(sp, tolerance)
-        out.append({"series": list(key), "position_acceptance_rates": list(rates),
+        out.append({"series": list(key), "position_acceptance_rates": list(rates), "curve_basis": basis,
                     "speedup": {str(c): {str(k): {"value": v.value, "basis": v.basis} for k, v in sp.items()}
                                 for c, sp in by_c.items()},
                     "k_by_concurrency": {str(c): k for c, k in k_by_c.items()},
                     "basis_by_concurrency": {str(c): b for c, b in basis_by_c.items()},
                     "cost_profile": None if profile is None else profile.name,
-                    "speculative_config": speculative_config_advice(base_config, k_by_c)})
+                    "speculative_config": speculative_config_advice(base_config, k_by_c),
+                    "engine_formats": engine_formats(speculative_config_advice(base_config, k_by_c), k_by_c)})
     return out

@@ -15,6 +15,7 @@ import requests
 from rich.table import Table
 
 from specwatch.bench.workloads import WORKLOADS
+from specwatch.choosek.variablewidth import engine_formats
 from specwatch.choosek.advise import DEFAULT_LIVE_CONCURRENCIES, advise_sweep, curves_from_exporter, curves_from_prometheus, live_advice, make_console, render_advice, render_config, request_failure
 from specwatch.choosek.calibrate import CalibrationError, load_forward_json, num_positions, profile_from_forward, profile_from_live, profile_from_sweep, sample_live
 from specwatch.choosek.demoreport import DemoReportError, is_demo_summary_file, write_demo_report
@@ -240,7 +241,8 @@ def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tol
             atomic_write_json(json_path, {"source": str(result_file), "left_out_cells": left_out,
                                           "tolerance": tolerance, "candidates": candidates,
                                           "fit_k": None if fit_k is None else list(fit_k), "acceptance": acceptance,
-                                          "basis": basis, "families": [a.to_dict() for a in advices]})
+                                          "basis": basis, "families": [{**a.to_dict(), "engine_formats": engine_formats(
+                                              a.speculative_config, a.k_by_concurrency)} for a in advices]})
         return
 
     base: dict[str, Any] | None = None
@@ -252,6 +254,7 @@ def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tol
         if not isinstance(base, dict):
             raise click.BadParameter("must be a JSON object", param_hint="--base-config")
     concs = concurrencies
+    bases: dict[tuple[str, ...], str] = {}
     if exporter_url:
         try:
             r = requests.get(exporter_url, timeout=10)
@@ -259,12 +262,12 @@ def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tol
         except requests.RequestException as exc:
             raise click.ClickException(f"cannot read {exporter_url}: {request_failure(exporter_url, exc)}") from None
         try:
-            curves = curves_from_exporter(r.text, window)
+            curves = curves_from_exporter(r.text, window, bases)
         except KChoiceError as exc:
             raise click.ClickException(f"{exporter_url} is not the specwatch exporter's /metrics: {exc}") from None
         source = exporter_url
     else:
-        curves = curves_from_prometheus(prometheus_url)
+        curves = curves_from_prometheus(prometheus_url, bases=bases)
         source = prometheus_url
     if not curves:
         hint = "no speculative traffic yet?"
@@ -274,13 +277,21 @@ def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tol
     if profile is not None and method is not None and all(m != method for m, _ in profile.methods()):
         raise click.BadParameter(f"{profile.source} has no curve for method {method!r} "
                                  f"(it has {', '.join(m for m, _ in profile.methods()) or 'none'})", param_hint="--method")
-    live = live_advice(curves, concs, profile, tolerance, base, method=method, drafter=drafter)
+    live = live_advice(curves, concs, profile, tolerance, base, method=method, drafter=drafter, bases=bases)
     how = (f"cost profile {profile.name} ({profile.provenance.get('source')}, {profile.provenance.get('hardware')}"
            f"{'; forward pass only' if profile.forward_only else ''})" if profile is not None
            else "no cost profile: the built-in guess c(k, b) = 1 + k (0.05 + 0.02 b), basis default — calibrate first")
     for item in live:
         kmax = len(item["position_acceptance_rates"])
-        t = Table(title=f"{' / '.join(x for x in item['series'] if x)}: speedup τ(k)·t0(b)/t(b, k) from {how}")
+        if item.get("withheld"):
+            name = " / ".join(x for x in item["series"] if x)
+            rates = ", ".join(f"{r:.2f}" for r in item["position_acceptance_rates"])
+            console.print(f"[bold]{name}[/bold]: per-position acceptance [{rates}] basis=lower_bound (ragged drafts: "
+                          "drafts shorter than k, undrafted positions count as rejected); no k recommended from it. "
+                          "Measure exact curves with specwatch bench against a server started with "
+                          "--per-request-spec-decode-metrics detailed.", soft_wrap=True)
+            continue
+        t = Table(title=f"{' / '.join(x for x in item['series'] if x)} (curve basis={item.get('curve_basis', 'exact')}): speedup τ(k)·t0(b)/t(b, k) from {how}")
         t.add_column("running requests", justify="right")
         for k in range(1, kmax + 1):
             t.add_column(f"k={k}", justify="right")

@@ -208,6 +208,13 @@ class Measurement:
     server_running_requests: float | None = None
     server_request_decode_tokens_per_second: float | None = None
     mean_itl_ms: float | None = None
+    #: How ``position_rates`` was obtained: ``exact_per_request`` (vLLM's per-request per-step
+    #: arrays, :mod:`specwatch.bench.perrequest`; preferred when the cell has them), ``exact``
+    #: (counters, every draft full) or ``lower_bound`` (counters, ragged drafts:
+    #: :mod:`specwatch.specdecode.ragged`); never used to predict other k when ``lower_bound``.
+    curve_basis: str = "exact"
+    #: The counter-based curve, kept beside an exact per-request one (same as position_rates otherwise).
+    counter_position_rates: tuple[float, ...] = ()
 
     @classmethod
     def from_record(cls, rec: Mapping[str, Any], *, config: str, k: int, family: str = "") -> Measurement:
@@ -226,6 +233,13 @@ class Measurement:
         gen = _num(rec.get("spec_decode_generation_tokens"))
         if gen is None:
             gen = _num(rec.get("total_output_tokens"))
+        counter_rates = tuple(float(x) for x in rec.get("spec_decode_per_position_acceptance_rates") or ())
+        rates, curve_basis = counter_rates, str(rec.get("spec_decode_curve_basis") or "exact")
+        pr = rec.get("spec_decode_per_request")
+        if isinstance(pr, Mapping) and pr.get("status") in ("measured", "partial"):
+            exact = [_num(x) for x in pr.get("per_position_acceptance_rates") or ()]
+            if exact and all(x is not None for x in exact):
+                rates, curve_basis = tuple(float(x) for x in exact), "exact_per_request"
         return cls(
             config=config,
             k=int(k),
@@ -239,7 +253,9 @@ class Measurement:
             mean_ttft_ms=_num(rec.get("mean_ttft_ms")),
             acceptance_length=_num(rec.get("spec_decode_acceptance_length")),
             acceptance_rate=None if rate is None else rate / 100.0,
-            position_rates=tuple(float(x) for x in rec.get("spec_decode_per_position_acceptance_rates") or ()),
+            position_rates=rates,
+            curve_basis=curve_basis,
+            counter_position_rates=counter_rates,
             drafts=_num(rec.get("spec_decode_num_drafts")),
             draft_tokens=_num(rec.get("spec_decode_draft_tokens")),
             accepted_tokens=_num(rec.get("spec_decode_accepted_tokens")),
@@ -364,7 +380,7 @@ def _cells(ms: Iterable[Measurement]) -> dict[tuple[str, int], list[Measurement]
 
 def _source(runs: Sequence[Measurement]) -> Measurement | None:
     """The speculative run with the largest k that has a per-position curve and drafts."""
-    spec = [m for m in runs if m.k > 0 and m.position_rates and m.drafts]
+    spec = [m for m in runs if m.k > 0 and m.position_rates and m.drafts and m.curve_basis != "lower_bound"]
     return max(spec, key=lambda m: (m.k, len(m.position_rates))) if spec else None
 
 
@@ -510,6 +526,8 @@ def predict_throughputs(
             b = by_k[0]
             preds.append(ThroughputPrediction(wl, c, 0, b.output_throughput, b.output_throughput, 1.0, 0.0, b.step_time_s, b.noise))
         src = _source(runs)
+        if src is None and any(m.curve_basis == "lower_bound" and m.drafts for m in runs):
+            continue  # only lower-bound curves (ragged drafts): no k is predicted from them
         fit = fit_step_cost(runs if keep is None else [m for m in runs if m.k in keep], prior)
         if fit is None:
             continue

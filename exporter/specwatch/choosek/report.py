@@ -25,6 +25,7 @@ from typing import Any
 import jinja2
 import markupsafe
 
+from specwatch.choosek import exactcurves
 from specwatch.choosek.advise import advise_sweep
 from specwatch.choosek.model import DEFAULT_TOLERANCE, Advice, KChoiceError, Measurement
 from specwatch.choosek.resultfile import failed_cells, measurements, servers_by_config
@@ -301,6 +302,7 @@ def render_report(doc: Mapping[str, Any], *, tolerance: float = DEFAULT_TOLERANC
     parts.append("<h2>Acceptance</h2>")
     parts.append(_img(plot_position_acceptance(ms), "Per-position acceptance rate of the largest k"))
     parts.append(_img(plot_expected_length(ms), "Expected acceptance length against k"))
+    parts.append(exactcurves.render_html(doc))
 
     parts.append("<h2>Comparison</h2>")
     head, rows = comparison_rows(ms)

@@ -31,13 +31,14 @@ from prometheus_client.registry import Collector
 
 from specwatch import __version__
 from specwatch.specdecode.costprofile import CostProfile
-from specwatch.specdecode.speedup import LiveCost, measured_speedup, profile_error_ratio, recommend, speedups
+from specwatch.specdecode.speedup import MEASURED, LiveCost, measured_speedup, profile_error_ratio, recommend, speedups
 from specwatch.specdecode.steptime import StepTimes, is_complete, step_times
 from specwatch.exporter.config import ExporterConfig
 from specwatch.specdecode.derive import INVARIANTS, DerivedValues, check_invariants, derive
 from specwatch.exporter.fetching import (AsyncHttpRunner, FetchError, Fetcher, FetchResult, FetchRunner,
                                 ThreadRunner, http_fetch)
 from specwatch.specdecode.metrics import UpstreamSnapshot
+from specwatch.specdecode.ragged import LOWER_BOUND, REASON_RAGGED, DraftWidth, draft_width
 from specwatch.exporter.windows import WindowEngine, WindowValues
 
 log = logging.getLogger("specwatch.exporter")
@@ -139,6 +140,11 @@ class SpecwatchCollector(Collector):
         engine, window) with spec-decode counters or step histograms (configured windows only)."""
         r = self._round
         return list(r.window_values) if r is not None and r.done.is_set() else []
+
+    def latest_families(self) -> list[Metric]:
+        """The families of the latest finished round (empty before the first); never fetches."""
+        r = self._round
+        return list(r.families) if r is not None and r.done.is_set() else []
 
     def _current_round(self) -> _Round:
         with self._lock:
@@ -280,12 +286,13 @@ class SpecwatchCollector(Collector):
                 f.k.add_metric(labels, float(c.num_speculative_tokens))
             running = snap.running_requests.get(key, 0.0)
             d = derive(c)
-            self._add_derived(f, labels, "lifetime", d, running)
+            width = draft_width(c)
+            self._add_derived(f, labels, "lifetime", d, running, width)
             st = snap.steps.get(key)
             lifetime_step = step_times(st) if st is not None and is_complete(st) else None
             self._add_lifetime_step(f, labels, lifetime_step)
             costs.append(_CostInputs(name, key, "lifetime", d.position_acceptance_rates, c.drafts, lifetime_step, running,
-                                     c.num_speculative_tokens or 0))
+                                     c.num_speculative_tokens or 0, width.basis if width else None))
 
         stepped = {key for key, st in snap.steps.items()
                    if st.itl_count is not None or st.iteration_count is not None}
@@ -303,9 +310,10 @@ class SpecwatchCollector(Collector):
                 self._add_window(f, labels, wv, running)
                 rates = derive(wv.counters).position_acceptance_rates if wv.counters is not None else ()
                 k_now = snap.counters[key].num_speculative_tokens if key in snap.counters else 0
+                width = draft_width(wv.counters) if wv.counters is not None else None
                 costs.append(_CostInputs(name, key, wv.window, rates,
                                          None if wv.counters is None else wv.counters.drafts, _step_of(wv), running,
-                                         k_now or 0))
+                                         k_now or 0, width.basis if width else None))
 
     def _add_lifetime_step(self, f: "_Families", labels: list[str], step: StepTimes | None) -> None:
         """Step time, b and decode speed since the server started (window="lifetime")."""
@@ -320,7 +328,7 @@ class SpecwatchCollector(Collector):
     def _add_window(self, f: "_Families", labels: list[str], wv: WindowValues, running: float) -> None:
         """Series of one :class:`WindowValues` (extension point for series derived from it)."""
         if wv.counters is not None:
-            self._add_derived(f, labels, wv.window, derive(wv.counters), running)
+            self._add_derived(f, labels, wv.window, derive(wv.counters), running, draft_width(wv.counters))
         if wv.step is not None:
             lw = labels + [wv.window]
             for fam, v in ((f.step_duration, wv.step.step_duration_seconds),
@@ -331,19 +339,25 @@ class SpecwatchCollector(Collector):
                 if v is not None:
                     fam.add_metric(lw, v)
 
-    def _add_derived(self, f: "_Families", labels: list[str], window: str, d: DerivedValues, running: float) -> None:
+    def _add_derived(self, f: "_Families", labels: list[str], window: str, d: DerivedValues, running: float,
+                     width: DraftWidth | None = None) -> None:
         lw = labels + [window]
+        # basis: exact when the drafts were full, lower_bound when ragged (specdecode.ragged)
+        basis = width.basis if width is not None else "exact"
+        if width is not None:
+            f.ragged.add_metric(lw, 1.0 if width.ragged else 0.0)
+            f.missing_ratio.add_metric(lw, width.missing_ratio)
         if d.draft_acceptance_rate is not None:
             f.acceptance_rate.add_metric(lw, d.draft_acceptance_rate)
         if d.mean_acceptance_length is not None:
             f.mean_length.add_metric(lw, d.mean_acceptance_length)
         for pos, r in enumerate(d.position_acceptance_rates):
-            f.pos_rate.add_metric(labels + [str(pos), window], r)
+            f.pos_rate.add_metric(labels + [str(pos), window, basis], r)
         for pos, r in enumerate(d.position_conditional_acceptance_rates):
             if r is not None:
-                f.pos_cond.add_metric(labels + [str(pos), window], r)
+                f.pos_cond.add_metric(labels + [str(pos), window, basis], r)
         for k, e in enumerate(d.expected_acceptance_lengths, start=1):
-            f.expected.add_metric(labels + [str(k), window], e)
+            f.expected.add_metric(labels + [str(k), window, basis], e)
         if d.draft_tokens_per_draft is not None:
             f.tokens_per_draft.add_metric(lw, d.draft_tokens_per_draft)
         if d.output_from_drafts_ratio is not None:
@@ -390,6 +404,14 @@ class SpecwatchCollector(Collector):
                     f.speedup.add_metric(labels + [str(k), it.window, only.basis], only.value)
                 continue
             values = speedups(it.rates, cost, current_k=k)
+            if it.curve_basis == LOWER_BOUND:
+                # ragged drafts: what-if speedups and the recommendation would come from a lower-bound
+                # curve; only a measured speedup (live decode speed, no curve) is served
+                for kk, v in values.items():
+                    if v.basis == MEASURED:
+                        f.speedup.add_metric(labels + [str(kk), it.window, v.basis], v.value)
+                f.withheld.add_metric(lw + [REASON_RAGGED], 1.0)
+                continue
             for kk, v in values.items():
                 f.speedup.add_metric(labels + [str(kk), it.window, v.basis], v.value)
             rec, basis = recommend(values)
@@ -408,6 +430,7 @@ class _CostInputs:
     step: StepTimes | None
     running: float
     k: int = 0  # the server's num_speculative_tokens (0: no speculation)
+    curve_basis: str | None = None  # exact / lower_bound (specdecode.ragged); None: no drafts
 
 
 def _step_of(wv: WindowValues) -> StepTimes | None:
@@ -455,13 +478,16 @@ class _Families:
         self.k = GaugeMetricFamily("specwatch_num_speculative_tokens", "num_speculative_tokens (k), inferred from the number of position labels of the per-position counter.", labels=E)
         self.acceptance_rate = GaugeMetricFamily("specwatch_draft_acceptance_rate", "Draft acceptance rate, 0-1: increase(accepted_tokens) / increase(draft_tokens) over the window.", labels=E + W)
         self.mean_length = GaugeMetricFamily("specwatch_mean_acceptance_length", "Mean acceptance length, tokens per verify step (bonus included): 1 + increase(accepted_tokens) / increase(drafts).", labels=E + W)
-        self.pos_rate = GaugeMetricFamily("specwatch_position_acceptance_rate", "Per-position acceptance rate r_i, 0-1: increase(accepted_per_pos[i]) / increase(drafts).", labels=E + ["position"] + W)
-        self.pos_cond = GaugeMetricFamily("specwatch_position_conditional_acceptance_rate", "Conditional per-position acceptance, 0-1: r_i / r_(i-1), r_(-1) = 1.", labels=E + ["position"] + W)
-        self.expected = GaugeMetricFamily("specwatch_expected_acceptance_length", "What-if mean acceptance length at num_speculative_tokens=k: 1 + sum of r_i for i < k (tokens per step).", labels=E + ["k"] + W)
+        self.pos_rate = GaugeMetricFamily("specwatch_position_acceptance_rate", "Per-position acceptance rate r_i, 0-1: increase(accepted_per_pos[i]) / increase(drafts); basis=exact when every draft carried k tokens (k x drafts - draft_tokens <= max(1, 0.5% of drafts)), lower_bound when drafts were ragged (undrafted positions count as rejected).", labels=E + ["position"] + W + ["basis"])
+        self.pos_cond = GaugeMetricFamily("specwatch_position_conditional_acceptance_rate", "Conditional per-position acceptance, 0-1: r_i / r_(i-1), r_(-1) = 1; basis as for specwatch_position_acceptance_rate.", labels=E + ["position"] + W + ["basis"])
+        self.expected = GaugeMetricFamily("specwatch_expected_acceptance_length", "What-if mean acceptance length at num_speculative_tokens=k: 1 + sum of r_i for i < k (tokens per step); basis as for specwatch_position_acceptance_rate.", labels=E + ["k"] + W + ["basis"])
         self.tokens_per_draft = GaugeMetricFamily("specwatch_draft_tokens_per_draft", "Effective k: increase(draft_tokens) / increase(drafts).", labels=E + W)
         self.from_drafts = GaugeMetricFamily("specwatch_output_from_drafts_ratio", "Share of output tokens that came from accepted drafts, 0-1: increase(accepted_tokens) / increase(vllm:generation_tokens_total).", labels=E + W)
         self.speedup = GaugeMetricFamily("specwatch_speedup", "Speedup at num_speculative_tokens=k vs no speculation, with how it was obtained: basis=measured (the server's k: live decode speed / a baseline server's, or x the cost profile's plain step time t0(b)), profile (what-if k: tau(k) t0(b) / t(b, k) from the cost profile at the live running requests per step b), extrapolated (outside the profile's b or k), default (no profile: a built-in guess).", labels=E + ["k"] + W + ["basis"])
         self.recommended = GaugeMetricFamily("specwatch_recommended_num_speculative_tokens", "k with the best specwatch_speedup (smallest within 2%); 0 = turn speculation off; basis = the weakest basis among the speedups compared.", labels=E + W + ["basis"])
+        self.ragged = GaugeMetricFamily("specwatch_ragged_drafts", "1 when drafts in the window carried fewer than k tokens beyond rounding (k x increase(drafts) - increase(draft_tokens) > max(1, 0.5% of increase(drafts))): per-position, conditional and what-if series are then lower bounds; else 0.", labels=E + W)
+        self.missing_ratio = GaugeMetricFamily("specwatch_missing_draft_tokens_ratio", "Share of the k x drafts draft positions never drafted, 0-1: (k x increase(drafts) - increase(draft_tokens)) / (k x increase(drafts)).", labels=E + W)
+        self.withheld = GaugeMetricFamily("specwatch_recommendation_withheld", "1 when no recommended k (and no what-if speedup) is derived for the window, with the reason (ragged_drafts: the per-position curve is only a lower bound).", labels=E + W + ["reason"])
         self.drift = GaugeMetricFamily("specwatch_cost_profile_error_ratio", "Live step duration / the cost profile's prediction at the live running requests per step and k (k = 0: the plain step); 1 = the profile describes this server.", labels=E + W)
         self.predicted_step = GaugeMetricFamily("specwatch_cost_profile_predicted_step_duration_seconds", "The cost profile's step time t(b, k) at the live running requests per step b and the server's k, seconds.", labels=E + W)
         self.profile_applied = GaugeMetricFamily("specwatch_cost_profile_applied", "1 if the cost profile applies to this model (its served_model_name matches or is unset), else 0 (speedups fall back to basis default).", labels=E + W)

@@ -60,12 +60,29 @@ def make_app(config: ExporterConfig, registry: CollectorRegistry):
     collector = getattr(registry, "specwatch_collector", None)
     metrics_app = make_wsgi_app(registry) if collector is None else None
     names = "".join(f"<li>{html.escape(u.name)}</li>" for u in config.upstreams)
-    landing = (
+    head = (
         "<!doctype html><html><head><title>specwatch</title></head><body>"
         f"<h1>specwatch {__version__}</h1><p>Speculative-decoding exporter for vLLM.</p>"
         f'<p><a href="/metrics">/metrics</a></p><p>Upstreams:</p><ul>{names}</ul>'
-        "</body></html>"
-    ).encode()
+        "<p>Per-position, conditional and what-if series carry <code>basis=\"exact\"</code> when every "
+        "draft in the window carried k tokens and <code>basis=\"lower_bound\"</code> when drafts were ragged "
+        "(k &times; drafts &minus; draft tokens &gt; max(1, 0.5 % of drafts)); no recommended k is derived "
+        "from a lower-bound curve (<code>specwatch_recommendation_withheld{reason}</code>).</p>"
+    )
+
+    def landing() -> bytes:
+        """The landing page, with the windows whose recommendation the latest round withheld."""
+        rows = []
+        if collector is not None:
+            for fam in collector.latest_families():
+                if fam.name == "specwatch_recommendation_withheld":
+                    for smp in fam.samples:
+                        lab = smp.labels
+                        rows.append(f"<li>{html.escape(lab.get('upstream', ''))} / {html.escape(lab.get('model_name', ''))}"
+                                    f" engine {html.escape(lab.get('engine', ''))}, window "
+                                    f"{html.escape(lab.get('window', ''))}: {html.escape(lab.get('reason', ''))}</li>")
+        withheld = (f"<p>Recommendation withheld (latest fetch):</p><ul>{''.join(rows)}</ul>" if rows else "")
+        return (head + withheld + "</body></html>").encode()
 
     def app(environ, start_response):
         path = environ.get("PATH_INFO", "/")
@@ -79,7 +96,7 @@ def make_app(config: ExporterConfig, registry: CollectorRegistry):
             return [body]
         if path in ("/", ""):
             start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
-            return [landing]
+            return [landing()]
         start_response("404 Not Found", [("Content-Type", "text/plain")])
         return [b"not found; see /metrics\n"]
 

@@ -101,12 +101,20 @@ def vllm_command(
     max_model_len: int = DEFAULT_MAX_MODEL_LEN,
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
     python: str | None = None,
+    per_request_spec_decode_metrics: str | None = "detailed",
 ) -> list[str]:
     """Build the argv of vLLM's OpenAI-compatible server for the embedded model on CPU.
 
     ``python -m vllm.entrypoints.openai.api_server --model DIR --served-model-name NAME --port P
     --host HOST --enforce-eager --max-model-len N --max-num-seqs S --dtype bfloat16
-    [--speculative-config JSON] [extra_args…]``.
+    [--speculative-config JSON --per-request-spec-decode-metrics detailed] [extra_args…]``.
+
+    With a speculative config the server returns vLLM's per-request speculative-decoding metrics
+    (``metrics.speculative_decoding`` in the final usage chunk, with the ``per_step_accepted`` /
+    ``per_step_drafted`` arrays at ``detailed``; vLLM 0.32+, n = 1 only), from which ``specwatch
+    bench`` computes exact per-position curves. It costs two list appends per verify step and
+    two integers per step in the final chunk. vLLM refuses the flag without speculation, so it is
+    only added with a speculative config; ``per_request_spec_decode_metrics=None`` leaves it out.
 
     Args:
         model_dir: a prepared model directory (see :func:`prepare_model`).
@@ -116,6 +124,7 @@ def vllm_command(
             ``None`` runs without speculation (the baseline).
         extra_args: appended verbatim (later flags override earlier ones in vLLM's parser).
         python: interpreter; default the running one.
+        per_request_spec_decode_metrics: ``none`` | ``summary`` | ``detailed`` (default) or None.
 
     Raises:
         ValueError: bad port or speculative config.
@@ -146,6 +155,8 @@ def vllm_command(
     if speculative_config is not None:
         cfg = _validate_speculative_config(speculative_config)
         cmd += ["--speculative-config", json.dumps(cfg, separators=(",", ":"), sort_keys=True)]
+        if per_request_spec_decode_metrics:
+            cmd += ["--per-request-spec-decode-metrics", per_request_spec_decode_metrics]
     cmd += [str(a) for a in extra_args]
     return cmd
 

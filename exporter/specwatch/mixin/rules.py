@@ -16,6 +16,11 @@ Formulas (over the rate window, Δ = increase of the counter; see docs/metrics.m
   expected acceptance length   = 1 + Σ_{i<k'} r_i for each k' = 1..max_k, only where position k'-1 exists
   output from drafts           = Δaccepted / Δgeneration_tokens
   draft tokens per draft       = Δdraft_tokens / Δdrafts  (effective k)
+  missing draft tokens         = k × Δdrafts − Δdraft_tokens  (k = number of position series)
+  ragged drafts                = 1 when missing > max(0.5 % × Δdrafts, 1 token per window), else 0
+  The per-position rate (and the conditional and what-if rules built on it) carries
+  basis="exact" when the window's drafts were full, basis="lower_bound" when they were ragged
+  (specwatch.specdecode.ragged; the exporter labels its own series the same way).
   (speedup and cost-profile drift are the exporter's: specwatch_speedup{basis}, see docs/architecture.md)
 """
 
@@ -23,7 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specwatch.mixin.config import INSTANCE_ENGINE, LEVEL_LABELS, MODEL, UPSTREAM_ENGINE, MixinConfig
+from specwatch.mixin.config import INSTANCE_ENGINE, LEVEL_LABELS, MODEL, UPSTREAM_ENGINE, MixinConfig, parse_duration
+from specwatch.specdecode.ragged import RAGGED_ABSOLUTE_TOLERANCE, RAGGED_RELATIVE_TOLERANCE
 
 # The exporter's normalized counters (names as the exporter serves them, see docs/metrics.md).
 DRAFTS = "specwatch_drafts_total"
@@ -105,6 +111,11 @@ def spec_decode_rules(cfg: MixinConfig, level: str) -> tuple[RecordingRule, ...]
     cond_rate = cfg.ratio_rule(level, "specwatch_position_conditional_acceptance_rate")
     expected = cfg.ratio_rule(level, "specwatch_expected_acceptance_length")
     from_drafts = cfg.ratio_rule(level, "specwatch_output_from_drafts_ratio")
+    kmax = cfg.sum_rule(level, "specwatch_num_speculative_tokens").removesuffix(":sum") + ":max"
+    missing = cfg.rate_rule(level, "specwatch_missing_draft_tokens")
+    ragged = cfg.ratio_rule(level, "specwatch_ragged_drafts")
+    per_second_floor = RAGGED_ABSOLUTE_TOLERANCE / parse_duration(w)  # one token per window, per second
+    pos_expr = f"{summed_rate(PER_POSITION, 'position')}\n/ ignoring (position) group_left ()\n({drafts} > 0)"
     who = "per model" if level == MODEL else "per upstream and engine"
 
     rules: list[RecordingRule] = [
@@ -122,10 +133,23 @@ def spec_decode_rules(cfg: MixinConfig, level: str) -> tuple[RecordingRule, ...]
                       f"Mean acceptance length = 1 + Δaccepted / Δdrafts (tokens per verify step, bonus included), {who}."),
         RecordingRule(per_draft, f"{draft_tokens} / ({drafts} > 0)",
                       f"Draft tokens per draft = Δdraft_tokens / Δdrafts: the effective k, {who}."),
+        RecordingRule(kmax, f"max by ({g}) (count without (position) ({PER_POSITION}{sel}))",
+                      f"k (num_speculative_tokens; the maximum under dynamic k): the number of position series, {who}."),
+        RecordingRule(missing, f"{kmax} * {drafts} - {draft_tokens}",
+                      f"Draft positions never drafted per second = k × Δdrafts − Δdraft_tokens, {who} "
+                      "(> 0 when drafts were shorter than k: dynamic k, short ngram matches, clipped drafts)."),
+        RecordingRule(
+            ragged,
+            f"({missing} > bool clamp_min({RAGGED_RELATIVE_TOLERANCE:g} * {drafts}, {per_second_floor:.6g}))\n"
+            f"and\n({drafts} > 0)",
+            f"1 when the window's drafts were ragged (missing draft tokens > max({RAGGED_RELATIVE_TOLERANCE:.1%} of drafts, "
+            f"one token per {w})), else 0, {who}: the per-position rules are then lower bounds."),
         RecordingRule(
             pos_rate,
-            f"{summed_rate(PER_POSITION, 'position')}\n/ ignoring (position) group_left ()\n({drafts} > 0)",
-            f"Per-position acceptance rate r_i = Δper_pos[i] / Δdrafts (P(positions 0..i all accepted)), {who}."),
+            f'label_replace(\n({pos_expr})\nand ignoring (position) ({ragged} == 0),\n"basis", "exact", "", "")\nor\n'
+            f'label_replace(\n({pos_expr})\nand ignoring (position) ({ragged} == 1),\n"basis", "lower_bound", "", "")',
+            f"Per-position acceptance rate r_i = Δper_pos[i] / Δdrafts (P(positions 0..i all accepted)), {who}; "
+            "basis=exact when the drafts were full, lower_bound when ragged (undrafted positions count as rejected)."),
         RecordingRule(
             from_drafts,
             f"{accepted}\n/\n({summed_rate(GENERATION)} > 0)",

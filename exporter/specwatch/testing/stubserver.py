@@ -58,6 +58,8 @@ class StubConfig:
     flood_bytes: int = 0
     stall_after: int = -1
     stall_seconds: float = 0.0
+    #: Send vLLM's per-request ``metrics.speculative_decoding`` (``detailed``) in the usage chunk.
+    per_request_metrics: bool = False
 
 
 @dataclass
@@ -115,11 +117,14 @@ class StubServer:
         self.app.router.add_get("/metrics", self.metrics)
 
     # ---------------------------------------------------------------- spec-decode simulation
-    def _generate(self, n_tokens: int) -> None:
+    def _generate(self, n_tokens: int) -> tuple[list[int], list[int]]:
+        """Advance the counters for one request of ``n_tokens``; returns its per-step
+        (accepted, drafted) lists, as vLLM's per-request metrics would hold them."""
         c, s = self.config, self.state
         s.generation_tokens += n_tokens
+        accs: list[int] = []
         if c.k <= 0:
-            return
+            return accs, []
         left = n_tokens
         while left > 0:
             a = min(c.accept_pattern[s.step % len(c.accept_pattern)], c.k, left - 1)
@@ -129,7 +134,9 @@ class StubServer:
             s.accepted += a
             for i in range(a):
                 s.per_pos[i] += 1
+            accs.append(a)
             left -= a + 1
+        return accs, [c.k] * len(accs)
 
     def metrics_text(self) -> str:
         """Constructed exposition text in vLLM 0.32's V1 format (labels engine, model_name)."""
@@ -224,12 +231,22 @@ class StubServer:
                       else {"index": 0, "text": text, "logprobs": None, "finish_reason": fin})
             await resp.write(b"data: " + json.dumps({"id": rid, "object": obj, "model": c.model,
                                                      "choices": [choice]}).encode() + b"\n\n")
-        self._generate(n)
+        accs, drafted = self._generate(n)
         s.prompt_tokens += prompt_tokens
         if c.send_usage and (payload.get("stream_options") or {}).get("include_usage"):
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
-            await resp.write(b"data: " + json.dumps({"id": rid, "object": obj, "model": c.model,
-                                                     "choices": [], "usage": usage}).encode() + b"\n\n")
+            final: dict[str, Any] = {"id": rid, "object": obj, "model": c.model, "choices": [], "usage": usage}
+            if c.per_request_metrics and c.k > 0:
+                hist = [0] * (c.k + 1)
+                for a in accs:
+                    hist[a] += 1
+                final["metrics"] = {"speculative_decoding": {
+                    "mean_acceptance_length": 1 + sum(accs) / len(accs) if accs else 1.0,
+                    "draft_acceptance_rate": sum(accs) / sum(drafted) if drafted else 0.0,
+                    "acceptance_histogram": hist, "num_spec_steps": len(accs), "num_accepted_draft_tokens": sum(accs),
+                    "num_draft_tokens": sum(drafted), "num_spec_tokens": c.k,
+                    "per_step_accepted": accs, "per_step_drafted": drafted}}
+            await resp.write(b"data: " + json.dumps(final).encode() + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp

@@ -1,0 +1,89 @@
+"""Exact per-request curves beside the counter-based ones, for ``specwatch report`` (and any text).
+
+Reads the cell records of a sweep result (``cells[].summary``, from
+:meth:`specwatch.bench.results.CellSummary.record`): the counter-based curve
+``spec_decode_per_position_acceptance_rates`` with its ``spec_decode_curve_basis`` (exact /
+lower_bound, :mod:`specwatch.specdecode.ragged`) and the per-request record
+``spec_decode_per_request`` (:mod:`specwatch.bench.perrequest`: exact curve, per-request
+acceptance distribution, draft lengths, outliers, problems).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def _e(v: Any) -> str:
+    return html.escape("" if v is None else str(v))
+
+
+def _curve(vals: Sequence[Any] | None) -> str:
+    if not vals:
+        return "–"
+    return " / ".join("–" if v is None else f"{float(v):.2f}" for v in vals)
+
+
+def cell_rows(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per speculative cell: config, workload, concurrency, the counter curve and basis,
+    and the per-request record (None when the server did not return per-request metrics)."""
+    out = []
+    for cell in doc.get("cells", []) or []:
+        s = cell.get("summary") or {}
+        if not isinstance(s, Mapping) or not s.get("spec_decode_per_position_acceptance_rates"):
+            continue
+        out.append({"config": cell.get("config"), "workload": cell.get("workload"),
+                    "concurrency": cell.get("max_concurrency"),
+                    "counter_rates": s.get("spec_decode_per_position_acceptance_rates"),
+                    "counter_basis": s.get("spec_decode_curve_basis") or "exact (not labelled: older result)",
+                    "per_request": s.get("spec_decode_per_request")})
+    return out
+
+
+def render_html(doc: Mapping[str, Any]) -> str:
+    """The report section: a table of counter vs exact curves per cell, then per-request
+    distributions, draft lengths, problems and outliers. Empty string without speculative cells."""
+    rows = cell_rows(doc)
+    if not rows:
+        return ""
+    parts = ["<h2>Per-position acceptance: counters beside exact per-request curves</h2>",
+             "<p class='note'>Counter curve: r_i = Δper_pos[i] / Δdrafts from vllm:spec_decode_* counters; "
+             "basis lower_bound when drafts were ragged (fewer than k tokens beyond max(1, 0.5 % of drafts)), as "
+             "undrafted positions count as rejected. Exact curve: from vLLM's per-request per_step_accepted / "
+             "per_step_drafted (--per-request-spec-decode-metrics detailed), each position conditioned on having "
+             "been drafted (product of conditional rates).</p>"]
+    head = ["configuration", "workload", "c", "counter curve", "counter basis", "exact curve", "exact E(k)",
+            "requests", "per-request acceptance p5 / p50 / p95", "draft lengths (steps)", "problems", "outliers"]
+    body = []
+    for r in rows:
+        pr = r["per_request"]
+        if not isinstance(pr, Mapping) or pr.get("status") in (None, "not_offered", "no_drafts"):
+            why = "server did not return per-request metrics" if not isinstance(pr, Mapping) or pr.get("status") == "not_offered" \
+                else "no drafts"
+            problems = pr.get("problems") if isinstance(pr, Mapping) else None
+            body.append([r["config"], r["workload"], r["concurrency"], _curve(r["counter_rates"]), r["counter_basis"],
+                         why, "–", "–", "–", "–", json.dumps(problems or {}), "–"])
+            continue
+        ra = pr.get("request_acceptance") or {}
+        e = pr.get("expected_acceptance_lengths") or {}
+        outs = pr.get("outliers") or []
+        body.append([
+            r["config"], r["workload"], r["concurrency"], _curve(r["counter_rates"]), r["counter_basis"],
+            _curve(pr.get("per_position_acceptance_rates")),
+            " / ".join(f"E({k})={float(v):.2f}" for k, v in e.items()) or "–",
+            f"{pr.get('requests')} ({pr.get('status')})",
+            " / ".join(f"{float(ra[p]):.2f}" for p in ("p5", "p50", "p95")) if ra else "–",
+            ", ".join(f"{d}: {n}" for d, n in (pr.get("draft_length_histogram") or {}).items()) or "–",
+            json.dumps(pr.get("problems") or {}),
+            "; ".join(f"#{o['index']} {o['kind']} {float(o['acceptance']):.2f} “{o.get('prompt_excerpt', '')}”"
+                      for o in outs[:5]) + (f" (+{pr['num_outliers'] - 5})" if pr.get("num_outliers", 0) > 5 else "")
+            if outs else "none",
+        ])
+    parts.append("<table class='exact'><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"
+                 + "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in row) + "</tr>" for row in body) + "</table>")
+    return "".join(parts)
+
+
+__all__ = ["cell_rows", "render_html"]

