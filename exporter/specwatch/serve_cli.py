@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
 from prometheus_client.exposition import choose_encoder
 
 from specwatch import __version__
-from specwatch.collector import SpecwatchCollector, release_memory
+from specwatch.collector import SpecwatchCollector, limit_malloc_arenas, release_memory
 from specwatch.config import DEFAULT_LISTEN_ADDRESS, ConfigError, ExporterConfig, build_config
 from specwatch.listener import Listener
 
@@ -136,6 +136,7 @@ def serve(upstreams, windows, listen_address, timeout_seconds, max_body_bytes,
                               max_connections=max_connections, request_timeout=request_timeout)
     except ConfigError as exc:
         raise FlagError(str(exc)) from None
+    limit_malloc_arenas()
     if once:
         registry = make_registry(config)
         sys.stdout.write(generate_latest(registry).decode())
