@@ -44,13 +44,27 @@ from specwatch.exporter.windows import WindowEngine, WindowValues
 log = logging.getLogger("specwatch.exporter")
 
 
-def _load_malloc_trim() -> Callable[[], None]:
+def _libc():
     try:
-        libc = ctypes.CDLL("libc.so.6")
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):  # not glibc
+        return ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc
+        return None
+
+
+def _load_malloc_trim() -> Callable[[], None]:
+    trim = getattr(_libc(), "malloc_trim", None)
+    if trim is None:
         return lambda: None
     return lambda: trim(0)
+
+
+def limit_malloc_arenas(n: int = 2) -> None:
+    """Cap glibc's malloc arenas at ``n`` (``mallopt(M_ARENA_MAX, n)``; a no-op elsewhere): the
+    listener's connection threads otherwise each get an arena whose freed memory stays resident.
+    Call before starting threads."""
+    mallopt = getattr(_libc(), "mallopt", None)
+    if mallopt is not None:
+        mallopt(-8, n)  # M_ARENA_MAX
 
 
 #: Return freed heap memory to the system (glibc ``malloc_trim(0)``; a no-op elsewhere). Called

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
 from prometheus_client.exposition import choose_encoder
 
 from specwatch import __version__
-from specwatch.exporter.collector import SpecwatchCollector, release_memory
+from specwatch.exporter.collector import SpecwatchCollector, limit_malloc_arenas, release_memory
 from specwatch.exporter.config import DEFAULT_LISTEN_ADDRESS, ConfigError, ExporterConfig, build_config
 from specwatch.exporter.listener import Listener
 
@@ -163,6 +163,7 @@ def serve(upstreams, windows, listen_address, timeout_seconds, max_body_bytes, c
                               max_connections=max_connections, request_timeout=request_timeout)
     except ConfigError as exc:
         raise FlagError(str(exc)) from None
+    limit_malloc_arenas()
     if once:
         registry = make_registry(config)
         sys.stdout.write(generate_latest(registry).decode())
