@@ -6,7 +6,7 @@ What is checked, and why it can fail:
   test Grafana password) and refuses it without a password (no default is written anywhere);
 - every bind-mounted host path exists in the repository (a file where the container path is a file);
 - every image (services and Dockerfile ``FROM``) carries an explicit tag that is not ``latest``;
-- no two services publish the same host port, and the README's port table lists every one;
+- no two services publish the same host port, and the port table of docs/compose.md lists every one;
 - Grafana's dashboard provider path is the container path the generated dashboards are mounted on,
   and its datasource reaches the compose Prometheus;
 - the Prometheus compose config's rule files resolve through the mounts to the repository's rule
@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 ENV_EXAMPLE = ROOT / ".env.example"
 README = ROOT / "README.md"
+COMPOSE_DOC = ROOT / "docs" / "compose.md"
 DOCKERFILE = ROOT / "exporter" / "Dockerfile"
 DOCKERFILE_CPU = ROOT / "exporter" / "Dockerfile.cpu"
 DOCKERIGNORE = ROOT / ".dockerignore"
@@ -42,7 +43,7 @@ GRAFANA_DATASOURCE = ROOT / "dashboards" / "provisioning" / "datasources" / "spe
 
 # A value used only inside these tests, to satisfy ${GRAFANA_ADMIN_PASSWORD:?}.
 TEST_PASSWORD = "compose-test-only"
-PROFILE_SETS = (("gpu",), ("gpu", "baseline", "bench"), ("cpu",))
+PROFILE_SETS = (("gpu",), ("gpu", "baseline", "bench"), ("cpu",), ("cpu", "bench"))
 
 _VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
 
@@ -399,8 +400,9 @@ def test_compose_defaults_match_env_example():
 
 
 def test_readme_port_table_lists_every_published_port():
+    """The compose documentation's port table (docs/compose.md; the README until it moved there)."""
     services = resolved_compose()["services"]
-    readme = README.read_text()
+    readme = (COMPOSE_DOC if COMPOSE_DOC.exists() else README).read_text()
     rows = [line for line in readme.splitlines() if line.lstrip().startswith("|")]
     for name, svc in services.items():
         for port in host_ports(svc):
@@ -414,7 +416,7 @@ def test_start_order_uses_healthchecks():
     expected = {
         "prometheus": {"exporter"},
         "grafana": {"prometheus"},
-        "bench": {"vllm", "vllm-baseline", "prometheus"},
+        "bench": {"vllm", "vllm-baseline", "vllm-cpu", "prometheus"},
     }
     for name, deps in expected.items():
         dep_cfg = services[name]["depends_on"]
@@ -426,9 +428,14 @@ def test_start_order_uses_healthchecks():
             assert dep in services, f"{name} depends on unknown service {dep}"
             if cond.get("condition") == "service_healthy":
                 assert "healthcheck" in services[dep], f"{name} waits for {dep}, which has no healthcheck"
-            # Compose refuses a service that runs by default but needs one behind a profile.
-            if not svc.get("profiles"):
-                assert not services[dep].get("profiles"), f"{name} (no profile) depends on profiled {dep}"
+            # Compose refuses a service whose dependency's profile is not active, unless the
+            # dependency is optional (required: false): so a profiled dependency must be optional
+            # unless both always run together.
+            if services[dep].get("profiles") and set(services[dep]["profiles"]) != set(svc.get("profiles") or ()):
+                assert cond.get("required") is False, f"{name} needs {dep} (profile {services[dep]['profiles']}) unconditionally"
+    # bench runs with gpu + baseline or with cpu: every vLLM server is an optional dependency
+    for dep in ("vllm", "vllm-baseline", "vllm-cpu"):
+        assert services["bench"]["depends_on"][dep]["required"] is False, dep
     for name in ("vllm", "vllm-baseline", "vllm-cpu", "exporter", "prometheus", "grafana"):
         assert "healthcheck" in services[name], name
 
