@@ -308,7 +308,7 @@ class VllmLock:
     """flock on /tmp/specwatch-vllm.lock (what every real vLLM on this machine holds), waiting at
     most ``timeout`` s; the file names this holder (``PID compose:PROJECT``) while held."""
 
-    def __init__(self, note: str, timeout: float = 1800.0, path: Path = LOCK_PATH):
+    def __init__(self, note: str, timeout: float = 2700.0, path: Path = LOCK_PATH):
         self.note, self.timeout, self.path = note, timeout, path
         self.fd: int | None = None
 
@@ -323,7 +323,7 @@ class VllmLock:
                 if time.monotonic() > deadline:
                     os.close(fd)
                     raise TimeoutError(f"another real vLLM held {self.path} for more than {self.timeout:.0f} s")
-                time.sleep(2)
+                time.sleep(0.5)
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()} {self.note}\n".encode())
         self.fd = fd
@@ -378,6 +378,47 @@ class BackgroundTraffic:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join(timeout=180)
+
+
+class ExporterMonitor:
+    """Reads the exporter's /metrics every ``interval`` s in a thread (bounded by ``max_seconds``)
+    and keeps, per read: time, ``specwatch_up``, the summed copies of vLLM's accepted / draft token
+    counters, and every windowed ratio (``specwatch_draft_acceptance_rate``,
+    ``specwatch_mean_acceptance_length``, ``specwatch_position_acceptance_rate``)."""
+
+    RATIOS = ("specwatch_draft_acceptance_rate", "specwatch_mean_acceptance_length", "specwatch_position_acceptance_rate")
+
+    def __init__(self, url: str, interval: float = 1.0, max_seconds: float = 1200.0):
+        self.url, self.interval, self.max_seconds = url, interval, max_seconds
+        self.reads: list[dict] = []
+        self.errors = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        t0 = time.monotonic()
+        while not self._stop.is_set() and time.monotonic() - t0 < self.max_seconds:
+            try:
+                text = requests.get(self.url, timeout=10).text
+                up = metric_samples(text, "specwatch_up")
+                self.reads.append({
+                    "t": time.time(),
+                    "up": up[0][1] if up else None,
+                    "accepted": sum(v for _, v in metric_samples(text, "specwatch_accepted_tokens_total")),
+                    "draft": sum(v for _, v in metric_samples(text, "specwatch_draft_tokens_total")),
+                    "ratios": {n: metric_samples(text, n) for n in self.RATIOS},
+                })
+            except (requests.RequestException, ValueError):
+                self.errors += 1
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> ExporterMonitor:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -676,4 +676,7 @@ def test_container_commands_parse_with_the_specwatch_cli():
     assert checked["exporter"]["listen_address"] == "0.0.0.0:19337"
     assert checked["bench"]["metrics_port"] == 19338
     assert checked["bench"]["baseline_url"] == "http://vllm-baseline:8001"
+    # bench asks the server it measures for the model name (/v1/models): right for gpu and cpu
+    # (vllm-cpu serves "smollm2", not SERVED_MODEL_NAME)
+    assert checked["bench"]["model"] is None and checked["bench"]["base_url"] == "http://vllm:8000"
     assert checked["vllm-cpu"]["host"] == "0.0.0.0" and checked["vllm-cpu"]["port"] == 8000
