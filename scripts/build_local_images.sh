@@ -15,7 +15,8 @@
 # Every image builds FROM --base (default specwatch-base:bookworm, made by
 # scripts/build_base_image.sh when missing: Debian from debootstrap, Python 3.11).
 # --torch-wheel-dir DIR: take torch 2.13.0+cpu from a local wheel in DIR instead of PyTorch's CPU
-#   index: DIR is served read-only on 127.0.0.1 (a free port) for the duration of the build, and
+#   index: DIR is served read-only on 127.0.0.1 (port $SPECWATCH_TORCH_INDEX_PORT, default 39181,
+#   or a free one when that is taken) for the duration of the build, and
 #   the build runs with --network host so pip inside it reaches that address (TORCH_INDEX_URL).
 # --label KEY=VALUE: added to every image built (e.g. for pruning the test's old images).
 # --timings FILE: append "name seconds" lines, one per image built.
@@ -96,13 +97,21 @@ for what in "${which[@]}"; do
         srv_dir="$(mktemp -d /tmp/specwatch-torch-index.XXXXXX)"
         mkdir -p "$srv_dir/simple/torch"
         ln -s "$(cd "$wheel_dir" && pwd)"/torch-2.13.0+cpu-*.whl "$srv_dir/simple/torch/"
-        python3 -m http.server --bind 127.0.0.1 --directory "$srv_dir" 0 >"$srv_dir.log" 2>&1 &
-        server_pid=$!
+        # A fixed port when free: TORCH_INDEX_URL is part of Docker's cache key for the layers
+        # after it, so a new port each time would rebuild the 3.5 GB dependency layer every time.
         port=""
-        for _ in $(seq 50); do
-          port="$(sed -n 's/.* port \([0-9]*\) .*/\1/p' "$srv_dir.log" | head -n 1)"
+        for try_port in "${SPECWATCH_TORCH_INDEX_PORT:-39181}" 0; do
+          PYTHONUNBUFFERED=1 python3 -m http.server --bind 127.0.0.1 --directory "$srv_dir" "$try_port" >"$srv_dir.log" 2>&1 &
+          server_pid=$!
+          for _ in $(seq 50); do
+            port="$(sed -n 's/.* port \([0-9]*\) .*/\1/p' "$srv_dir.log" | head -n 1)"
+            [ -n "$port" ] && break
+            kill -0 "$server_pid" 2>/dev/null || break
+            sleep 0.1
+          done
           [ -n "$port" ] && break
-          sleep 0.1
+          kill "$server_pid" 2>/dev/null || true
+          server_pid=""
         done
         rm -f "$srv_dir.log"
         [ -n "$port" ] || { echo "build_local_images.sh: the local torch index did not start" >&2; exit 1; }
