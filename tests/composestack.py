@@ -15,7 +15,6 @@ import json
 import os
 import re
 import secrets
-import shutil
 import socket
 import subprocess
 import threading
@@ -473,6 +472,3 @@ def metric_samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
                 out.append((dict(s.labels), float(s.value)))
     return out
 
-
-def docker_available() -> bool:
-    return shutil.which("docker") is not None

