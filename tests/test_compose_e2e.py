@@ -348,16 +348,21 @@ def test_prometheus_scrapes_every_running_job_and_loads_every_rule(stack):
 
 
 def test_recording_rules_evaluate_on_the_cpu_vllm(stack):
-    """With copy traffic sent, the draft-acceptance recording rules return values in range."""
+    """While copy traffic flows, the draft-acceptance recording rules return values in range.
+    (Traffic must span scrapes: rate() of a counter that only ever had one value is 0, and the
+    ratio rules drop a 0 denominator.)"""
     checks = {
         "model_name:specwatch_draft_acceptance_rate:ratio_rate5m": (0.0, 1.0),
         "model_name:specwatch_mean_acceptance_length:ratio_rate5m": (1.0, CPU_K + 1.0),
         "model_name:specwatch_draft_tokens_per_draft:ratio_rate5m": (1.0, float(CPU_K)),
         "model_name:specwatch_position_acceptance_rate:ratio_rate5m": (0.0, 1.0),
     }
+    results = {}
+    with cs.BackgroundTraffic(stack.vllm_url, SERVED, max_seconds=300):
+        for record in checks:
+            results[record] = cs.wait_for(f"{record} has data", lambda: cs.query(stack.prom_url, record), 180)
     for record, (lo, hi) in checks.items():
-        result = cs.wait_for(f"{record} has data", lambda: cs.query(stack.prom_url, record), 120)
-        for series in result:
+        for series in results[record]:
             v = float(series["value"][1])
             assert lo <= v <= hi, (record, series)
             assert series["metric"].get("model_name") == SERVED, series
