@@ -252,3 +252,33 @@ def report_sections(doc: Mapping[str, Any], ms: Sequence[Measurement], advices: 
 def picks_json(picks: Sequence[DrafterPick]) -> list[dict[str, Any]]:
     """JSON-ready picks (for ``advise --json``)."""
     return [p.to_dict() for p in picks]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m specwatch.choosek.drafterstudy RESULT_FILE [K]``: print the document's tables
+    (markdown) for a sweep result with drafters, at K (default: the k nearest 3 that was run)."""
+    import sys
+
+    from specwatch.choosek.resultfile import SweepError, load_result, measurements
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or len(args) > 2:
+        print("usage: python -m specwatch.choosek.drafterstudy RESULT_FILE [K]", file=sys.stderr)
+        return 2
+    try:
+        doc = load_result(args[0])
+    except SweepError as exc:
+        print(f"error: {exc.message}", file=sys.stderr)
+        return 2
+    ms, labels = measurements(doc), drafter_labels(doc)
+    ks = sorted({m.k for m in ms if m.config in labels})
+    if not ks:
+        print(f"error: {args[0]} has no finished draft_model cell", file=sys.stderr)
+        return 2
+    k = int(args[1]) if len(args) == 2 and args[1].isdigit() else min(ks, key=lambda x: (abs(x - 3), x))
+    print(study_markdown(ms, labels, k))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -217,6 +217,10 @@ class SpecwatchCollector(Collector):
                       now: float, out: list[WindowValues], costs: list["_CostInputs"]) -> None:
         f.enabled.add_metric([name], 1.0 if snap.spec_decode_enabled else 0.0)
         f.info.add_metric([name, snap.schema], 1.0)
+        cfg = self.config
+        if snap.spec_decode_enabled and (cfg.speculative_method or cfg.drafter):
+            # vLLM publishes neither on /metrics nor on /v1/models (see specwatch.specdecode.serverinfo)
+            f.method_info.add_metric([name, cfg.speculative_method or "", cfg.drafter or "", "configured"], 1.0)
         for model, g in sorted(snap.v0.items()):
             if g.counter_acceptance_ratio is not None:
                 f.acceptance_rate.add_metric([name, model, "", "lifetime"], g.counter_acceptance_ratio)
@@ -489,6 +493,7 @@ class _Families:
         self.sgl_rate = GaugeMetricFamily("specwatch_sglang_spec_accept_rate", f"{sgl} gauge sglang:spec_accept_rate passed through: accepted drafts / (verify steps x the configured draft width) of the last logged batch; wrong under adaptive speculation (the width varies); a most-recent value: cannot be windowed or summed.", labels=per)
         self.sgl_length = GaugeMetricFamily("specwatch_sglang_spec_accept_length", f"{sgl} gauge sglang:spec_accept_length passed through: tokens per verify step (bonus included) of the last logged batch; cannot be windowed or summed (specwatch_mean_acceptance_length is the windowed one).", labels=per)
         self.sgl_gauge = GaugeMetricFamily("specwatch_sglang_spec_gauge", f"{sgl} speculative gauges passed through (spec_num_steps, spec_num_draft_tokens: the active configuration; spec_cap_length, spec_block_accept_length); most-recent values.", labels=per + ["gauge"])
+        self.method_info = GaugeMetricFamily("specwatch_speculative_method_info", "Speculative method and drafter of the upstream, with where they come from: source=configured (specwatch serve --speculative-method/--drafter; vLLM publishes neither on /metrics nor on /v1/models); always 1.", labels=U + ["method", "drafter", "source"])
         self.not_derivable = GaugeMetricFamily("specwatch_not_derivable", "A specwatch series this upstream's /metrics cannot give, with the reason; always 1.", labels=U + ["series", "reason"])
         self.v0_efficiency = GaugeMetricFamily("specwatch_v0_spec_decode_efficiency", "vLLM V0 gauge vllm:spec_decode_efficiency = emitted / (draft_tokens / k x (k+1)).", labels=["upstream", "model_name"])
 
