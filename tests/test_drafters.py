@@ -125,3 +125,13 @@ def test_prepare_model_derives_named_drafters(tmp_path):
     assert "drafter close (sigma 0.1, seed 1)" in r.output
     for n in ("close", "far"):
         check_drafter_dir(drafter_dir(n, target), target, n)
+
+
+def test_demo_draft_model_with_a_bad_drafter_exits_2_before_anything_starts(monkeypatch):
+    import subprocess
+
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: pytest.fail("something was started"))
+    r = CliRunner().invoke(main, ["demo", "--method", "draft_model", "--drafter", "nope"])
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "unknown drafter 'nope'" in lines[0]
