@@ -11,7 +11,9 @@
 # NUM_BATCHES measured batches, concurrency up to 8. The drafters are same-size models (135M, like
 # the target), NOT distilled small models: every drafted token costs a full forward.
 #
-# Takes ~25-40 minutes on 2 cores (9 server starts). Resumable: rerun with the same OUT to continue.
+# Takes ~30-40 minutes on 2 cores (9 server starts). Two passes over one result file: first k in
+# KS_FIRST (default 1,3: baseline and both drafters at two k, a usable study early), then every k
+# of KS (finished cells are skipped). Resumable: rerun with the same OUT to continue.
 # Holds flock /tmp/specwatch-vllm.lock while each server runs. Environment: OUT, PY, KS,
 # CONCURRENCY, OUTPUT_LEN, NUM_BATCHES, WORKLOADS, DRAFTERS (space-separated).
 set -euo pipefail
@@ -19,6 +21,7 @@ cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 OUT=${OUT:-bench-results/drafter-study}
 KS=${KS:-1,2,3,4}
+KS_FIRST=${KS_FIRST-1,3}
 CONCURRENCY=${CONCURRENCY:-1,2,4,8}
 OUTPUT_LEN=${OUTPUT_LEN:-48}
 NUM_BATCHES=${NUM_BATCHES:-2}
@@ -31,8 +34,10 @@ echo "drafter study (shortened for 2 CPU cores): drafters ${DRAFTERS}; k ${KS}; 
 dflags=()
 for d in $DRAFTERS; do dflags+=(--drafter "$d"); done
 "$PY" -m specwatch prepare-model "${dflags[@]}"
-"$PY" -m specwatch sweep --result-file "$OUT/sweep.json" --k "$KS" "${dflags[@]}" --workloads "$WORKLOADS" \
-  --concurrency "$CONCURRENCY" --output-len "$OUTPUT_LEN" --num-batches "$NUM_BATCHES" --no-progress
+for ks in $KS_FIRST $KS; do
+  "$PY" -m specwatch sweep --result-file "$OUT/sweep.json" --k "$ks" "${dflags[@]}" --workloads "$WORKLOADS" \
+    --concurrency "$CONCURRENCY" --output-len "$OUTPUT_LEN" --num-batches "$NUM_BATCHES" --no-progress
+done
 "$PY" -m specwatch advise "$OUT/sweep.json" --json "$OUT/advice.json" | tee "$OUT/advice.txt"
 "$PY" -m specwatch report "$OUT/sweep.json" --output "$OUT/report.html"
 "$PY" -m specwatch.choosek.drafterstudy "$OUT/sweep.json" | tee "$OUT/table.md"
