@@ -12,7 +12,7 @@
 # the target), NOT distilled small models: every drafted token costs a full forward.
 #
 # Takes ~30-40 minutes on 2 cores (9 server starts). Two passes over one result file: first k in
-# KS_FIRST (default 1,3: baseline and both drafters at two k, a usable study early), then every k
+# KS_FIRST (default 3: baseline and both drafters at k = 3, the document's table, early), then every k
 # of KS (finished cells are skipped). Resumable: rerun with the same OUT to continue.
 # Holds flock /tmp/specwatch-vllm.lock while each server runs. Environment: OUT, PY, KS,
 # CONCURRENCY, OUTPUT_LEN, NUM_BATCHES, WORKLOADS, DRAFTERS (space-separated).
@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 OUT=${OUT:-bench-results/drafter-study}
 KS=${KS:-1,2,3,4}
-KS_FIRST=${KS_FIRST-1,3}
+KS_FIRST=${KS_FIRST-3}
 CONCURRENCY=${CONCURRENCY:-1,2,4,8}
 OUTPUT_LEN=${OUTPUT_LEN:-48}
 NUM_BATCHES=${NUM_BATCHES:-2}
