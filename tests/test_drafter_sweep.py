@@ -4,6 +4,7 @@ per-drafter charts) on the stub server, plus the pick and table maths on hand-bu
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -119,3 +120,30 @@ def test_sweep_rejects_an_unknown_embedded_drafter_before_anything_starts(tmp_pa
     r = CliRunner().invoke(sweep, ["--result-file", str(out), "--drafter", "nope", "--no-progress"])
     assert r.exit_code == 2, r.output
     assert "unknown drafter 'nope'" in r.output and not out.exists()
+
+
+STUDY = Path(__file__).resolve().parents[1] / "docs" / "drafter-study" / "sweep.json"
+
+
+def test_advise_and_report_on_the_real_drafter_study():
+    """The real run of scripts/drafter_study.sh (docs/drafter-study/sweep.json): advise picks no
+    speculation exactly where no speculative cell beat the baseline, and the acceptance per drafter
+    and k is the sum of the cells' counters."""
+    from specwatch.choosek.advise import advise_sweep
+    from specwatch.choosek.report import render_report
+
+    doc = load_result(STUDY)
+    ms = measurements(doc)
+    labels = drafter_labels(doc)
+    assert sorted(set(labels.values())) == ["close", "far"] and len(ms) == 36
+    picks = {p.concurrency: p for p in pick_drafters(advise_sweep(doc), family_labels(doc), 0.02) if p.workload == "*"}
+    for c in (1, 2, 4, 8):
+        base = next(m.output_throughput for m in ms if m.k == 0 and m.concurrency == c)
+        best = max(m.output_throughput for m in ms if m.k > 0 and m.concurrency == c)
+        assert (picks[c].drafter is None) == (best < base * 0.98)
+    acc = acceptance_by_drafter(ms, labels)
+    cells = [m for m in ms if labels.get(m.config) == "close" and m.k == 3]
+    assert acc["close"][3] == pytest.approx(sum(m.accepted_tokens for m in cells) / sum(m.draft_tokens for m in cells))
+    assert all(acc[d][k] > acc[d][k + 1] for d in acc for k in (1, 2, 3))  # acceptance falls with k
+    html = render_report(doc)
+    assert "Drafter close" in html and "Drafter far" in html
