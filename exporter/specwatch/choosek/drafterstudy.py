@@ -210,9 +210,10 @@ def report_sections(doc: Mapping[str, Any], ms: Sequence[Measurement], advices: 
                     tolerance: float) -> list[str]:
     """HTML parts of the report's "Drafters" section (empty when the sweep has no draft_model
     configuration): per drafter, throughput / TPOT / TTFT against concurrency with one line per k
-    and the baseline in black; acceptance against k per drafter; the document's table at k = 3
+    and the baseline in black, and its per-position acceptance at its largest k (the general
+    section's per-position chart mixes drafters); acceptance against k per drafter; the document's table at k = 3
     (or the k nearest it that was run); the drafter-and-k picks."""
-    from specwatch.choosek.report import _e, _img, _table, plot_metric_vs_concurrency
+    from specwatch.choosek.report import _e, _img, _table, plot_metric_vs_concurrency, plot_position_acceptance
 
     labels = drafter_labels(doc)
     if not labels or not any(m.config in labels for m in ms):
@@ -229,6 +230,7 @@ def report_sections(doc: Mapping[str, Any], ms: Sequence[Measurement], advices: 
                                     ("mean_tpot_ms", "ms", "Mean TPOT"), ("mean_ttft_ms", "ms", "Mean TTFT")):
             parts.append(_img(plot_metric_vs_concurrency(sub, attr, ylabel, f"{title}, drafter {d}"),
                               f"{title} vs concurrency, drafter {d}"))
+        parts.append(_img(plot_position_acceptance(sub), f"Per-position acceptance rate of the largest k, drafter {d}"))
     parts.append(_img(plot_acceptance_vs_k(ms, labels), "Draft acceptance rate against k per drafter"))
     ks = sorted({m.k for m in ms if m.config in labels})
     k = min(ks, key=lambda x: (abs(x - 3), x))
