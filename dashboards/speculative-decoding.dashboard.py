@@ -94,6 +94,13 @@ overview = Section("Overview (last value; windows of %s)" % W, [
          "it runs without speculation.",
          "none", [q(f"specwatch_spec_decode_enabled{S.exporter_self()}", "{{upstream}}")],
          thresholds=UP, graph=False),
+    stat("Method and drafter",
+         "specwatch_speculative_method_info: the speculative method and drafter of each upstream and where they "
+         "come from (source=configured: the exporter's --speculative-method/--drafter; vLLM publishes neither on "
+         "/metrics nor on /v1/models). Empty when the exporter was not told.",
+         "none", [q(f"specwatch_speculative_method_info{S.exporter_self()}",
+                    "{{upstream}}: {{method}} {{drafter}} ({{source}})")],
+         w=8, graph=False, text_mode="name"),
 ])
 
 acceptance = Section("Acceptance", [

@@ -123,7 +123,8 @@ def exporter_output(capture: Path) -> str:
     thread.start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
-        res = subprocess.run([str(SPECWATCH), "serve", "--once", "--upstream", f"spec={url}", "--cost-profile", str(PROFILE)],
+        res = subprocess.run([str(SPECWATCH), "serve", "--once", "--upstream", f"spec={url}", "--cost-profile", str(PROFILE),
+                              "--speculative-method", "ngram"],  # so specwatch_speculative_method_info exists
                              capture_output=True, text=True, timeout=120)
     finally:
         server.shutdown()
@@ -159,7 +160,10 @@ def known(captures) -> dict[str, set[str]]:
     vllm = set().union(*(sample_names(c.read_text()) for c in captures))
     exporter = set().union(*(sample_names(exporter_output(c)) for c in captures))
     _, recorded = rule_refs()
-    return {"capture": vllm, "exporter": exporter, "bench": bench_names(), "recorded": recorded, "prometheus": {"up"}}
+    # SGLang: no real server here; the exporter's output on the constructed SGLang 0.5.23 body
+    sglang = sample_names(exporter_output(captures[0].parent / "sglang-0.5.23-eagle-tp2-dp2-after-traffic-constructed.txt"))
+    return {"capture": vllm, "exporter": exporter, "bench": bench_names(), "recorded": recorded, "prometheus": {"up"},
+            "sglang (constructed)": sglang}
 
 
 # ------------------------------------------------------------------------------------------------

@@ -80,6 +80,12 @@ def _spec_curve(before_text: str | None, after_text: str | None) -> dict | None:
     }
 
 
+class DemoFlagError(click.ClickException):
+    """A bad --drafter: one line naming it, exit 2, nothing started."""
+
+    exit_code = 2
+
+
 @click.command("demo")
 @click.option("--workloads", default=DEFAULT_WORKLOADS, show_default=True,
               help="Comma-separated workloads (see `specwatch bench --help`).")
@@ -87,6 +93,11 @@ def _spec_curve(before_text: str | None, after_text: str | None) -> dict | None:
               help="Comma-separated concurrencies.")
 @click.option("--num-speculative-tokens", "k", type=click.IntRange(1, 16), default=4, show_default=True,
               help="k of the speculative server (ngram, prompt lookup 2-5).")
+@click.option("--method", type=click.Choice(["ngram", "draft_model"]), default="ngram", show_default=True,
+              help="Speculative method of the speculative server: ngram (prompt lookup 2-5) or draft_model with --drafter.")
+@click.option("--drafter", default="close", show_default=True, metavar="NAME|DIR",
+              help="With --method draft_model: the drafter (target, close, far: derived from the target's weights, "
+                   "same-size models, not distilled ones; or a model directory).")
 @click.option("--output-len", type=click.IntRange(1, 4096), default=64, show_default=True,
               help="Output tokens per request (the seed used 256; shortened for 2 CPU cores).")
 @click.option("--num-batches", type=click.IntRange(1, 100), default=1, show_default=True,
@@ -98,7 +109,7 @@ def _spec_curve(before_text: str | None, after_text: str | None) -> dict | None:
 @click.option("--keep-running/--no-keep-running", default=None,
               help="Keep Prometheus and the exporter up at the end until Ctrl-C "
                    "[default: only when run from a terminal].")
-def demo(workloads, concurrency, k, output_len, num_batches, equivalence_output_len, result_dir, keep_running):
+def demo(workloads, concurrency, k, method, drafter, output_len, num_batches, equivalence_output_len, result_dir, keep_running):
     """Run the main job on the embedded default: baseline and speculative real vLLM one after the
     other, exporter + Prometheus watching, seed workloads at concurrency 1 and 8."""
     try:
@@ -115,6 +126,14 @@ def demo(workloads, concurrency, k, output_len, num_batches, equivalence_output_
     if "sharegpt" in wl:
         raise click.BadParameter("sharegpt needs a dataset file: use `specwatch bench --dataset-path`",
                                  param_hint="'--workloads'")
+    drafter_label = drafter_path = None
+    if method == "draft_model":
+        from specwatch.localvllm.drafters import DrafterError, resolve_drafter
+
+        try:  # checked before anything starts
+            drafter_label, drafter_path = resolve_drafter(drafter)
+        except DrafterError as exc:
+            raise DemoFlagError(str(exc)) from None
     prom_bin = shutil.which("prometheus")
     prom_cfg = REPO / "prometheus" / "prometheus.yml"
     if prom_bin is None:
@@ -136,6 +155,7 @@ def demo(workloads, concurrency, k, output_len, num_batches, equivalence_output_
         raise click.ClickException(f"cannot write results to {out}: {exc.strerror or exc}") from None
     summary_path = out / "demo-summary.json"
     summary: dict = {"started_at": stamp, "workloads": list(wl), "concurrencies": list(concs), "k": k,
+                     "method": method, "drafter": drafter_label,
                      "output_len": output_len, "num_batches": num_batches, "servers": {}}
     console.rule("[bold]specwatch demo: the embedded default")
     console.print(f"Shortened for a 2-core CPU machine: {output_len} output tokens per request (seed: 256), "
@@ -153,9 +173,10 @@ def demo(workloads, concurrency, k, output_len, num_batches, equivalence_output_
         exporter = subprocess.Popen(
             [sys.executable, "-m", "specwatch", "serve", "--upstream", f"spec=http://127.0.0.1:{SPEC_PORT}",
              "--upstream", f"baseline=http://127.0.0.1:{BASELINE_PORT}", "--window", "1m", "--window", "5m",
-             "--listen-address", f"127.0.0.1:{EXPORTER_PORT}",
+             "--listen-address", f"127.0.0.1:{EXPORTER_PORT}", "--speculative-method", method,
+             *(["--drafter", drafter_label] if drafter_label else []),
              # the embedded default's measured step times: speedups with basis measured/profile
-             "--cost-profile", str(EMBEDDED_CPU_PROFILE), "--speculative-method", "ngram"],
+             "--cost-profile", str(EMBEDDED_CPU_PROFILE)],
             stdout=open(logs / "exporter.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
         procs.append(exporter)
         prom = subprocess.Popen(
@@ -176,9 +197,16 @@ def demo(workloads, concurrency, k, output_len, num_batches, equivalence_output_
         outputs: dict[str, list] = {}
         eq_reqs = equivalence_requests(output_len=equivalence_output_len)
         curve = None
+        if drafter_path is not None:
+            from specwatch.localvllm.drafters import draft_model_config
+
+            spec_server_cfg = draft_model_config(drafter_path, k)
+            what = f"draft_model, drafter {drafter_label}, k={k}"
+        else:
+            spec_server_cfg, what = speculative_config_for_k(k), f"ngram k={k}"
         for role, port, spec_cfg in (("baseline", BASELINE_PORT, None),
-                                     ("speculative", SPEC_PORT, speculative_config_for_k(k))):
-            console.rule(f"[bold]{role} server" + (f" (ngram k={k})" if spec_cfg else " (no speculation)"))
+                                     ("speculative", SPEC_PORT, spec_server_cfg)):
+            console.rule(f"[bold]{role} server" + (f" ({what})" if spec_cfg else " (no speculation)"))
             with VllmServer(port, model_dir=model_dir, speculative_config=spec_cfg,
                             log_path=logs / f"vllm-{role}.log", on_status=console.print) as server:
                 console.print(f"ready in {server.startup_seconds:.0f} s at {server.base_url}")

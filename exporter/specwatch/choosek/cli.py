@@ -18,6 +18,7 @@ from specwatch.bench.workloads import WORKLOADS
 from specwatch.choosek.variablewidth import engine_formats
 from specwatch.choosek.advise import DEFAULT_LIVE_CONCURRENCIES, advise_sweep, curves_from_exporter, curves_from_prometheus, live_advice, make_console, render_advice, render_config, request_failure
 from specwatch.choosek.calibrate import CalibrationError, load_forward_json, num_positions, profile_from_forward, profile_from_live, profile_from_sweep, sample_live
+from specwatch.choosek.drafterstudy import family_labels, pick_drafters, picks_json, render_picks
 from specwatch.choosek.demoreport import DemoReportError, is_demo_summary_file, write_demo_report
 from specwatch.choosek.model import DEFAULT_TOLERANCE, KChoiceError
 from specwatch.choosek.report import render_report
@@ -69,6 +70,34 @@ def _server_command_cb(ctx, param, value):
     return value
 
 
+class DrafterFlagError(click.ClickException):
+    """A bad --drafter: one line naming it, exit 2 (nothing started)."""
+
+    exit_code = 2
+
+
+def _drafter_models(drafters, server_command, model_dir) -> list[tuple[str, str]]:
+    """(label, model) per --drafter: the embedded vLLM's drafters are resolved and checked
+    (:func:`specwatch.localvllm.drafters.resolve_drafter`: unknown name, damaged directory or a
+    vocabulary unlike the target's → exit 2); with --server-command the value is passed verbatim."""
+    out: list[tuple[str, str]] = []
+    for d in drafters:
+        if server_command is not None:
+            out.append((d.rstrip("/").rsplit("/", 1)[-1] or d, d))
+            continue
+        from specwatch.localvllm.drafters import DrafterError, resolve_drafter
+
+        try:
+            label, path = resolve_drafter(d, Path(model_dir) if model_dir else None)
+        except DrafterError as exc:
+            raise DrafterFlagError(str(exc)) from None
+        out.append((label.rstrip("/").rsplit("/", 1)[-1], str(path)))
+    labels = [lab for lab, _ in out]
+    if len(set(labels)) != len(labels):
+        raise DrafterFlagError(f"--drafter: the same drafter name twice ({', '.join(labels)})")
+    return out
+
+
 @click.command("sweep")
 @click.option("--result-file", type=click.Path(dir_okay=False, path_type=Path), default=Path("specwatch-sweep.json"),
               show_default=True, help="One JSON file with every cell; rerun with the same file to resume.")
@@ -76,6 +105,10 @@ def _server_command_cb(ctx, param, value):
               help="Comma-separated num_speculative_tokens for ngram servers (ignored with --speculative-config).")
 @click.option("--speculative-config", "spec_configs", multiple=True, callback=_spec_configs_cb,
               help="A --speculative-config JSON (with num_speculative_tokens); repeat for several servers.")
+@click.option("--drafter", "drafters", multiple=True, metavar="NAME|DIR",
+              help="Add method draft_model servers with this drafter at every --k (repeatable; a drafter dimension beside k "
+                   "and concurrency). Embedded vLLM: target, close, far (specwatch prepare-model --drafter) or a model "
+                   "directory; with --server-command: the draft model as the server knows it (e.g. Qwen/Qwen3-0.6B).")
 @click.option("--baseline/--no-baseline", default=True, show_default=True, help="Include a server without speculation (k = 0).")
 @click.option("--workloads", default=",".join(DEFAULT_WORKLOADS), show_default=True, callback=_workloads_cb,
               help="Comma-separated workloads of the load generator (copy, word-chain, random-output, code-return, explain, "
@@ -104,7 +137,7 @@ def _server_command_cb(ctx, param, value):
 @click.option("--log-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Server logs (default: <result-file stem>-logs/ beside it).")
 @click.option("--progress/--no-progress", default=True, show_default=True)
-def sweep(result_file, ks, spec_configs, baseline, workloads, dataset_path, concurrencies, output_len, num_prompts,
+def sweep(result_file, ks, spec_configs, drafters, baseline, workloads, dataset_path, concurrencies, output_len, num_prompts,
           prompts_per_concurrency, num_batches, warmup_batches, seed, server_command, port, host, model_dir,
           startup_timeout, lock, api_key, log_dir, progress) -> None:
     """Run the load generator over server configurations × workloads × concurrencies.
@@ -113,8 +146,9 @@ def sweep(result_file, ks, spec_configs, baseline, workloads, dataset_path, conc
     k = 1, 2, 3, 4, 6, 8; workloads copy and random-output; concurrency 1 and 4; 64-token outputs —
     sized for 2 CPU cores. Then: specwatch advise RESULT, specwatch report RESULT.
     """
+    drafter_models = _drafter_models(drafters, server_command, model_dir)
     try:
-        configs = build_configs(ks, spec_configs, baseline)
+        configs = build_configs(ks, spec_configs, baseline, drafter_models)
     except SweepError as exc:
         raise click.UsageError(exc.message) from None
     if server_command is not None and any(c.speculative_config for c in configs) and not uses_speculation(server_command):
@@ -235,14 +269,21 @@ def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tol
         if doc.get("status") != "complete":
             console.print(f"[yellow]note: the sweep's status is {doc.get('status')!r}: advice from the cells finished so far[/yellow]")
 
+        labels = family_labels(doc)
         for a in advices:
+            if a.family in labels:
+                console.print(f"[bold]drafter[/bold] {labels[a.family]}")
             render_advice(a, console)
+        picks = pick_drafters(advices, labels, tolerance)
+        if picks:
+            render_picks(picks, console, tolerance)
         if json_path:
             atomic_write_json(json_path, {"source": str(result_file), "left_out_cells": left_out,
                                           "tolerance": tolerance, "candidates": candidates,
                                           "fit_k": None if fit_k is None else list(fit_k), "acceptance": acceptance,
                                           "basis": basis, "families": [{**a.to_dict(), "engine_formats": engine_formats(
-                                              a.speculative_config, a.k_by_concurrency)} for a in advices]})
+                                              a.speculative_config, a.k_by_concurrency)} for a in advices],
+                                          "drafter_picks": picks_json(picks)})
         return
 
     base: dict[str, Any] | None = None

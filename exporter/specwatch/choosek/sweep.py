@@ -20,7 +20,8 @@ finished cell::
      "status": "running" | "complete" | "incomplete" | "interrupted" | "failed",
      "settings": {...measurement settings...},
      "server": {"kind": "embedded" | "template", "command_template": <redacted template> | null},
-     "configs": [{"name", "k", "family", "speculative_config"}],
+     "configs": [{"name", "k", "family", "speculative_config", "drafter" (optional: the --drafter
+                  label of a draft_model configuration; readers that do not know it ignore it)}],
      "servers": [{"config", "k", "started_at", "startup_seconds", "kv_cache_tokens",
                   "num_gpu_blocks", "block_size", "command"}],
      "cells": [{"config", "k", "family", "workload", "max_concurrency", "finished_at",
@@ -85,13 +86,18 @@ class ServerConfig:
     name: str
     k: int
     speculative_config: dict[str, Any] | None
+    #: The drafter's label for method draft_model configurations made by ``--drafter`` (else None).
+    drafter: str | None = None
 
     @property
     def family(self) -> str:
         return family_of(self.speculative_config)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "k": self.k, "family": self.family, "speculative_config": self.speculative_config}
+        d = {"name": self.name, "k": self.k, "family": self.family, "speculative_config": self.speculative_config}
+        if self.drafter is not None:
+            d["drafter"] = self.drafter  # optional key (format 1 readers ignore it)
+        return d
 
 
 def default_spec_base() -> dict[str, Any]:
@@ -101,13 +107,22 @@ def default_spec_base() -> dict[str, Any]:
     return d
 
 
-def build_configs(ks: Sequence[int], spec_configs: Sequence[str], baseline: bool) -> list[ServerConfig]:
-    """The sweep's configurations: the baseline (if ``baseline``), then one per JSON in
-    ``spec_configs`` (each must give ``num_speculative_tokens`` ≥ 1 and ``method`` or ``model``),
-    or, when none is given, ngram at each k of ``ks``. Raises SweepError on bad input."""
+def build_configs(ks: Sequence[int], spec_configs: Sequence[str], baseline: bool,
+                  drafters: Sequence[tuple[str, str]] = ()) -> list[ServerConfig]:
+    """The sweep's configurations: the baseline (if ``baseline``), then one ``method: draft_model``
+    server per drafter × k of ``ks`` (``drafters``: (label, model path or name) pairs, named
+    ``draft-<label>-k<k>``), then one per JSON in ``spec_configs`` (each must give
+    ``num_speculative_tokens`` ≥ 1 and ``method`` or ``model``), or, when neither drafters nor
+    configs are given, ngram at each k of ``ks``. Raises SweepError on bad input."""
     out: list[ServerConfig] = []
     if baseline:
         out.append(ServerConfig("baseline", 0, None))
+    for label, model in drafters:
+        for k in ks:
+            if k < 1:
+                raise SweepError(f"k must be >= 1 (the baseline is k = 0 and always included), got {k}")
+            out.append(ServerConfig(f"draft-{label}-k{k}", int(k),
+                                    {"method": "draft_model", "model": str(model), "num_speculative_tokens": int(k)}, label))
     if spec_configs:
         for text in spec_configs:
             try:
@@ -123,7 +138,7 @@ def build_configs(ks: Sequence[int], spec_configs: Sequence[str], baseline: bool
                 raise SweepError(f"--speculative-config needs a 'method' or a draft 'model': {text!r}")
             method = str(cfg.get("method") or "draft")
             out.append(ServerConfig(f"{method}-k{k}", k, cfg))
-    else:
+    elif not drafters:
         base = default_spec_base()
         for k in ks:
             if k < 1:
@@ -134,7 +149,7 @@ def build_configs(ks: Sequence[int], spec_configs: Sequence[str], baseline: bool
     for c in out:  # distinct names for configs that share method and k
         n = names.get(c.name, 0)
         names[c.name] = n + 1
-        unique.append(c if n == 0 else ServerConfig(f"{c.name}-{n + 1}", c.k, c.speculative_config))
+        unique.append(c if n == 0 else ServerConfig(f"{c.name}-{n + 1}", c.k, c.speculative_config, c.drafter))
     if not unique:
         raise SweepError("nothing to sweep: no baseline and no speculative configuration")
     return unique

@@ -265,6 +265,10 @@ class SpecwatchCollector(Collector):
                       now: float, out: list[WindowValues], costs: list["_CostInputs"]) -> None:
         f.enabled.add_metric([name], 1.0 if snap.spec_decode_enabled else 0.0)
         f.info.add_metric([name, snap.schema], 1.0)
+        cfg = self.config
+        if snap.spec_decode_enabled and (cfg.speculative_method or cfg.drafter):
+            # vLLM publishes neither on /metrics nor on /v1/models (see specwatch.specdecode.serverinfo)
+            f.method_info.add_metric([name, cfg.speculative_method or "", cfg.drafter or "", "configured"], 1.0)
         for model, g in sorted(snap.v0.items()):
             if g.counter_acceptance_ratio is not None:
                 f.acceptance_rate.add_metric([name, model, "", "lifetime"], g.counter_acceptance_ratio)
@@ -272,6 +276,10 @@ class SpecwatchCollector(Collector):
                 f.v0_rate.add_metric([name, model], g.draft_acceptance_rate)
             if g.efficiency is not None:
                 f.v0_efficiency.add_metric([name, model], g.efficiency)
+
+        if snap.schema == "sglang":
+            self._add_sglang(f, name, state, snap, out)
+            return
 
         good: set[tuple[str, str]] = set()
         for key, c in sorted(snap.counters.items()):
@@ -328,6 +336,36 @@ class SpecwatchCollector(Collector):
                 costs.append(_CostInputs(name, key, wv.window, rates,
                                          None if wv.counters is None else wv.counters.drafts, _step_of(wv), running,
                                          k_now or 0, width.basis if width else None))
+
+    def _add_sglang(self, f: "_Families", name: str, state: _UpstreamState, snap: UpstreamSnapshot,
+                    out: list[WindowValues]) -> None:
+        """An SGLang upstream (schema ``sglang``): copies of its request-finish counters, the mean
+        acceptance length (Δgeneration − Δfinished) / Δverify calls per window and lifetime, its
+        "most recent" gauges passed through per scheduler rank, and the series that cannot be
+        derived from SGLang's /metrics with the reason (``specwatch_not_derivable``)."""
+        if snap.spec_decode_enabled:
+            for series, reason in _SGLANG_NOT_DERIVABLE:
+                f.not_derivable.add_metric([name, series, reason], 1.0)
+        for (model, rank), g in sorted(snap.sglang_gauges.items()):
+            if g.accept_rate is not None:
+                f.sgl_rate.add_metric([name, model, rank], g.accept_rate)
+            if g.accept_length is not None:
+                f.sgl_length.add_metric([name, model, rank], g.accept_length)
+            for gauge, v in g.others:
+                f.sgl_gauge.add_metric([name, model, rank, gauge], v)
+        for model, c in sorted(snap.sglang.items()):
+            labels = [name, model, ""]
+            f.sgl_gen.add_metric(labels, c.generation_tokens)
+            f.sgl_fin.add_metric(labels, c.finished_requests)
+            if c.verify_calls is not None:
+                f.sgl_verify.add_metric(labels, c.verify_calls)
+            if c.mean_acceptance_length is not None:
+                f.mean_length.add_metric(labels + ["lifetime"], c.mean_acceptance_length)
+            for w in self.config.windows:
+                wv = state.engine.values((model, ""), w.label, w.seconds, spec=False, steps=False, sglang=True)
+                out.append(wv)
+                if wv.sglang is not None and wv.sglang.mean_acceptance_length is not None:
+                    f.mean_length.add_metric(labels + [w.label], wv.sglang.mean_acceptance_length)
 
     def _add_lifetime_step(self, f: "_Families", labels: list[str], step: StepTimes | None) -> None:
         """Step time, b and decode speed since the server started (window="lifetime")."""
@@ -471,6 +509,16 @@ def _add_profile(f: "_Families", profile: CostProfile | None) -> None:
             f.profile_step.add_metric([c.method, c.drafter or "", str(c.k), f"{pt.running_requests:g}"], pt.step_seconds)
 
 
+#: What SGLang's /metrics cannot give, with the reason (specwatch_not_derivable).
+_SGLANG_NOT_DERIVABLE = (
+    ("specwatch_position_acceptance_rate", "sglang exports no per-position counters"),
+    ("specwatch_expected_acceptance_length", "what-if E(k) needs per-position counters; sglang exports none"),
+    ("specwatch_recommended_num_speculative_tokens", "needs the what-if E(k); sglang exports no per-position counters"),
+    ("specwatch_speedup", "needs the what-if E(k); sglang exports no per-position counters"),
+    ("specwatch_draft_acceptance_rate", "sglang exports no draft-token counter; see specwatch_sglang_spec_accept_rate (a gauge)"),
+)
+
+
 class _Families:
     """Fresh metric families for one scrape (names and HELP texts are the exposed contract)."""
 
@@ -480,7 +528,7 @@ class _Families:
         self.up = GaugeMetricFamily("specwatch_up", "1 if the last fetch and parse of the upstream's /metrics worked, else 0.", labels=U)
         self.duration = GaugeMetricFamily("specwatch_scrape_duration_seconds", "Time to fetch and parse the upstream's /metrics, seconds.", labels=U)
         self.enabled = GaugeMetricFamily("specwatch_spec_decode_enabled", "1 if the upstream exports speculative-decoding metrics, 0 if it runs without speculation.", labels=U)
-        self.info = GaugeMetricFamily("specwatch_upstream_info", "Schema of the upstream's spec-decode metrics (v1, v1-early, v0, llamacpp, none); always 1.", labels=U + ["schema"])
+        self.info = GaugeMetricFamily("specwatch_upstream_info", "Schema of the upstream's spec-decode metrics (v1, v1-early, v0, llamacpp, sglang, none); always 1.", labels=U + ["schema"])
         self.build_info = GaugeMetricFamily("specwatch_build_info", "specwatch version; always 1.", labels=["version"])
         self.fetch_errors = CounterMetricFamily("specwatch_upstream_fetch_errors", "Failed fetches of the upstream's /metrics since the exporter started, by reason.", labels=U + ["reason"])
         self.violations = CounterMetricFamily("specwatch_invariant_violations", "Scrapes whose counters broke a vLLM invariant (sum of per-position = accepted, per-position non-increasing, accepted <= draft tokens <= drafts x k); derived values are withheld then.", labels=U + ["invariant"])
@@ -491,7 +539,7 @@ class _Families:
         self.generation = CounterMetricFamily("specwatch_generation_tokens", "All output tokens; copy of vllm:generation_tokens_total.", labels=E)
         self.k = GaugeMetricFamily("specwatch_num_speculative_tokens", "num_speculative_tokens (k), inferred from the number of position labels of the per-position counter.", labels=E)
         self.acceptance_rate = GaugeMetricFamily("specwatch_draft_acceptance_rate", "Draft acceptance rate, 0-1: increase(accepted_tokens) / increase(draft_tokens) over the window.", labels=E + W)
-        self.mean_length = GaugeMetricFamily("specwatch_mean_acceptance_length", "Mean acceptance length, tokens per verify step (bonus included): 1 + increase(accepted_tokens) / increase(drafts).", labels=E + W)
+        self.mean_length = GaugeMetricFamily("specwatch_mean_acceptance_length", "Mean acceptance length, tokens per verify step (bonus included): 1 + increase(accepted_tokens) / increase(drafts); SGLang: (increase(sglang:generation_tokens_total) - increase(sglang:num_requests_total)) / increase(sglang:spec_verify_calls_total).", labels=E + W)
         self.pos_rate = GaugeMetricFamily("specwatch_position_acceptance_rate", "Per-position acceptance rate r_i, 0-1: increase(accepted_per_pos[i]) / increase(drafts); basis=exact when every draft carried k tokens (k x drafts - draft_tokens <= max(1, 0.5% of drafts)), lower_bound when drafts were ragged (undrafted positions count as rejected).", labels=E + ["position"] + W + ["basis"])
         self.pos_cond = GaugeMetricFamily("specwatch_position_conditional_acceptance_rate", "Conditional per-position acceptance, 0-1: r_i / r_(i-1), r_(-1) = 1; basis as for specwatch_position_acceptance_rate.", labels=E + ["position"] + W + ["basis"])
         self.expected = GaugeMetricFamily("specwatch_expected_acceptance_length", "What-if mean acceptance length at num_speculative_tokens=k: 1 + sum of r_i for i < k (tokens per step); basis as for specwatch_position_acceptance_rate.", labels=E + ["k"] + W + ["basis"])
@@ -515,6 +563,15 @@ class _Families:
         self.running = GaugeMetricFamily("specwatch_running_requests", "Mean of vllm:num_requests_running over the exporter's fetches in the window.", labels=E + W)
         self.running_per_step = GaugeMetricFamily("specwatch_running_requests_per_step", f"Running requests an engine step served, b: increase({itl}_count) / increase({it}_count) over the window (step-weighted; the b at which cost profiles are read).", labels=E + W)
         self.decode_speed = GaugeMetricFamily("specwatch_request_decode_tokens_per_second", f"Output tokens per second a running request gets after its first token: increase(vllm:generation_tokens_total - vllm:time_to_first_token_seconds_count) / increase({itl}_sum).", labels=E + W)
+        sgl, per = "SGLang", ["upstream", "model_name", "rank"]
+        self.sgl_gen = CounterMetricFamily("specwatch_sglang_generation_tokens", f"{sgl}: output tokens of finished requests; copy of sglang:generation_tokens_total summed over is_streaming and other labels.", labels=E)
+        self.sgl_fin = CounterMetricFamily("specwatch_sglang_finished_requests", f"{sgl}: finished requests; copy of sglang:num_requests_total summed over is_streaming and other labels.", labels=E)
+        self.sgl_verify = CounterMetricFamily("specwatch_sglang_verify_calls", f"{sgl}: verify steps of finished requests; copy of sglang:spec_verify_calls_total. Mean acceptance length across instances = sum(increase(generation_tokens) - increase(finished_requests)) / sum(increase(verify_calls)).", labels=E)
+        self.sgl_rate = GaugeMetricFamily("specwatch_sglang_spec_accept_rate", f"{sgl} gauge sglang:spec_accept_rate passed through: accepted drafts / (verify steps x the configured draft width) of the last logged batch; wrong under adaptive speculation (the width varies); a most-recent value: cannot be windowed or summed.", labels=per)
+        self.sgl_length = GaugeMetricFamily("specwatch_sglang_spec_accept_length", f"{sgl} gauge sglang:spec_accept_length passed through: tokens per verify step (bonus included) of the last logged batch; cannot be windowed or summed (specwatch_mean_acceptance_length is the windowed one).", labels=per)
+        self.sgl_gauge = GaugeMetricFamily("specwatch_sglang_spec_gauge", f"{sgl} speculative gauges passed through (spec_num_steps, spec_num_draft_tokens: the active configuration; spec_cap_length, spec_block_accept_length); most-recent values.", labels=per + ["gauge"])
+        self.method_info = GaugeMetricFamily("specwatch_speculative_method_info", "Speculative method and drafter of the upstream, with where they come from: source=configured (specwatch serve --speculative-method/--drafter; vLLM publishes neither on /metrics nor on /v1/models); always 1.", labels=U + ["method", "drafter", "source"])
+        self.not_derivable = GaugeMetricFamily("specwatch_not_derivable", "A specwatch series this upstream's /metrics cannot give, with the reason; always 1.", labels=U + ["series", "reason"])
         self.v0_efficiency = GaugeMetricFamily("specwatch_v0_spec_decode_efficiency", "vLLM V0 gauge vllm:spec_decode_efficiency = emitted / (draft_tokens / k x (k+1)).", labels=["upstream", "model_name"])
 
     def merge(self, other: "_Families") -> None:

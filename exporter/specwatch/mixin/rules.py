@@ -238,6 +238,25 @@ def vllm_rules(cfg: MixinConfig, level: str) -> tuple[RecordingRule, ...]:
     return tuple(rules)
 
 
+def sglang_rules(cfg: MixinConfig) -> tuple[RecordingRule, ...]:
+    """SGLang's mean acceptance length per model from the exporter's copies of its request-finish
+    counters, summed over instances before dividing:
+    (Σ rate(generation_tokens) − Σ rate(finished_requests)) / Σ rate(verify_calls)."""
+    g = _by(LEVEL_LABELS[MODEL])
+    w = cfg.rate_window
+    sel = selector(cfg.exporter_selector)
+
+    def summed(metric: str) -> str:
+        return f"sum by ({g}) (rate({metric}{sel}[{w}]))"
+
+    gen, fin, ver = (summed(m) for m in ("specwatch_sglang_generation_tokens_total", "specwatch_sglang_finished_requests_total",
+                                         "specwatch_sglang_verify_calls_total"))
+    return (RecordingRule(cfg.ratio_rule(MODEL, "specwatch_sglang_mean_acceptance_length"),
+                          f"({gen} - {fin})\n/ ({ver} > 0)",
+                          "SGLang mean acceptance length = (Δgeneration_tokens − Δfinished_requests) / Δverify_calls "
+                          "(tokens per verify step, bonus included), per model, summed over instances before dividing."),)
+
+
 def rule_groups(cfg: MixinConfig) -> tuple[RuleGroup, ...]:
     """All recording-rule groups, in the order written to prometheus/rules/specwatch-rules.yml."""
     return (
@@ -249,4 +268,6 @@ def rule_groups(cfg: MixinConfig) -> tuple[RuleGroup, ...]:
                   "Latency and load from vLLM's own /metrics, per model."),
         RuleGroup("specwatch-vllm.instance_engine", vllm_rules(cfg, INSTANCE_ENGINE),
                   "Latency and load from vLLM's own /metrics, per instance and engine."),
+        RuleGroup("specwatch-sglang.model_name", sglang_rules(cfg),
+                  "SGLang upstreams (schema sglang): mean acceptance length from request-finish counters, per model."),
     )

@@ -15,12 +15,22 @@ samples it needs and checks them. Supported upstream schemas (see ``shared/vllm-
     vLLM 0.5.3–0.9.2 legacy metrics: gauges ``vllm:spec_decode_draft_acceptance_rate`` and
     ``vllm:spec_decode_efficiency``; its counters were incremented by cumulative values (a bug
     never fixed), so only the gauges and ratios of counters are used.
+``sglang``
+    SGLang (checked against 0.5.23's ``python/sglang/srt/observability/metrics_collector.py``):
+    ``sglang:``-prefixed gauges ``spec_accept_length``, ``spec_accept_rate``, ``spec_cap_length``,
+    ``spec_block_accept_length``, ``spec_num_steps``, ``spec_num_draft_tokens`` (scheduler side,
+    labels ``model_name``, ``engine_type``, ``tp_rank``, ``pp_rank``, ``moe_ep_rank``, optional
+    ``dp_rank``; "most recent" values of the last logged batch) and the counters
+    ``sglang:generation_tokens_total``, ``sglang:num_requests_total`` (label ``is_streaming``) and
+    ``sglang:spec_verify_calls_total`` (tokenizer side, labels ``model_name``, ``engine_type``), all
+    three incremented when a request finishes. No per-position series. See :class:`SglangCounters`.
 ``none``
     a vLLM (or llama.cpp) server that exports no spec-decode samples: speculation is off.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
@@ -32,7 +42,7 @@ from specwatch.common.defaults import MAX_METRICS_BODY_BYTES
 #: Largest /metrics body accepted, in bytes (a vLLM body is tens of KiB).
 DEFAULT_MAX_BODY_BYTES = MAX_METRICS_BODY_BYTES
 
-SCHEMAS = ("v1", "v1-early", "v0", "llamacpp", "none")
+SCHEMAS = ("v1", "v1-early", "v0", "llamacpp", "sglang", "none")
 
 
 class MetricsParseError(ValueError):
@@ -119,6 +129,54 @@ class StepCounters:
 
 
 @dataclass(frozen=True)
+class SglangCounters:
+    """SGLang's request-finish counters of one ``model_name``, summed over every other label
+    (``is_streaming``, ``engine_type``, ranks, extra labels) before any division:
+
+    - ``generation_tokens``: ``sglang:generation_tokens_total`` (output tokens of finished requests);
+    - ``finished_requests``: ``sglang:num_requests_total`` (finished requests);
+    - ``verify_calls``: ``sglang:spec_verify_calls_total`` (verify forward passes of finished
+      requests; each request's first token comes from prefill, not from a verify).
+
+    Mean acceptance length over an interval (tokens per verify step, bonus included) =
+    (Δgeneration_tokens − Δfinished_requests) / Δverify_calls. ``verify_calls`` is ``None`` while
+    no speculative request has finished (prometheus_client prints no sample before the first
+    increment)."""
+
+    model_name: str
+    generation_tokens: float
+    finished_requests: float
+    verify_calls: float | None
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        """(generation_tokens − finished_requests) / verify_calls, or None (no verify call)."""
+        if not self.verify_calls or self.verify_calls <= 0:
+            return None
+        value = (self.generation_tokens - self.finished_requests) / self.verify_calls
+        return value if value >= 0 else None
+
+
+@dataclass(frozen=True)
+class SglangGauges:
+    """SGLang's speculative gauges of one scheduler (``model_name`` and ``rank``, a string such as
+    ``"tp0 pp0 dp1"`` built from its rank labels): "most recent" values of the last logged decode
+    batch, which cannot be windowed or summed. ``None`` where absent or NaN.
+
+    - ``accept_rate``: ``sglang:spec_accept_rate`` = accepted drafts / (verify steps × the
+      *configured* draft width) in the batch: wrong under adaptive speculation (the width varies);
+    - ``accept_length``: ``sglang:spec_accept_length`` (tokens per verify step, bonus included);
+    - ``others``: ``spec_cap_length``, ``spec_block_accept_length``, ``spec_num_steps``,
+      ``spec_num_draft_tokens`` by short name."""
+
+    model_name: str
+    rank: str
+    accept_rate: float | None
+    accept_length: float | None
+    others: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True)
 class UpstreamSnapshot:
     """What one fetch of an upstream's /metrics says about speculative decoding.
 
@@ -136,10 +194,18 @@ class UpstreamSnapshot:
     running_requests: dict[tuple[str, str], float] = field(default_factory=dict)
     steps: dict[tuple[str, str], StepCounters] = field(default_factory=dict)
     process_start_time: float | None = None
+    sglang: dict[str, SglangCounters] = field(default_factory=dict)
+    sglang_gauges: dict[tuple[str, str], SglangGauges] = field(default_factory=dict)
 
     @property
     def spec_decode_enabled(self) -> bool:
-        """True when the upstream exports spec-decode samples."""
+        """True when the upstream exports spec-decode samples (SGLang: a verify call counted, or
+        a non-zero ``spec_num_steps``/``spec_num_draft_tokens``/``spec_accept_length`` gauge; its
+        gauges exist, at 0, without speculation too)."""
+        if self.schema == "sglang":
+            return any(c.verify_calls for c in self.sglang.values()) or any(
+                g.accept_length or any(v for n, v in g.others if n in ("spec_num_steps", "spec_num_draft_tokens"))
+                for g in self.sglang_gauges.values())
         return self.schema != "none"
 
 
@@ -159,13 +225,18 @@ _V0_EMITTED = "vllm:spec_decode_num_emitted_tokens_total"
 _WANTED_LINE = re.compile(
     r"^(?:(?:vllm|llamacpp):(?:spec_decode_[A-Za-z0-9_]*|generation_tokens_total|num_requests_running"
     r"|inter_token_latency_seconds_(?:sum|count)|iteration_tokens_total_count|time_to_first_token_seconds_count)"
+    r"|sglang:(?:spec_[A-Za-z0-9_]*|generation_tokens_total|num_requests_total|num_running_reqs)"
     r"|process_start_time_seconds)[{ \t][^\n]*",
     re.M,
 )
-_ANY_SAMPLE = re.compile(r"^(?:vllm|llamacpp):", re.M)
+_ANY_SAMPLE = re.compile(r"^(?:vllm|llamacpp|sglang):", re.M)
 #: Most lines of the read families accepted from one body (vLLM 0.32 with k=8 has about 40).
 MAX_READ_LINES = 20000
 _V0_GAUGES = ("vllm:spec_decode_draft_acceptance_rate", "vllm:spec_decode_efficiency")
+#: SGLang's speculative gauges (NaN there means "no value": dropped like V0's).
+_SGLANG_GAUGES = ("spec_accept_length", "spec_accept_rate", "spec_cap_length", "spec_block_accept_length",
+                  "spec_num_steps", "spec_num_draft_tokens")
+_NAN_MEANS_NONE = frozenset(_V0_GAUGES) | {"sglang:" + g for g in _SGLANG_GAUGES}
 
 
 def clip(text: str, limit: int = 200) -> str:
@@ -198,7 +269,7 @@ def _read_samples(text: str, max_lines: int) -> list[tuple[str, dict[str, str], 
             if s.name.endswith("_created"):
                 continue
             value = float(s.value)
-            if s.name in _V0_GAUGES and math.isnan(value):
+            if s.name in _NAN_MEANS_NONE and math.isnan(value):
                 continue
             where = clip(f"{s.name}{s.labels}", 120)
             if not math.isfinite(value):
@@ -236,20 +307,20 @@ def parse_metrics(text: str, *, max_bytes: int = DEFAULT_MAX_BODY_BYTES,
     if text.startswith("\ufeff"):
         text = text[1:]
     if not _ANY_SAMPLE.search(text):
-        raise MetricsParseError("no vllm: or llamacpp: samples: not a vLLM /metrics body")
+        raise MetricsParseError("no vllm:, llamacpp: or sglang: samples: not a vLLM/SGLang /metrics body")
     samples = _read_samples(text, max_lines)
 
     names = {name for name, _, _ in samples}
     start = next((v for n, _, v in samples if n == "process_start_time_seconds"), None)
     snap = _dispatch(samples, names)
-    if start is not None or snap.steps:
-        snap = UpstreamSnapshot(schema=snap.schema, counters=snap.counters, v0=snap.v0,
-                                running_requests=snap.running_requests, steps=snap.steps,
-                                process_start_time=start)
+    if start is not None:
+        snap = dataclasses.replace(snap, process_start_time=start)
     return snap
 
 
 def _dispatch(samples, names) -> UpstreamSnapshot:
+    if any(n.startswith("sglang:") for n in names):
+        return _parse_sglang(samples, names)
     for prefix, schema in (("vllm:", "v1"), ("llamacpp:", "llamacpp")):
         if prefix + _V1_NAMES["drafts"] in names:
             return _parse_v1(samples, prefix, schema)
@@ -376,3 +447,45 @@ def _parse_v0(samples) -> UpstreamSnapshot:
         )
     return UpstreamSnapshot(schema="v0", v0=v0, running_requests=_running(samples, "vllm:"),
                             steps=_steps(samples, "vllm:"))
+
+
+def _sglang_rank(labels: dict[str, str]) -> str:
+    return " ".join(f"{short}{labels[name]}" for name, short in
+                    (("tp_rank", "tp"), ("pp_rank", "pp"), ("dp_rank", "dp"), ("moe_ep_rank", "ep")) if name in labels)
+
+
+def _parse_sglang(samples, names) -> UpstreamSnapshot:
+    """SGLang body (see the module doc). Counters are summed per ``model_name`` over all other
+    labels; gauges are kept per (model_name, rank). Raises :class:`MetricsParseError` when verify
+    calls are exported without the generation-token or finished-request counters (a partial body:
+    the mean acceptance length cannot be formed)."""
+    sums: dict[str, dict[str, float]] = {}
+    gauges: dict[tuple[str, str], dict[str, float]] = {}
+    running: dict[tuple[str, str], float] = {}
+    short = {"sglang:generation_tokens_total": "gen", "sglang:num_requests_total": "fin",
+             "sglang:spec_verify_calls_total": "verify"}
+    for name, labels, value in samples:
+        model = labels.get("model_name", "")
+        if name in short:
+            d = sums.setdefault(model, {})
+            d[short[name]] = _finite(name, d.get(short[name], 0.0) + value)
+        elif name == "sglang:num_running_reqs":
+            if labels.get("priority", "") == "":  # per-priority breakdowns repeat the total
+                running[(model, "")] = _finite(name, running.get((model, ""), 0.0) + value)
+        elif name.startswith("sglang:spec_") and name[7:] in _SGLANG_GAUGES:
+            rank = _sglang_rank(labels)
+            g = gauges.setdefault((model, rank), {})
+            if name[7:] in g:
+                raise InvalidValueError(f"{name} is repeated for {model!r} {rank!r}")
+            g[name[7:]] = value
+    counters: dict[str, SglangCounters] = {}
+    for model, d in sums.items():
+        if "verify" in d and ("gen" not in d or "fin" not in d):
+            missing = [n for n, f in (("sglang:generation_tokens_total", "gen"), ("sglang:num_requests_total", "fin")) if f not in d]
+            raise MetricsParseError(f"SGLang series for {model!r} have spec_verify_calls_total but lack {', '.join(missing)}")
+        if "gen" in d and "fin" in d:
+            counters[model] = SglangCounters(model, d["gen"], d["fin"], d.get("verify"))
+    kept = {k: SglangGauges(k[0], k[1], g.get("spec_accept_rate"), g.get("spec_accept_length"),
+                            tuple((n, g[n]) for n in _SGLANG_GAUGES[2:] if n in g))
+            for k, g in gauges.items()}
+    return UpstreamSnapshot(schema="sglang", running_requests=running, sglang=counters, sglang_gauges=kept)
