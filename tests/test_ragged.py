@@ -400,3 +400,18 @@ def test_report_section_shows_counter_and_exact_curves_side_by_side():
     assert "1.00 / 1.00 / 1.00" in page and "E(3)=4.00" in page    # exact per request
     assert "1: 382" in page and "server did not return per-request metrics" in page
     assert exactcurves.render_html({"cells": []}) == ""
+
+
+def test_a_ragged_cell_is_not_taken_as_the_measured_length_at_k():
+    """Constructed records: a dynamic-table cell at c = 4 ran k = 1 drafts under a k = 3 config; its
+    mean acceptance length (2.0) is not E(3) and must not be reported as E(3)'s measurement."""
+    from specwatch.choosek.model import Measurement, predict_acceptance_lengths
+
+    rec = {"workload": "copy", "max_concurrency": 4, "output_throughput": 100.0, "spec_decode_num_drafts": 383,
+           "spec_decode_draft_tokens": 385, "spec_decode_accepted_tokens": 385, "spec_decode_acceptance_length": 2.005,
+           "spec_decode_per_position_acceptance_rates": [1.0, 0.0026, 0.0026], "spec_decode_curve_basis": "lower_bound",
+           "spec_decode_per_request": {"status": "measured", "per_position_acceptance_rates": [1.0, 1.0, 1.0]}}
+    m = Measurement.from_record(rec, config="dyn", k=3)
+    assert m.ragged_drafts
+    preds = predict_acceptance_lengths([m])
+    assert [(p.k, p.predicted, p.measured) for p in preds] == [(1, 2.0, None), (2, 3.0, None), (3, 4.0, None)]

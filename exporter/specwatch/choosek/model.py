@@ -215,6 +215,9 @@ class Measurement:
     curve_basis: str = "exact"
     #: The counter-based curve, kept beside an exact per-request one (same as position_rates otherwise).
     counter_position_rates: tuple[float, ...] = ()
+    #: The cell's drafts were ragged (counter basis lower_bound): its mean acceptance length is not
+    #: the length at k (e.g. a dynamic table ran a smaller k), so it is not compared with E(k).
+    ragged_drafts: bool = False
 
     @classmethod
     def from_record(cls, rec: Mapping[str, Any], *, config: str, k: int, family: str = "") -> Measurement:
@@ -256,6 +259,7 @@ class Measurement:
             position_rates=rates,
             curve_basis=curve_basis,
             counter_position_rates=counter_rates,
+            ragged_drafts=rec.get("spec_decode_curve_basis") == "lower_bound",
             drafts=_num(rec.get("spec_decode_num_drafts")),
             draft_tokens=_num(rec.get("spec_decode_draft_tokens")),
             accepted_tokens=_num(rec.get("spec_decode_accepted_tokens")),
@@ -393,7 +397,7 @@ def predict_acceptance_lengths(measurements: Iterable[Measurement]) -> list[Acce
         src = _source(runs)
         if src is None:
             continue
-        measured = {m.k: m for m in runs if m.k > 0}
+        measured = {m.k: m for m in runs if m.k > 0 and not m.ragged_drafts}
         for k in range(1, len(src.position_rates) + 1):
             m = measured.get(k)
             out.append(AcceptancePrediction(wl, c, k, src.k, expected_length(src.position_rates, k),
@@ -550,7 +554,8 @@ def predict_throughputs(
         ratios: dict[int, tuple[float, float]] = {}
         if acceptance == "measured":
             for k, m in by_k.items():
-                if 1 <= k <= len(rates) and m.tokens_per_step is not None and m.verified_per_step is not None:
+                if (1 <= k <= len(rates) and m.tokens_per_step is not None and m.verified_per_step is not None
+                        and not m.ragged_drafts):
                     ct, cx = from_curve(k)
                     ratios[k] = (m.tokens_per_step / ct, m.verified_per_step / cx if cx > 0 else 1.0)
         for k in range(1, len(rates) + 1):
