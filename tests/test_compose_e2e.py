@@ -64,10 +64,18 @@ GENERATED = cs.ROOT / "dashboards" / "generated"
 RULE_FILES = sorted((cs.ROOT / "prometheus" / "rules").glob("*.yml"))
 TIMINGS_FILE = Path(os.environ.get("SPECWATCH_COMPOSE_TIMINGS", "/tmp/specwatch-compose-e2e-timings.json"))
 # (dashboard, panel title) -> why it may stay empty in the composed cpu stack.
+_NO_PROFILE = ("needs a cost profile measured on this hardware (specwatch calibrate; the exporter's --cost-profile) "
+               "or a baseline server beside the speculative one: the compose file ships neither by design, since "
+               "another machine's profile would turn a guess into a 'measured' speedup (docs/cost.md)")
 EXPECTED_EMPTY = {
     ("load-test.json", "Measured speedup by concurrency"):
         "needs a baseline (no speculation) server beside the speculative one; the cpu profile runs one "
         "CPU vLLM (2 cores) and no baseline",
+    ("speculative-decoding.json", "Measured speedup"): _NO_PROFILE,
+    ("speculative-decoding.json", "Measured speedup over time"): _NO_PROFILE,
+    ("speculative-decoding.json", "Method and drafter"):
+        "comes from the exporter's --speculative-method/--drafter (vLLM's /metrics does not say which method "
+        "runs); the compose file leaves them unset",
 }
 
 
