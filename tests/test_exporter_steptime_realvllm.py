@@ -37,7 +37,7 @@ def _itl_count(url: str) -> float:
 async def _traffic(base_url: str, model: str):
     from specwatch.bench.backend import OpenAIBackend
     from specwatch.bench.workloads import BenchRequest
-    from specwatch.localvllm.server import COPY_TEXTS, copy_prompt
+    from specwatch.localvllm.traffic import COPY_TEXTS, copy_prompt
 
     reqs = [BenchRequest(workload="copy", index=i, endpoint="completions",
                          prompt=copy_prompt(COPY_TEXTS[i % len(COPY_TEXTS)]), max_tokens=MAX_TOKENS,
