@@ -28,6 +28,8 @@ STEP = f"specwatch_step_duration_seconds{S.exporter(WINDOW)}"
 PREDICTED = f"specwatch_cost_profile_predicted_step_duration_seconds{S.exporter(WINDOW)}"
 RUNNING_PER_STEP = f"specwatch_running_requests_per_step{S.exporter(WINDOW)}"
 BASIS_LEGEND = "{{upstream}} · engine {{engine}} · basis {{basis}}"
+# The profile's own step times are exporter-wide (no upstream/model/engine labels).
+PROFILE_SEL = "{" + cfg.exporter_selector + ', job=~"$job", instance=~"$instance"}'
 RECOMMENDED = f"specwatch_recommended_num_speculative_tokens{S.exporter(WINDOW)}"
 BY_UE = "{{upstream}} · engine {{engine}}"
 POS_LEGEND = "position {{position}} · {{upstream}} · engine {{engine}} · {{basis}}"
@@ -80,7 +82,7 @@ recommendation = Section("Does speculation pay? (with how each number was obtain
     bargauge("Cost profile: step time by running requests",
              "specwatch_cost_profile_step_seconds: the profile's measured step times (plain, k = 0, and per k) at "
              "each running-request count it was calibrated at; the live points above are read against this curve.",
-             "s", [q(f"specwatch_cost_profile_step_seconds{S.exporter_self()}",
+             "s", [q(f"specwatch_cost_profile_step_seconds{PROFILE_SEL}",
                      "k={{k}} · b={{running_requests}} · {{method}}", instant=True)], minimum=0),
 ])
 

@@ -125,7 +125,9 @@ def stack(real_vllm, copy_traffic, prometheus_server, tmp_path_factory):
         exporter = spawn("exporter", [str(SPECWATCH), "serve", "--upstream", f"{upstream}={real_vllm.metrics_url}",
                                       # this machine's measured step times (the embedded default's profile)
                                       "--cost-profile", str(EMBEDDED_CPU_PROFILE), "--speculative-method", "ngram",
-                                      "--listen-address", f"127.0.0.1:{exp_port}", "--window", EXPORTER_WINDOW])
+                                      "--listen-address", f"127.0.0.1:{exp_port}", "--window", EXPORTER_WINDOW,
+                                      # the window the speedup panels and alerts read (MixinConfig.exporter_window)
+                                      "--window", cfg.exporter_window])
         realstack.wait_http(f"http://127.0.0.1:{exp_port}/metrics", 60, exporter)
 
         rules_dir = work / "rules"

@@ -251,8 +251,8 @@ def _measure(real_vllm, copy_traffic, prometheus_server, exporter, tmp_path, mod
 
     # 6. The step-time rules from vLLM's own histograms: b per step and the decode speed are
     #    positive on real data (the speedup itself is the exporter's, with its cost profile).
-    b = prom.one(f'instance_engine:vllm_running_requests_per_step:ratio_rate{WINDOW}{{engine="0"}}')
-    speed = prom.one(f'instance_engine:vllm_request_decode_tokens_per_second:ratio_rate{WINDOW}{{engine="0"}}')
+    b = prom.one(f'max_over_time(instance_engine:vllm_running_requests_per_step:ratio_rate{WINDOW}{{engine="0"}}[10m])')
+    speed = prom.one(f'max_over_time(instance_engine:vllm_request_decode_tokens_per_second:ratio_rate{WINDOW}{{engine="0"}}[10m])')
     assert b >= 1.0 and speed > 0, (b, speed)
 
     # 7. Every rule and alert evaluates without error on real data; no alert fires.
