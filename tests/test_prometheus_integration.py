@@ -249,12 +249,6 @@ def _measure(real_vllm, copy_traffic, prometheus_server, exporter, tmp_path, mod
             else:
                 assert close(got, exp_w) and close(got, dir_), f"{level} {key}: prometheus {got}, exporter {exp_w}, vLLM Δ {dir_}"
 
-    # 6. The step-time rules from vLLM's own histograms: b per step and the decode speed are
-    #    positive on real data (the speedup itself is the exporter's, with its cost profile).
-    b = prom.one(f'max_over_time(instance_engine:vllm_running_requests_per_step:ratio_rate{WINDOW}{{engine="0"}}[10m])')
-    speed = prom.one(f'max_over_time(instance_engine:vllm_request_decode_tokens_per_second:ratio_rate{WINDOW}{{engine="0"}}[10m])')
-    assert b >= 1.0 and speed > 0, (b, speed)
-
     # 7. Every rule and alert evaluates without error on real data; no alert fires.
     groups = requests.get(prom.base + "/api/v1/rules", timeout=10).json()["data"]["groups"]
     rules = [r for g in groups for r in g["rules"]]
