@@ -10,7 +10,6 @@ registries (Debian, PyPI).
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -24,11 +23,13 @@ from pathlib import Path
 
 import requests
 
+from specwatch.localvllm import server as localvllm_server
+
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 ENV_EXAMPLE = ROOT / ".env.example"
 SCRIPTS = ROOT / "scripts"
-LOCK_PATH = Path("/tmp/specwatch-vllm.lock")  # one real vLLM at a time on this machine
+LOCK_PATH = localvllm_server.LOCK_PATH  # one real vLLM at a time on this machine
 
 #: Label on every image the test builds (old, untagged ones are pruned by it).
 IMAGE_LABEL = "org.specwatch.e2e=1"
@@ -303,36 +304,10 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
     return False
 
 
-class VllmLock:
-    """flock on /tmp/specwatch-vllm.lock (what every real vLLM on this machine holds), waiting at
-    most ``timeout`` s; the file names this holder (``PID compose:PROJECT``) while held."""
-
-    def __init__(self, note: str, timeout: float = 2700.0, path: Path = LOCK_PATH):
-        self.note, self.timeout, self.path = note, timeout, path
-        self.fd: int | None = None
-
-    def __enter__(self) -> VllmLock:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-        deadline = time.monotonic() + self.timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    os.close(fd)
-                    raise TimeoutError(f"another real vLLM held {self.path} for more than {self.timeout:.0f} s")
-                time.sleep(0.5)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()} {self.note}\n".encode())
-        self.fd = fd
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.fd is not None:
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-            os.close(self.fd)
-            self.fd = None
+def VllmLock(note: str, timeout: float = 2700.0) -> localvllm_server.VllmLock:
+    """The machine-wide vLLM lock every real vLLM here holds, waiting at most ``timeout`` s; the
+    lock file names this holder (``PID compose:PROJECT``) while held."""
+    return localvllm_server.VllmLock(LOCK_PATH, timeout=timeout, note=note)
 
 
 COPY_TEXT = ("The lighthouse keeper climbed the spiral stairs every evening at dusk. He wound the clockwork, "

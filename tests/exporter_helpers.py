@@ -7,6 +7,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from specwatch.common.processes import NotReady, wait_http
 from specwatch.exporter.collector import FetchError, SpecwatchCollector
 from specwatch.exporter.config import build_config
 
@@ -89,3 +90,13 @@ def series(source, name: str, **labels) -> dict[tuple, float]:
 
 __all__ = ["FetchError", "fixture", "real_fixtures", "raw_samples", "raw_value", "FakeClock",
            "DictFetcher", "make_exporter", "scrape", "series", "FIXTURES"]
+
+
+def wait_serve_started(proc, base: str) -> None:
+    """Wait until a ``specwatch serve`` process answers on ``base`` (``http://host:port``); kill it
+    and fail with its stderr (``proc`` must have been started with ``stderr=PIPE``) if it does not."""
+    try:
+        wait_http(base + "/", 30, proc, "specwatch serve", interval=0.1)
+    except NotReady as exc:
+        proc.kill()
+        raise AssertionError(f"{exc}: {proc.stderr.read()}") from None

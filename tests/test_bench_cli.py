@@ -198,3 +198,38 @@ def test_cli_help_documents_exit_codes_and_file_names():
     assert "-2, -3" in text and "overwritten" in text
     for flag in ("--timeout", "--read-timeout", "--max-response-bytes"):
         assert flag in text
+
+
+def test_metrics_linger_keeps_serving_after_a_complete_run(tmp_path):
+    """--metrics-linger: the result file already says complete while /metrics still answers with
+    the last batch's values; the process then exits 0 on its own."""
+    import requests
+
+    from specwatch.common.processes import free_port
+
+    port = free_port()
+    with ThreadedStub(StubConfig(k=4)) as stub:
+        args = _args(stub.url, tmp_path, "--num-batches", "1", "--warmup-batches", "0", "--metrics-linger", "30")
+        args[args.index("--metrics-port") + 1] = str(port)
+        proc = subprocess.Popen([sys.executable, "-m", "specwatch", "bench", *args],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                assert proc.poll() is None, proc.communicate()
+                path = tmp_path / "run.json"
+                if path.exists() and json.loads(path.read_text())["status"] == "complete":
+                    break
+                time.sleep(0.05)
+            else:
+                raise AssertionError("the run did not complete")
+            body = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+            assert 'specwatch_bench_requests_total{' in body and 'outcome="success"' in body
+            assert proc.poll() is None  # still lingering
+            proc.send_signal(signal.SIGINT)  # Ctrl-C cuts the wait; the run stays complete
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 0, out + err
+    assert json.loads((tmp_path / "run.json").read_text())["status"] == "complete"

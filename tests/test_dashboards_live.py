@@ -150,7 +150,9 @@ def stack(real_vllm, copy_traffic, prometheus_server, tmp_path_factory):
         bench = subprocess.run(
             [str(SPECWATCH), "bench", "--base-url", real_vllm.base_url, "--role", "speculative",
              "--dataset-name", "copy", "--max-concurrency", "1,2", "--num-batches", "3", "--warmup-batches", "1",
-             "--output-len", "128", "--metrics-port", str(bench_port), "--no-save-result", "--no-progress"],
+             "--output-len", "128", "--metrics-port", str(bench_port), "--no-save-result", "--no-progress",
+             # stay scrapeable for 4 scrape intervals after the run: a fast machine finishes it in a few seconds
+             "--metrics-linger", "8"],
             cwd=work, capture_output=True, text=True, timeout=900)
         assert bench.returncode == 0, bench.stdout[-2000:] + bench.stderr[-2000:]
         seen = _query_range(prom_url, f'up{{job="{_job(cfg.bench_selector)}"}} == 1', start, time.time())

@@ -9,7 +9,6 @@ import io
 import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from click.testing import CliRunner
 
 from specwatch.choosek.demoreport import demo_measurements, is_demo_summary_file, load_demo, render_demo_report, write_demo_report
 from specwatch.choosek.cli import report
-from test_report import CHROME_FLAGS, CHROMIUM
+from test_report import CHROMIUM, chromium_image_sizes
 
 DEMO = Path(__file__).parent / "fixtures" / "demo"
 IMAGES = 6  # throughput, TTFT, TPOT, whole-run curve with E(k), per-cell curve, per-cell E(k)
@@ -89,21 +88,9 @@ def test_interrupted_demo_still_reports(demo_dir):
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/setup.sh installs it)")
 def test_demo_report_renders_in_headless_chromium(demo_dir, tmp_path):
     html = write_demo_report(demo_dir).read_text()
-    probe = ("<script>window.addEventListener('load', function () {"
-             "var s = Array.prototype.map.call(document.images, function (i) {"
-             "return i.complete ? i.naturalWidth + 'x' + i.naturalHeight : 'pending'; });"
-             "document.title = 'IMAGES:' + s.join(',');});</script>")
-    page = tmp_path / "probe.html"
-    page.write_text(html.replace("</body>", probe + "</body>"))
-    dom = subprocess.run(
-        [CHROMIUM, *CHROME_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000",
-         "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
-    m = re.search(r"<title>IMAGES:([^<]*)</title>", dom)
-    assert m, f"probe did not run; DOM head: {dom[:300]!r}"
-    sizes = m.group(1).split(",")
+    sizes = chromium_image_sizes(html, tmp_path)
     assert len(sizes) == IMAGES
-    for s in sizes:
-        w, h = (int(x) for x in s.split("x"))
+    for w, h in sizes:
         assert w > 100 and h > 100
 
 

@@ -19,7 +19,7 @@ import requests
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter_helpers import fixture
+from exporter_helpers import fixture, wait_serve_started
 
 BODY = fixture("vllm-0.32-ngram-k4-after-traffic.txt").encode()
 
@@ -149,16 +149,8 @@ def _start_serve(upstream_url, *args, listen="127.0.0.1", nofile: int | None = N
                              "--upstream", f"good={upstream_url}/good", *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=limit)
     base = f"http://{'[' + listen + ']' if family == socket.AF_INET6 else listen}:{port}"
-    for _ in range(150):
-        try:
-            requests.get(base + "/", timeout=1)
-            return proc, base, port
-        except requests.ConnectionError:
-            if proc.poll() is not None:
-                raise AssertionError(proc.stderr.read())
-            time.sleep(0.1)
-    proc.kill()
-    raise AssertionError("exporter did not start")
+    wait_serve_started(proc, base)
+    return proc, base, port
 
 
 def _stop(proc):

@@ -13,7 +13,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter_helpers import fixture
+from exporter_helpers import fixture, wait_serve_started
 from specwatch.exporter.collector import FetchError, http_fetch
 from specwatch.exporter.config import Upstream
 
@@ -114,16 +114,8 @@ def _start_serve(*args):
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "specwatch", "serve", "--listen-address", f"127.0.0.1:{port}", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for _ in range(100):
-        try:
-            requests.get(f"http://127.0.0.1:{port}/", timeout=1)
-            return proc, port
-        except requests.ConnectionError:
-            if proc.poll() is not None:
-                raise AssertionError(proc.stderr.read())
-            time.sleep(0.1)
-    proc.kill()
-    raise AssertionError("exporter did not start")
+    wait_serve_started(proc, f"http://127.0.0.1:{port}")
+    return proc, port
 
 
 def test_serve_process_end_to_end(upstream_url):

@@ -21,7 +21,8 @@ import pytest
 import yaml
 
 from specwatch.mixin import generate
-from specwatch.mixin.config import LEVEL_LABELS, MixinConfig, parse_duration
+from specwatch.common.params import parse_duration
+from specwatch.mixin.config import LEVEL_LABELS, MixinConfig
 from specwatch.mixin.rules import rule_groups
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,6 +13,7 @@ import json
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -113,9 +114,9 @@ CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                 "--disable-dev-shm-usage"]
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/setup.sh installs it)")
-def test_report_renders_in_headless_chromium(tmp_path, sweep_doc):
-    html = render_report(sweep_doc)
+def chromium_image_sizes(html: str, tmp_path: Path) -> list[tuple[int, int]]:
+    """Load ``html`` in headless Chromium and return every image's natural (width, height) once
+    the page has loaded (a probe script writes them into the title; fails if it did not run)."""
     probe = ("<script>window.addEventListener('load', function () {"
              "var s = Array.prototype.map.call(document.images, function (i) {"
              "return i.complete ? i.naturalWidth + 'x' + i.naturalHeight : 'pending'; });"
@@ -130,9 +131,16 @@ def test_report_renders_in_headless_chromium(tmp_path, sweep_doc):
     m = re.search(r"<title>IMAGES:([^<]*)</title>", dom)
     assert m, f"probe did not run; DOM head: {dom[:300]!r}"
     sizes = m.group(1).split(",")
+    assert "pending" not in sizes, sizes
+    return [tuple(int(x) for x in s.split("x")) for s in sizes]
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/setup.sh installs it)")
+def test_report_renders_in_headless_chromium(tmp_path, sweep_doc):
+    html = render_report(sweep_doc)
+    sizes = chromium_image_sizes(html, tmp_path)
     assert len(sizes) == 6
-    for s in sizes:
-        w, h = (int(x) for x in s.split("x"))
+    for w, h in sizes:
         assert w > 100 and h > 100
 
     # and the real report (no probe) paints: a screenshot that is not blank

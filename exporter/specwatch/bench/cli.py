@@ -73,6 +73,8 @@ def _workloads(ctx: click.Context, param: click.Parameter, value: str) -> tuple[
 @click.option("--api-key", envvar="OPENAI_API_KEY", default=None, show_default=False, show_envvar=True,
               help="Bearer token for the servers (never written to results or logs).")
 @click.option("--metrics-port", type=click.IntRange(min=0, max=65535), default=DEFAULT_METRICS_PORT, help="Serve specwatch_bench_* metrics here (0: off).")
+@click.option("--metrics-linger", type=click.FloatRange(min=0.0), default=0.0,
+              help="Seconds to keep serving --metrics-port after the run completes, so Prometheus scrapes the last batch.")
 @click.option("--metrics-url", default=None, help="Where to read the server's Prometheus metrics (default <base-url>/metrics).")
 @click.option("--baseline-metrics-url", default=None, help="Same for the baseline server.")
 @click.option("--equivalence/--no-equivalence", default=True, help="Greedy-output equivalence check (needs --baseline-url).")
@@ -116,6 +118,9 @@ def bench(workloads, concurrencies, dataset_path, output_len, ignore_eos, temper
         result = run_bench(config)
     except BenchInterrupted as exc:
         result = exc.result
+        if result.status == "complete":  # Ctrl-C during --metrics-linger: the run itself finished
+            _finish(console, result)
+            return
         _print(console, result)
         measured, warm = result.batch_counts()
         console.print(f"[yellow]interrupted: {measured} measured + {warm} warm-up batches kept"
@@ -125,6 +130,11 @@ def bench(workloads, concurrencies, dataset_path, output_len, ignore_eos, temper
         raise click.ClickException(f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")) from None
     except (WorkloadError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from None
+    _finish(console, result)
+
+
+def _finish(console, result) -> None:
+    """Print a finished run's tables and file names; exit 1 if any measured request failed."""
     _print(console, result)
     if result.json_path:
         console.print(f"results: {result.json_path}  {result.csv_path}")

@@ -68,7 +68,9 @@ class BenchConfig:
     name ``specwatch-bench-<YYYYmmdd-HHMMSS>.json``, made unique (``-2``, ``-3``, … suffixes,
     reserved by exclusive creation) so runs started in the same second never overwrite each
     other; an explicit ``result_filename`` that exists is overwritten. ``metrics_port``: serve
-    ``specwatch_bench_*`` there. ``timeout``: seconds a whole request may take (total);
+    ``specwatch_bench_*`` there; ``metrics_linger``: seconds to keep serving them after a
+    completed run, so a scraper with a long interval still reads the last batch's values (a short
+    run can otherwise end between two scrapes). ``timeout``: seconds a whole request may take (total);
     ``read_timeout``: seconds without any byte from the server before a request fails (stall
     detector); ``max_response_bytes``: bytes one streamed response may have before the request
     is failed (memory cap).
@@ -88,6 +90,7 @@ class BenchConfig:
     options: WorkloadOptions = field(default_factory=WorkloadOptions)
     api_key: str | None = field(default=None, repr=False)
     metrics_port: int | None = None
+    metrics_linger: float = 0.0
     equivalence: bool = True
     equivalence_output_len: int = 128
     save_result: bool = True
@@ -488,7 +491,11 @@ async def run_bench_async(config: BenchConfig, *, metrics: BenchMetrics | None =
         for be in backends.values():
             await be.__aexit__(None, None, None)
         if served_here:
-            bm.shutdown()
+            try:
+                if res.status == "complete" and config.metrics_linger > 0:
+                    await asyncio.sleep(config.metrics_linger)  # results are saved; Ctrl-C here only cuts the wait
+            finally:
+                bm.shutdown()
 
 
 def _run(coro: Any) -> Any:
@@ -511,7 +518,8 @@ def run_bench(config: BenchConfig, *, metrics: BenchMetrics | None = None) -> Ru
     try:
         return _run(run_bench_async(config, metrics=metrics, result=res))
     except (KeyboardInterrupt, asyncio.CancelledError):
-        res.status = "interrupted"
+        if res.status != "complete":  # a Ctrl-C during --metrics-linger leaves a complete run complete
+            res.status = "interrupted"
         raise BenchInterrupted(res) from None
 
 

@@ -11,7 +11,6 @@ cell); writing through :func:`specwatch.common.files.atomic_write_json` under
 from __future__ import annotations
 
 import datetime as _dt
-import fcntl
 import hashlib
 import json
 import os
@@ -24,6 +23,7 @@ from typing import Any
 import click
 
 from specwatch.choosek.model import KChoiceError, Measurement
+from specwatch.common.locks import FileLock, LockHeld
 
 FORMAT = 1
 #: Settings that must match between a result file and a resumed sweep.
@@ -178,16 +178,16 @@ def result_file_lock(result_file: Path) -> Iterator[None]:
     overwrite the other's cells."""
     key = hashlib.sha1(os.path.realpath(result_file).encode()).hexdigest()[:16]
     path = Path(tempfile.gettempdir()) / f"specwatch-sweep-{key}.lock"
-    fh = open(path, "a+")
     try:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise SweepError(f"another specwatch sweep is writing {result_file} (lock {path}); "
-                             "wait for it or use another --result-file") from None
+        lock = FileLock(path, timeout=0, note=f"sweep {result_file}")
+        lock.acquire()
+    except LockHeld:
+        raise SweepError(f"another specwatch sweep is writing {result_file} (lock {path}); "
+                         "wait for it or use another --result-file") from None
+    try:
         yield
     finally:
-        fh.close()
+        lock.release()
 
 
 def check_writable(path: str | Path, what: str) -> None:

@@ -1,11 +1,31 @@
-"""Click parameter helpers shared by the commands: comma-separated integer lists (``--k 1,2,4``,
-``--concurrency 1,4``, ``--max-concurrency 1,8``, ``--fit-k 1,8``)."""
+"""Parameter parsing shared by the commands and configs: comma-separated integer lists
+(``--k 1,2,4``, ``--concurrency 1,4``, ``--max-concurrency 1,8``, ``--fit-k 1,8``) and
+Prometheus durations (the exporter's ``--window``, the mixin's windows and intervals)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import click
+
+
+_DURATION_RE = re.compile(r"^(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?$")
+_DURATION_UNITS = (365 * 86400, 7 * 86400, 86400, 3600, 60, 1, 0.001)
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a Prometheus duration such as ``"5m"``, ``"1h30m"``, ``"15s"``, ``"500ms"``.
+
+    Raises ValueError for anything Prometheus would reject: empty text, a missing or unknown unit,
+    units out of order (``"5m1h"``).
+    """
+    if not isinstance(text, str) or not text:
+        raise ValueError(f"not a Prometheus duration: {text!r}")
+    m = _DURATION_RE.match(text)
+    if not m or not any(m.groups()):
+        raise ValueError(f"not a Prometheus duration: {text!r} (e.g. 15s, 5m, 1h30m)")
+    return sum(int(g) * unit for g, unit in zip(m.groups(), _DURATION_UNITS) if g)
 
 
 def parse_int_list(text: str, what: str) -> tuple[int, ...]:

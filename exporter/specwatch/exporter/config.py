@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-
-from specwatch.specdecode.costprofile import CostProfile, CostProfileError, load_profile
 from urllib.parse import urlsplit, urlunsplit
+
+from specwatch.common.params import parse_duration
+from specwatch.specdecode.costprofile import CostProfile, CostProfileError, load_profile
 
 #: Default listen port. Prometheus' default-port allocation list has no free port left in the
 #: exporter range 9100–9999, so specwatch uses one outside it that no well-known exporter claims.
@@ -71,7 +72,6 @@ class ExporterConfig:
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.:\[\]-]{1,100}$")
 _PORT_RE = re.compile(r"^[0-9]{1,5}$")
-_DURATION_RE = re.compile(r"^(\d+)(s|m|h)$")
 
 
 def parse_upstream(spec: str) -> Upstream:
@@ -107,14 +107,15 @@ def parse_upstream(spec: str) -> Upstream:
 
 
 def parse_window(spec: str) -> Window:
-    """Parse a window such as ``30s``, ``1m``, ``5m``, ``1h`` (5 s … 24 h).
+    """Parse a window, a Prometheus duration such as ``30s``, ``1m``, ``5m``, ``1h`` or ``1h30m``
+    (5 s … 24 h); the label served is the text as given.
 
     Raises :class:`ConfigError` otherwise; ``lifetime`` is reserved (always served).
     """
-    m = _DURATION_RE.match(spec.strip())
-    if not m:
-        raise ConfigError(f"window {spec!r}: expected a duration like 30s, 1m, 5m or 1h")
-    seconds = int(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2)]
+    try:
+        seconds = parse_duration(spec.strip())
+    except ValueError:
+        raise ConfigError(f"window {spec!r}: expected a duration like 30s, 1m, 5m or 1h") from None
     if not 5 <= seconds <= 86400:
         raise ConfigError(f"window {spec!r}: must be between 5s and 24h")
     return Window(label=spec.strip(), seconds=float(seconds))

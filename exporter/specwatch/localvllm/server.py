@@ -14,8 +14,6 @@ Pieces:
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import json
 import os
 import subprocess
@@ -31,6 +29,8 @@ import requests
 
 from specwatch.common.defaults import BASELINE_VLLM_PORT, VLLM_PORT
 from specwatch.common.files import log_tail
+from specwatch.common.locks import FileLock, LockHeld
+from specwatch.common.locks import lock_holder as file_lock_holder
 from specwatch.common.processes import stop_process_group
 from specwatch.localvllm.model import SpecwatchEmbeddedError, default_model_dir, model_dir_is_complete, prepare_model
 
@@ -197,83 +197,32 @@ def num_speculative_tokens(speculative_config: Mapping[str, Any] | None) -> int:
 # --------------------------------------------------------------------------------------------
 
 
-class VllmLock:
+class VllmLock(FileLock):
     """``flock`` on /tmp/specwatch-vllm.lock: only one real vLLM at a time on this machine.
 
-    Waits up to ``timeout`` seconds (polling), calling ``on_wait(message)`` once if it has to wait.
-    While held, the file holds one line ``PID [NOTE]`` (NOTE: the server's base URL when taken by
-    :class:`VllmServer`), readable with :func:`lock_holder`.
+    Waits up to ``timeout`` seconds (polling each second), calling ``on_wait(message)`` once if it
+    has to wait. While held, the file holds one line ``PID [NOTE]`` (NOTE: the server's base URL
+    when taken by :class:`VllmServer`), readable with :func:`lock_holder`.
 
     Raises:
         LockTimeout: still held by someone else after ``timeout`` seconds.
     """
 
     def __init__(self, path: Path = LOCK_PATH, timeout: float = 3600.0, on_wait=None, note: str = ""):
-        self.path = Path(path)
-        self.note = note
-        self.timeout = timeout
-        self.on_wait = on_wait
-        self._fd: int | None = None
+        said = None if on_wait is None else (lambda m: on_wait(f"{m} (another real vLLM is running)"))
+        super().__init__(path, timeout, on_wait=said, note=note, poll=1.0)
 
     def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-        deadline = time.monotonic() + self.timeout
-        told = False
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                    os.close(fd)
-                    raise
-            if time.monotonic() >= deadline:
-                os.close(fd)
-                raise LockTimeout(f"another real vLLM still holds {self.path} after {self.timeout:.0f} s")
-            if not told and self.on_wait is not None:
-                self.on_wait(f"waiting for {self.path} (another real vLLM is running)")
-                told = True
-            time.sleep(1.0)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()} {self.note}".rstrip().encode() + b"\n")
-        self._fd = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            try:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
-            finally:
-                os.close(self._fd)
-                self._fd = None
-
-    def __enter__(self) -> VllmLock:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release()
+        try:
+            super().acquire()
+        except LockHeld:
+            raise LockTimeout(f"another real vLLM still holds {self.path} after {self.timeout:.0f} s") from None
 
 
 def lock_holder(path: Path = LOCK_PATH) -> tuple[int, str] | None:
     """``(pid, note)`` written by the current holder of the vLLM lock, or None if the lock is free
     or the file is missing/unreadable. ``note`` is the server's base URL for a :class:`VllmServer`."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError:
-            pass  # held exclusively: read who holds it
-        else:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            return None
-        line = os.read(fd, 4096).decode("utf-8", "replace").strip()
-    finally:
-        os.close(fd)
-    pid, _, note = line.partition(" ")
-    return (int(pid), note.strip()) if pid.isdigit() else None
+    return file_lock_holder(path)
 
 
 def _tail(path: Path | None, lines: int = 40) -> str:

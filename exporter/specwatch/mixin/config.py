@@ -20,6 +20,8 @@ from pathlib import Path
 
 import yaml
 
+from specwatch.common.params import parse_duration
+
 # Aggregation levels of the recording rules: level name -> the labels kept by `sum by (...)`.
 MODEL = "model_name"
 UPSTREAM_ENGINE = "upstream_engine"
@@ -30,24 +32,8 @@ LEVEL_LABELS: dict[str, tuple[str, ...]] = {
     INSTANCE_ENGINE: ("job", "instance", "model_name", "engine"),
 }
 
-_DURATION_RE = re.compile(r"^(?:(\d+)y)?(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?$")
-_DURATION_UNITS = (365 * 86400, 7 * 86400, 86400, 3600, 60, 1, 0.001)
 _SELECTOR_RE = re.compile(r'^\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"\s*'
                           r'(,\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"\s*)*$')
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in a Prometheus duration such as ``"5m"``, ``"1h30m"``, ``"15s"``, ``"500ms"``.
-
-    Raises ValueError for anything Prometheus would reject: empty text, a missing or unknown unit,
-    units out of order (``"5m1h"``).
-    """
-    if not isinstance(text, str) or not text:
-        raise ValueError(f"not a Prometheus duration: {text!r}")
-    m = _DURATION_RE.match(text)
-    if not m or not any(m.groups()):
-        raise ValueError(f"not a Prometheus duration: {text!r} (e.g. 15s, 5m, 1h30m)")
-    return sum(int(g) * unit for g, unit in zip(m.groups(), _DURATION_UNITS) if g)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,8 @@ import yaml
 
 from specwatch.common.defaults import BASELINE_VLLM_PORT, BENCH_METRICS_PORT, EXPORTER_PORT, VLLM_PORT
 from specwatch.mixin.alerts import alert_groups
-from specwatch.mixin.config import MixinConfig, job_name, parse_duration
+from specwatch.common.params import parse_duration
+from specwatch.mixin.config import MixinConfig, job_name
 from specwatch.mixin.config import load_config as config_from_file
 from specwatch.mixin.kubernetes import render_kubernetes
 from specwatch.mixin.rules import RuleGroup, rule_groups

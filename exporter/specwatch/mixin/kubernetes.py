@@ -34,7 +34,8 @@ import yaml
 
 from specwatch.common.defaults import EXPORTER_PORT as DEFAULT_PORT
 from specwatch.mixin.alerts import alert_groups
-from specwatch.mixin.config import MixinConfig, job_name, parse_duration
+from specwatch.common.params import parse_duration
+from specwatch.mixin.config import MixinConfig, job_name
 from specwatch.mixin.rules import rule_groups
 
 KUBERNETES_DIR = "kubernetes"

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specwatch.mixin.config import INSTANCE_ENGINE, LEVEL_LABELS, MODEL, UPSTREAM_ENGINE, MixinConfig, parse_duration
+from specwatch.common.params import parse_duration
+from specwatch.mixin.config import INSTANCE_ENGINE, LEVEL_LABELS, MODEL, UPSTREAM_ENGINE, MixinConfig
 from specwatch.specdecode.ragged import RAGGED_ABSOLUTE_TOLERANCE, RAGGED_RELATIVE_TOLERANCE
 
 # The exporter's normalized counters (names as the exporter serves them, see docs/metrics.md).
