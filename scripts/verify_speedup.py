@@ -12,6 +12,11 @@ target, k = 3). For every workload × concurrency cell:
 4. the exporter is scraped again: ``specwatch_speedup{basis="measured", window="5m"}`` at the
    server's k (its live decode speed × the profile's plain step time at the live batch).
 
+With ``--other-profile P2`` (another machine's profile, e.g. the shipped CPU profile measured on
+a faster VM, or the H200 reference) a second exporter reads the same server with P2, and every
+cell also records ``specwatch_cost_profile_error_ratio{window="5m"}`` under both profiles: near 1
+with the profile calibrated here, off by more than the drift alert's 25 % with the other.
+
 Then per cell: measured ratio = speculative / baseline output throughput (client-side, same
 prompts), against the exporter's live speedup; the script prints both and the relative error,
 and writes everything to --out (JSON, rewritten after every cell).
@@ -90,9 +95,38 @@ def measured_speedup(text: str, k: int) -> dict | None:
     return None
 
 
+def drift(text: str) -> float | None:
+    """``specwatch_cost_profile_error_ratio{window="5m"}`` (live step time / the profile's), if served."""
+    for fam in text_string_to_metric_families(text):
+        if fam.name == "specwatch_cost_profile_error_ratio":
+            for s in fam.samples:
+                if s.labels.get("window") == "5m":
+                    return s.value
+    return None
+
+
+def start_exporter(base_url: str, profile: str, method: str | None) -> tuple[subprocess.Popen, str]:
+    """A fresh ``specwatch serve --window 5m --cost-profile profile`` on a free port; (process, /metrics URL)."""
+    eport = free_port()
+    cmd = [str(SPECWATCH), "serve", "--upstream", f"spec={base_url}", "--window", "5m",
+           "--listen-address", f"127.0.0.1:{eport}", "--cost-profile", profile, "--log-level", "warning"]
+    if method:
+        cmd += ["--speculative-method", method]
+    exp = subprocess.Popen(cmd, start_new_session=True)
+    url = f"http://127.0.0.1:{eport}/metrics"
+    for _ in range(100):
+        try:
+            scrape(url)
+            break
+        except requests.RequestException:
+            time.sleep(0.2)
+    return exp, url
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cost-profile", required=True)
+    ap.add_argument("--other-profile", default=None, help="another machine's profile: its drift is recorded too")
     ap.add_argument("--out", type=Path, default=Path("results/verify-speedup.json"))
     ap.add_argument("--workloads", default="copy,random-output")
     ap.add_argument("--concurrency", default="1,4")
@@ -120,33 +154,25 @@ def main() -> int:
             for wl in workloads:
                 for c in concs:
                     bench(srv.base_url, wl, c, args, True, work)
-                    eport = free_port()
-                    cmd = [str(SPECWATCH), "serve", "--upstream", f"spec={srv.base_url}", "--window", "5m",
-                           "--listen-address", f"127.0.0.1:{eport}", "--cost-profile", args.cost_profile,
-                           "--log-level", "warning"]
-                    if method:
-                        cmd += ["--speculative-method", method]
-                    exp = subprocess.Popen(cmd, start_new_session=True)
+                    profiles = [args.cost_profile] + ([args.other_profile] if args.other_profile else [])
+                    exporters = [start_exporter(srv.base_url, p, method) for p in profiles]
                     try:
-                        url = f"http://127.0.0.1:{eport}/metrics"
-                        for _ in range(100):
-                            try:
-                                scrape(url)
-                                break
-                            except requests.RequestException:
-                                time.sleep(0.2)
-                        time.sleep(1.5)  # past the exporter's freshness interval: the next scrape fetches anew
+                        time.sleep(1.5)  # past the exporters' freshness interval: the next scrape fetches anew
                         thr = bench(srv.base_url, wl, c, args, False, work)
                         time.sleep(1.5)
-                        text = scrape(url)
+                        texts = [scrape(url) for _, url in exporters]
                     finally:
-                        stop_process_group(exp, 10)
+                        for exp, _ in exporters:
+                            stop_process_group(exp, 10)
+                    text = texts[0]
                     sp = measured_speedup(text, k) if k else None
                     cell = {"config": name, "k": k, "workload": wl, "concurrency": c, "output_throughput": thr,
-                            "exporter_speedup": sp}
+                            "exporter_speedup": sp, "drift": drift(texts[0]),
+                            "other_profile_drift": drift(texts[1]) if len(texts) > 1 else None}
                     out["cells"].append(cell)
                     atomic_write_json(args.out, out)
-                    print(f"  {name} {wl} c={c}: {thr:.1f} tok/s; exporter speedup {sp}", flush=True)
+                    print(f"  {name} {wl} c={c}: {thr:.1f} tok/s; exporter speedup {sp}; drift {cell['drift']}, "
+                          f"with the other profile {cell['other_profile_drift']}", flush=True)
     runs: dict[tuple[str, int], list[float]] = {}
     for c in out["cells"]:
         if c["config"] == "baseline":
@@ -166,16 +192,22 @@ def main() -> int:
         c["relative_error"] = live / ratio - 1
         rows.append(c)
     atomic_write_json(args.out, out)
-    print(f"\n{'config':<16}{'workload':<15}{'c':>3}{'measured ratio':>16}{'exporter speedup':>18}{'basis':>10}{'error':>9}")
+    print(f"\n{'config':<16}{'workload':<15}{'c':>3}{'measured ratio':>16}{'exporter speedup':>18}{'basis':>10}{'error':>9}"
+          f"{'drift':>8}{'other':>8}")
     bad = 0
     for c in rows:
         sp = c["exporter_speedup"]
         ok = abs(c["relative_error"]) <= 0.15 and ((sp["value"] < 1) == (c["measured_ratio"] < 1) or abs(c["measured_ratio"] - 1) < 0.03)
         bad += not ok
         print(f"{c['config']:<16}{c['workload']:<15}{c['concurrency']:>3}{c['measured_ratio']:>16.3f}{sp['value']:>18.3f}"
-              f"{sp['basis']:>10}{c['relative_error'] * 100:>8.1f}%{'' if ok else '  <- off'}")
+              f"{sp['basis']:>10}{c['relative_error'] * 100:>8.1f}%{_fmt(c['drift']):>8}{_fmt(c['other_profile_drift']):>8}"
+              f"{'' if ok else '  <- off'}")
     print(f"\n{len(rows) - bad}/{len(rows)} cells within 15 % and on the right side of 1; results in {args.out}")
     return 0 if rows and not bad else 1
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
 
 
 if __name__ == "__main__":

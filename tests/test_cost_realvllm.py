@@ -50,9 +50,12 @@ def test_measured_speedup_and_drift_on_the_real_vllm(real_vllm, copy_traffic):
         assert labels["basis"] == "measured"  # live decode speed × the profile's plain step time at the live b
         assert speedup > 1.2  # copy traffic with ngram drafts: clearly faster than plain decoding
         (_, drift_cpu), = _samples(urls["cpu"], "specwatch_cost_profile_error_ratio", window="1m")
-        assert 0.6 < drift_cpu < 1.6, drift_cpu  # calibrated on this kind of machine (noisy CPU)
+        # calibrated on a 2-core VM of this kind: within 2x here (such machines differ by up to
+        # ~1.5x in speed: 20.9 ms and 32.0 ms plain steps at b = 1 on two of them, 2026-12-01)
+        assert 0.5 < drift_cpu < 2.0, drift_cpu
         (_, drift_h200), = _samples(urls["h200"], "specwatch_cost_profile_error_ratio", window="1m")
-        assert drift_h200 > 1.25, drift_h200  # a forward pass on an H200 is far faster than a CPU step
+        # a forward pass on an H200 is far faster than a CPU step: the alert's 25 % and then some
+        assert drift_h200 > 1.25 and drift_h200 > 3 * drift_cpu, (drift_h200, drift_cpu)
         # the profile's provenance is on the exporter's own surface
         (info, _), = _samples(urls["h200"], "specwatch_cost_profile_info")
         assert info["forward_only"] == "true" and info["source"] == "reference"
