@@ -40,8 +40,10 @@ import json
 import math
 import os
 import re
+import shutil
 import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -254,9 +256,18 @@ def test_engine_that_cannot_start_gives_one_reason(engine):
     pointed at a socket that does not exist) exits 3 with one line naming the reason, starting nothing."""
     env = {"PATH": os.environ["PATH"], "HOME": "/tmp", "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
     pids_before = subprocess.run(["pgrep", "-x", "dockerd"], capture_output=True, text=True).stdout.split()
-    res = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                          "bash", str(cs.SCRIPTS / "docker_engine.sh"), "start"],
-                         env=env, capture_output=True, text=True, timeout=120)
+    # nobody may not read the checkout (a clone in a 0700 mktemp directory): a readable copy
+    # (the script uses no file beside it)
+    readable = Path(tempfile.mkdtemp(prefix="specwatch-engine-"))
+    try:
+        readable.chmod(0o755)
+        script = readable / "docker_engine.sh"
+        shutil.copyfile(cs.SCRIPTS / "docker_engine.sh", script)
+        script.chmod(0o755)
+        res = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", str(script), "start"],
+                             env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        shutil.rmtree(readable, ignore_errors=True)
     assert res.returncode == 3, (res.returncode, res.stderr)
     reasons = [ln for ln in res.stderr.splitlines() if ln.startswith("docker engine unavailable:")]
     assert len(reasons) == 1 and "root" in reasons[0], res.stderr
