@@ -185,8 +185,23 @@ def _measure(real_vllm, copy_traffic, prometheus_server, exporter, tmp_path, mod
         stamps = {name: [float(r["value"][1]) for r in prom.query(f"timestamp({name})")] for name in fresh}
         return all(ts and min(ts) > scraped_at for ts in stamps.values())
 
+    # the same for vLLM's own job and the rules over vLLM's histograms: its scrape has another
+    # phase, and TPOT is observed only when a request finishes (all at the burst's end)
+    vllm_acc = f'sum(vllm:spec_decode_num_accepted_tokens_total{{job="vllm", model_name="{model}"}})'
+    wait_for("Prometheus to scrape vLLM's final counters", lambda: prom.one(vllm_acc) == after["accepted"], 30)
+    vllm_scraped_at = prom.one(f'max(timestamp(vllm:spec_decode_num_accepted_tokens_total{{job="vllm", model_name="{model}"}}))')
+    native = [f"model_name:vllm_request_time_per_output_token_seconds:mean{WINDOW}",
+              f"model_name:vllm_inter_token_latency_seconds:p95_{WINDOW}",
+              f"instance_engine:vllm_running_requests_per_step:ratio_rate{WINDOW}",
+              f"instance_engine:vllm_request_decode_tokens_per_second:ratio_rate{WINDOW}"]
+
+    def native_evaluated_after_scrape() -> bool:
+        stamps = [[float(r["value"][1]) for r in prom.query(f"timestamp({name})")] for name in native]
+        return all(ts and min(ts) > vllm_scraped_at for ts in stamps)
+
     try:
         wait_for("every rule group evaluated after that scrape", evaluated_after_scrape, 30)
+        wait_for("the vLLM-native rules evaluated after vLLM's scrape", native_evaluated_after_scrape, 30)
     except AssertionError as exc:
         groups = requests.get(prom.base + "/api/v1/rules", timeout=10).json()["data"]["groups"]
         state = [(g["name"], g.get("lastEvaluation"), [(r["name"], r["health"], r.get("lastError")) for r in g["rules"]][:3])
@@ -263,6 +278,11 @@ def _measure(real_vllm, copy_traffic, prometheus_server, exporter, tmp_path, mod
     # the 1m window on a loaded machine
     assert prom.one(f'model_name:vllm_request_time_per_output_token_seconds:mean{WINDOW}{{model_name="{model}"}}', at=read_at) > 0
     assert prom.one(f'model_name:vllm_inter_token_latency_seconds:p95_{WINDOW}{{model_name="{model}"}}', at=read_at) > 0
+    # the step-time rules from vLLM's own histograms: b per engine step (4 requests at once: between
+    # 1 and 4) and the decode speed of a running request
+    b = prom.one(f'instance_engine:vllm_running_requests_per_step:ratio_rate{WINDOW}{{engine="0"}}', at=read_at)
+    speed = prom.one(f'instance_engine:vllm_request_decode_tokens_per_second:ratio_rate{WINDOW}{{engine="0"}}', at=read_at)
+    assert 1.0 <= b <= 4.0 and speed > 0, (b, speed)
 
 
 def _stable(real_vllm, model) -> dict | None:
