@@ -39,7 +39,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from specwatch.common.files import atomic_write_json
-from specwatch.common.processes import free_port, stop_process_group
+from specwatch.common.processes import free_port, stop_process_group, wait_http
 from specwatch.localvllm.model import default_model_dir, prepare_model
 from specwatch.localvllm.server import VllmServer
 
@@ -114,12 +114,7 @@ def start_exporter(base_url: str, profile: str, method: str | None) -> tuple[sub
         cmd += ["--speculative-method", method]
     exp = subprocess.Popen(cmd, start_new_session=True)
     url = f"http://127.0.0.1:{eport}/metrics"
-    for _ in range(100):
-        try:
-            scrape(url)
-            break
-        except requests.RequestException:
-            time.sleep(0.2)
+    wait_http(url, 30, exp, "specwatch serve", interval=0.2)  # raises NotReady naming it
     return exp, url
 
 
