@@ -45,3 +45,19 @@ def test_no_upward_or_sideways_imports_and_no_foreign_command_modules():
             if mod.split(".")[-1] == "cli" and src != "__main__":
                 bad.append(f"{'/'.join(rel)}.py imports the command module {mod}")
     assert not bad, "\n".join(bad)
+
+
+def test_no_specwatch_import_hides_inside_a_function():
+    """Edges between parts are read from module headers: a function-level import of a specwatch
+    module would hide one (third-party imports inside functions carry their measured reason)."""
+    hidden = []
+    for path in PACKAGE.rglob("*.py"):
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                mods = ([node.module] if isinstance(node, ast.ImportFrom) and node.module
+                        else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+                hidden += [f"{path.relative_to(PACKAGE)}:{node.lineno} {fn.name}() imports {m}"
+                           for m in mods if m.startswith("specwatch")]
+    assert not hidden, "\n".join(hidden)

@@ -195,3 +195,25 @@ def test_demo_refuses_an_unwritable_result_dir(tmp_path):
     r = subprocess.run([sys.executable, "-m", "specwatch", "demo", "--workloads", "copy",
                         "--result-dir", str(blocker / "results")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "cannot write results" in r.stderr and "Traceback" not in r.stderr, r
+
+
+def test_demo_with_a_port_in_use_leaves_no_result_dir(tmp_path):
+    """The demo refuses to start when one of its fixed ports is taken, and the result folder it
+    made only to check writability is removed again (nothing half-made is left behind)."""
+    from specwatch.common.defaults import BASELINE_VLLM_PORT
+
+    sock = socket.socket()
+    try:
+        try:
+            sock.bind(("127.0.0.1", BASELINE_VLLM_PORT))
+            sock.listen(1)
+        except OSError:
+            pass  # already taken by something else: busy either way
+        target = tmp_path / "new" / "results"
+        r = subprocess.run([sys.executable, "-m", "specwatch", "demo", "--workloads", "copy",
+                            "--result-dir", str(target)], capture_output=True, text=True, timeout=120)
+    finally:
+        sock.close()
+    assert r.returncode == 1 and "ports in use" in r.stderr, r
+    assert str(BASELINE_VLLM_PORT) in r.stderr.split(";")[0], r  # named among the busy ports
+    assert not (tmp_path / "new").exists()

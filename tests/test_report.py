@@ -20,7 +20,8 @@ from click.testing import CliRunner
 
 from specwatch.bench.results import BatchResult, CellSummary, SpecDecodeStats
 from specwatch.choosek.model import iid_curve
-from specwatch.choosek.report import BASELINE_COLOR, _colors, render_report
+from specwatch.choosek.charts import BASELINE_COLOR, config_colors
+from specwatch.choosek.report import render_report
 from specwatch.choosek.cli import report
 from specwatch.specdecode.metrics import SpecDecodeCounters
 
@@ -83,7 +84,7 @@ def test_report_is_self_contained_with_decodable_plots(sweep_doc):
 
 
 def test_baseline_is_black_and_configs_are_distinct():
-    colors = _colors([("baseline", 0), ("ngram-k1", 1), ("ngram-k2", 2), ("ngram-k4", 4)])
+    colors = config_colors([("baseline", 0), ("ngram-k1", 1), ("ngram-k2", 2), ("ngram-k4", 4)])
     assert colors["baseline"] == BASELINE_COLOR == "black"
     spec = [colors[n] for n in ("ngram-k1", "ngram-k2", "ngram-k4")]
     assert len({tuple(c) for c in spec}) == 3

@@ -40,6 +40,7 @@ from specwatch.choosek.demoreport import DemoReportError, write_demo_report
 from specwatch.common.defaults import BASELINE_VLLM_PORT, BENCH_METRICS_PORT, EXPORTER_PORT, PROMETHEUS_PORT, VLLM_PORT
 from specwatch.common.files import atomic_write_json
 from specwatch.common.processes import NotReady, install_stop_signals, listen_error, stop_process_group, wait_http
+from specwatch.localvllm.drafters import DrafterError, draft_model_config, resolve_drafter
 from specwatch.localvllm.model import prepare_model
 from specwatch.localvllm.server import VllmServer, speculative_config_for_k
 from specwatch.specdecode.costprofile import EMBEDDED_CPU_PROFILE
@@ -128,31 +129,42 @@ def demo(workloads, concurrency, k, method, drafter, output_len, num_batches, eq
                                  param_hint="'--workloads'")
     drafter_label = drafter_path = None
     if method == "draft_model":
-        from specwatch.localvllm.drafters import DrafterError, resolve_drafter
-
         try:  # checked before anything starts
             drafter_label, drafter_path = resolve_drafter(drafter)
         except DrafterError as exc:
             raise DemoFlagError(str(exc)) from None
-    prom_bin = shutil.which("prometheus")
-    prom_cfg = REPO / "prometheus" / "prometheus.yml"
-    if prom_bin is None:
-        raise click.ClickException("Debian's prometheus is not installed: run scripts/setup.sh")
-    if not prom_cfg.exists():
-        raise click.ClickException(f"{prom_cfg} not found: run specwatch demo from a clone of the repository")
-    busy = [p for p in (SPEC_PORT, BASELINE_PORT, BENCH_PORT, PROM_PORT, EXPORTER_PORT) if listen_error("127.0.0.1", p)]
-    if busy:
-        raise click.ClickException(f"ports in use: {busy}; the embedded default needs 8000, 8001, 9090, 19337, 19338")
-
+    # The result folder is the user's input: checked before the machine's state (ports), so the
+    # answer does not depend on what else runs here. A folder made only for this check is removed
+    # again if the demo cannot start.
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = result_dir or REPO / "results" / f"demo-{stamp}"
     logs = out / "logs"
+    made = [d for d in (logs, *logs.parents) if not d.exists()]  # deepest first
     try:
         logs.mkdir(parents=True, exist_ok=True)
         (logs / ".write-test").write_text("")
         (logs / ".write-test").unlink()
     except OSError as exc:
         raise click.ClickException(f"cannot write results to {out}: {exc.strerror or exc}") from None
+
+    def _refuse(message: str) -> click.ClickException:
+        for d in made:
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+        return click.ClickException(message)
+
+    prom_bin = shutil.which("prometheus")
+    prom_cfg = REPO / "prometheus" / "prometheus.yml"
+    if prom_bin is None:
+        raise _refuse("Debian's prometheus is not installed: run scripts/setup.sh")
+    if not prom_cfg.exists():
+        raise _refuse(f"{prom_cfg} not found: run specwatch demo from a clone of the repository")
+    busy = [p for p in (SPEC_PORT, BASELINE_PORT, BENCH_PORT, PROM_PORT, EXPORTER_PORT) if listen_error("127.0.0.1", p)]
+    if busy:
+        raise _refuse(f"ports in use: {busy}; the embedded default needs 8000, 8001, 9090, 19337, 19338")
+
     summary_path = out / "demo-summary.json"
     summary: dict = {"started_at": stamp, "workloads": list(wl), "concurrencies": list(concs), "k": k,
                      "method": method, "drafter": drafter_label,
@@ -198,8 +210,6 @@ def demo(workloads, concurrency, k, method, drafter, output_len, num_batches, eq
         eq_reqs = equivalence_requests(output_len=equivalence_output_len)
         curve = None
         if drafter_path is not None:
-            from specwatch.localvllm.drafters import draft_model_config
-
             spec_server_cfg = draft_model_config(drafter_path, k)
             what = f"draft_model, drafter {drafter_label}, k={k}"
         else:

@@ -500,6 +500,7 @@ async def run_bench_async(config: BenchConfig, *, metrics: BenchMetrics | None =
 
 def _run(coro: Any) -> Any:
     try:
+        # Optional: uvloop is not a dependency; the default asyncio loop is used without it.
         import uvloop  # type: ignore[import-not-found]
     except ImportError:
         return asyncio.run(coro)

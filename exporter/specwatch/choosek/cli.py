@@ -27,6 +27,7 @@ from specwatch.choosek.sweep import DEFAULT_CONCURRENCIES, DEFAULT_KS, DEFAULT_N
 from specwatch.common.files import atomic_write_json, atomic_write_text, same_file
 from specwatch.common.params import int_list
 from specwatch.common.processes import install_stop_signals
+from specwatch.localvllm.drafters import DrafterError, resolve_drafter
 from specwatch.specdecode.cost import CostModel
 from specwatch.specdecode.costprofile import CostProfile, CostProfileError, load_profile
 
@@ -85,8 +86,6 @@ def _drafter_models(drafters, server_command, model_dir) -> list[tuple[str, str]
         if server_command is not None:
             out.append((d.rstrip("/").rsplit("/", 1)[-1] or d, d))
             continue
-        from specwatch.localvllm.drafters import DrafterError, resolve_drafter
-
         try:
             label, path = resolve_drafter(d, Path(model_dir) if model_dir else None)
         except DrafterError as exc:

@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from specwatch.choosek.model import KChoiceError, Measurement
-from specwatch.choosek.report import (
-    _colors,
-    _e,
-    _img,
-    _n,
-    _plt,
-    _table,
+from specwatch.choosek.charts import (
+    config_colors,
+    escape,
+    html_figure,
+    fmt_num,
+    pyplot,
+    html_table,
     plot_expected_length,
     plot_position_acceptance,
     png_data_uri,
@@ -102,12 +102,12 @@ def plot_cells(ms: Sequence[Measurement], attr: str, ylabel: str, title: str) ->
     """Grouped bars: one group per (workload, concurrency), one bar per configuration (baseline
     black, as in the sweep report), height = ``attr`` of the measurement; the ratio to the
     baseline is written above each speculative bar. None when no measurement has the value."""
-    plt = _plt()
+    plt = pyplot()
     cells = sorted({(m.workload, m.concurrency) for m in ms})
     configs = sorted({(m.config, m.k) for m in ms}, key=lambda c: (c[1], c[0]))
     if not cells or not any(getattr(m, attr) is not None for m in ms):
         return None
-    colors = _colors(configs)
+    colors = config_colors(configs)
     by = {(m.workload, m.concurrency, m.config): getattr(m, attr) for m in ms}
     fig, ax = plt.subplots(figsize=(max(5.5, 1.6 * len(cells) * len(configs)), 3.8))
     width = 0.8 / len(configs)
@@ -141,7 +141,7 @@ def plot_run_curve(curve: Mapping[str, Any], k: int) -> str | None:
     rates = list(curve.get("per_position_acceptance_rate") or [])
     if not rates:
         return None
-    plt = _plt()
+    plt = pyplot()
     cond = [float("nan") if c is None else c for c in (curve.get("conditional_acceptance_rate") or [])]
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     pos = list(range(len(rates)))
@@ -180,7 +180,7 @@ def render_demo_report(summary: Mapping[str, Any], benches: Mapping[str, Mapping
     servers = summary.get("servers") or {}
     parts: list[str] = []
     status = summary.get("status", "complete")
-    parts.append(f"<p>Started {_e(summary.get('started_at'))}; status <b>{_e(status)}</b>. Baseline (no speculation) "
+    parts.append(f"<p>Started {escape(summary.get('started_at'))}; status <b>{escape(status)}</b>. Baseline (no speculation) "
                  f"and speculative (ngram, k={k}) real vLLM servers, one after the other on the same machine, "
                  f"with the same seeded workloads.</p>")
     settings = [["workloads", ", ".join(summary.get("workloads") or [])],
@@ -189,57 +189,57 @@ def render_demo_report(summary: Mapping[str, Any], benches: Mapping[str, Mapping
                 ["measured batches per cell (after 1 warm-up)", summary.get("num_batches")]]
     for role in ROLES:
         s = servers.get(role) or {}
-        settings.append([f"{role} server start-up s", _n(s.get("startup_seconds"))])
+        settings.append([f"{role} server start-up s", fmt_num(s.get("startup_seconds"))])
         if s.get("speculative_config"):
             settings.append([f"{role} --speculative-config", json.dumps(s["speculative_config"], separators=(",", ":"))])
-    parts.append(_table(["setting", "value"], settings, "settings"))
+    parts.append(html_table(["setting", "value"], settings, "settings"))
 
     parts.append("<h2>Baseline vs speculative</h2>")
     parts.append("<p class='note'>Output throughput (output tokens/s, client-measured, mean over the measured batches of "
                  "each cell); the number above a speculative bar is its ratio to the baseline.</p>")
-    parts.append(_img(plot_cells(ms, "output_throughput", "output tokens/s", "Output throughput"),
+    parts.append(html_figure(plot_cells(ms, "output_throughput", "output tokens/s", "Output throughput"),
                       "Output throughput, baseline vs speculative, by workload and concurrency"))
     rows = []
     for r in summary.get("comparison") or []:
         rate = r.get("spec_decode_acceptance_rate")
-        rows.append([r.get("workload"), r.get("max_concurrency"), _n(r.get("baseline_output_throughput")),
-                     _n(r.get("speculative_output_throughput")), _n(r.get("ratio"), ".2f", "×"),
-                     _n(rate, ".1f", " %"), _n(r.get("spec_decode_acceptance_length"), ".2f")])
-    parts.append(_table(["workload", "concurrency", "baseline tok/s", "speculative tok/s", "ratio",
+        rows.append([r.get("workload"), r.get("max_concurrency"), fmt_num(r.get("baseline_output_throughput")),
+                     fmt_num(r.get("speculative_output_throughput")), fmt_num(r.get("ratio"), ".2f", "×"),
+                     fmt_num(rate, ".1f", " %"), fmt_num(r.get("spec_decode_acceptance_length"), ".2f")])
+    parts.append(html_table(["workload", "concurrency", "baseline tok/s", "speculative tok/s", "ratio",
                          "draft acceptance rate", "mean acceptance length"], rows, "comparison"))
 
     parts.append("<h2>TTFT and TPOT</h2>")
-    parts.append(_img(plot_cells(ms, "mean_ttft_ms", "ms", "Mean TTFT (time to first token)"), "Mean TTFT by cell"))
-    parts.append(_img(plot_cells(ms, "mean_tpot_ms", "ms", "Mean TPOT (time per output token)"), "Mean TPOT by cell"))
+    parts.append(html_figure(plot_cells(ms, "mean_ttft_ms", "ms", "Mean TTFT (time to first token)"), "Mean TTFT by cell"))
+    parts.append(html_figure(plot_cells(ms, "mean_tpot_ms", "ms", "Mean TPOT (time per output token)"), "Mean TPOT by cell"))
 
     parts.append("<h2>Per-position acceptance and E(k)</h2>")
     curve = summary.get("per_position") or {}
     if curve:
         parts.append(f"<p>Whole speculative run (counter deltas of the server's vllm:spec_decode_* counters): draft "
-                     f"acceptance rate {_n(_pct(curve.get('draft_acceptance_rate')), '.1f', ' %')}, mean acceptance "
-                     f"length {_n(curve.get('mean_acceptance_length'), '.2f')} tokens per verify step (ceiling k+1 = {k + 1}), "
-                     f"draft tokens per draft {_n(curve.get('draft_tokens_per_draft'), '.2f')}.</p>")
-    parts.append(_img(plot_run_curve(curve, k), "Per-position acceptance and expected acceptance length E(k), whole run"))
+                     f"acceptance rate {fmt_num(_pct(curve.get('draft_acceptance_rate')), '.1f', ' %')}, mean acceptance "
+                     f"length {fmt_num(curve.get('mean_acceptance_length'), '.2f')} tokens per verify step (ceiling k+1 = {k + 1}), "
+                     f"draft tokens per draft {fmt_num(curve.get('draft_tokens_per_draft'), '.2f')}.</p>")
+    parts.append(html_figure(plot_run_curve(curve, k), "Per-position acceptance and expected acceptance length E(k), whole run"))
     e_by_k = curve.get("expected_acceptance_length_by_k") or {}
     conds = curve.get("conditional_acceptance_rate") or []
-    parts.append(_table(["position i / k", "acceptance r_i", "conditional", "E(k)"],
-                        [[f"{i} / k={i + 1}", _n(_pct(r), ".1f", " %"),
-                          _n(_pct(conds[i] if i < len(conds) else None), ".1f", " %"), _n(e_by_k.get(str(i + 1)), ".2f")]
+    parts.append(html_table(["position i / k", "acceptance r_i", "conditional", "E(k)"],
+                        [[f"{i} / k={i + 1}", fmt_num(_pct(r), ".1f", " %"),
+                          fmt_num(_pct(conds[i] if i < len(conds) else None), ".1f", " %"), fmt_num(e_by_k.get(str(i + 1)), ".2f")]
                          for i, r in enumerate(curve.get("per_position_acceptance_rate") or [])]))
     if (curve.get("draft_tokens_per_draft") or k) < k - 0.005:
         parts.append("<p class='note'>Ragged drafts: ngram proposed fewer than k tokens in some drafts, so r_i at later "
                      "positions counts drafts that never proposed that position as rejections (a lower bound).</p>")
     parts.append("<p class='note'>Per cell (the sweep report's plots; cells whose counters saw no draft are left out):</p>")
-    parts.append(_img(plot_position_acceptance(ms), "Per-position acceptance rate per cell"))
-    parts.append(_img(plot_expected_length(ms), "Expected acceptance length against k per cell"))
+    parts.append(html_figure(plot_position_acceptance(ms), "Per-position acceptance rate per cell"))
+    parts.append(html_figure(plot_expected_length(ms), "Expected acceptance length against k per cell"))
 
     parts.append("<h2>Greedy-output equivalence</h2>")
     eq = summary.get("equivalence") or {}
     if eq:
         ok = eq.get("matched") == eq.get("total")
-        parts.append(f"<p><b>{_e(eq.get('matched'))}/{_e(eq.get('total'))}</b> prompts produced identical greedy output "
+        parts.append(f"<p><b>{escape(eq.get('matched'))}/{escape(eq.get('total'))}</b> prompts produced identical greedy output "
                      f"with and without speculation{'' if ok else ': speculation changed some outputs'}.</p>")
-        parts.append(_table(["prompt", "identical", "first difference at", "baseline chars", "speculative chars", "error"],
+        parts.append(html_table(["prompt", "identical", "first difference at", "baseline chars", "speculative chars", "error"],
                             [[p.get("name"), "yes" if p.get("identical") else "NO",
                               "" if p.get("first_difference") is None else p.get("first_difference"),
                               p.get("baseline_chars"), p.get("speculative_chars"), p.get("error") or ""]
@@ -250,7 +250,7 @@ def render_demo_report(summary: Mapping[str, Any], benches: Mapping[str, Mapping
     prom = summary.get("prometheus") or {}
     if prom:
         parts.append("<h2>What Prometheus held at the end of the speculative run</h2>")
-        parts.append(_table(["series", "value"], [[q, ", ".join(f"{v:.3f}" for v in vals) or "(no data)"]
+        parts.append(html_table(["series", "value"], [[q, ", ".join(f"{v:.3f}" for v in vals) or "(no data)"]
                                                   for q, vals in prom.items()]))
     parts.append("<p class='note'>Generated by specwatch demo (re-render: <code>specwatch report DIR/demo-summary.json"
                  "</code>). Throughput, TTFT and TPOT are measured by the load generator; acceptance values come from the "

@@ -12,12 +12,15 @@ a (drafter, k) before dividing), except the advice's predicted scores for k that
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from specwatch.choosek.charts import escape, html_figure, html_table, plot_metric_vs_concurrency, plot_position_acceptance, png_data_uri, pyplot
 from specwatch.choosek.model import Advice, Measurement, family_of
+from specwatch.choosek.resultfile import SweepError, load_result, measurements
 
 
 def drafter_labels(doc: Mapping[str, Any]) -> dict[str, str]:
@@ -185,12 +188,10 @@ def study_markdown(ms: Sequence[Measurement], labels: Mapping[str, str], k: int)
 
 def plot_acceptance_vs_k(ms: Sequence[Measurement], labels: Mapping[str, str]) -> str | None:
     """Draft acceptance rate (%) against k, one line per drafter (the document's last chart)."""
-    from specwatch.choosek.report import _plt, png_data_uri
-
     acc = acceptance_by_drafter(ms, labels)
     if not acc:
         return None
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4))
     cmap = plt.get_cmap("tab10")
     for i, (d, by_k) in enumerate(acc.items()):
@@ -213,8 +214,6 @@ def report_sections(doc: Mapping[str, Any], ms: Sequence[Measurement], advices: 
     and the baseline in black, and its per-position acceptance at its largest k (the general
     section's per-position chart mixes drafters); acceptance against k per drafter; the document's table at k = 3
     (or the k nearest it that was run); the drafter-and-k picks."""
-    from specwatch.choosek.report import _e, _img, _table, plot_metric_vs_concurrency, plot_position_acceptance
-
     labels = drafter_labels(doc)
     if not labels or not any(m.config in labels for m in ms):
         return []
@@ -225,25 +224,25 @@ def report_sections(doc: Mapping[str, Any], ms: Sequence[Measurement], advices: 
         sub = [m for m in ms if m.k == 0 or labels.get(m.config) == d]
         if not any(labels.get(m.config) == d for m in sub):
             continue
-        parts.append(f"<h3>Drafter {_e(d)}</h3>")
+        parts.append(f"<h3>Drafter {escape(d)}</h3>")
         for attr, ylabel, title in (("output_throughput", "output tokens/s", "Output throughput"),
                                     ("mean_tpot_ms", "ms", "Mean TPOT"), ("mean_ttft_ms", "ms", "Mean TTFT")):
-            parts.append(_img(plot_metric_vs_concurrency(sub, attr, ylabel, f"{title}, drafter {d}"),
+            parts.append(html_figure(plot_metric_vs_concurrency(sub, attr, ylabel, f"{title}, drafter {d}"),
                               f"{title} vs concurrency, drafter {d}"))
-        parts.append(_img(plot_position_acceptance(sub), f"Per-position acceptance rate of the largest k, drafter {d}"))
-    parts.append(_img(plot_acceptance_vs_k(ms, labels), "Draft acceptance rate against k per drafter"))
+        parts.append(html_figure(plot_position_acceptance(sub), f"Per-position acceptance rate of the largest k, drafter {d}"))
+    parts.append(html_figure(plot_acceptance_vs_k(ms, labels), "Draft acceptance rate against k per drafter"))
     ks = sorted({m.k for m in ms if m.config in labels})
     k = min(ks, key=lambda x: (abs(x - 3), x))
     cols, rows = study_rows(ms, labels, k)
     for i, what in enumerate(("output throughput tok/s", "mean TPOT ms", "mean TTFT ms")):
-        parts.append(f"<p>{_e(what)} at k = {k} (mean over workloads):</p>")
-        parts.append(_table(["max concurrency"] + cols,
+        parts.append(f"<p>{escape(what)} at k = {k} (mean over workloads):</p>")
+        parts.append(html_table(["max concurrency"] + cols,
                             [[c] + ["–" if vals.get(col, (None,) * 3)[i] is None else f"{vals[col][i]:.1f}" for col in cols]
                              for c, vals in rows.items()]))
     picks = pick_drafters(advices, family_labels(doc), tolerance)
     if picks:
         parts.append("<p>Drafter and k per concurrency (cheapest within the tolerance of the best):</p>")
-        parts.append(_table(["workload", "concurrency", "drafter", "k", "speedup vs baseline", "best"],
+        parts.append(html_table(["workload", "concurrency", "drafter", "k", "speedup vs baseline", "best"],
                             [["all workloads" if p.workload == "*" else p.workload, p.concurrency,
                               "none (speculation off)" if p.drafter is None else p.drafter, p.k,
                               "–" if p.speedup is None else f"{p.speedup:.2f}×",
@@ -259,10 +258,6 @@ def picks_json(picks: Sequence[DrafterPick]) -> list[dict[str, Any]]:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m specwatch.choosek.drafterstudy RESULT_FILE [K]``: print the document's tables
     (markdown) for a sweep result with drafters, at K (default: the k nearest 3 that was run)."""
-    import sys
-
-    from specwatch.choosek.resultfile import SweepError, load_result, measurements
-
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or len(args) > 2:
         print("usage: python -m specwatch.choosek.drafterstudy RESULT_FILE [K]", file=sys.stderr)

@@ -14,7 +14,9 @@ VLLM_PORT = 8000
 BASELINE_VLLM_PORT = 8001
 #: Prometheus' default port.
 PROMETHEUS_PORT = 9090
-#: The specwatch exporter (`specwatch serve`).
+#: The specwatch exporter (`specwatch serve`). Prometheus' default-port allocation list has no free
+#: port left in the exporter range 9100–9999, so specwatch uses one outside it that no well-known
+#: exporter claims.
 EXPORTER_PORT = 19337
 #: The load generator's own metrics (`specwatch bench --metrics-port`).
 BENCH_METRICS_PORT = 19338

@@ -7,12 +7,12 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
+from specwatch.common.defaults import EXPORTER_PORT
 from specwatch.common.params import parse_duration
 from specwatch.specdecode.costprofile import CostProfile, CostProfileError, load_profile
 
-#: Default listen port. Prometheus' default-port allocation list has no free port left in the
-#: exporter range 9100–9999, so specwatch uses one outside it that no well-known exporter claims.
-DEFAULT_PORT = 19337
+#: Default listen port (one value for the whole project: :data:`specwatch.common.defaults.EXPORTER_PORT`).
+DEFAULT_PORT = EXPORTER_PORT
 DEFAULT_LISTEN_ADDRESS = f"0.0.0.0:{DEFAULT_PORT}"
 
 

@@ -166,6 +166,8 @@ def derive_drafter(name: str, target_dir: Path | None = None, *, force: bool = F
     if dest.exists() and any(dest.iterdir()) and not (dest / _MARKER).is_file():
         raise DrafterError(f"drafter {name}: {dest} exists and was not written by specwatch; remove it")
 
+    # Here, not at module top: torch costs about 1.9 s to import (python -X importtime), and the
+    # sweep, demo and advise commands import this module only to resolve drafter names.
     import torch
     from safetensors.torch import load_file, save_file
 

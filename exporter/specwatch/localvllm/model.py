@@ -106,6 +106,8 @@ def prepare_model(dest: Path | None = None, *, force: bool = False) -> Path:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+    # Here, not at module top: torch and transformers take seconds to import (torch alone about
+    # 1.9 s, python -X importtime), and only a conversion needs them.
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 

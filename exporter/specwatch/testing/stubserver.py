@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--token-delay", type=float, default=0.0)
     a = ap.parse_args(argv)
     srv = StubServer(StubConfig(default_tokens=a.tokens, k=a.k, token_delay=a.token_delay))
-    try:
+    try:  # optional: uvloop is not a dependency
         import uvloop  # type: ignore[import-not-found]
         uvloop.install()
     except ImportError:

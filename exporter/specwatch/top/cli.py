@@ -21,12 +21,13 @@ from rich.console import Console
 from rich.live import Live
 
 from specwatch.common.processes import install_stop_signals
-from specwatch.exporter.config import DEFAULT_PORT, ConfigError, parse_window
+from specwatch.common.defaults import EXPORTER_PORT
+from specwatch.exporter.config import ConfigError, parse_window
 from specwatch.top.model import LIFETIME, TopView, build_view
 from specwatch.top.render import render_live, render_plain
 from specwatch.top.sources import ExporterSource, Fetched, SourceError, UpstreamSource, exporter_metrics_url
 
-DEFAULT_EXPORTER = f"http://127.0.0.1:{DEFAULT_PORT}/metrics"
+DEFAULT_EXPORTER = f"http://127.0.0.1:{EXPORTER_PORT}/metrics"
 KEY_WINDOWS = {"1": "1m", "5": "5m", "l": LIFETIME, "L": LIFETIME}
 
 
@@ -95,6 +96,7 @@ class Poller(threading.Thread):
 def cbreak(fd: int) -> Iterator[None]:
     """Terminal ``fd`` in cbreak mode (keys one at a time, no echo); the old mode is restored on
     exit, whatever the exit."""
+    # POSIX-only modules: imported where a terminal is put in cbreak mode, so `--once` runs anywhere.
     import termios
     import tty
 

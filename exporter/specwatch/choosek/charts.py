@@ -1,0 +1,237 @@
+"""Building blocks of specwatch's HTML reports: matplotlib charts rendered to embedded PNG data
+URIs and the Jinja2 page template (``templates/report.html.j2``).
+
+Shared by the sweep report (:mod:`specwatch.choosek.report`), its drafter section
+(:mod:`specwatch.choosek.drafterstudy`) and the demo report (:mod:`specwatch.choosek.demoreport`).
+Every chart draws :class:`~specwatch.choosek.model.Measurement` values as they were measured
+(client-side throughput/TPOT/TTFT of the load generator; acceptance from the servers'
+``vllm:spec_decode_*`` counters); the only modelled line is E(k) predicted from the largest k's
+per-position curve, labelled as predicted.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jinja2
+import markupsafe
+
+from specwatch.choosek.model import Measurement
+
+BASELINE_COLOR = "black"
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend. Imported here, not at module top: it costs about 0.8 s
+    (measured with ``python -X importtime``), and every ``specwatch`` command that loads the
+    k-choice CLI would pay it, though only the reports draw."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def png_data_uri(fig) -> str:
+    """Render a matplotlib figure to PNG and return it as a ``data:image/png;base64,…`` URI
+    (the figure is closed)."""
+    plt = pyplot()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def config_order(ms: Sequence[Measurement]) -> list[tuple[str, int]]:
+    seen: dict[str, int] = {}
+    for m in ms:
+        seen.setdefault(m.config, m.k)
+    return sorted(seen.items(), key=lambda kv: (kv[1], kv[0]))
+
+
+def config_colors(configs: Sequence[tuple[str, int]]) -> dict[str, Any]:
+    plt = pyplot()
+    spec = [name for name, k in configs if k > 0]
+    cmap = plt.get_cmap("viridis")
+    out: dict[str, Any] = {name: BASELINE_COLOR for name, k in configs if k == 0}
+    for i, name in enumerate(spec):
+        out[name] = cmap(0.1 + 0.8 * i / max(1, len(spec) - 1))
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Plots
+# --------------------------------------------------------------------------------------------
+
+
+def plot_metric_vs_concurrency(ms: Sequence[Measurement], attr: str, ylabel: str, title: str) -> str | None:
+    """One subplot per workload; x = concurrency, y = ``attr`` of each measurement; one line per
+    configuration (baseline black). None when no measurement has the value."""
+    plt = pyplot()
+    workloads = sorted({m.workload for m in ms})
+    configs = config_order(ms)
+    colors = config_colors(configs)
+    if not any(getattr(m, attr) is not None for m in ms):
+        return None
+    fig, axes = plt.subplots(1, len(workloads), figsize=(5.2 * len(workloads), 3.8), squeeze=False)
+    for ax, wl in zip(axes[0], workloads):
+        for name, k in configs:
+            pts = sorted((m.concurrency, getattr(m, attr)) for m in ms
+                         if m.workload == wl and m.config == name and getattr(m, attr) is not None)
+            if not pts:
+                continue
+            xs, ys = zip(*pts)
+            ax.plot(xs, ys, marker="o", color=colors[name], linewidth=2.2 if k == 0 else 1.5,
+                    label=name, zorder=3 if k == 0 else 2)
+        concs = sorted({m.concurrency for m in ms})
+        if concs and concs[-1] / max(concs[0], 1) >= 8:
+            ax.set_xscale("log", base=2)
+        ax.set_xticks(concs)
+        ax.set_xticklabels([str(c) for c in concs])
+        ax.set_title(f"{wl}")
+        ax.set_xlabel("max concurrency")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3)
+    axes[0][-1].legend(fontsize=8, loc="best")
+    fig.suptitle(title)
+    return png_data_uri(fig)
+
+
+def plot_position_acceptance(ms: Sequence[Measurement]) -> str | None:
+    """Per-position acceptance rate (unconditional, solid; conditional r_i / r_(i-1), dashed) of
+    the largest k, one line per (workload, concurrency)."""
+    plt = pyplot()
+    src = largest_k_runs(ms)
+    if not src:
+        return None
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    cmap = plt.get_cmap("tab10")
+    for i, ((wl, c), m) in enumerate(sorted(src.items())):
+        r = m.position_rates
+        pos = list(range(len(r)))
+        cond = [r[0] if j == 0 else (r[j] / r[j - 1] if r[j - 1] > 0 else float("nan")) for j in pos]
+        axes[0].plot(pos, [x * 100 for x in r], marker="o", color=cmap(i % 10), label=f"{wl} c={c} (k={m.k})")
+        axes[1].plot(pos, [x * 100 for x in cond], marker="s", linestyle="--", color=cmap(i % 10), label=f"{wl} c={c}")
+    for ax, t in zip(axes, ("unconditional: P(positions 0..i all accepted)", "conditional: P(i accepted | 0..i-1 accepted)")):
+        ax.set_xlabel("draft position i (0-based)")
+        ax.set_ylabel("acceptance %")
+        ax.set_ylim(0, 105)
+        ax.set_title(t, fontsize=10)
+        ax.grid(True, alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Per-position acceptance rate (largest k)")
+    return png_data_uri(fig)
+
+
+def plot_expected_length(ms: Sequence[Measurement]) -> str | None:
+    """Expected acceptance length E(k) = 1 + Σ_(i<k) r_i predicted from the largest k's curve
+    (lines), with the mean acceptance length measured at each k (markers)."""
+    plt = pyplot()
+    src = largest_k_runs(ms)
+    if not src:
+        return None
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    cmap = plt.get_cmap("tab10")
+    for i, ((wl, c), m) in enumerate(sorted(src.items())):
+        ks = list(range(0, len(m.position_rates) + 1))
+        e = [1.0 + math.fsum(m.position_rates[:k]) for k in ks]
+        ax.plot(ks, e, color=cmap(i % 10), label=f"{wl} c={c}: predicted from k={m.k}")
+        meas = sorted((x.k, x.acceptance_length) for x in ms
+                      if x.workload == wl and x.concurrency == c and x.k > 0 and x.acceptance_length is not None)
+        if meas:
+            mk, mv = zip(*meas)
+            ax.scatter(mk, mv, color=cmap(i % 10), marker="x", s=50, zorder=3)
+    kmax = max(len(m.position_rates) for m in src.values())
+    ax.plot([0, kmax], [1, kmax + 1], color="grey", linestyle=":", label="every draft accepted (k + 1)")
+    ax.set_xlabel("num_speculative_tokens k")
+    ax.set_ylabel("tokens per verify step")
+    ax.set_title("Expected acceptance length vs k (× = measured)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return png_data_uri(fig)
+
+
+def plot_servers(servers: Mapping[str, Mapping[str, Any]], order: Sequence[tuple[str, int]]) -> str | None:
+    """Bars of start-up time (s) and KV-cache capacity (tokens) per configuration."""
+    plt = pyplot()
+    names = [n for n, _ in order if n in servers] or list(servers)
+    if not names:
+        return None
+    colors = config_colors([(n, dict(order).get(n, 1)) for n in names])
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    st = [servers[n].get("startup_seconds") or 0 for n in names]
+    kv = [servers[n].get("kv_cache_tokens") or 0 for n in names]
+    axes[0].bar(names, st, color=[colors[n] for n in names])
+    axes[0].set_ylabel("seconds")
+    axes[0].set_title("start-up time (process start to /v1/models ready)", fontsize=10)
+    axes[1].bar(names, kv, color=[colors[n] for n in names])
+    axes[1].set_ylabel("tokens")
+    axes[1].set_title("KV-cache capacity (num_gpu_blocks × block_size)", fontsize=10)
+    for ax in axes:
+        ax.tick_params(axis="x", rotation=30, labelsize=8)
+        ax.grid(True, axis="y", alpha=0.3)
+    return png_data_uri(fig)
+
+
+def largest_k_runs(ms: Sequence[Measurement]) -> dict[tuple[str, int], Measurement]:
+    out: dict[tuple[str, int], Measurement] = {}
+    for m in ms:
+        if m.k > 0 and m.position_rates and m.drafts:
+            cur = out.get((m.workload, m.concurrency))
+            if cur is None or m.k > cur.k:
+                out[(m.workload, m.concurrency)] = m
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# HTML
+# --------------------------------------------------------------------------------------------
+
+
+def escape(v: Any) -> str:
+    return html.escape(str(v))
+
+
+def fmt_num(v: float | None, spec: str = ".1f", suffix: str = "") -> str:
+    return "–" if v is None else f"{v:{spec}}{suffix}"
+
+
+_TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("specwatch.choosek", "templates"),
+                                autoescape=True, keep_trailing_newline=True)
+
+
+def _template():
+    return _TEMPLATES.get_template("report.html.j2")
+
+
+def html_table(head: Sequence[str], rows: Sequence[Sequence[Any]], cls: str = "") -> str:
+    """An HTML table (templates/report.html.j2 ``table``; every cell escaped)."""
+    return str(_template().module.table(head, rows, cls))
+
+
+def html_figure(uri: str | None, alt: str) -> str:
+    """A figure with an embedded PNG data URI, or a "no data" note (template ``figure``)."""
+    return str(_template().module.figure(uri, alt))
+
+
+def render_page(title: str, fragments: Sequence[str]) -> str:
+    """The whole HTML page (template ``report.html.j2``): ``title`` escaped; ``fragments`` are
+    markup built by :func:`html_table`, :func:`html_figure` or from :func:`escape`-escaped pieces."""
+    return _template().render(title=title, css=markupsafe.Markup(CSS), fragments=[markupsafe.Markup(f) for f in fragments])
+
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;max-width:1200px;color:#222;padding:0 1em}
+h1{font-size:1.6em} h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:2em}
+table{border-collapse:collapse;margin:.8em 0;font-size:.9em} th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right}
+th{background:#f3f3f3} td:first-child,th:first-child{text-align:left}
+figure{margin:1em 0} img{max-width:100%;border:1px solid #eee} figcaption{font-size:.85em;color:#666}
+code,pre{background:#f6f6f6;padding:.2em .4em;border-radius:3px} pre{padding:.8em;overflow-x:auto;white-space:pre-wrap}
+.note{color:#666;font-size:.9em}
+"""
