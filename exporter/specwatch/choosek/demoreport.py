@@ -23,19 +23,19 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from specwatch.choosek.model import KChoiceError, Measurement
 from specwatch.choosek.charts import (
     config_colors,
     escape,
-    html_figure,
     fmt_num,
-    pyplot,
+    html_figure,
     html_table,
     plot_expected_length,
     plot_position_acceptance,
     png_data_uri,
+    pyplot,
     render_page,
 )
+from specwatch.choosek.model import KChoiceError, Measurement
 from specwatch.common.files import atomic_write_text
 
 SUMMARY_FILE = "demo-summary.json"
@@ -198,7 +198,7 @@ def render_demo_report(summary: Mapping[str, Any], benches: Mapping[str, Mapping
     parts.append("<p class='note'>Output throughput (output tokens/s, client-measured, mean over the measured batches of "
                  "each cell); the number above a speculative bar is its ratio to the baseline.</p>")
     parts.append(html_figure(plot_cells(ms, "output_throughput", "output tokens/s", "Output throughput"),
-                      "Output throughput, baseline vs speculative, by workload and concurrency"))
+                             "Output throughput, baseline vs speculative, by workload and concurrency"))
     rows = []
     for r in summary.get("comparison") or []:
         rate = r.get("spec_decode_acceptance_rate")
@@ -206,7 +206,7 @@ def render_demo_report(summary: Mapping[str, Any], benches: Mapping[str, Mapping
                      fmt_num(r.get("speculative_output_throughput")), fmt_num(r.get("ratio"), ".2f", "×"),
                      fmt_num(rate, ".1f", " %"), fmt_num(r.get("spec_decode_acceptance_length"), ".2f")])
     parts.append(html_table(["workload", "concurrency", "baseline tok/s", "speculative tok/s", "ratio",
-                         "draft acceptance rate", "mean acceptance length"], rows, "comparison"))
+                             "draft acceptance rate", "mean acceptance length"], rows, "comparison"))
 
     parts.append("<h2>TTFT and TPOT</h2>")
     parts.append(html_figure(plot_cells(ms, "mean_ttft_ms", "ms", "Mean TTFT (time to first token)"), "Mean TTFT by cell"))
@@ -223,9 +223,9 @@ def render_demo_report(summary: Mapping[str, Any], benches: Mapping[str, Mapping
     e_by_k = curve.get("expected_acceptance_length_by_k") or {}
     conds = curve.get("conditional_acceptance_rate") or []
     parts.append(html_table(["position i / k", "acceptance r_i", "conditional", "E(k)"],
-                        [[f"{i} / k={i + 1}", fmt_num(_pct(r), ".1f", " %"),
-                          fmt_num(_pct(conds[i] if i < len(conds) else None), ".1f", " %"), fmt_num(e_by_k.get(str(i + 1)), ".2f")]
-                         for i, r in enumerate(curve.get("per_position_acceptance_rate") or [])]))
+                            [[f"{i} / k={i + 1}", fmt_num(_pct(r), ".1f", " %"),
+                              fmt_num(_pct(conds[i] if i < len(conds) else None), ".1f", " %"), fmt_num(e_by_k.get(str(i + 1)), ".2f")]
+                             for i, r in enumerate(curve.get("per_position_acceptance_rate") or [])]))
     if (curve.get("draft_tokens_per_draft") or k) < k - 0.005:
         parts.append("<p class='note'>Ragged drafts: ngram proposed fewer than k tokens in some drafts, so r_i at later "
                      "positions counts drafts that never proposed that position as rejections (a lower bound).</p>")
@@ -240,10 +240,10 @@ def render_demo_report(summary: Mapping[str, Any], benches: Mapping[str, Mapping
         parts.append(f"<p><b>{escape(eq.get('matched'))}/{escape(eq.get('total'))}</b> prompts produced identical greedy output "
                      f"with and without speculation{'' if ok else ': speculation changed some outputs'}.</p>")
         parts.append(html_table(["prompt", "identical", "first difference at", "baseline chars", "speculative chars", "error"],
-                            [[p.get("name"), "yes" if p.get("identical") else "NO",
-                              "" if p.get("first_difference") is None else p.get("first_difference"),
-                              p.get("baseline_chars"), p.get("speculative_chars"), p.get("error") or ""]
-                             for p in eq.get("prompts") or []]))
+                                [[p.get("name"), "yes" if p.get("identical") else "NO",
+                                  "" if p.get("first_difference") is None else p.get("first_difference"),
+                                  p.get("baseline_chars"), p.get("speculative_chars"), p.get("error") or ""]
+                                 for p in eq.get("prompts") or []]))
     else:
         parts.append("<p class='note'>Not run (the demo was interrupted before it).</p>")
 
@@ -251,7 +251,7 @@ def render_demo_report(summary: Mapping[str, Any], benches: Mapping[str, Mapping
     if prom:
         parts.append("<h2>What Prometheus held at the end of the speculative run</h2>")
         parts.append(html_table(["series", "value"], [[q, ", ".join(f"{v:.3f}" for v in vals) or "(no data)"]
-                                                  for q, vals in prom.items()]))
+                                                      for q, vals in prom.items()]))
     parts.append("<p class='note'>Generated by specwatch demo (re-render: <code>specwatch report DIR/demo-summary.json"
                  "</code>). Throughput, TTFT and TPOT are measured by the load generator; acceptance values come from the "
                  "speculative server's vllm:spec_decode_* counters; E(k) for k below the run's k is computed from the "

@@ -18,7 +18,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from specwatch.choosek.charts import escape, html_figure, html_table, plot_metric_vs_concurrency, plot_position_acceptance, png_data_uri, pyplot
+from specwatch.choosek.charts import (
+    escape,
+    html_figure,
+    html_table,
+    plot_metric_vs_concurrency,
+    plot_position_acceptance,
+    png_data_uri,
+    pyplot,
+)
 from specwatch.choosek.model import Advice, Measurement, family_of
 from specwatch.choosek.resultfile import SweepError, load_result, measurements
 
@@ -228,7 +236,7 @@ def report_sections(doc: Mapping[str, Any], ms: Sequence[Measurement], advices: 
         for attr, ylabel, title in (("output_throughput", "output tokens/s", "Output throughput"),
                                     ("mean_tpot_ms", "ms", "Mean TPOT"), ("mean_ttft_ms", "ms", "Mean TTFT")):
             parts.append(html_figure(plot_metric_vs_concurrency(sub, attr, ylabel, f"{title}, drafter {d}"),
-                              f"{title} vs concurrency, drafter {d}"))
+                                     f"{title} vs concurrency, drafter {d}"))
         parts.append(html_figure(plot_position_acceptance(sub), f"Per-position acceptance rate of the largest k, drafter {d}"))
     parts.append(html_figure(plot_acceptance_vs_k(ms, labels), "Draft acceptance rate against k per drafter"))
     ks = sorted({m.k for m in ms if m.config in labels})
@@ -237,16 +245,16 @@ def report_sections(doc: Mapping[str, Any], ms: Sequence[Measurement], advices: 
     for i, what in enumerate(("output throughput tok/s", "mean TPOT ms", "mean TTFT ms")):
         parts.append(f"<p>{escape(what)} at k = {k} (mean over workloads):</p>")
         parts.append(html_table(["max concurrency"] + cols,
-                            [[c] + ["–" if vals.get(col, (None,) * 3)[i] is None else f"{vals[col][i]:.1f}" for col in cols]
-                             for c, vals in rows.items()]))
+                                [[c] + ["–" if vals.get(col, (None,) * 3)[i] is None else f"{vals[col][i]:.1f}" for col in cols]
+                                 for c, vals in rows.items()]))
     picks = pick_drafters(advices, family_labels(doc), tolerance)
     if picks:
         parts.append("<p>Drafter and k per concurrency (cheapest within the tolerance of the best):</p>")
         parts.append(html_table(["workload", "concurrency", "drafter", "k", "speedup vs baseline", "best"],
-                            [["all workloads" if p.workload == "*" else p.workload, p.concurrency,
-                              "none (speculation off)" if p.drafter is None else p.drafter, p.k,
-                              "–" if p.speedup is None else f"{p.speedup:.2f}×",
-                              "baseline" if p.best[0] is None else f"{p.best[0]} k={p.best[1]}"] for p in picks]))
+                                [["all workloads" if p.workload == "*" else p.workload, p.concurrency,
+                                  "none (speculation off)" if p.drafter is None else p.drafter, p.k,
+                                  "–" if p.speedup is None else f"{p.speedup:.2f}×",
+                                  "baseline" if p.best[0] is None else f"{p.best[0]} k={p.best[1]}"] for p in picks]))
     return parts
 
 

@@ -36,6 +36,7 @@ from specwatch.choosek.drafterstudy import report_sections
 from specwatch.choosek.model import DEFAULT_TOLERANCE, Advice, KChoiceError, Measurement
 from specwatch.choosek.resultfile import failed_cells, measurements, servers_by_config
 
+
 def comparison_rows(ms: Sequence[Measurement]) -> tuple[list[str], list[list[str]]]:
     """The comparison table: one row per (workload, concurrency, configuration) with throughput,
     ratio to the baseline, TPOT, TTFT, acceptance rate and mean acceptance length."""
@@ -69,7 +70,7 @@ def render_report(doc: Mapping[str, Any], *, tolerance: float = DEFAULT_TOLERANC
         parts.append(f"<p class='note'>Left out: {len(left_out)} cell(s) with failed requests (resume the sweep to "
                      "measure them again): " + "; ".join(escape(x) for x in left_out) + ".</p>")
     parts.append(html_table(["setting", "value"], [[k, json.dumps(v) if isinstance(v, (list, dict)) else v]
-                                              for k, v in settings.items()], "settings"))
+                                                  for k, v in settings.items()], "settings"))
 
     parts.append("<h2>Servers</h2>")
     srows = []
@@ -88,11 +89,11 @@ def render_report(doc: Mapping[str, Any], *, tolerance: float = DEFAULT_TOLERANC
     parts.append("<h2>Throughput, TPOT and TTFT against concurrency</h2>")
     parts.append("<p class='note'>One line per server configuration; the baseline (no speculation) is black.</p>")
     parts.append(html_figure(plot_metric_vs_concurrency(ms, "output_throughput", "output tokens/s", "Output throughput"),
-                      "Output throughput vs concurrency"))
+                             "Output throughput vs concurrency"))
     parts.append(html_figure(plot_metric_vs_concurrency(ms, "mean_tpot_ms", "ms", "Mean TPOT (time per output token)"),
-                      "Mean TPOT vs concurrency"))
+                             "Mean TPOT vs concurrency"))
     parts.append(html_figure(plot_metric_vs_concurrency(ms, "mean_ttft_ms", "ms", "Mean TTFT (time to first token)"),
-                      "Mean TTFT vs concurrency"))
+                             "Mean TTFT vs concurrency"))
 
     parts.append("<h2>Acceptance</h2>")
     parts.append(html_figure(plot_position_acceptance(ms), "Per-position acceptance rate of the largest k"))
@@ -118,10 +119,10 @@ def render_report(doc: Mapping[str, Any], *, tolerance: float = DEFAULT_TOLERANC
                              f"{e['mean_abs_relative'] * 100:.1f} %, max {e['max_abs_relative'] * 100:.1f} % over {e['n']} runs"
                              + (f" with at least {e['min_drafts']:.0f} drafts" if e["min_drafts"] else "") + ".</p>")
         parts.append(html_table(["workload", "concurrency", "k", "from k", "predicted E(k)", "measured", "drafts", "rel. error"],
-                            [[p.workload, p.concurrency, p.k, p.source_k, fmt_num(p.predicted, ".2f"), fmt_num(p.measured, ".2f"),
-                              fmt_num(p.measured_drafts, ".0f"),
-                              fmt_num(None if p.relative_error is None else p.relative_error * 100, "+.1f", " %")]
-                             for p in a.acceptance]))
+                                [[p.workload, p.concurrency, p.k, p.source_k, fmt_num(p.predicted, ".2f"), fmt_num(p.measured, ".2f"),
+                                  fmt_num(p.measured_drafts, ".0f"),
+                                  fmt_num(None if p.relative_error is None else p.relative_error * 100, "+.1f", " %")]
+                                 for p in a.acceptance]))
         parts.append(html_table(
             ["workload", "concurrency", "recommended k", "best k", "speedup vs baseline"],
             [["all workloads" if r.workload == "*" else r.workload, r.concurrency,
@@ -131,8 +132,8 @@ def render_report(doc: Mapping[str, Any], *, tolerance: float = DEFAULT_TOLERANC
             parts.append("<p>Check: measured throughput at the recommended k against the best measured k "
                          f"(worst shortfall {fmt_num(None if a.worst_shortfall is None else a.worst_shortfall * 100, '.1f', ' %')}).</p>")
             parts.append(html_table(["workload", "concurrency", "picked k", "best measured k", "picked tok/s", "best tok/s", "shortfall"],
-                                [[x.workload, x.concurrency, x.picked_k, x.best_k, fmt_num(x.picked_throughput), fmt_num(x.best_throughput),
-                                  fmt_num(None if x.shortfall is None else x.shortfall * 100, ".1f", " %")] for x in a.accuracy]))
+                                    [[x.workload, x.concurrency, x.picked_k, x.best_k, fmt_num(x.picked_throughput), fmt_num(x.best_throughput),
+                                      fmt_num(None if x.shortfall is None else x.shortfall * 100, ".1f", " %")] for x in a.accuracy]))
         cv = a.cross_validation_summary
         if cv["n"]:
             parts.append(f"<p>Cross-validation (k picked on half of each cell's batches, judged on the other half): "
