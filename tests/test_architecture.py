@@ -61,3 +61,34 @@ def test_no_specwatch_import_hides_inside_a_function():
                 hidden += [f"{path.relative_to(PACKAGE)}:{node.lineno} {fn.name}() imports {m}"
                            for m in mods if m.startswith("specwatch")]
     assert not hidden, "\n".join(hidden)
+
+
+# Third-party packages that only extras bring (pyproject.toml); the exporter must not need them.
+NOT_CORE = ("rich", "psutil", "matplotlib", "jinja2", "markupsafe", "grafanalib", "promql_parser", "vllm", "torch",
+            "transformers", "gguf", "safetensors")
+
+
+def test_the_core_dependencies_are_all_that_serve_needs():
+    """docs/development.md and pyproject.toml: the core (no extra) runs `specwatch serve` and the
+    rules generator. Run both with every extra-only package made unimportable."""
+    import subprocess
+    import sys
+
+    block = ("import sys\n"
+             "class _Block:\n"
+             f"    names = {NOT_CORE!r}\n"
+             "    def find_spec(self, name, path=None, target=None):\n"
+             "        if name.split('.')[0] in self.names:\n"
+             "            raise ModuleNotFoundError(f'blocked: {name}', name=name)\n"
+             "sys.meta_path.insert(0, _Block())\n")
+    code = block + ("import specwatch.exporter.server, specwatch.mixin.generate\n"
+                    "from specwatch.cli import main\n"
+                    "sys.argv = ['specwatch', 'serve', '--help']\n"
+                    "main()\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "--upstream" in r.stdout, r.stderr[-2000:]
+    # and the block works: a command of an extra reports the missing package by name
+    r = subprocess.run([sys.executable, "-c", block + "from specwatch.cli import main\n"
+                        "sys.argv = ['specwatch', 'report', '--help']\nmain()\n"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "needs the Python package" in r.stderr, (r.stdout[-500:], r.stderr[-1000:])

@@ -1,6 +1,7 @@
-"""The k-choice commands: ``specwatch sweep`` (measure), ``specwatch advise`` (recommend k) and
-``specwatch report`` (HTML). Thin: parse and check flags, then call :mod:`.sweep`, :mod:`.advise`
-and :mod:`.report`, which share the result-file contract of :mod:`.resultfile`."""
+"""The k-choice commands: ``specwatch sweep`` (measure), ``specwatch calibrate`` (cost profile),
+``specwatch advise`` (recommend k) and ``specwatch report`` (HTML). Thin: parse and check flags,
+then call :mod:`.sweep`, :mod:`.calibrate`, :mod:`.advise` and :mod:`.report`, which share the
+result-file contract of :mod:`.resultfile`."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The HTML report of a ``specwatch demo`` result folder (``report.html``), rendered with the
-plotting and HTML helpers of :mod:`specwatch.choosek.report` (the sweep report), so both look alike.
+charts and HTML helpers of :mod:`specwatch.choosek.charts`, which the sweep report uses too, so both look alike.
 
 Inputs, all written by ``specwatch demo`` into its result folder:
 

@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from rich.table import Table
+
 from specwatch.choosek.charts import (
     escape,
     html_figure,
@@ -104,8 +106,6 @@ def pick_drafters(advices: Sequence[Advice], labels: Mapping[str, str], toleranc
 
 def render_picks(picks: Sequence[DrafterPick], console, tolerance: float) -> None:
     """Print the drafter-and-k table (rich) on ``console``."""
-    from rich.table import Table
-
     t = Table(title=f"Drafter and k per concurrency (cheapest within {tolerance * 100:.1f} % of the best; "
                     "measured throughput where run)")
     for col in ("workload", "conc.", "drafter", "k", "speedup vs baseline", "best"):
