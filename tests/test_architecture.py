@@ -6,6 +6,8 @@ another part of its own layer, and no part imports another part's command module
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "exporter" / "specwatch"
@@ -71,9 +73,6 @@ NOT_CORE = ("rich", "psutil", "matplotlib", "jinja2", "markupsafe", "grafanalib"
 def test_the_core_dependencies_are_all_that_serve_needs():
     """docs/development.md and pyproject.toml: the core (no extra) runs `specwatch serve` and the
     rules generator. Run both with every extra-only package made unimportable."""
-    import subprocess
-    import sys
-
     block = ("import sys\n"
              "class _Block:\n"
              f"    names = {NOT_CORE!r}\n"
