@@ -175,8 +175,8 @@ DELTA = {f"{P}drafts_total{L}": 100.0, f"{P}draft_tokens_total{L}": 400.0, f"{P}
          f"vllm:generation_tokens_total{L}": 200.0}
 
 
-def _window_run(middle: str):
-    a = _k4()
+def _window_run(middle: str, a: str | None = None):
+    a = a if a is not None else _k4()
     b = add_to(a, DELTA)
     reg, fetcher, clock = make_exporter({"s": a}, windows=("1m",))
     scrape(reg)
@@ -187,10 +187,15 @@ def _window_run(middle: str):
     return samples
 
 
+@pytest.mark.parametrize("start_time", ["with-process-start-time", "without"])
 @pytest.mark.parametrize("middle", ["per-position-missing", "positions-2-3-missing", "one-token-dip",
-                                    "generation-missing", "cut-mid-number-dip"])
-def test_a_partial_body_or_a_dip_is_not_a_restart(middle):
-    a = _k4()
+                                    "generation-missing", "cut-mid-number-dip", "only-generation-dipping"])
+def test_a_partial_body_or_a_dip_is_not_a_restart(middle, start_time):
+    """Also without process_start_time_seconds (vLLM with several API servers serves
+    prometheus_client's multiprocess registry, which has none): a partial body holding only
+    vllm:generation_tokens_total one token lower was 1 of 1 shared series falling, taken as a
+    restart (1m acceptance 0.668 instead of 0.15)."""
+    a = _k4() if start_time != "without" else drop_lines(_k4(), r"^process_start_time_seconds")
     bodies = {
         "per-position-missing": drop_lines(a, r"^vllm:spec_decode_num_accepted_tokens_per_pos_total"),
         "positions-2-3-missing": drop_lines(a, r'^vllm:spec_decode_num_accepted_tokens_per_pos_total\{.*position="[23]"'),
@@ -198,8 +203,10 @@ def test_a_partial_body_or_a_dip_is_not_a_restart(middle):
         "generation-missing": drop_lines(a, r"^vllm:generation_tokens_total"),
         "cut-mid-number-dip": a.replace(f"{P}accepted_tokens_per_pos_total{_pos(3)} 346.0",
                                         f"{P}accepted_tokens_per_pos_total{_pos(3)} 34.0"),
+        "only-generation-dipping": add_to(drop_lines(a, r"^(?!vllm:generation_tokens_total|process_start|#)"),
+                                          {f"vllm:generation_tokens_total{L}": -1.0}),
     }
-    samples = _window_run(bodies[middle])
+    samples = _window_run(bodies[middle], a)
     rate = series(samples, "specwatch_draft_acceptance_rate", window="1m")
     assert list(rate.values()) == [pytest.approx(60 / 400)]  # not 0.77 (a restart would count all)
     pos = {dict(k)["position"]: v for k, v in series(samples, "specwatch_position_acceptance_rate", window="1m").items()}
@@ -246,7 +253,69 @@ def test_restart_without_process_start_time_is_the_engine_counters_dropping():
                                                  / raw_value(restart, P + "draft_tokens_total"))]
 
 
+def test_restart_without_process_start_time_of_a_server_without_speculation():
+    """No spec-decode counters to go by: a restart is a majority of at least 3 shared series
+    falling (here every step histogram and the token counter)."""
+    nospec = fixture("vllm-0.32-nospec-after-traffic.txt")
+    before = drop_lines(nospec, r"^process_start_time_seconds")
+    after = add_to(before, {f"vllm:generation_tokens_total{L}": -raw_value(before, "vllm:generation_tokens_total") + 10.0})
+    after = re.sub(r"^(vllm:(?:inter_token_latency_seconds|iteration_tokens_total|time_to_first_token_seconds)_(?:count|sum)\{[^}]*\}) \S+$",
+                   r"\1 1.0", after, flags=re.M)
+    reg, fetcher, clock = make_exporter({"s": before}, windows=("5m",))
+    scrape(reg)
+    clock.t += 20
+    fetcher.bodies["s"] = after
+    scrape(reg)
+    assert reg.specwatch_collector._states["s"].engine.restarts == 1
+
+
 # ---- 4. body cap and deadline bound the parse -----------------------------------------------
+
+def _capped_bodies() -> dict[str, str]:
+    from specwatch.specdecode import metrics
+
+    # the documented limits (the code before the fix had none)
+    MAX_LINE_CHARS, MAX_LABELS_PER_LINE, MAX_READ_CHARS = (getattr(metrics, n, d) for n, d in (
+        ("MAX_LINE_CHARS", 8192), ("MAX_LABELS_PER_LINE", 32), ("MAX_READ_CHARS", 1024 * 1024)))
+    good, run = _k4(), "vllm:num_requests_running"
+    line = f'{run}{{engine="%d",model_name="{"m" * 100}"}} 1.0\n'
+    return {
+        "line-too-long": good + f'{run}{{engine="1",model_name="{"A" * MAX_LINE_CHARS}"}} 1.0\n',
+        "too-many-labels": good + run + "{" + ",".join(f'l{i}="v"' for i in range(MAX_LABELS_PER_LINE + 1)) + "} 1.0\n",
+        "too-much-in-all": good + "".join(line % i for i in range(MAX_READ_CHARS // len(line % 0) + 1)),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_capped_bodies()))
+def test_kept_lines_the_parser_would_choke_on_are_a_parse_error(case):
+    """prometheus_client's label parser is quadratic in line length x labels (a 1.9 MiB line of
+    short labels: 13.5 s): the pre-filter refuses such bodies before it runs, with a clear message."""
+    from specwatch.specdecode.metrics import MetricsParseError, parse_metrics
+
+    with pytest.raises(MetricsParseError) as ei:
+        parse_metrics(_capped_bodies()[case])
+    assert ei.value.reason == "parse" and "accepted" in str(ei.value)
+    if case != "too-much-in-all":
+        assert "a vllm:num_requests_running line" in str(ei.value)
+    reg, _, _ = make_exporter({"bad": _capped_bodies()[case], "good": _k4()})
+    samples = scrape(reg)
+    assert _up(samples) == {"bad": 0.0, "good": 1.0}
+    assert _errors(samples, "bad") == {"parse": 1.0}
+
+
+def test_lines_within_the_caps_still_parse():
+    from specwatch.specdecode.metrics import parse_metrics
+
+    good = _k4()
+    labels = ",".join(f'l{i}="v"' for i in range(32 - 2))  # MAX_LABELS_PER_LINE with engine and model_name
+    quotes = "\\\"" * 200  # one label value holding 200 escaped quotes: still one label
+    body = good.replace(f"vllm:num_requests_running{L} 0.0",
+                        f'vllm:num_requests_running{{engine="0",{labels},model_name="smollm2"}} 0.0\n'
+                        f'vllm:num_requests_running{{engine="0",model_name="{quotes}"}} 2.0')
+    snap = parse_metrics(body)
+    assert snap.running_requests[("smollm2", "0")] == 0.0
+    assert snap.running_requests[('"' * 200, "0")] == 2.0
+
 
 def _padded(size: int) -> str:
     good = _k4()
@@ -302,6 +371,75 @@ def test_history_is_bounded_by_time_not_only_by_count():
     assert len(coll._states["s"].history) < 2000 / 2 + 2
 
 
+def test_window_state_stays_bounded_when_label_values_keep_changing():
+    """600 fetches, each with 5 new model_name values (8 series each) beside one steady model:
+    series not seen for longer than the longest window are dropped, so the state holds about one
+    window's worth (the code before kept all 24,000+ slots, every record a copy of them), and the
+    steady model's window values are those of an engine that never saw the churn."""
+    from specwatch.exporter.windows import WindowEngine
+    from specwatch.specdecode.metrics import SpecDecodeCounters, UpstreamSnapshot
+
+    wins = (("30s", 30.0), ("1m", 60.0))
+    churned, plain = WindowEngine("u", wins), WindowEngine("u", wins)
+    for i in range(600):
+        steady = SpecDecodeCounters(model_name="steady", engine="0", drafts=10.0 * i, draft_tokens=40.0 * i,
+                                    accepted_tokens=(15.0 + i % 7) * i, accepted_per_position=(8.0 * i, 4.0 * i, 2.0 * i, 1.0 * i))
+        t = 1000.0 + i
+        plain.observe(t, UpstreamSnapshot(schema="v1", counters={("steady", "0"): steady}))
+        snap_counters = {("steady", "0"): steady}
+        snap_counters.update({(f"m{i}-{j}", "0"): SpecDecodeCounters(f"m{i}-{j}", "0", 10.0, 40.0, 20.0, (10.0, 5.0, 3.0, 2.0), 100.0)
+                              for j in range(5)})
+        churned.observe(t, UpstreamSnapshot(schema="v1", counters=snap_counters))
+    per_fetch = 5 * 8
+    assert len(churned._adj) <= (60 + churned.spacing + 1) * per_fetch + 8, len(churned._adj)  # one longest window of churn
+    assert len(churned._adj) < 600 * per_fetch / 1.5
+    assert max(len(rec) for _, rec in churned.history) <= len(churned._adj)  # records compacted too
+    for label, seconds in wins:
+        assert churned.values(("steady", "0"), label, seconds, spec=True, steps=False) == \
+            plain.values(("steady", "0"), label, seconds, spec=True, steps=False)
+
+
+def test_more_series_than_the_cap_is_a_fetch_error_and_the_state_stays_bounded():
+    """50 new model_name values per fetch (10 series each with the running-requests gauge) reach
+    MAX_SERIES after a few fetches: later fetches are refused with reason too_many_series and
+    change nothing; once the churned series are older than the longest window the upstream is up
+    again."""
+    from specwatch.exporter import windows
+
+    MAX_SERIES = getattr(windows, "MAX_SERIES", 4096)  # the code before the fix had none
+    head = _k4()
+
+    def model_lines(m: str) -> str:
+        lab = f'engine="0",model_name="{m}"'
+        out = [f"{P}drafts_total{{{lab}}} 10.0", f"{P}draft_tokens_total{{{lab}}} 40.0",
+               f"{P}accepted_tokens_total{{{lab}}} 20.0"]
+        out += [f'{P}accepted_tokens_per_pos_total{{{lab},position="{p}"}} {v}' for p, v in enumerate((10.0, 5.0, 3.0, 2.0))]
+        out += [f"vllm:generation_tokens_total{{{lab}}} 100.0", f"vllm:num_requests_running{{{lab}}} 1.0"]
+        return "\n".join(out) + "\n"
+
+    def body(i: int) -> str:
+        return head + "".join(model_lines(f"m{i}-{j}") for j in range(50))
+
+    reg, fetcher, clock = make_exporter({"s": body(0), "good": _k4()}, windows=("1m",), min_fetch_interval=0.0)
+    engine = reg.specwatch_collector._states["s"].engine
+    ups = []
+    for i in range(12):
+        clock.t += 1
+        fetcher.bodies["s"] = body(i)
+        samples = scrape(reg)
+        ups.append(_up(samples)["s"])
+        assert len(engine._adj) <= MAX_SERIES
+        assert _up(samples)["good"] == 1.0
+    assert ups[0] == 1.0 and ups[-1] == 0.0
+    assert _errors(samples, "s") == {"too_many_series": float(ups.count(0.0))}
+    clock.t += 120  # the churned series are older than the longest window
+    fetcher.bodies["s"] = _k4()
+    assert _up(scrape(reg))["s"] == 1.0
+    clock.t += 10  # dropped at the next sweep (those of the last accepted fetch one fetch later)
+    assert _up(scrape(reg))["s"] == 1.0
+    assert len(engine._adj) < 100
+
+
 def test_concurrent_scrapes_share_one_fetch_round():
     class Slow:
         def __init__(self):
@@ -353,6 +491,21 @@ def test_upstream_text_in_the_log_is_escaped_and_cut(caplog):
     with caplog.at_level(logging.WARNING, logger="specwatch.exporter"):
         scrape(reg)
     msgs = [r.getMessage() for r in caplog.records if "upstream evil" in r.getMessage()]
+    assert len(msgs) == 1
+    assert len(msgs[0]) < 400 and "\x1b" not in msgs[0] and "\r" not in msgs[0]
+
+
+def test_upstream_labels_in_the_invariant_warning_are_escaped_and_cut(caplog):
+    """The invariant-violation warning names the upstream's (model_name, engine): a long label
+    value (within the parser's line cap) is cut there too."""
+    model = "\x1b[31mZ\r" + "B" * 7000
+    evil = _k4() + "".join(f'{P}{n}{{engine="0",model_name="{model}"}} {v}\n' for n, v in
+                           (("drafts_total", 10.0), ("draft_tokens_total", 40.0), ("accepted_tokens_total", 99.0)))
+    reg, _, _ = make_exporter({"evil": evil})
+    with caplog.at_level(logging.WARNING, logger="specwatch.exporter"):
+        samples = scrape(reg)
+    assert _up(samples) == {"evil": 1.0}
+    msgs = [r.getMessage() for r in caplog.records if "invariants violated" in r.getMessage()]
     assert len(msgs) == 1
     assert len(msgs[0]) < 400 and "\x1b" not in msgs[0] and "\r" not in msgs[0]
 

@@ -166,6 +166,7 @@ def test_port_in_use_is_a_clear_error():
         r = subprocess.run([sys.executable, "-m", "specwatch", "serve", "--upstream", "http://127.0.0.1:1",
                             "--listen-address", f"127.0.0.1:{port}"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "cannot listen" in r.stderr  # issue #14: a bad flag exits 2
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr  # one line, no traceback
 
 
 @pytest.mark.parametrize("args,needle", [

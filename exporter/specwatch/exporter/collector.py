@@ -37,7 +37,7 @@ from specwatch.exporter.config import ExporterConfig
 from specwatch.specdecode.derive import INVARIANTS, DerivedValues, check_invariants, derive
 from specwatch.exporter.fetching import (AsyncHttpRunner, FetchError, Fetcher, FetchResult, FetchRunner,
                                 ThreadRunner, http_fetch)
-from specwatch.specdecode.metrics import UpstreamSnapshot
+from specwatch.specdecode.metrics import UpstreamSnapshot, clip
 from specwatch.specdecode.ragged import LOWER_BOUND, REASON_RAGGED, DraftWidth, draft_width
 from specwatch.exporter.windows import WindowEngine, WindowValues
 
@@ -228,6 +228,8 @@ class SpecwatchCollector(Collector):
                 try:
                     state.engine.observe(now, res.snapshot)
                     self._add_upstream(part, name, state, res.snapshot, now, wvs, costs)
+                except FetchError as exc:  # e.g. windows.TooManySeries: its own reason
+                    error, part, wvs, costs = exc, None, [], []
                 except Exception as exc:  # noqa: BLE001 - isolate the upstream, never the scrape
                     error, part, wvs, costs = (FetchError("invalid_value", f"values not usable: {type(exc).__name__}: {exc}"),
                                                None, [], [])
@@ -288,7 +290,7 @@ class SpecwatchCollector(Collector):
                 for inv in bad:
                     state.violations[inv] += 1
                 log.warning("upstream %s %s: vLLM invariants violated: %s; no derived values served",
-                            name, key, ", ".join(bad))
+                            name, clip(str(key)), ", ".join(bad))
                 continue
             good.add(key)
 

@@ -5,13 +5,26 @@ bounded by one total deadline (``--timeout``), whatever the upstream does (refus
 its headers or body a byte at a time, send an endless or huge body).
 
 - :class:`AsyncHttpRunner` (the default) runs all fetches on one asyncio event loop in one
-  daemon thread with aiohttp and ``ClientTimeout(total=…)`` (plus an ``asyncio.wait_for`` around
-  fetch + parse): no thread per fetch, so no pool that hung upstreams could fill.
+  daemon thread with aiohttp and ``ClientTimeout(total=…)``: no thread per fetch, so no pool that
+  hung upstreams could fill. Each body is parsed off that loop, in a small pool of parse threads
+  (:data:`PARSE_WORKERS`), under the same deadline (``asyncio.wait_for``): while one body parses,
+  the other fetches keep moving and are parsed beside it.
 - :class:`ThreadRunner` runs an injected synchronous fetcher (tests, embedding) with at most one
   worker per upstream.
 
 Both keep at most one fetch in flight per upstream: :meth:`FetchRunner.submit` refuses a second
-one while the first is still running (the round reports ``timeout`` for it instead).
+one while the first is still running, its parse included (the round reports ``timeout`` for it
+instead).
+
+Why parse threads and not processes: a thread holds the GIL while ``prometheus_client.parser``
+runs (pure Python), so it does not parse faster, but CPython hands the GIL over every 5 ms
+(``sys.getswitchinterval()``), so the fetch loop keeps reading the other upstreams and the
+deadline fires on time; the parse itself is bounded by the pre-filter's caps
+(:data:`specwatch.specdecode.metrics.MAX_LINE_CHARS`, ``MAX_LABELS_PER_LINE``, ``MAX_READ_CHARS``),
+which are what really bound its cost. A process pool would pickle every body (up to
+``--max-body-bytes``) and snapshot across processes on every scrape, and cost a Python
+interpreter's memory per worker, for parses the caps already keep short. Measured (2-core machine,
+2026-12-01): see docs/exporter.md, "Bad input".
 """
 
 from __future__ import annotations
@@ -32,7 +45,7 @@ from specwatch.specdecode.metrics import MetricsParseError, UpstreamSnapshot, cl
 
 class FetchError(Exception):
     """An upstream could not be fetched; ``reason`` is a short label (connect, timeout, truncated,
-    http_status, too_large, decode, parse, invalid_value) and the message says what was wrong
+    http_status, too_large, decode, parse, invalid_value, too_many_series) and the message says what was wrong
     (upstream text in it is escaped and cut to about 200 characters)."""
 
     def __init__(self, reason: str, message: str):
@@ -196,6 +209,8 @@ class FetchRunner:
             prev = self._inflight.get(upstream.name)
             if prev is not None and not prev.done():
                 return None
+            if self._busy(upstream.name):  # checked after prev: prev is done only once this is set
+                return None
             fut = self._start(upstream)
             self._inflight[upstream.name] = fut
             return fut
@@ -203,12 +218,22 @@ class FetchRunner:
     def _start(self, upstream: Upstream) -> concurrent.futures.Future:
         raise NotImplementedError
 
+    def _busy(self, name: str) -> bool:
+        """True while work of upstream ``name`` outlives its finished fetch (none here)."""
+        return False
+
     def close(self) -> None:
         """Stop background work (idempotent)."""
 
 
+#: Parse threads of :class:`AsyncHttpRunner` (bodies are parsed off the fetch loop). More would
+#: not parse faster (the GIL); more than one keeps a slow body from queueing the others behind it.
+PARSE_WORKERS = 4
+
+
 class AsyncHttpRunner(FetchRunner):
-    """All fetches on one asyncio loop (one daemon thread) with one aiohttp session."""
+    """All fetches on one asyncio loop (one daemon thread) with one aiohttp session; bodies parsed
+    in at most :data:`PARSE_WORKERS` threads, within the same per-fetch deadline."""
 
     def __init__(self, timeout_seconds: float, max_bytes: int, n_upstreams: int):
         super().__init__(timeout_seconds, max_bytes)
@@ -217,20 +242,39 @@ class AsyncHttpRunner(FetchRunner):
         self._thread.start()
         self._session: aiohttp.ClientSession | None = None
         self._limit = max(16, 2 * n_upstreams)
+        self._parse_pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(1, min(PARSE_WORKERS, n_upstreams)), thread_name_prefix="specwatch-parse")
+        # parses that outlived their fetch's deadline: no new fetch of that upstream until they end
+        self._parsing: dict[str, concurrent.futures.Future] = {}
         self._closed = False
+
+    def _busy(self, name: str) -> bool:
+        """True while a parse of upstream ``name`` that ran past its deadline is still running."""
+        late = self._parsing.get(name)
+        if late is not None and late.done():
+            self._parsing.pop(name, None)
+            return False
+        return late is not None
 
     async def _fetch_parse(self, upstream: Upstream) -> FetchResult:
         t0 = time.monotonic()
+        deadline = t0 + self.timeout_seconds + 0.25
         if self._session is None:
             self._session = _new_session(self._limit)
         try:
             text, ctype = await asyncio.wait_for(
                 fetch_text(self._session, upstream, self.timeout_seconds, self.max_bytes),
                 self.timeout_seconds + 0.25)
-            snap = parse_body(text, self.max_bytes, ctype)
+            parse = self._parse_pool.submit(parse_body, text, self.max_bytes, ctype)
             del text
-            if time.monotonic() - t0 > self.timeout_seconds + 0.25:
-                raise FetchError("timeout", f"fetch and parse took more than {self.timeout_seconds:g} s")
+            waiter = asyncio.wrap_future(parse)
+            try:
+                snap = await asyncio.wait_for(asyncio.shield(waiter), max(0.0, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                waiter.add_done_callback(lambda f: f.cancelled() or f.exception())  # nothing left to log
+                if not parse.done():
+                    self._parsing[upstream.name] = parse
+                raise FetchError("timeout", f"fetch and parse took more than {self.timeout_seconds:g} s") from None
             return FetchResult(snap, None, time.monotonic() - t0)
         except asyncio.TimeoutError:
             err = FetchError("timeout", f"no complete answer within {self.timeout_seconds:g} s")
@@ -255,6 +299,7 @@ class AsyncHttpRunner(FetchRunner):
         except Exception:  # noqa: BLE001 - best effort at shutdown
             pass
         self._loop.call_soon_threadsafe(self._loop.stop)
+        self._parse_pool.shutdown(wait=False, cancel_futures=True)
 
 
 class ThreadRunner(FetchRunner):

@@ -5,10 +5,16 @@ keep one bad body from looking like a restart:
 
 - **A restart is the engine's counters dropping as vLLM restarts them.** When the upstream exports
   ``process_start_time_seconds``, a restart is a change of it (all series of the upstream start
-  again from 0). Without it, a (model_name, engine) restarted when at least half of its counter
-  series present in both fetches fell. A drop of fewer series (a one-token dip of
-  ``vllm:generation_tokens_total``, a body cut mid-number) is *not* a reset: it adds nothing, and
-  the series' highest value stays the reference, so the recovery is not counted twice.
+  again from 0). vLLM with several API servers (``--api-server-count`` > 1) serves /metrics from
+  prometheus_client's multiprocess mode, whose registry has no process collector, so no
+  ``process_start_time_seconds``. Without it, a (model_name, engine) restarted when every one of
+  its core speculative-decoding counters (``…_num_drafts_total``, ``…_num_draft_tokens_total``,
+  ``…_num_accepted_tokens_total``) present in both fetches, non-zero before and at least two of
+  them, fell; where there are not two such counters (no speculation, SGLang, a partial body), when
+  at least 3 of its series are present in both fetches and more than half of them fell. Any
+  other drop (a one-token dip of ``vllm:generation_tokens_total``, a body cut mid-number, a
+  partial body holding one dipping series) is *not* a reset: it adds nothing, and the series'
+  highest value stays the reference, so the recovery is not counted twice.
 - **A partial body is never a reset.** A family missing from a fetch (e.g. the per-position
   counters, or positions 2–3 of k=4 without a restart) is absent from that scrape's values; when
   it comes back its increase is measured from its last value seen.
@@ -23,9 +29,19 @@ value ``adj`` (sum of its increases since the exporter first saw it). A window's
 subtraction per series, whatever the uptime. Records (a time and one float per series) are kept
 at most one per ``spacing`` seconds (``max(1 s, shortest window / 12)``), none older than the
 longest window plus one record, and at most ``max_records``; so memory per upstream is bounded by
-``min(max_records, longest / spacing + 2) × series × 8 bytes``. A window's span therefore starts
+``min(max_records, longest / spacing + 2) × series × 8 bytes``, with series at most
+:data:`MAX_SERIES`. A window's span therefore starts
 within ``spacing`` of ``now − window``; every value divides increases over that same span, and
 rates per second use its exact length.
+
+**Series that stop appearing are dropped.** A series not seen in any fetch for longer than the
+longest window is dropped (checked once per ``spacing``; its slot is compacted out of the current
+values and of every kept record), so label values that keep changing (a new ``model_name`` per
+fetch) cost memory for one longest window, not for the uptime. A (model_name, engine) whose
+series were all dropped and that comes back counts from its first value again (as after a gap
+longer than Prometheus' range; only a key never seen before counts from 0). A fetch that would
+make the upstream's state hold more than :data:`MAX_SERIES` series is refused with
+:class:`TooManySeries` (the collector reports reason ``too_many_series``) and changes nothing.
 
 Gauges (``vllm:num_requests_running``) are averaged over the window's fetches with two cumulative
 series (sum of values, number of fetches).
@@ -38,12 +54,29 @@ from __future__ import annotations
 
 import bisect
 from array import array
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 
+from specwatch.exporter.fetching import FetchError
 from specwatch.specdecode.metrics import SglangCounters, SpecDecodeCounters, UpstreamSnapshot
 
 Key = tuple[str, str]  # (model_name, engine)
+
+#: Most series one upstream's window state holds (every counter, position, histogram sum/count
+#: and the two running-request series count one; live ones plus those not yet dropped). vLLM
+#: 0.32 at k = 8 has 18 per (model_name, engine), so this allows about 220 engines; at the cap a
+#: kept record is 32 KiB. A fetch beyond it is refused (:class:`TooManySeries`).
+MAX_SERIES = 4096
+#: The core speculative-decoding counters (flattened names): they fall together on a restart.
+_CORE = ("drafts", "draft_tokens", "accepted")
+
+
+class TooManySeries(FetchError):
+    """A fetch would make the upstream's window state hold more than :data:`MAX_SERIES` series
+    (label values that keep changing); reason ``too_many_series``. The state is left unchanged."""
+
+    def __init__(self, message: str):
+        super().__init__("too_many_series", message)
 
 
 @dataclass(frozen=True)
@@ -98,11 +131,12 @@ class WindowValues:
 
 
 class _Series:
-    __slots__ = ("slot", "last")
+    __slots__ = ("slot", "last", "seen")
 
-    def __init__(self, slot: int, last: float):
+    def __init__(self, slot: int, last: float, seen: float):
         self.slot = slot
         self.last = last
+        self.seen = seen  # time of the last fetch that held the series
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:
@@ -113,9 +147,11 @@ def _ratio(num: float | None, den: float | None) -> float | None:
 
 class WindowEngine:
     """Per-upstream window state. Call :meth:`observe` once per successful fetch (time in seconds,
-    monotonic), then :meth:`values` for each key and window."""
+    monotonic), then :meth:`values` for each key and window. ``max_series``: see
+    :data:`MAX_SERIES`."""
 
-    def __init__(self, upstream: str, windows: tuple[tuple[str, float], ...], max_records: int = 2000):
+    def __init__(self, upstream: str, windows: tuple[tuple[str, float], ...], max_records: int = 2000,
+                 max_series: int = MAX_SERIES):
         self.upstream = upstream
         self.windows = windows
         self.longest = max((s for _, s in windows), default=0.0)
@@ -129,6 +165,10 @@ class WindowEngine:
         self._present: set[tuple[Key, str]] = set()
         self._keys: set[Key] = set()
         self._kpos: dict[Key, int] = {}
+        # keys whose series were all dropped (bounded): they count from their first value if back
+        self._forgotten: OrderedDict[Key, None] = OrderedDict()
+        self.max_series = max(1, max_series)
+        self._swept = float("-inf")
         self._start: float | None = None
         self._now = 0.0
         self._fetches = 0
@@ -162,15 +202,79 @@ class WindowEngine:
                     out[(key, name)] = v
         return out
 
-    def _slot(self, sid: tuple[Key, str], last: float) -> _Series:
-        s = _Series(len(self._adj), last)
+    def _slot(self, sid: tuple[Key, str], last: float, t: float) -> _Series:
+        s = _Series(len(self._adj), last, t)
         self._adj.append(0.0)
         self._series[sid] = s
         return s
 
+    @property
+    def n_series(self) -> int:
+        """Series (slots) held now; at most :attr:`max_series`."""
+        return len(self._adj)
+
+    def _sweep(self, t: float, force: bool) -> None:
+        """Drop series not seen for longer than the longest window (at most once per ``spacing``
+        unless ``force``), compacting their slots out of the current values and every record."""
+        if not force and t - self._swept < self.spacing:
+            return
+        self._swept = t
+        # absent from the previous fetch too: series fetched less often than the longest window
+        # (a slow scraper) keep their continuity
+        cutoff = min(t - self.longest, self._now)
+        stale = [sid for sid, s in self._series.items() if s.seen < cutoff]
+        if not stale:
+            return
+        for sid in stale:
+            del self._series[sid]
+        live = sorted(self._series.values(), key=lambda s: s.slot)
+        kept = [s.slot for s in live]
+        adj = self._adj
+        self._adj = array("d", [adj[i] for i in kept])
+        # kept is ascending, so the slots a shorter (older) record holds stay a prefix of it
+        self.history = deque((rt, array("d", [rec[i] for i in kept if i < len(rec)])) for rt, rec in self.history)
+        for new, s in enumerate(live):
+            s.slot = new
+        keys = {sid[0] for sid in self._series}
+        for key in self._keys - keys:
+            self._keys.discard(key)
+            self._kpos.pop(key, None)
+            self._forgotten[key] = None
+            self._forgotten.move_to_end(key)
+        while len(self._forgotten) > self.max_series:
+            self._forgotten.popitem(last=False)
+
+    def _restarted(self, common: list[tuple[str, float, float]]) -> bool:
+        """Whether one (model_name, engine) restarted, from its series present in this fetch and
+        the previous ones: ``(name, value, last)`` each (see the module docstring)."""
+        core = [v < last for name, v, last in common if name in _CORE and last > 0]
+        if len(core) >= 2:
+            return all(core)
+        drops = sum(1 for _, v, last in common if v < last)
+        return len(common) >= 3 and 2 * drops > len(common)
+
     def observe(self, t: float, snap: UpstreamSnapshot) -> None:
-        """Take one successful fetch at time ``t`` (seconds; non-decreasing)."""
+        """Take one successful fetch at time ``t`` (seconds; non-decreasing).
+
+        Raises :class:`TooManySeries` (state unchanged) when the fetch would make the state hold
+        more than ``max_series`` series."""
         values = self._flatten(snap)
+        series = self._series
+
+        def n_new() -> int:
+            return (sum(1 for sid in values if sid not in series)
+                    + sum(1 for key in snap.running_requests for n in ("running_sum", "running_n") if (key, n) not in series))
+
+        new = n_new()
+        if new and len(self._adj) + new > self.max_series:
+            self._sweep(t, force=True)
+            new = n_new()
+            if len(self._adj) + new > self.max_series:
+                raise TooManySeries(f"{len(self._adj) + new} window series (counters, positions, histograms per "
+                                    f"model_name/engine): more than the {self.max_series} kept per upstream "
+                                    f"(label values that keep changing?)")
+        else:
+            self._sweep(t, force=False)
         first = self._fetches == 0
         restart_all = (self._start is not None and snap.process_start_time is not None
                        and snap.process_start_time != self._start)
@@ -179,16 +283,17 @@ class WindowEngine:
             self._start = snap.process_start_time
 
         restarted: set[Key] = set()
-        keys = {sid[0] for sid in values}
-        for key in keys:
+        by_key: dict[Key, list[tuple[str, float, float]]] = {}
+        for sid, v in values.items():
+            common = by_key.setdefault(sid[0], [])
+            s = self._series.get(sid)
+            if s is not None:
+                common.append((sid[1], v, s.last))
+        keys = set(by_key)
+        for key, common in by_key.items():
             if restart_all:
                 restarted.add(key)
-                continue
-            if start_known:
-                continue  # same process: drops are dips, never a restart
-            common = [(sid, v) for sid, v in values.items() if sid[0] == key and sid in self._series]
-            drops = sum(1 for sid, v in common if v < self._series[sid].last)
-            if common and drops * 2 >= len(common):
+            elif not start_known and self._restarted(common):  # same process: drops are dips
                 restarted.add(key)
         if restart_all:
             restarted |= self._keys
@@ -209,24 +314,31 @@ class WindowEngine:
                     s.last = 0.0  # vLLM starts its series again at 0
 
         adj = self._adj
+        forgotten = self._forgotten
         for sid, v in values.items():
             key = sid[0]
             s = self._series.get(sid)
             if s is None:
-                from_zero = not first and (key not in self._keys or key in restarted)
-                s = self._slot(sid, v)
+                from_zero = not first and ((key not in self._keys and key not in forgotten) or key in restarted)
+                s = self._slot(sid, v, t)
                 if from_zero:
                     adj[s.slot] = v
                 continue
+            s.seen = t
             if v >= s.last:
                 adj[s.slot] += v - s.last
                 s.last = v
             # else: a dip without a restart: no increase, the highest value stays the reference
         for key, r in snap.running_requests.items():
             for name, inc in (("running_sum", r), ("running_n", 1.0)):
-                s = self._series.get((key, name)) or self._slot((key, name), 0.0)
+                s = self._series.get((key, name)) or self._slot((key, name), 0.0, t)
+                s.seen = t
                 adj[s.slot] += inc
-        self._keys |= keys | set(snap.running_requests)
+        seen_keys = keys | set(snap.running_requests)
+        if forgotten:
+            for key in seen_keys:
+                forgotten.pop(key, None)
+        self._keys |= seen_keys
         self._present = set(values) | {(k, n) for k in snap.running_requests for n in ("running_sum", "running_n")}
         self._now = t
         self._fetches += 1

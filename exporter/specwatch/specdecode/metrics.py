@@ -232,6 +232,19 @@ _WANTED_LINE = re.compile(
 _ANY_SAMPLE = re.compile(r"^(?:vllm|llamacpp|sglang):", re.M)
 #: Most lines of the read families accepted from one body (vLLM 0.32 with k=8 has about 40).
 MAX_READ_LINES = 20000
+#: Longest kept line (characters) of a family the exporter reads. vLLM's are under 200; a longer
+#: one is no vLLM exposition. ``prometheus_client.parser`` copies the rest of a line once per
+#: label and walks it character by character in Python, so its cost grows with line length
+#: times label count (a 1.9 MiB line of short labels took 13.5 s, a 15 MiB one over 300 s):
+#: this cap and :data:`MAX_LABELS_PER_LINE` bound it before the parser runs.
+MAX_LINE_CHARS = 8192
+#: Most labels on one kept line (vLLM uses at most 3: model_name, engine, position; SGLang 7).
+MAX_LABELS_PER_LINE = 32
+#: Most characters of all kept lines of one body together (about 15,000 short lines; vLLM 0.32
+#: with k=8 keeps 2.8 KiB per engine). Bounds the parse: the costliest body within the limits,
+#: 1 MiB of short lines, took 0.68 s (2-core machine, 2026-12-01; docs/exporter.md "Limits").
+MAX_READ_CHARS = 1024 * 1024
+_QUOTED = re.compile(r'"(?:[^"\\\n]|\\.)*"')
 _V0_GAUGES = ("vllm:spec_decode_draft_acceptance_rate", "vllm:spec_decode_efficiency")
 #: SGLang's speculative gauges (NaN there means "no value": dropped like V0's).
 _SGLANG_GAUGES = ("spec_accept_length", "spec_accept_rate", "spec_cap_length", "spec_block_accept_length",
@@ -252,12 +265,39 @@ def _finite(name: str, value: float) -> float:
     return value
 
 
+def _metric_name(line: str) -> str:
+    return clip(re.split(r"[{ \t]", line, maxsplit=1)[0], 80)
+
+
+def _check_line_limits(lines: list[str]) -> None:
+    """Bound what reaches ``prometheus_client.parser`` (see :data:`MAX_LINE_CHARS`): every kept
+    line at most :data:`MAX_LINE_CHARS` characters with at most :data:`MAX_LABELS_PER_LINE`
+    labels, all of them together at most :data:`MAX_READ_CHARS`. Linear in the kept text.
+    Raises :class:`MetricsParseError` (reason ``parse``) naming the first line over a limit."""
+    total = 0
+    for line in lines:
+        n = len(line)
+        total += n
+        if n > MAX_LINE_CHARS:
+            raise MetricsParseError(f"a {_metric_name(line)} line of {n} characters: longer than the "
+                                    f"{MAX_LINE_CHARS} accepted")
+        # each label value is one quoted string; count them exactly only where a cheap upper
+        # bound (every quote character opening a value) is over the limit
+        if line.count('"') > 2 * MAX_LABELS_PER_LINE and len(_QUOTED.findall(line)) > MAX_LABELS_PER_LINE:
+            raise MetricsParseError(f"a {_metric_name(line)} line with {len(_QUOTED.findall(line))} labels: more "
+                                    f"than the {MAX_LABELS_PER_LINE} accepted")
+    if total > MAX_READ_CHARS:
+        raise MetricsParseError(f"{total} characters of spec-decode/engine lines: more than the "
+                                f"{MAX_READ_CHARS} accepted")
+
+
 def _read_samples(text: str, max_lines: int) -> list[tuple[str, dict[str, str], float]]:
     """The samples of the families the exporter reads, checked: finite, ≥ 0, no duplicate series
     (V0's NaN gauges are dropped: NaN there means "no value yet")."""
     lines = _WANTED_LINE.findall(text)
     if len(lines) > max_lines:
         raise MetricsParseError(f"{len(lines)} spec-decode/engine lines, more than the {max_lines} accepted")
+    _check_line_limits(lines)
     samples: list[tuple[str, dict[str, str], float]] = []
     seen: set = set()
     try:
@@ -297,7 +337,9 @@ def parse_metrics(text: str, *, max_bytes: int = DEFAULT_MAX_BODY_BYTES,
     ignored. A leading UTF-8 byte-order mark is accepted.
 
     Raises :class:`MetricsParseError` when the body is larger than ``max_bytes``, holds more than
-    ``max_lines`` lines of those families, does not parse, holds no ``vllm:``/``llamacpp:`` sample
+    ``max_lines`` lines of those families, a line of them longer than :data:`MAX_LINE_CHARS` or
+    with more than :data:`MAX_LABELS_PER_LINE` labels, more than :data:`MAX_READ_CHARS` of them in
+    all (these bound the parser's cost; see :data:`MAX_LINE_CHARS`), does not parse, holds no ``vllm:``/``llamacpp:`` sample
     at all (an HTML page, an unrelated exporter), or has an incomplete spec-decode schema (e.g.
     drafts without accepted tokens, a gap in the positions); :class:`InvalidValueError` (a
     subclass) when a value it reads is NaN/Inf, negative or a repeated series.
