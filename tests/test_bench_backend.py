@@ -188,3 +188,109 @@ def test_dropped_requests_count_as_truncated_per_request_payloads(tmp_path):
         res = run_bench(cfg)
     pr = res.summary()[0].record()["spec_decode_per_request"]
     assert pr["status"] == "partial" and pr["requests"] == 8 and pr["problems"] == {"truncated": 2}
+
+
+# ------------------------------------------------------------------------------------------
+# per-request payloads that are damaged, absent or from n > 1 (issue 13 audit), through the stub
+# replaying the real captures of tests/fixtures/perrequest (damaged in memory)
+
+def _real_payloads(name="ngram-k3-explain"):
+    import copy
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).parent / "fixtures" / "perrequest" / f"{name}.requests.json"
+    return [copy.deepcopy(r["final_chunk"]["metrics"]["speculative_decoding"]) for r in json.loads(path.read_text())]
+
+
+def _bench(tmp_path, stub_cfg, n, batches=1, concurrency=1):
+    import json
+
+    with ThreadedStub(stub_cfg) as stub:
+        cfg = BenchConfig(base_url=stub.url, workloads=("explain",), concurrencies=(concurrency,), num_prompts=n,
+                          num_batches=batches, warmup_batches=0, result_dir=str(tmp_path), progress=False,
+                          options=WorkloadOptions(output_len=8))
+        res = run_bench(cfg)
+    doc = json.loads(next(tmp_path.glob("*.json")).read_text())
+    return res, doc
+
+
+def test_nan_infinity_and_huge_k_payloads_are_counted_and_the_run_completes(tmp_path):
+    """Real payloads with NaN, Infinity (as vLLM's JSON encoder would print them) and
+    num_spec_tokens = 10**9: the bench used to raise in parse_payload and leave the result file
+    "running" without batches. Now the run completes, the file holds the batches, the three
+    requests are counted as inconsistent and the others give the exact curve."""
+    payloads = _real_payloads()
+    payloads[1]["per_step_accepted"][2] = float("nan")
+    payloads[3]["per_step_drafted"][0] = float("inf")
+    payloads[5]["num_spec_tokens"] = 10**9
+    res, doc = _bench(tmp_path, StubConfig(k=3, per_request_payloads=tuple(payloads)), len(payloads))
+    assert doc["status"] == "complete" and len(doc["batches"]) == 1
+    assert doc["batches"][0]["spec_decode_per_request"] == {"status": "partial", "requests": len(payloads) - 3,
+                                                            "problems": {"inconsistent": 3}}
+    pr = doc["summary"][0]["spec_decode_per_request"]
+    assert pr["status"] == "partial" and pr["problems"] == {"inconsistent": 3}
+    assert pr["max_draft_length"] == 3 and len(pr["per_position_acceptance_rates"]) == 3
+
+
+def test_non_object_payload_is_inconsistent_and_n_gt_1_is_detected(tmp_path):
+    """A speculative_decoding value that is not a JSON object is a bad payload (inconsistent), not a
+    server without per-request metrics (missing); a response carrying choice indexes 0 and 1 (n = 2)
+    is counted as n_gt_1, whatever payload it carries."""
+    payloads = _real_payloads()
+    payloads[0] = "garbage"
+    payloads[1] = [1, 2, 3]
+    _, doc = _bench(tmp_path / "a", StubConfig(k=3, per_request_payloads=tuple(payloads)), len(payloads))
+    assert doc["summary"][0]["spec_decode_per_request"]["problems"] == {"inconsistent": 2}
+    _, doc = _bench(tmp_path / "b", StubConfig(k=3, per_request_payloads=tuple(_real_payloads()), num_choices=2), 4)
+    pr = doc["summary"][0]["spec_decode_per_request"]
+    assert pr["problems"] == {"n_gt_1": 4} and pr["status"] == "unusable"
+
+
+def test_zero_step_payload_and_all_truncated_cell_status(tmp_path):
+    """vLLM omits per_step_* for a request without verify steps: with num_spec_steps = 0 it counts
+    as a request with zero steps, not summary_only. A cell whose requests were all dropped is
+    "unusable" with truncated counted, not "not_offered" (the server did offer the metrics)."""
+    zero = {"mean_acceptance_length": 1.0, "draft_acceptance_rate": 0.0, "acceptance_histogram": [0, 0, 0, 0],
+            "num_spec_steps": 0, "num_accepted_draft_tokens": 0, "num_draft_tokens": 0, "num_spec_tokens": 3}
+    payloads = _real_payloads()[:3] + [zero]
+    _, doc = _bench(tmp_path / "a", StubConfig(k=3, per_request_payloads=tuple(payloads)), len(payloads))
+    pr = doc["summary"][0]["spec_decode_per_request"]
+    assert pr["status"] == "measured" and pr["problems"] == {}
+    assert pr["requests"] == 4 and pr["requests_without_verify_steps"] == 1
+    _, doc = _bench(tmp_path / "b", StubConfig(k=3, per_request_metrics=True, drop_every=1, drop_after=2), 4)
+    pr = doc["summary"][0]["spec_decode_per_request"]
+    assert pr["status"] == "unusable" and pr["problems"] == {"truncated": 4}
+    assert doc["status"] == "complete"
+
+
+def test_outliers_name_their_batch_and_csv_has_basis_and_exact_curve(tmp_path):
+    """Two batches of the real explain payloads, request 1 damaged to accept nothing: the cell's
+    outliers say batch 0 and batch 1 (request indexes restart per batch), the console table lists
+    them, and the CSV carries the counter curve's basis, its missing-token ratio and each batch's
+    exact per-request curve."""
+    import csv
+
+    from rich.console import Console
+
+    from specwatch.bench.results import render_tables
+
+    payloads = _real_payloads()
+    payloads[1]["per_step_accepted"] = [0] * len(payloads[1]["per_step_accepted"])
+    payloads[1]["num_accepted_draft_tokens"] = 0
+    res, doc = _bench(tmp_path, StubConfig(k=3, per_request_payloads=tuple(payloads)), len(payloads), batches=2)
+    pr = doc["summary"][0]["spec_decode_per_request"]
+    assert [(o["batch_index"], o["index"], o["kind"]) for o in pr["outliers"]] == [(0, 1, "low"), (1, 1, "low")]
+    con = Console(record=True, width=3000)
+    for t in render_tables(res.batches):
+        con.print(t)
+    text = con.export_text()
+    assert "batch 0 #1 low 0.00" in text and "batch 1 #1 low 0.00" in text and "problems: none" in text
+    rows = list(csv.DictReader(next(tmp_path.glob("*.csv")).open()))
+    assert len(rows) == 2
+    for row, b in zip(rows, doc["batches"]):
+        assert row["spec_decode_curve_basis"] == b["spec_decode_curve_basis"] == "exact"
+        assert float(row["spec_decode_missing_draft_tokens_ratio"]) == b["spec_decode_missing_draft_tokens_ratio"]
+        exact = [float(x) for x in row["spec_decode_exact_per_position_acceptance_rates"].split(";")]
+        assert exact == pytest.approx(pr["per_position_acceptance_rates"], rel=1e-5)
+        assert row["spec_decode_per_request_status"] == "measured" and row["spec_decode_per_request_problems"] == "none"

@@ -539,3 +539,62 @@ def test_advise_exporter_errors_are_one_line(tmp_path):
             assert url in r.output and reason in r.output, r.output
             assert len(r.output.strip().splitlines()) == 1, r.output
             assert "urllib3" not in r.output and "object at 0x" not in r.output
+
+
+def test_advise_prometheus_shows_a_lower_bound_curve_without_recommending_k(tmp_path):
+    """specwatch advise --prometheus against a fake Prometheus HTTP API (127.0.0.1) answering the
+    recording rule model_name:specwatch_position_acceptance_rate:ratio_rate5m with one curve
+    labelled basis="lower_bound" (a dynamic table, ragged drafts) and one exact: the lower-bound
+    curve is shown with its basis and gets no k; the exact one gets its advice."""
+    import http.server
+    import json
+    import threading
+    import urllib.parse
+
+    from click.testing import CliRunner
+
+    from specwatch.choosek.cli import advise
+
+    def sample(job, basis, pos, v):
+        return {"metric": {"__name__": "model_name:specwatch_position_acceptance_rate:ratio_rate5m", "job": job,
+                           "model_name": "smollm2", "position": str(pos), "basis": basis}, "value": [1796104210.0, str(v)]}
+
+    result = [sample("dyn", "lower_bound", i, v) for i, v in enumerate((1.0, 0.005, 0.005))]
+    result += [sample("fixed", "exact", i, v) for i, v in enumerate((0.9, 0.8, 0.7))]
+    queries = []
+
+    class Prom(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            url = urllib.parse.urlsplit(self.path)
+            if url.path != "/api/v1/query":
+                self.send_error(404)
+                return
+            queries.append(urllib.parse.parse_qs(url.query)["query"][0])
+            body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Prom)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    out = tmp_path / "live.json"
+    try:
+        r = CliRunner().invoke(advise, ["--prometheus", f"http://127.0.0.1:{srv.server_address[1]}",
+                                        "--concurrency", "1,4", "--json", str(out)])
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert r.exit_code == 0, r.output
+    assert queries == ["model_name:specwatch_position_acceptance_rate:ratio_rate5m"]
+    assert "dyn / smollm2" in r.output and "basis=lower_bound" in r.output and "no k recommended" in r.output
+    live = {tuple(x["series"]): x for x in json.loads(out.read_text())["live"]}
+    assert live[("dyn", "smollm2")]["curve_basis"] == "lower_bound"
+    assert live[("dyn", "smollm2")]["withheld"] == "ragged_drafts" and live[("dyn", "smollm2")]["k_by_concurrency"] == {}
+    assert live[("dyn", "smollm2")]["speculative_config"] is None
+    assert live[("fixed", "smollm2")]["curve_basis"] == "exact"
+    assert set(live[("fixed", "smollm2")]["k_by_concurrency"]) == {"1", "4"}

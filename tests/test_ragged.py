@@ -415,3 +415,209 @@ def test_a_ragged_cell_is_not_taken_as_the_measured_length_at_k():
     assert m.ragged_drafts
     preds = predict_acceptance_lengths([m])
     assert [(p.k, p.predicted, p.measured) for p in preds] == [(1, 2.0, None), (2, 3.0, None), (3, 4.0, None)]
+
+
+# ------------------------------------------------------------------------------------------
+# bad values in real payloads (issue 13 audit): never raise, count, bound k
+
+
+def _real_payloads(name):
+    import copy
+
+    return [copy.deepcopy(r["final_chunk"]["metrics"]["speculative_decoding"])
+            for r in _json(PERREQ / f"{name}.requests.json")]
+
+
+_INF = float("inf")
+
+
+@pytest.mark.parametrize("field,pos,value", [
+    ("per_step_accepted", 3, float("nan")),
+    ("per_step_accepted", 0, _INF),
+    ("per_step_drafted", 5, -_INF),
+    ("per_step_drafted", 5, float("nan")),
+    ("per_step_accepted", 2, True),
+    ("per_step_accepted", 2, "1"),
+    ("per_step_accepted", 2, 0.5),
+    ("per_step_drafted", 1, 10**30),
+    ("per_step_drafted", 1, 1e300),
+    ("num_draft_tokens", None, float("nan")),
+    ("num_spec_steps", None, _INF),
+    ("num_accepted_draft_tokens", None, "many"),
+    ("num_spec_tokens", None, float("nan")),
+    ("num_spec_tokens", None, _INF),
+    ("num_spec_tokens", None, 10**9),
+    ("num_spec_tokens", None, 129),  # the documented cap (128) + 1
+    ("num_spec_tokens", None, 3.5),
+])
+def test_non_count_values_in_real_payloads_are_inconsistent_and_never_raise(field, pos, value):
+    """Real ngram explain payloads with one value replaced (in memory) by NaN, ±Infinity, a bool,
+    a string, a fraction or a huge number: parse_payload returns "inconsistent" (it used to raise
+    on NaN/Infinity, and took num_spec_tokens = 10**9 as the curve's width), the other requests
+    still give the exact curve."""
+    payloads = _real_payloads("ngram-k3-explain")
+    if pos is None:
+        payloads[0][field] = value
+    else:
+        payloads[0][field][pos] = value
+    assert perrequest.parse_payload(payloads[0], index=0) == "inconsistent"
+    good, bad = perrequest.collect([(p, {"index": i}) for i, p in enumerate(payloads)])
+    assert dict(bad) == {"inconsistent": 1} and len(good) == len(payloads) - 1
+    rec = perrequest.summarize(good, bad)
+    assert rec["status"] == "partial" and len(rec["per_position_acceptance_rates"]) == 3
+
+
+def test_whole_float_counts_are_accepted():
+    """JSON may print a count as 3.0: a whole finite float is a count."""
+    p = _real_payloads("ngram-k3-explain")[0]
+    p["per_step_drafted"] = [float(d) for d in p["per_step_drafted"]]
+    p["num_draft_tokens"] = float(p["num_draft_tokens"])
+    r = perrequest.parse_payload(p, index=0)
+    assert not isinstance(r, str) and r.drafted == tuple(int(d) for d in p["per_step_drafted"])
+
+
+def test_per_position_arrays_are_sized_by_the_longest_draft_not_num_spec_tokens():
+    """A real payload claiming num_spec_tokens = 100 (within MAX_NUM_SPEC_TOKENS) with 3-token
+    drafts: the exact curve has 3 positions (it used to allocate and report 100)."""
+    payloads = _real_payloads("ngram-k3-explain")
+    for p in payloads:
+        p["num_spec_tokens"] = 100
+    good, bad = perrequest.collect([(p, {"index": i}) for i, p in enumerate(payloads)])
+    assert not bad
+    cur = perrequest.exact_curve(good)
+    assert cur["num_spec_tokens"] == 100 and cur["max_draft_length"] == 3
+    assert perrequest.MAX_NUM_SPEC_TOKENS == 128  # the cap docs/ragged-drafts.md documents
+    assert len(cur["drafted_steps_per_position"]) == len(cur["conditional_per_position_acceptance_rates"]) == 3
+    ref = perrequest.exact_curve(perrequest.collect([(p, {"index": i}) for i, p in
+                                                      enumerate(_real_payloads("ngram-k3-explain"))])[0])
+    assert cur["per_position_acceptance_rates"] == ref["per_position_acceptance_rates"]
+
+
+def _zero_step_payload(k=3):
+    """What vLLM 0.32 sends for a request without a verify step (vllm/v1/metrics/stats.py
+    RequestSpecDecodeMetrics.to_dict: per_step_* only "if self.per_step_accepted")."""
+    return {"mean_acceptance_length": 1.0, "draft_acceptance_rate": 0.0, "acceptance_histogram": [0] * (k + 1),
+            "num_spec_steps": 0, "num_accepted_draft_tokens": 0, "num_draft_tokens": 0, "num_spec_tokens": k}
+
+
+def test_a_request_without_verify_steps_is_valid_not_summary_only():
+    """ngram without a match or a one-token output: vLLM omits the arrays. With num_spec_steps = 0
+    the request is valid with zero steps; with steps but no arrays it is summary_only."""
+    r = perrequest.parse_payload(_zero_step_payload(), index=0)
+    assert not isinstance(r, str) and r.drafted == () and r.acceptance is None
+    items = [(p, {"index": i}) for i, p in enumerate(_real_payloads("ngram-k3-explain"))]
+    good, bad = perrequest.collect(items + [(_zero_step_payload(), {"index": len(items)})])
+    rec = perrequest.summarize(good, bad)
+    assert rec["status"] == "measured" and rec["problems"] == {}
+    assert rec["requests"] == len(items) + 1 and rec["requests_without_verify_steps"] == 1
+    assert sum(rec["request_acceptance"]["histogram"]) == len(items)  # no acceptance without drafts
+    ref = perrequest.summarize(*perrequest.collect(items))
+    assert rec["per_position_acceptance_rates"] == ref["per_position_acceptance_rates"]
+    only = perrequest.summarize(*perrequest.collect([(_zero_step_payload(), {"index": 0})]))
+    assert only["status"] == "no_drafts"
+    summary = _real_payloads("ngram-k3-explain")[0]
+    del summary["per_step_accepted"], summary["per_step_drafted"]
+    assert perrequest.parse_payload(summary, index=0) == "summary_only"
+    assert perrequest.parse_payload({**_zero_step_payload(), "num_draft_tokens": 3}, index=0) == "inconsistent"
+
+
+@pytest.mark.parametrize("problems,status", [
+    ({"missing": 4}, "not_offered"),
+    ({"truncated": 4}, "unusable"),
+    ({"truncated": 2, "missing": 2}, "unusable"),
+    ({"summary_only": 4}, "unusable"),
+    ({}, "unusable"),
+])
+def test_cell_status_follows_the_problem_reasons(problems, status):
+    """Only a cell where every request came without a payload is not_offered ("server did not return
+    per-request metrics"); a cell whose requests were all truncated is not."""
+    items = [(None, {"index": i, **({"success": False} if reason == "truncated" else {})})
+             for reason, n in problems.items() if reason in ("missing", "truncated") for i in range(n)]
+    items += [({"num_spec_tokens": 3, "num_spec_steps": 2}, {"index": 9})] * problems.get("summary_only", 0)
+    good, bad = perrequest.collect(items)
+    assert dict(bad) == problems
+    assert perrequest.summarize(good, bad)["status"] == status
+
+
+def test_outliers_carry_the_batch_index_and_problems_read_as_text():
+    """Real explain payloads of two batches (request indexes restart at 0), request 1 damaged in
+    memory to accept nothing: the two low outliers say which batch they ran in."""
+    items = []
+    for batch in (0, 1):
+        payloads = _real_payloads("ngram-k3-explain")
+        p = payloads[1]
+        p["per_step_accepted"] = [0] * len(p["per_step_accepted"])
+        p["num_accepted_draft_tokens"] = 0
+        items += [(q, {"index": i, "batch_index": batch}) for i, q in enumerate(payloads)]
+    rec = perrequest.summarize(*perrequest.collect(items))
+    assert [(o["batch_index"], o["index"], o["kind"]) for o in rec["outliers"]] == [(0, 1, "low"), (1, 1, "low")]
+    assert perrequest.format_outlier(rec["outliers"][1]).startswith("batch 1 #1 low 0.00")
+    assert perrequest.format_problems({}) == "none"
+    assert perrequest.format_problems({"missing": 1, "truncated": 2}) == "truncated: 2, missing: 1"
+
+
+def test_report_section_shows_conditional_rates_sample_sizes_and_readable_problems():
+    """The report's table on the real dynamic-table phase (draft lengths 1 and 3) with two
+    requests damaged as truncated: exact conditional rates c_j, the steps that drafted each
+    position D_j, problems as "reason: n" (never a raw {}), outliers with their batch."""
+    from specwatch.choosek import exactcurves
+
+    _, items = _real("dynamic-c4")
+    items[0][1]["success"] = False
+    items[1][1]["success"] = False
+    pr = perrequest.summarize(*perrequest.collect(items))
+    clean = perrequest.summarize(*perrequest.collect(_real("dynamic-c4")[1]))
+    trunc = perrequest.summarize(*perrequest.collect([(p, {**c, "success": False}) for p, c in _real("dynamic-c4")[1]]))
+    doc = {"cells": [{"config": "dyn", "workload": "copy", "max_concurrency": 4,
+                      "summary": {"spec_decode_per_position_acceptance_rates": [1.0, 0.005, 0.005],
+                                  "spec_decode_curve_basis": "lower_bound", "spec_decode_per_request": s}}
+                     for s in (pr, clean, trunc)]}
+    page = exactcurves.render_html(doc)
+    d = pr["drafted_steps_per_position"]
+    assert d[0] > d[1] == d[2] > 0
+    assert " / ".join(str(n) for n in d) in page and "steps drafting position j" in page
+    assert "1.00 / 1.00 / 1.00" in page and "exact conditional c_j" in page
+    assert "truncated: 2" in page and "<td>none</td>" in page and "{}" not in page
+    # every request truncated: no exact curve, and not "the server did not return them"
+    assert trunc["status"] == "unusable" and "truncated: 8" in page
+    assert page.count("server did not return per-request metrics") == 0
+    assert "no usable per-request payload" in page
+
+
+def test_ragged_cell_with_an_exact_curve_predicts_full_width_drafts():
+    """A cell record built from the real dynamic-table phase at c = 4 (counter deltas and per-request
+    payloads of tests/fixtures/perrequest; throughput 100 tok/s and TPOT constructed): the exact
+    curve is that of full drafts, so k′ is predicted verifying k′ tokens per draft (x = f·k′), not
+    with the cell's mean draft length d̄ ≈ 1 (which paired 4 tokens per step at k = 3 with the cost
+    of 1-token drafts and predicted twice the measured throughput). The run's own throughput is a
+    dynamic table's, not k = 3's, so it is not the measured value at k = 3."""
+    from specwatch.choosek.model import Measurement, predict_throughputs
+    from specwatch.specdecode.derive import counters_delta, derive
+
+    c0, _ = _real("dynamic-c1")
+    c1, items = _real("dynamic-c4")
+    d = counters_delta(c0, c1)
+    gen = sum(ctx["output_tokens"] for _, ctx in items)
+    rec = {"workload": "copy", "max_concurrency": 4, "output_throughput": 100.0, "num_batches": 1,
+           "completed": len(items), "failed": 0, "spec_decode_num_drafts": d.drafts,
+           "spec_decode_draft_tokens": d.draft_tokens, "spec_decode_accepted_tokens": d.accepted_tokens,
+           "spec_decode_acceptance_length": derive(d).mean_acceptance_length, "spec_decode_generation_tokens": gen,
+           "spec_decode_per_position_acceptance_rates": list(derive(d).position_acceptance_rates),
+           "spec_decode_curve_basis": draft_width(d).basis, "mean_tpot_ms": 20.0,
+           "spec_decode_per_request": perrequest.summarize(*perrequest.collect(items))}
+    m = Measurement.from_record(rec, config="dyn", k=3)
+    assert m.ragged_drafts and m.curve_basis == "exact_per_request" and m.draft_tokens_per_draft < 1.01
+    preds, fits = predict_throughputs([m])
+    (fit,) = fits
+    by_k = {p.k: p for p in preds}
+    f = m.draft_fraction
+    for k in (1, 2, 3):
+        p = by_k[k]
+        assert p.verified_per_step == pytest.approx(f * k)
+        assert p.tokens_per_step == pytest.approx(1 + f * k)  # every drafted token accepted
+        assert p.predicted == pytest.approx(m.effective_concurrency * p.tokens_per_step / fit.step_time(f * k))
+        assert p.measured is None
+    # k′ = 1 is what the table actually ran at c = 4 (1-token drafts): the prediction meets the measurement
+    assert by_k[1].predicted == pytest.approx(m.output_throughput, rel=0.02)
+    # a wider draft costs more per step than the 1-token drafts measured
+    assert by_k[3].step_time_s > m.step_time_s and by_k[3].predicted < 2 * m.output_throughput

@@ -351,3 +351,51 @@ def test_advise_json_to_dev_stdout_through_a_pipe(tmp_path, sweep_doc):
     assert p.returncode == 0, p.stderr
     start = p.stdout.index('{\n "source"')
     assert "families" in json.loads(p.stdout[start:])
+
+
+def ragged_cell(wl: str, c: int, per_request: dict | None = None) -> dict:
+    """Constructed ngram k = 8 cell whose drafts were ragged (70 % of the draft tokens drafted: the
+    counter curve is a lower bound), optionally with an exact per-request record."""
+    k, drafts = 8, 100.0
+    pp = tuple(drafts * r for r in iid_curve(0.8, k))
+    pp = tuple(min(p, drafts * 0.7 ** i) for i, p in enumerate(pp))  # undrafted positions read as rejected
+    delta = SpecDecodeCounters("m", "0", drafts, drafts * k * 0.7, sum(pp), pp, drafts + sum(pp))
+    out_tokens = 64 * 2 * c
+    batch = BatchResult("speculative", wl, c, 1, False, "2026-01-01T00:00:00+00:00", out_tokens / (30.0 * c), 2 * c, 2 * c,
+                        0, 100 * c, out_tokens, True, None, SpecDecodeStats("v1", delta),
+                        ttfts=[0.1] * (2 * c), tpots=[0.02] * (2 * c))
+    summary = CellSummary(batch.role, wl, c, [batch]).record()
+    assert summary["spec_decode_curve_basis"] == "lower_bound"
+    if per_request is not None:
+        summary["spec_decode_per_request"] = per_request
+    return {"config": "ngram-k8", "k": k, "family": '{"method":"ngram"}', "workload": wl, "max_concurrency": c,
+            "finished_at": "2026-01-01T00:00:00+00:00", "summary": summary, "batches": [batch.record()]}
+
+
+def test_charts_skip_lower_bound_cells_and_label_the_curve_basis(sweep_doc):
+    """A sweep with ngram k = 8 cells whose drafts were ragged: on copy (k = 1, 2, 4 exact beside
+    it) the charts draw the k = 4 curve, not the k = 8 lower bound; on explain the k = 8 cell has an
+    exact per-request curve, drawn and labelled as such; on a workload with only the ragged k = 8
+    the lower bound is drawn labelled "lower bound". Measured markers never include a ragged run
+    (its mean acceptance length is not E(8))."""
+    from specwatch.choosek.charts import expected_length_series, largest_k_runs
+    from specwatch.choosek.resultfile import measurements
+
+    exact_pr = {"status": "measured", "per_position_acceptance_rates": list(iid_curve(0.8, 8))}
+    sweep_doc["configs"].append({"name": "ngram-k8", "k": 8, "speculative_config": {"method": "ngram", "num_speculative_tokens": 8}})
+    sweep_doc["cells"] += [ragged_cell("copy", 4), ragged_cell("explain", 4, exact_pr), ragged_cell("short", 4)]
+    ms = measurements(sweep_doc)
+    src = largest_k_runs(ms)
+    assert (src[("copy", 4)].k, src[("copy", 4)].curve_basis) == (4, "exact")
+    assert (src[("explain", 4)].k, src[("explain", 4)].curve_basis) == (8, "exact_per_request")
+    assert (src[("short", 4)].k, src[("short", 4)].curve_basis) == (8, "lower_bound")
+    series = {(s["workload"], s["concurrency"]): s for s in expected_length_series(ms)}
+    for key in (("copy", 4), ("explain", 4), ("short", 4)):
+        assert 8 not in [k for k, _ in series[key]["measured"]], key
+    assert [k for k, _ in series[("copy", 4)]["measured"]] == [1, 2, 4]
+    assert "predicted from k=4" in series[("copy", 4)]["label"] and not series[("copy", 4)]["lower_bound"]
+    assert "exact, per-request data" in series[("explain", 4)]["label"]
+    assert series[("short", 4)]["lower_bound"] and "lower bound from k=8" in series[("short", 4)]["label"]
+    assert "ragged drafts" in series[("short", 4)]["label"]
+    html = render_report(sweep_doc)
+    assert len(pngs(html)) == 6

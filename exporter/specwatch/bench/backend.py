@@ -96,7 +96,13 @@ class RequestOutcome:
     finish_reason: str | None = None
     #: vLLM's per-request speculative-decoding metrics (``metrics.speculative_decoding`` of the final
     #: usage chunk; a server started with ``--per-request-spec-decode-metrics``), None when absent.
-    spec_decode: dict | None = field(default=None, repr=False)
+    #: Kept as sent, whatever its JSON type: :func:`specwatch.bench.perrequest.parse_payload` counts
+    #: a value that is not an object as ``inconsistent``.
+    spec_decode: Any = field(default=None, repr=False)
+    #: Choices the response carried: 1 + the largest ``choices[].index`` seen (0 before any choice).
+    #: More than 1 means the server generated n > 1 sequences (vLLM then returns no per-request
+    #: spec-decode metrics: counted as ``n_gt_1``).
+    num_choices: int = 0
     #: One-line prompt excerpt (for outlier listings; never the whole prompt).
     prompt_excerpt: str = ""
 
@@ -257,6 +263,15 @@ class OpenAIBackend:
                             choices = obj.get("choices")
                             if choices:
                                 c0 = choices[0]
+                                ci = c0.get("index")
+                                if len(choices) > 1 or ci:  # n > 1: more than one sequence
+                                    for c in choices:
+                                        ci = c.get("index") if isinstance(c, dict) else None
+                                        if isinstance(ci, int) and ci + 1 > out.num_choices:
+                                            out.num_choices = ci + 1
+                                    out.num_choices = max(out.num_choices, len(choices))
+                                elif not out.num_choices:
+                                    out.num_choices = 1
                                 if is_chat:
                                     delta = c0.get("delta") or {}
                                     piece = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
@@ -284,8 +299,8 @@ class OpenAIBackend:
                                 if pt is not None:
                                     out.prompt_tokens = int(pt)
                                 m = obj.get("metrics")
-                                if isinstance(m, dict) and isinstance(m.get("speculative_decoding"), dict):
-                                    out.spec_decode = m["speculative_decoding"]
+                                if isinstance(m, dict) and m.get("speculative_decoding") is not None:
+                                    out.spec_decode = m["speculative_decoding"]  # validated by bench.perrequest
                             if "error" in obj and not choices:
                                 err = obj["error"]
                                 msg = err.get("message", err) if isinstance(err, dict) else err

@@ -28,7 +28,13 @@ drafts clipped at the end of an output). Over the steps of a cell, for position 
 Per request: draft acceptance Σa / Σd; the cell's p5 / p50 / p95 and a 10-bin histogram of it; the
 draft-length distribution (steps per d); outliers (see :func:`outliers`).
 
-Bad input is counted per cell by reason and never averaged in (:data:`PROBLEMS`).
+vLLM omits the two arrays when the request had no verify step (``to_dict`` adds them only when
+populated: ngram finding no match, a one-token output); such a payload with ``num_spec_steps`` = 0
+and zero draft and accepted tokens is a valid request with zero steps, not ``summary_only``.
+
+Bad input is counted per cell by reason and never averaged in (:data:`PROBLEMS`);
+:func:`parse_payload` never raises (NaN, infinities, booleans, strings or values above
+:data:`MAX_NUM_SPEC_TOKENS` in the arrays or totals make a request ``inconsistent``).
 """
 
 from __future__ import annotations
@@ -46,9 +52,16 @@ PROBLEMS = {
     "truncated": "request failed or its stream ended before [DONE] (no complete payload)",
     "unequal_lengths": "per_step_accepted and per_step_drafted of different lengths",
     "accepted_gt_drafted": "a step accepted more tokens than it drafted",
-    "inconsistent": "arrays disagree with the payload's totals, or values negative / not integers / above num_spec_tokens",
-    "n_gt_1": "request with n > 1 (vLLM reports per-request metrics for n = 1 only)",
+    "inconsistent": ("arrays disagree with the payload's totals, values negative / not integers / not finite / above "
+                     "num_spec_tokens, num_spec_tokens above MAX_NUM_SPEC_TOKENS, or a payload that is not a JSON object"),
+    "n_gt_1": "response with more than one choice (n > 1; vLLM reports per-request metrics for n = 1 only)",
 }
+
+#: Largest ``num_spec_tokens`` accepted (draft positions). vLLM's methods run k ≤ a few dozen (EAGLE
+#: and draft models single digits, ngram and suffix decoding tens); a payload claiming more is
+#: ``inconsistent``. Per-position arrays are sized by the longest draft of the cell (≤ this cap),
+#: never by ``num_spec_tokens`` alone.
+MAX_NUM_SPEC_TOKENS = 128
 
 #: Low outlier: request acceptance below LOW_FRACTION × the cell median (and the median ≥ 0.2).
 LOW_FRACTION = 0.5
@@ -74,6 +87,8 @@ class RequestSpecDecode:
     k: int
     output_tokens: int = 0
     prompt_excerpt: str = ""
+    #: The batch the request ran in (request indexes restart at 0 in every batch).
+    batch_index: int | None = None
 
     @property
     def acceptance(self) -> float | None:
@@ -82,15 +97,34 @@ class RequestSpecDecode:
         return sum(self.accepted) / d if d else None
 
 
-def _int_list(v: Any) -> list[int] | None:
+def _count(x: Any, limit: int) -> int | None:
+    """``x`` as a count 0 … ``limit``: an int, or a float holding a whole number (JSON may print
+    either); None for booleans, strings, NaN, ±Infinity, fractions, negatives and values above
+    ``limit``. Never raises."""
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, int):
+        return x if 0 <= x <= limit else None
+    if isinstance(x, float) and math.isfinite(x) and x.is_integer() and 0 <= x <= limit:
+        return int(x)
+    return None
+
+
+def _int_list(v: Any, limit: int) -> list[int] | None:
     if not isinstance(v, list):
         return None
     out = []
     for x in v:
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or x != int(x) or x < 0:
+        c = _count(x, limit)
+        if c is None:
             return None
-        out.append(int(x))
+        out.append(c)
     return out
+
+
+#: Bound of a payload's totals (tokens, steps): far above any real request, below what would make
+#: arithmetic on them costly.
+_MAX_TOTAL = 10**12
 
 
 def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
@@ -100,12 +134,26 @@ def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
 
 
 def parse_payload(payload: Any, *, index: int, success: bool = True, n: int = 1, output_tokens: int = 0,
-                  prompt_excerpt: str = "") -> RequestSpecDecode | str:
+                  prompt_excerpt: str = "", batch_index: int | None = None) -> RequestSpecDecode | str:
     """Validate one request's ``metrics.speculative_decoding`` object (None when absent).
 
-    Returns a :class:`RequestSpecDecode`, or the problem (a key of :data:`PROBLEMS`). Never raises.
+    ``n``: the number of choices the response carried (> 1: ``n_gt_1``); ``success``: the request
+    completed (False: ``truncated``). Returns a :class:`RequestSpecDecode` (zero steps when vLLM
+    omitted the arrays of a request that had no verify step), or the problem (a key of
+    :data:`PROBLEMS`). Never raises: values that are not counts (NaN, Infinity, booleans, strings,
+    fractions, negatives), ``num_spec_tokens`` outside 1 … :data:`MAX_NUM_SPEC_TOKENS` or a draft
+    longer than it give ``inconsistent``.
     """
-    if n > 1:
+    try:
+        return _parse(payload, index=index, success=success, n=n, output_tokens=output_tokens,
+                      prompt_excerpt=prompt_excerpt, batch_index=batch_index)
+    except (TypeError, ValueError, OverflowError, RecursionError):  # defensive: _parse checks every type first
+        return "inconsistent"
+
+
+def _parse(payload: Any, *, index: int, success: bool, n: Any, output_tokens: Any, prompt_excerpt: Any,
+           batch_index: Any) -> RequestSpecDecode | str:
+    if isinstance(n, int) and n > 1:
         return "n_gt_1"
     if not success:
         return "truncated"
@@ -113,38 +161,59 @@ def parse_payload(payload: Any, *, index: int, success: bool = True, n: int = 1,
         return "missing"
     if not isinstance(payload, Mapping):
         return "inconsistent"
-    if "per_step_accepted" not in payload and "per_step_drafted" not in payload:
-        return "summary_only"
-    acc, dra = _int_list(payload.get("per_step_accepted")), _int_list(payload.get("per_step_drafted"))
-    if acc is None or dra is None:
+    k = _count(payload.get("num_spec_tokens"), MAX_NUM_SPEC_TOKENS)
+    if k is None or k < 1:
         return "inconsistent"
+    totals = {}
+    for key in ("num_spec_steps", "num_accepted_draft_tokens", "num_draft_tokens"):
+        if key in payload:
+            totals[key] = _count(payload[key], _MAX_TOTAL)
+            if totals[key] is None:
+                return "inconsistent"
+    has_acc, has_dra = "per_step_accepted" in payload, "per_step_drafted" in payload
+    if not has_acc and not has_dra:
+        # vLLM adds the arrays only when populated: zero verify steps (and zero tokens) is a valid
+        # request without steps; any step without the arrays means the server runs at "summary"
+        if totals.get("num_spec_steps") != 0:
+            return "summary_only"
+        if totals.get("num_accepted_draft_tokens") or totals.get("num_draft_tokens"):
+            return "inconsistent"  # tokens without a step
+        acc, dra = [], []
+    else:
+        acc = _int_list(payload.get("per_step_accepted"), MAX_NUM_SPEC_TOKENS)
+        dra = _int_list(payload.get("per_step_drafted"), MAX_NUM_SPEC_TOKENS)
+        if acc is None or dra is None:
+            return "inconsistent"
     if len(acc) != len(dra):
         return "unequal_lengths"
     if any(a > d for a, d in zip(acc, dra)):
         return "accepted_gt_drafted"
-    k = payload.get("num_spec_tokens")
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1 or any(d > k for d in dra):
+    if any(d > k for d in dra):
         return "inconsistent"
     for key, want in (("num_spec_steps", len(acc)), ("num_accepted_draft_tokens", sum(acc)),
                       ("num_draft_tokens", sum(dra))):
-        if key in payload and payload[key] != want:
+        if key in totals and totals[key] != want:
             return "inconsistent"
+    out_tok = _count(output_tokens, _MAX_TOTAL) or 0
+    bi = batch_index if isinstance(batch_index, int) and not isinstance(batch_index, bool) else None
     return RequestSpecDecode(index=index, accepted=tuple(acc), drafted=tuple(dra), k=k,
-                             output_tokens=int(output_tokens), prompt_excerpt=excerpt(prompt_excerpt))
+                             output_tokens=out_tok, prompt_excerpt=excerpt(prompt_excerpt), batch_index=bi)
 
 
 def exact_curve(reqs: Sequence[RequestSpecDecode]) -> dict[str, Any]:
-    """Per-position values over all verify steps of ``reqs`` (module doc): ``num_spec_tokens``,
-    ``drafted_steps_per_position`` D_j, ``conditional_per_position_acceptance_rates`` c_j (None
-    where undefined), ``per_position_acceptance_rates`` r_j, ``expected_acceptance_lengths``
-    {k′: E(k′)} (up to the last position with a defined c_j)."""
-    k = max((r.k for r in reqs), default=0)
+    """Per-position values over all verify steps of ``reqs`` (module doc): ``num_spec_tokens``
+    (the largest of the requests, ≤ :data:`MAX_NUM_SPEC_TOKENS`), ``max_draft_length`` (the longest
+    draft, max d_t), ``drafted_steps_per_position`` D_j, ``conditional_per_position_acceptance_rates``
+    c_j (None where undefined), ``per_position_acceptance_rates`` r_j, ``expected_acceptance_lengths``
+    {k′: E(k′)} (up to the last position with a defined c_j). The per-position lists have
+    ``max_draft_length`` entries: a position no step drafted has no value to show."""
+    k = max((d for r in reqs for d in r.drafted), default=0)
     drafted = [0] * k
     reached = [0] * k  # steps with a >= j and d > j
     passed = [0] * k   # steps with a > j
     for r in reqs:
         for a, d in zip(r.accepted, r.drafted):
-            for j in range(min(d, k)):
+            for j in range(d):
                 drafted[j] += 1
                 if a >= j:
                     reached[j] += 1
@@ -162,7 +231,8 @@ def exact_curve(reqs: Sequence[RequestSpecDecode]) -> dict[str, Any]:
     for i, r in enumerate(rates, start=1):
         acc += r
         exp[str(i)] = acc
-    return {"num_spec_tokens": k, "drafted_steps_per_position": drafted,
+    return {"num_spec_tokens": max((r.k for r in reqs), default=0), "max_draft_length": k,
+            "drafted_steps_per_position": drafted,
             "conditional_per_position_acceptance_rates": cond, "per_position_acceptance_rates": rates,
             "expected_acceptance_lengths": exp}
 
@@ -175,7 +245,7 @@ def _pct(sorted_vals: Sequence[float], p: float) -> float:
 
 
 def outliers(reqs: Sequence[RequestSpecDecode]) -> list[dict[str, Any]]:
-    """Requests far from the cell's norm, by request index:
+    """Requests far from the cell's norm, by batch and request index (``batch_index``, ``index``):
 
     - ``low``: acceptance < 0.5 × the cell median (median ≥ 0.2) — garbled or off-distribution output;
     - ``loop``: acceptance ≥ 0.98 over ≥ 24 verify steps while the cell median is ≤ 0.9 — the output
@@ -196,23 +266,42 @@ def outliers(reqs: Sequence[RequestSpecDecode]) -> list[dict[str, Any]]:
         elif med <= LOOP_MEDIAN_MAX and a >= LOOP_ACCEPTANCE and len(r.drafted) >= LOOP_MIN_STEPS:
             kind = "loop"
         if kind:
-            out.append({"index": r.index, "kind": kind, "acceptance": a, "cell_median_acceptance": med,
+            out.append({"batch_index": r.batch_index, "index": r.index, "kind": kind, "acceptance": a, "cell_median_acceptance": med,
                         "verify_steps": len(r.drafted), "output_tokens": r.output_tokens,
                         "prompt_excerpt": r.prompt_excerpt})
     return out
 
 
+def cell_status(n_usable: int, problems: Mapping[str, int], verify_steps: int) -> str:
+    """The status of a batch's or cell's per-request record, from its usable requests and problems:
+
+    - ``not_offered``: no usable request and every request ``missing`` (a server without
+      ``--per-request-spec-decode-metrics``);
+    - ``unusable``: no usable request for other reasons (truncated, summary_only, inconsistent…:
+      ``problems`` says which), or no request at all;
+    - ``no_drafts``: usable requests, but none had a verify step;
+    - ``measured``: every request usable; ``partial``: some requests counted in ``problems``.
+    """
+    probs = {k: v for k, v in problems.items() if v}
+    if n_usable == 0:
+        return "not_offered" if probs and set(probs) == {"missing"} else "unusable"
+    if verify_steps == 0:
+        return "no_drafts"
+    return "partial" if probs else "measured"
+
+
 def summarize(reqs: Sequence[RequestSpecDecode], problems: Mapping[str, int]) -> dict[str, Any]:
     """The cell's ``spec_decode_per_request`` record: the exact curve (:func:`exact_curve`),
-    totals, the per-request acceptance distribution (p5/p50/p95, mean, 10 bins over 0–1), the
-    draft-length distribution {d: steps}, :func:`outliers` (at most MAX_OUTLIERS listed,
-    ``num_outliers`` exact) and ``problems`` {reason: requests}. ``status``: ``measured`` (every
-    request usable), ``partial``, or ``not_offered`` (no request carried a per-step payload)."""
+    totals, the per-request acceptance distribution (p5/p50/p95, mean, 10 bins over 0–1; requests
+    with draft tokens only), the draft-length distribution {d: steps}, :func:`outliers` (at most
+    MAX_OUTLIERS listed, ``num_outliers`` exact), ``problems`` {reason: requests} and
+    ``requests_without_verify_steps``. ``status``: :func:`cell_status`."""
     probs = {k: int(v) for k, v in problems.items() if v}
     total_steps = sum(len(r.drafted) for r in reqs)
-    if not reqs or total_steps == 0:
-        status = "not_offered" if not reqs else "no_drafts"
-        return {"status": status, "requests": len(reqs), "problems": probs,
+    status = cell_status(len(reqs), probs, total_steps)
+    no_steps = sum(1 for r in reqs if not r.drafted)
+    if status in ("not_offered", "unusable", "no_drafts"):
+        return {"status": status, "requests": len(reqs), "requests_without_verify_steps": no_steps, "problems": probs,
                 "source": "vLLM per-request metrics (metrics.speculative_decoding, --per-request-spec-decode-metrics detailed)"}
     acc = sum(sum(r.accepted) for r in reqs)
     dra = sum(sum(r.drafted) for r in reqs)
@@ -223,9 +312,10 @@ def summarize(reqs: Sequence[RequestSpecDecode], problems: Mapping[str, int]) ->
     lengths = Counter(d for r in reqs for d in r.drafted)
     outs = outliers(reqs)
     rec: dict[str, Any] = {
-        "status": "partial" if probs else "measured",
+        "status": status,
         "source": "vLLM per-request metrics (metrics.speculative_decoding, --per-request-spec-decode-metrics detailed)",
         "requests": len(reqs),
+        "requests_without_verify_steps": no_steps,
         "problems": probs,
         "verify_steps": total_steps,
         "draft_tokens": dra,
@@ -244,6 +334,24 @@ def summarize(reqs: Sequence[RequestSpecDecode], problems: Mapping[str, int]) ->
     return rec
 
 
+def format_problems(problems: Mapping[str, int] | None) -> str:
+    """``problems`` {reason: requests} as text: "none", or "truncated: 2, missing: 1" (the
+    reasons of :data:`PROBLEMS`, most frequent first)."""
+    items = sorted(((str(k), v) for k, v in (problems or {}).items() if v), key=lambda kv: (-kv[1], kv[0]))
+    return ", ".join(f"{k}: {v}" for k, v in items) or "none"
+
+
+def format_outlier(o: Mapping[str, Any]) -> str:
+    """One outlier record (:func:`outliers`) as text: "batch 1 #3 low 0.12 “prompt…”" (the batch is
+    left out when unknown: records written before it was recorded)."""
+    where = (f"batch {o['batch_index']} " if o.get("batch_index") is not None else "") + f"#{o.get('index')}"
+    try:
+        acc = f"{float(o.get('acceptance')):.2f}"
+    except (TypeError, ValueError):
+        acc = "–"
+    return f"{where} {o.get('kind')} {acc} “{o.get('prompt_excerpt', '')}”"
+
+
 def collect(items: Iterable[tuple[Any, dict[str, Any]]]) -> tuple[list[RequestSpecDecode], Counter]:
     """Parse ``(payload, context)`` pairs (context: keyword arguments of :func:`parse_payload`) into
     usable requests and a Counter of problems."""
@@ -258,5 +366,5 @@ def collect(items: Iterable[tuple[Any, dict[str, Any]]]) -> tuple[list[RequestSp
     return good, bad
 
 
-__all__ = ["PROBLEMS", "RequestSpecDecode", "collect", "exact_curve", "excerpt", "outliers", "parse_payload",
+__all__ = ["MAX_NUM_SPEC_TOKENS", "PROBLEMS", "RequestSpecDecode", "cell_status", "collect", "format_outlier", "format_problems", "exact_curve", "excerpt", "outliers", "parse_payload",
            "summarize"]

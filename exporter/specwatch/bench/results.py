@@ -17,7 +17,10 @@ specwatch's extras: ``spec_decode_curve_basis`` (``exact`` / ``lower_bound``: we
 ``spec_decode_per_request``: from vLLM's per-request ``metrics.speculative_decoding`` (a server
 started with ``--per-request-spec-decode-metrics detailed``), the exact per-position curve, the
 per-request acceptance distribution, draft lengths, outliers and bad payloads per reason
-(:mod:`specwatch.bench.perrequest`; per batch only status, requests and problems).
+(:mod:`specwatch.bench.perrequest`; per batch only status, requests and problems). The CSV (one
+row per batch) adds ``spec_decode_per_request_status``, ``spec_decode_per_request_problems``
+("none" or "reason: n, …") and ``spec_decode_exact_per_position_acceptance_rates`` (the batch's
+exact curve; curves are written as values joined by ``;``).
 
 Files are rewritten atomically (temporary file + ``os.replace``) after every batch, so an
 interrupted or crashed run leaves valid files holding every finished batch.
@@ -207,10 +210,15 @@ class BatchResult:
         for kind, vals in zip(LATENCY_KINDS, (self.ttfts, self.tpots, self.itls, self.e2els)):
             rec.update(latency_stats(kind, vals))
         rec.update(self.spec.record())
-        pr = per_request_record(self.spec, self.spec_requests)
+        pr = self.per_request()
         rec["spec_decode_per_request"] = None if pr is None else {k: pr[k] for k in ("status", "requests", "problems")}
         rec["errors"] = self.errors[:MAX_ERRORS_KEPT]
         return rec
+
+    def per_request(self) -> dict[str, Any] | None:
+        """The batch's full per-request record (:func:`per_request_record`; the JSON keeps only its
+        status, requests and problems per batch, the CSV its exact curve)."""
+        return per_request_record(self.spec, self.spec_requests)
 
 
 @dataclass
@@ -328,8 +336,12 @@ CSV_FIELDS = (
     *[f"{s}_{k}_ms" for k in LATENCY_KINDS for s in ("mean", "median", "std", *[f"p{p}" for p in PERCENTILES])],
     "spec_decode_acceptance_rate", "spec_decode_acceptance_length", "spec_decode_num_drafts",
     "spec_decode_draft_tokens", "spec_decode_accepted_tokens", "spec_decode_per_position_acceptance_rates",
-    "spec_decode_num_speculative_tokens", "metrics_error", "first_error",
+    "spec_decode_num_speculative_tokens", "spec_decode_curve_basis", "spec_decode_missing_draft_tokens_ratio",
+    "spec_decode_per_request_status", "spec_decode_per_request_problems",
+    "spec_decode_exact_per_position_acceptance_rates", "metrics_error", "first_error",
 )
+#: CSV columns holding a curve: written as values joined by ";" (6 significant digits).
+CSV_CURVE_FIELDS = ("spec_decode_per_position_acceptance_rates", "spec_decode_exact_per_position_acceptance_rates")
 
 
 def _json_default(o: Any) -> Any:
@@ -382,8 +394,13 @@ class ResultWriter:
             w.writeheader()
             for b in batches:
                 rec = b.record()
-                pp = rec.get("spec_decode_per_position_acceptance_rates")
-                rec["spec_decode_per_position_acceptance_rates"] = "" if pp is None else ";".join(f"{x:.6g}" for x in pp)
+                pr = b.per_request() or {}
+                rec["spec_decode_per_request_status"] = pr.get("status")
+                rec["spec_decode_per_request_problems"] = perrequest.format_problems(pr.get("problems")) if pr else None
+                rec["spec_decode_exact_per_position_acceptance_rates"] = pr.get("per_position_acceptance_rates")
+                for key in CSV_CURVE_FIELDS:
+                    pp = rec.get(key)
+                    rec[key] = "" if pp is None else ";".join(f"{x:.6g}" for x in pp)
                 rec["first_error"] = b.errors[0]["error"] if b.errors else ""
                 w.writerow({k: ("" if rec.get(k) is None else rec.get(k)) for k in CSV_FIELDS})
             atomic_write_text(self.csv_path, buf.getvalue())
@@ -395,6 +412,12 @@ class ResultWriter:
 
 def _fmt(v: float | None, spec: str = ".1f", suffix: str = "") -> str:
     return "–" if v is None else f"{v:{spec}}{suffix}"
+
+
+#: Why a cell has no exact curve, by per-request status (:func:`specwatch.bench.perrequest.cell_status`).
+_NO_EXACT = {"not_offered": "not returned by the server",
+             "unusable": "no usable per-request payload",
+             "no_drafts": "no verify step with draft tokens"}
 
 
 def render_tables(batches: Sequence[BatchResult], equivalence: dict[str, Any] | None = None) -> list[Any]:
@@ -438,10 +461,13 @@ def render_tables(batches: Sequence[BatchResult], equivalence: dict[str, Any] | 
             ra = pr.get("request_acceptance") or {}
             exact = curve(pr.get("per_position_acceptance_rates"))
             dist = " / ".join(f"{ra[p]:.2f}" for p in ("p5", "p50", "p95")) if ra else "–"
-            extra = f"{pr.get('num_outliers', 0)} outliers" + (f", problems {pr['problems']}" if pr.get("problems") else "")
+            outs = pr.get("outliers") or []
+            extra = (f"{pr.get('num_outliers', 0)} outliers" + (": " + "; ".join(perrequest.format_outlier(o) for o in outs[:3])
+                                                               if outs else "")
+                     + f"; problems: {perrequest.format_problems(pr.get('problems'))}")
         else:
-            exact, dist = "not returned by the server", "–"
-            extra = f"problems {pr['problems']}" if pr and pr.get("problems") else ""
+            exact, dist = _NO_EXACT.get(pr.get("status") if pr else None, "not returned by the server"), "–"
+            extra = f"problems: {perrequest.format_problems(pr.get('problems'))}" if pr else ""
         exact_rows.append((c.role, c.workload, str(c.max_concurrency), curve(r.get("spec_decode_per_position_acceptance_rates")),
                            str(r.get("spec_decode_curve_basis") or "–"), exact, dist, extra))
     if exact_rows:

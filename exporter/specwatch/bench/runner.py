@@ -340,7 +340,8 @@ def _aggregate(role: str, workload: str, concurrency: int, index: int, warmup: b
         tpots=[t for t in (o.tpot for o in ok) if t is not None],
         itls=[g for o in ok for g in o.itl],
         e2els=[o.latency for o in ok],
-        spec_requests=[(o.spec_decode, {"index": o.index, "success": o.success, "output_tokens": o.output_tokens,
+        spec_requests=[(o.spec_decode, {"index": o.index, "batch_index": index, "success": o.success,
+                                        "n": o.num_choices, "output_tokens": o.output_tokens,
                                         "prompt_excerpt": o.prompt_excerpt}) for o in outcomes],
     )
 

@@ -5,8 +5,10 @@ Shared by the sweep report (:mod:`specwatch.choosek.report`), its drafter sectio
 (:mod:`specwatch.choosek.drafterstudy`) and the demo report (:mod:`specwatch.choosek.demoreport`).
 Every chart draws :class:`~specwatch.choosek.model.Measurement` values as they were measured
 (client-side throughput/TPOT/TTFT of the load generator; acceptance from the servers'
-``vllm:spec_decode_*`` counters); the only modelled line is E(k) predicted from the largest k's
-per-position curve, labelled as predicted.
+``vllm:spec_decode_*`` counters, or vLLM's per-request data where the cell has them); the only
+modelled line is E(k) predicted from the largest k's per-position curve, labelled as predicted with
+its basis (a lower-bound curve of ragged drafts is dashed and labelled "lower bound"; measured
+markers of ragged runs are left out).
 """
 
 from __future__ import annotations
@@ -105,7 +107,8 @@ def plot_metric_vs_concurrency(ms: Sequence[Measurement], attr: str, ylabel: str
 
 def plot_position_acceptance(ms: Sequence[Measurement]) -> str | None:
     """Per-position acceptance rate (unconditional, solid; conditional r_i / r_(i-1), dashed) of
-    the largest k, one line per (workload, concurrency)."""
+    the largest k (:func:`largest_k_runs`), one line per (workload, concurrency), the curve basis in
+    the legend (a lower-bound curve dotted)."""
     plt = pyplot()
     src = largest_k_runs(ms)
     if not src:
@@ -116,8 +119,11 @@ def plot_position_acceptance(ms: Sequence[Measurement]) -> str | None:
         r = m.position_rates
         pos = list(range(len(r)))
         cond = [r[0] if j == 0 else (r[j] / r[j - 1] if r[j - 1] > 0 else float("nan")) for j in pos]
-        axes[0].plot(pos, [x * 100 for x in r], marker="o", color=cmap(i % 10), label=f"{wl} c={c} (k={m.k})")
-        axes[1].plot(pos, [x * 100 for x in cond], marker="s", linestyle="--", color=cmap(i % 10), label=f"{wl} c={c}")
+        lower = m.curve_basis == "lower_bound"
+        axes[0].plot(pos, [x * 100 for x in r], marker="o", color=cmap(i % 10), linestyle=":" if lower else "-",
+                     label=curve_label(wl, c, m))
+        axes[1].plot(pos, [x * 100 for x in cond], marker="s", linestyle=":" if lower else "--", color=cmap(i % 10),
+                     label=curve_label(wl, c, m))
     for ax, t in zip(axes, ("unconditional: P(positions 0..i all accepted)", "conditional: P(i accepted | 0..i-1 accepted)")):
         ax.set_xlabel("draft position i (0-based)")
         ax.set_ylabel("acceptance %")
@@ -131,27 +137,24 @@ def plot_position_acceptance(ms: Sequence[Measurement]) -> str | None:
 
 def plot_expected_length(ms: Sequence[Measurement]) -> str | None:
     """Expected acceptance length E(k) = 1 + Σ_(i<k) r_i predicted from the largest k's curve
-    (lines), with the mean acceptance length measured at each k (markers)."""
+    (lines, the curve basis in the legend; a lower-bound curve dashed), with the mean acceptance
+    length measured at each k with full drafts (markers): :func:`expected_length_series`."""
     plt = pyplot()
-    src = largest_k_runs(ms)
-    if not src:
+    series = expected_length_series(ms)
+    if not series:
         return None
     fig, ax = plt.subplots(figsize=(6.5, 4))
     cmap = plt.get_cmap("tab10")
-    for i, ((wl, c), m) in enumerate(sorted(src.items())):
-        ks = list(range(0, len(m.position_rates) + 1))
-        e = [1.0 + math.fsum(m.position_rates[:k]) for k in ks]
-        ax.plot(ks, e, color=cmap(i % 10), label=f"{wl} c={c}: predicted from k={m.k}")
-        meas = sorted((x.k, x.acceptance_length) for x in ms
-                      if x.workload == wl and x.concurrency == c and x.k > 0 and x.acceptance_length is not None)
-        if meas:
-            mk, mv = zip(*meas)
+    for i, sr in enumerate(series):
+        ax.plot(sr["ks"], sr["values"], color=cmap(i % 10), linestyle="--" if sr["lower_bound"] else "-", label=sr["label"])
+        if sr["measured"]:
+            mk, mv = zip(*sr["measured"])
             ax.scatter(mk, mv, color=cmap(i % 10), marker="x", s=50, zorder=3)
-    kmax = max(len(m.position_rates) for m in src.values())
+    kmax = max(len(sr["ks"]) - 1 for sr in series)
     ax.plot([0, kmax], [1, kmax + 1], color="grey", linestyle=":", label="every draft accepted (k + 1)")
     ax.set_xlabel("num_speculative_tokens k")
     ax.set_ylabel("tokens per verify step")
-    ax.set_title("Expected acceptance length vs k (× = measured)")
+    ax.set_title("Expected acceptance length vs k (× = measured, full drafts)")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     return png_data_uri(fig)
@@ -180,12 +183,51 @@ def plot_servers(servers: Mapping[str, Mapping[str, Any]], order: Sequence[tuple
 
 
 def largest_k_runs(ms: Sequence[Measurement]) -> dict[tuple[str, int], Measurement]:
+    """Per (workload, concurrency): the run whose per-position curve the charts draw — the largest
+    k with a curve and drafts whose curve is not a lower bound (``curve_basis`` exact or
+    exact_per_request, as :func:`specwatch.choosek.model.predict_acceptance_lengths` uses); a cell
+    with lower-bound curves only (ragged drafts, counters) gets its largest-k lower-bound run, which
+    the charts draw dashed and label "lower bound"."""
     out: dict[tuple[str, int], Measurement] = {}
     for m in ms:
         if m.k > 0 and m.position_rates and m.drafts:
             cur = out.get((m.workload, m.concurrency))
-            if cur is None or m.k > cur.k:
+            rank = (m.curve_basis != "lower_bound", m.k)
+            if cur is None or rank > (cur.curve_basis != "lower_bound", cur.k):
                 out[(m.workload, m.concurrency)] = m
+    return out
+
+
+#: How a drawn curve was obtained, for legends (``Measurement.curve_basis``).
+CURVE_BASIS_LABELS = {
+    "exact": "counters, full drafts",
+    "exact_per_request": "exact, per-request data",
+    "lower_bound": "LOWER BOUND: ragged drafts, counters",
+}
+
+
+def curve_label(wl: str, c: int, m: Measurement) -> str:
+    """Legend text of a curve: workload, concurrency, the k it was measured at and its basis."""
+    return f"{wl} c={c} (k={m.k}; {CURVE_BASIS_LABELS.get(m.curve_basis, m.curve_basis)})"
+
+
+def expected_length_series(ms: Sequence[Measurement]) -> list[dict[str, Any]]:
+    """What :func:`plot_expected_length` draws, per (workload, concurrency): ``label`` (with the
+    curve basis), ``ks`` and ``values`` E(k) = 1 + Σ_(i<k) r_i from the largest k's curve,
+    ``lower_bound`` (drawn dashed), and ``measured`` [(k, mean acceptance length)] of the runs
+    whose drafts were full — a ragged run's mean acceptance length is not E(k) (a dynamic table
+    ran shorter drafts) and is left out."""
+    out = []
+    for (wl, c), m in sorted(largest_k_runs(ms).items()):
+        ks = list(range(0, len(m.position_rates) + 1))
+        lower = m.curve_basis == "lower_bound"
+        meas = sorted((x.k, x.acceptance_length) for x in ms
+                      if x.workload == wl and x.concurrency == c and x.k > 0 and x.acceptance_length is not None
+                      and not x.ragged_drafts)
+        out.append({"workload": wl, "concurrency": c, "source_k": m.k, "basis": m.curve_basis, "lower_bound": lower,
+                    "label": f"{wl} c={c}: " + ("lower bound from" if lower else "predicted from")
+                             + f" k={m.k} ({CURVE_BASIS_LABELS.get(m.curve_basis, m.curve_basis)})",
+                    "ks": ks, "values": [1.0 + math.fsum(m.position_rates[:k]) for k in ks], "measured": meas})
     return out
 
 

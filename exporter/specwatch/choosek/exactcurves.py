@@ -11,9 +11,18 @@ acceptance distribution, draft lengths, outliers, problems).
 from __future__ import annotations
 
 import html
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from specwatch.bench.perrequest import format_outlier, format_problems
+
+#: Why a cell has no exact curve, by the per-request record's status
+#: (:func:`specwatch.bench.perrequest.cell_status`).
+NO_EXACT_CURVE = {
+    "not_offered": "server did not return per-request metrics",
+    "unusable": "no usable per-request payload (see problems)",
+    "no_drafts": "no verify step with draft tokens",
+}
 
 
 def _e(v: Any) -> str:
@@ -52,19 +61,23 @@ def render_html(doc: Mapping[str, Any]) -> str:
              "<p class='note'>Counter curve: r_i = Δper_pos[i] / Δdrafts from vllm:spec_decode_* counters; "
              "basis lower_bound when drafts were ragged (fewer than k tokens beyond max(1, 0.5 % of drafts)), as "
              "undrafted positions count as rejected. Exact curve: from vLLM's per-request per_step_accepted / "
-             "per_step_drafted (--per-request-spec-decode-metrics detailed), each position conditioned on having "
-             "been drafted (product of conditional rates).</p>"]
-    head = ["configuration", "workload", "c", "counter curve", "counter basis", "exact curve", "exact E(k)",
-            "requests", "per-request acceptance p5 / p50 / p95", "draft lengths (steps)", "problems", "outliers"]
+             "per_step_drafted (--per-request-spec-decode-metrics detailed): c_j = P(position j accepted | positions "
+             "0..j-1 accepted and j drafted), r_j = c_0 × … × c_j; D_j is the number of verify steps that drafted position "
+             "j (c_j is estimated on those of them whose positions 0..j-1 were accepted). Problems: requests left out of the exact curve, by reason; outliers by batch and "
+             "request index.</p>"]
+    head = ["configuration", "workload", "c", "counter curve", "counter basis", "exact curve r_j",
+            "exact conditional c_j", "steps drafting position j (D_j)", "exact E(k)", "requests",
+            "per-request acceptance p5 / p50 / p95", "draft lengths (steps)", "problems", "outliers"]
     body = []
     for r in rows:
         pr = r["per_request"]
-        if not isinstance(pr, Mapping) or pr.get("status") in (None, "not_offered", "no_drafts"):
-            why = "server did not return per-request metrics" if not isinstance(pr, Mapping) or pr.get("status") == "not_offered" \
-                else "no drafts"
+        status = pr.get("status") if isinstance(pr, Mapping) else None
+        if status not in ("measured", "partial"):
+            why = NO_EXACT_CURVE.get(status, "server did not return per-request metrics")
             problems = pr.get("problems") if isinstance(pr, Mapping) else None
             body.append([r["config"], r["workload"], r["concurrency"], _curve(r["counter_rates"]), r["counter_basis"],
-                         why, "–", "–", "–", "–", json.dumps(problems or {}), "–"])
+                         why, "–", "–", "–", "–" if status is None else f"{pr.get('requests')} ({status})", "–", "–",
+                         format_problems(problems), "–"])
             continue
         ra = pr.get("request_acceptance") or {}
         e = pr.get("expected_acceptance_lengths") or {}
@@ -72,13 +85,14 @@ def render_html(doc: Mapping[str, Any]) -> str:
         body.append([
             r["config"], r["workload"], r["concurrency"], _curve(r["counter_rates"]), r["counter_basis"],
             _curve(pr.get("per_position_acceptance_rates")),
+            _curve(pr.get("conditional_per_position_acceptance_rates")),
+            " / ".join(str(n) for n in pr.get("drafted_steps_per_position") or ()) or "–",
             " / ".join(f"E({k})={float(v):.2f}" for k, v in e.items()) or "–",
             f"{pr.get('requests')} ({pr.get('status')})",
             " / ".join(f"{float(ra[p]):.2f}" for p in ("p5", "p50", "p95")) if ra else "–",
             ", ".join(f"{d}: {n}" for d, n in (pr.get("draft_length_histogram") or {}).items()) or "–",
-            json.dumps(pr.get("problems") or {}),
-            "; ".join(f"#{o['index']} {o['kind']} {float(o['acceptance']):.2f} “{o.get('prompt_excerpt', '')}”"
-                      for o in outs[:5]) + (f" (+{pr['num_outliers'] - 5})" if pr.get("num_outliers", 0) > 5 else "")
+            format_problems(pr.get("problems")),
+            "; ".join(format_outlier(o) for o in outs[:5]) + (f" (+{pr['num_outliers'] - 5})" if pr.get("num_outliers", 0) > 5 else "")
             if outs else "none",
         ])
     parts.append("<table class='exact'><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"

@@ -488,7 +488,11 @@ def fit_step_cost(runs: Sequence[Measurement], prior: CostModel | None = None) -
 @dataclass(frozen=True)
 class ThroughputPrediction:
     """Predicted output throughput (tok/s) at k for one (workload, concurrency), with the
-    measured one where k was run. k = 0 is the baseline (predicted = measured)."""
+    measured one where k was run with full drafts (``measured`` None for a run whose drafts were
+    ragged: a dynamic table or short drafts ran other widths, so its throughput is not that of a
+    fixed k). k = 0 is the baseline (predicted = measured). ``verified_per_step`` x = f·min(k, d̄)
+    draft tokens per request-step (f·k when the curve is an exact per-request one from a ragged
+    cell: the prediction is for full drafts of k tokens)."""
 
     workload: str
     concurrency: int
@@ -538,6 +542,12 @@ def predict_throughputs(
         if src is not None and src.draft_fraction is not None:
             rates, f = src.position_rates, src.draft_fraction
             dbar = src.draft_tokens_per_draft or float(src.k)
+            if src.ragged_drafts:
+                # an exact per-request curve of a cell whose drafts were ragged (a dynamic table ran
+                # shorter drafts): the curve is that of full drafts of j + 1 tokens, so k′ is predicted
+                # as a fixed-width server verifying k′ tokens per draft (x = f·k′), not with the
+                # cell's mean draft length d̄ (which would pair full-draft tokens with short-draft cost)
+                dbar = float(len(rates))
         else:
             # no drafts at all (e.g. ngram never found a match): every k verifies nothing and
             # gains nothing, so each k costs the speculative server's T0
@@ -560,6 +570,8 @@ def predict_throughputs(
                     ratios[k] = (m.tokens_per_step / ct, m.verified_per_step / cx if cx > 0 else 1.0)
         for k in range(1, len(rates) + 1):
             m = by_k.get(k)
+            if m is not None and m.ragged_drafts:
+                m = None  # a dynamic table ran other widths under this k: not the throughput at k
             tau, x = from_curve(k)
             if ratios:
                 if k in ratios:

@@ -2,8 +2,10 @@
 
 Sections: the sweep's settings; the servers (start-up time, KV-cache capacity from
 ``vllm:cache_config_info``); per-position acceptance (unconditional and conditional) of the largest
-k; expected acceptance length against k (predicted from the largest k's curve, measured points
-beside it); output throughput / mean TPOT / mean TTFT against concurrency, one line per server
+k (the curve basis in the legend, lower-bound curves only where nothing better was measured);
+expected acceptance length against k (predicted from the largest k's curve, measured points of runs
+with full drafts beside it); counter curves beside exact per-request ones
+(:mod:`specwatch.choosek.exactcurves`); output throughput / mean TPOT / mean TTFT against concurrency, one line per server
 configuration (baseline in black, as in the seed's charts); the comparison table (every
 configuration's throughput and its ratio to the baseline, acceptance rate and length); the advice
 of :mod:`specwatch.choosek.advise` (recommended k, the check against the measurements, the vLLM config).

@@ -25,7 +25,10 @@ The same table in the other engines' formats (each follows the version named; ch
   NVIDIA/TensorRT-LLM PR #10860, merged 2026-03-13, ``tensorrt_llm/llmapi/llm_args.py``): a map
   batch size → draft length whose keys are the *largest* batch size of a tier (``{4: 4, 8: 2,
   32: 1}``: 1–4 → 4, 5–8 → 2, 9–32 → 1, above 32 → 0, speculation off); ``max_draft_len`` is the
-  largest draft length. Mutually exclusive with ``max_concurrency``.
+  largest draft length. Mutually exclusive with ``max_concurrency``. Releases before that PR read
+  the same dict with keys as the *smallest* batch size of a tier (``bisect_right``: the largest
+  key ≤ the batch size, the last length kept above the last key): only the PR #10860 form is
+  produced (docs/ragged-drafts.md).
 """
 
 from __future__ import annotations

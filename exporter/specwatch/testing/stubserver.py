@@ -17,7 +17,8 @@ Failure injection: ``error_every`` (every n-th request gets HTTP 500), ``drop_ev
 ``models_status`` / ``models_content_type`` (answer of ``GET /v1/models``), ``flood_bytes``
 (stream about that many bytes of ``data: xxx…`` lines, never a blank line, instead of tokens: a
 runaway server), ``stall_after`` + ``stall_seconds`` (after that many chunks send nothing for
-that long: a stalled server).
+that long: a stalled server), ``per_request_payloads`` (replay given per-request spec-decode
+payloads, e.g. real captures damaged by a test), ``num_choices`` (stream n > 1 choices).
 
 Run standalone: ``python -m specwatch.testing.stubserver --port 18080``.
 """
@@ -60,6 +61,12 @@ class StubConfig:
     stall_seconds: float = 0.0
     #: Send vLLM's per-request ``metrics.speculative_decoding`` (``detailed``) in the usage chunk.
     per_request_metrics: bool = False
+    #: Replayed ``metrics.speculative_decoding`` values (any JSON value, NaN and Infinity included as
+    #: Python's json writes them): the n-th request (in arrival order) gets entry (n − 1) mod len,
+    #: instead of the stub's own payload. Tests feed real captured payloads, damaged.
+    per_request_payloads: tuple[Any, ...] = ()
+    #: Choices per response (vLLM's n): tokens are streamed once per choice index 0 … n − 1.
+    num_choices: int = 1
 
 
 @dataclass
@@ -227,16 +234,19 @@ class StubServer:
                 await asyncio.sleep(c.stall_seconds)
             text = token_text(key, i, diverge and i >= c.diverge_at)
             fin = "length" if i == n - 1 else None
-            choice = ({"index": 0, "delta": {"content": text}, "finish_reason": fin} if chat
-                      else {"index": 0, "text": text, "logprobs": None, "finish_reason": fin})
-            await resp.write(b"data: " + json.dumps({"id": rid, "object": obj, "model": c.model,
-                                                     "choices": [choice]}).encode() + b"\n\n")
+            for ci in range(max(1, c.num_choices)):
+                choice = ({"index": ci, "delta": {"content": text}, "finish_reason": fin} if chat
+                          else {"index": ci, "text": text, "logprobs": None, "finish_reason": fin})
+                await resp.write(b"data: " + json.dumps({"id": rid, "object": obj, "model": c.model,
+                                                         "choices": [choice]}).encode() + b"\n\n")
         accs, drafted = self._generate(n)
         s.prompt_tokens += prompt_tokens
         if c.send_usage and (payload.get("stream_options") or {}).get("include_usage"):
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
             final: dict[str, Any] = {"id": rid, "object": obj, "model": c.model, "choices": [], "usage": usage}
-            if c.per_request_metrics and c.k > 0:
+            if c.per_request_payloads:
+                final["metrics"] = {"speculative_decoding": c.per_request_payloads[(nth - 1) % len(c.per_request_payloads)]}
+            elif c.per_request_metrics and c.k > 0:
                 hist = [0] * (c.k + 1)
                 for a in accs:
                     hist[a] += 1
