@@ -605,7 +605,7 @@ def test_ragged_cell_with_an_exact_curve_predicts_full_width_drafts():
            "spec_decode_per_position_acceptance_rates": list(derive(d).position_acceptance_rates),
            "spec_decode_curve_basis": draft_width(d).basis, "mean_tpot_ms": 20.0,
            "spec_decode_per_request": perrequest.summarize(*perrequest.collect(items))}
-    m = Measurement.from_record(rec, config="dyn", k=3)
+    m = Measurement.from_record(rec, config="dyn", k=3, variable_width=True)
     assert m.ragged_drafts and m.curve_basis == "exact_per_request" and m.draft_tokens_per_draft < 1.01
     preds, fits = predict_throughputs([m])
     (fit,) = fits
@@ -621,3 +621,25 @@ def test_ragged_cell_with_an_exact_curve_predicts_full_width_drafts():
     assert by_k[1].predicted == pytest.approx(m.output_throughput, rel=0.02)
     # a wider draft costs more per step than the 1-token drafts measured
     assert by_k[3].step_time_s > m.step_time_s and by_k[3].predicted < 2 * m.output_throughput
+    # the same ragged cell from a fixed-k server (short drafts, no dynamic table) is still the server
+    # at k = 3: its throughput stays the measured value there
+    fixed = Measurement.from_record(rec, config="ngram", k=3)
+    assert fixed.ragged_drafts and not fixed.variable_width
+    assert {p.k: p for p in predict_throughputs([fixed])[0]}[3].measured == pytest.approx(100.0)
+
+
+def test_a_dynamic_table_config_in_a_sweep_marks_its_runs_variable_width():
+    """resultfile.measurements: a config whose speculative_config has
+    num_speculative_tokens_per_batch_size gives variable-width runs; a fixed-k config does not."""
+    from specwatch.choosek.resultfile import measurements
+
+    def cell(config, k):
+        return {"config": config, "k": k, "workload": "copy", "max_concurrency": 4,
+                "summary": {"output_throughput": 50.0, "num_batches": 1, "completed": 8, "failed": 0}}
+    doc = {"specwatch_sweep_format": 1, "status": "complete",
+           "configs": [{"name": "dyn", "k": 3, "family": "", "speculative_config": {
+               "method": "ngram", "num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size": [[1, 1, 3], [2, 8, 1]]}},
+               {"name": "ngram-k3", "k": 3, "family": "", "speculative_config": {"method": "ngram", "num_speculative_tokens": 3}}],
+           "cells": [cell("dyn", 3), cell("ngram-k3", 3)]}
+    by = {m.config: m for m in measurements(doc)}
+    assert by["dyn"].variable_width and not by["ngram-k3"].variable_width

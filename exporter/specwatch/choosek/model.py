@@ -218,11 +218,18 @@ class Measurement:
     #: The cell's drafts were ragged (counter basis lower_bound): its mean acceptance length is not
     #: the length at k (e.g. a dynamic table ran a smaller k), so it is not compared with E(k).
     ragged_drafts: bool = False
+    #: The server ran a dynamic table (``num_speculative_tokens_per_batch_size``): k is only the
+    #: table's largest width, so the run's throughput is not the throughput of a fixed k. (A fixed-k
+    #: server whose drafts were short — ngram without a full match, drafts clipped at the end of an
+    #: output — is still the server at that k: its throughput stays the measured value at k.)
+    variable_width: bool = False
 
     @classmethod
-    def from_record(cls, rec: Mapping[str, Any], *, config: str, k: int, family: str = "") -> Measurement:
+    def from_record(cls, rec: Mapping[str, Any], *, config: str, k: int, family: str = "",
+                    variable_width: bool = False) -> Measurement:
         """Build from a load-generator cell summary record (``specwatch.bench.results``
-        ``CellSummary.record()``). Raises KChoiceError if it has no output throughput."""
+        ``CellSummary.record()``); ``variable_width``: the server's speculative config had
+        ``num_speculative_tokens_per_batch_size``. Raises KChoiceError if it has no output throughput."""
         thr = _num(rec.get("output_throughput"))
         if thr is None or thr <= 0:
             raise KChoiceError(
@@ -260,6 +267,7 @@ class Measurement:
             curve_basis=curve_basis,
             counter_position_rates=counter_rates,
             ragged_drafts=rec.get("spec_decode_curve_basis") == "lower_bound",
+            variable_width=bool(variable_width),
             drafts=_num(rec.get("spec_decode_num_drafts")),
             draft_tokens=_num(rec.get("spec_decode_draft_tokens")),
             accepted_tokens=_num(rec.get("spec_decode_accepted_tokens")),
@@ -488,9 +496,9 @@ def fit_step_cost(runs: Sequence[Measurement], prior: CostModel | None = None) -
 @dataclass(frozen=True)
 class ThroughputPrediction:
     """Predicted output throughput (tok/s) at k for one (workload, concurrency), with the
-    measured one where k was run with full drafts (``measured`` None for a run whose drafts were
-    ragged: a dynamic table or short drafts ran other widths, so its throughput is not that of a
-    fixed k). k = 0 is the baseline (predicted = measured). ``verified_per_step`` x = f·min(k, d̄)
+    measured one where k was run (``measured`` None for a dynamic-table run: it ran other widths
+    under its largest k, so its throughput is not that of a fixed k; a fixed-k run whose drafts
+    were short keeps its measured throughput). k = 0 is the baseline (predicted = measured). ``verified_per_step`` x = f·min(k, d̄)
     draft tokens per request-step (f·k when the curve is an exact per-request one from a ragged
     cell: the prediction is for full drafts of k tokens)."""
 
@@ -570,7 +578,7 @@ def predict_throughputs(
                     ratios[k] = (m.tokens_per_step / ct, m.verified_per_step / cx if cx > 0 else 1.0)
         for k in range(1, len(rates) + 1):
             m = by_k.get(k)
-            if m is not None and m.ragged_drafts:
+            if m is not None and m.variable_width:
                 m = None  # a dynamic table ran other widths under this k: not the throughput at k
             tau, x = from_curve(k)
             if ratios:

@@ -148,6 +148,9 @@ def measurements(doc: Mapping[str, Any]) -> list[Measurement]:
     problem = _shape_problem(doc) if isinstance(doc.get("cells", []), list) else "'cells' is not a list"
     if problem:
         raise SweepError(f"damaged sweep result: {problem}")
+    dynamic = {c.get("name") for c in doc.get("configs") or () if isinstance(c, Mapping)
+               and isinstance(c.get("speculative_config"), Mapping)
+               and c["speculative_config"].get("num_speculative_tokens_per_batch_size")}
     out = []
     for cell in doc.get("cells", []):
         summary = cell.get("summary") or {}
@@ -156,7 +159,8 @@ def measurements(doc: Mapping[str, Any]) -> list[Measurement]:
             continue
         rec = {**summary, "workload": cell["workload"], "max_concurrency": cell["max_concurrency"]}
         try:
-            out.append(Measurement.from_record(rec, config=cell["config"], k=int(cell["k"]), family=cell.get("family", "")))
+            out.append(Measurement.from_record(rec, config=cell["config"], k=int(cell["k"]), family=cell.get("family", ""),
+                                               variable_width=cell["config"] in dynamic))
         except (KChoiceError, KeyError, TypeError, ValueError) as exc:
             raise SweepError(f"damaged sweep result: cell {cell['config']}/{cell['workload']}/c={cell['max_concurrency']}: {exc}") from None
     return out
