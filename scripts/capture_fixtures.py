@@ -10,16 +10,19 @@ plain-GET /metrics text:
   "Copy 1: … Copy 2:", greedy, 256 output tokens, 12 requests, concurrency 4);
 - ngram k=4 again after a restart with a little traffic (2 requests, 64 tokens):
   ``vllm-0.32-ngram-k4-after-restart.txt`` (counters started again from 0);
-- method draft_model with the derived drafters ``close`` and ``target`` (specwatch.localvllm.drafters)
-  at k=3: ``vllm-0.32-draft-close-k3-{fresh,after-traffic}.txt`` and
-  ``vllm-0.32-draft-target-k3-after-traffic.txt`` (8 requests, concurrency 4, 128 tokens). These
-  servers run with ``VLLM_SERVER_DEV_MODE=1`` so the manifest also records what the dev-only
-  ``GET /server_info?config_format=json`` says about ``speculative_config`` and what
-  ``GET /v1/models`` says (nothing about speculation).
+- method draft_model at k=3 with a derived drafter (specwatch.localvllm.drafters), only when named
+  in ``--only`` (8 natural-text requests, concurrency 4, 128 tokens): ``draft-close`` writes
+  ``vllm-0.32-draft-close-k3-{fresh,after-traffic}.txt`` (both committed in tests/fixtures/metrics);
+  ``draft-target`` (the target as its own drafter) writes
+  ``vllm-0.32-draft-target-k3-after-traffic.txt``, which is not committed (no test reads it;
+  capture it with ``--only draft-target``). These servers run with ``VLLM_SERVER_DEV_MODE=1`` so
+  the manifest also records what the dev-only ``GET /server_info?config_format=json`` says about
+  ``speculative_config`` and what ``GET /v1/models`` says (nothing about speculation).
 
 It also writes ``manifest.json`` beside them (settings, traffic, start-up seconds, times).
 
-Usage: .venv/bin/python scripts/capture_fixtures.py [--only k4,none,restart] [--out DIR]
+Usage: .venv/bin/python scripts/capture_fixtures.py [--only k2,k4,restart,k8,none,draft-close,draft-target] [--out DIR]
+(default ``--only``: the ngram and no-speculation runs, k2,k4,restart,k8,none)
 """
 
 from __future__ import annotations

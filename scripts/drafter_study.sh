@@ -11,7 +11,8 @@
 # NUM_BATCHES measured batches, concurrency up to 8. The drafters are same-size models (135M, like
 # the target), NOT distilled small models: every drafted token costs a full forward.
 #
-# Takes ~30-40 minutes on 2 cores (9 server starts). Two passes over one result file: first k in
+# Takes about 20 minutes on 2 idle cores (9 server starts; the recorded run in docs/drafter-study.md
+# took 18 minutes), longer when the vLLM lock is shared. Two passes over one result file: first k in
 # KS_FIRST (default 3: baseline and both drafters at k = 3, the document's table, early), then every k
 # of KS (finished cells are skipped). Resumable: rerun with the same OUT to continue.
 # Holds flock /tmp/specwatch-vllm.lock while each server runs. Environment: OUT, PY, KS,

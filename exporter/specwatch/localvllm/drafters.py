@@ -104,20 +104,102 @@ def _safetensors_ok(path: Path) -> str | None:
     return None
 
 
-def _vocab(dir_: Path) -> tuple[int | None, int | None]:
-    """(config vocab_size, tokenizer vocabulary size incl. added tokens) of a model directory."""
+def _config_vocab_size(dir_: Path) -> int | None:
+    """``vocab_size`` of a model directory's ``config.json`` (the embedding's row count)."""
     cfg = json.loads((dir_ / "config.json").read_text())
-    tok = json.loads((dir_ / "tokenizer.json").read_text())
-    vocab = (tok.get("model") or {}).get("vocab") or {}
-    ids = set(vocab.values()) | {t.get("id") for t in tok.get("added_tokens") or ()}
-    return cfg.get("vocab_size"), len(ids) or None
+    return cfg.get("vocab_size") if isinstance(cfg, dict) else None
+
+
+@dataclass(frozen=True)
+class _Vocabulary:
+    """What a drafter must share with its target, as read by the ``tokenizers`` library from
+    ``tokenizer.json``: ``tokens`` (token id → token string, added tokens included), ``added``
+    (added token id → (content, special)) and ``merges`` (the BPE merge list in order; None for
+    other tokenizer models)."""
+
+    tokens: dict[int, str]
+    added: dict[int, tuple[str, bool]]
+    merges: tuple[tuple[str, ...], ...] | None
+
+
+def _read_vocabulary(path: Path) -> _Vocabulary:
+    """Parse ``path`` (a ``tokenizer.json``) with the ``tokenizers`` library (installed with
+    vLLM and transformers). Raises OSError, ValueError (ImportError if ``tokenizers`` is missing)."""
+    # Here, not at module top: tokenizers comes with vLLM/transformers, not with the localvllm or
+    # choosek extras, and sweep/demo import this module to resolve drafter names; it is only
+    # needed when two tokenizer.json files differ byte for byte.
+    from tokenizers import Tokenizer
+
+    try:
+        tok = Tokenizer.from_file(str(path))
+    except Exception as exc:  # tokenizers raises a bare Exception for a malformed file
+        raise ValueError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+    tokens = {i: t for t, i in tok.get_vocab(with_added_tokens=True).items()}
+    added = {i: (a.content, bool(a.special)) for i, a in tok.get_added_tokens_decoder().items()}
+    model = json.loads(tok.to_str()).get("model") or {}  # to_str: the library's own serialisation
+    merges = model.get("merges") if model.get("type") == "BPE" else None
+    if merges is not None:  # older files write "a b", newer ["a", "b"]
+        merges = tuple(tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in merges)
+    return _Vocabulary(tokens, added, merges)
+
+
+class _Unreadable(Exception):
+    """A config.json or tokenizer.json that cannot be read: ``side`` ("drafter" or "target")
+    and ``detail`` (one line)."""
+
+    def __init__(self, side: str, detail: str):
+        super().__init__(f"{side}: {detail}")
+        self.side, self.detail = side, detail
+
+
+def _vocabulary_difference(drafter: Path, target: Path) -> str | None:
+    """None if the drafter in ``drafter`` has the target's vocabulary, else a short description of
+    the first difference: config ``vocab_size``; then the tokenizer (identical ``tokenizer.json``
+    bytes are the same vocabulary; otherwise both are parsed and compared token id by token id,
+    added tokens, then BPE merges). With ``method: draft_model`` vLLM passes token ids between the
+    two models, so an id must mean the same token in both; sizes alone do not show that.
+
+    Raises :class:`_Unreadable` (which side, and why), ImportError (``tokenizers`` missing)."""
+
+    def read(side: str, fn):
+        try:
+            return fn()
+        except (OSError, ValueError) as exc:
+            detail = str(exc).splitlines()[0] if isinstance(exc, ValueError) and str(exc) else type(exc).__name__
+            raise _Unreadable(side, detail) from None
+
+    mine = read("drafter", lambda: _config_vocab_size(drafter))
+    theirs = read("target", lambda: _config_vocab_size(target))
+    if mine != theirs:
+        return f"config vocab_size {mine} vs {theirs}"
+    a_bytes = read("drafter", lambda: (drafter / "tokenizer.json").read_bytes())
+    if a_bytes == read("target", lambda: (target / "tokenizer.json").read_bytes()):
+        return None
+    a = read("drafter", lambda: _read_vocabulary(drafter / "tokenizer.json"))
+    b = read("target", lambda: _read_vocabulary(target / "tokenizer.json"))
+    ids = sorted(set(a.tokens) | set(b.tokens))
+    differ = [i for i in ids if a.tokens.get(i) != b.tokens.get(i)]
+    if differ:
+        i = differ[0]
+        return (f"{len(differ)} of {len(ids)} token ids differ (first: id {i} is {a.tokens.get(i)!r} in the drafter, "
+                f"{b.tokens.get(i)!r} in the target; {len(a.tokens)} vs {len(b.tokens)} tokens)")
+    differ = [i for i in sorted(set(a.added) | set(b.added)) if a.added.get(i) != b.added.get(i)]
+    if differ:
+        i = differ[0]
+        return f"added token id {i}: {a.added.get(i)!r} in the drafter, {b.added.get(i)!r} in the target (content, special)"
+    if a.merges != b.merges:
+        am, bm = a.merges or (), b.merges or ()
+        first = next((n for n, (x, y) in enumerate(zip(am, bm)) if x != y), min(len(am), len(bm)))
+        return f"same tokens but other BPE merges ({len(am)} vs {len(bm)} merges, first difference at merge {first})"
+    return None
 
 
 def check_drafter_dir(path: Path, target_dir: Path, label: str) -> None:
     """Check that ``path`` is a usable drafter for the target in ``target_dir``: the model files
-    exist, the safetensors file is complete, and the vocabulary (config ``vocab_size`` and the
-    tokenizer's token count) equals the target's. Raises :class:`DrafterError` (one line, naming
-    ``label``) otherwise."""
+    exist, the safetensors file is complete, and the vocabulary equals the target's: the same
+    config ``vocab_size`` and, token id by token id, the same tokens, added tokens and BPE merges
+    in ``tokenizer.json`` (see :func:`_vocabulary_difference`). Raises :class:`DrafterError` (one
+    line, naming ``label`` and the difference) otherwise."""
     path = Path(path)
     if not path.is_dir():
         raise DrafterError(f"drafter {label}: {path} is not a directory")
@@ -128,12 +210,16 @@ def check_drafter_dir(path: Path, target_dir: Path, label: str) -> None:
     if bad:
         raise DrafterError(f"drafter {label}: damaged directory {path}: {bad}")
     try:
-        mine, theirs = _vocab(path), _vocab(target_dir)
-    except (OSError, ValueError, AttributeError) as exc:
-        raise DrafterError(f"drafter {label}: damaged directory {path}: config/tokenizer unreadable ({type(exc).__name__})") from None
-    if mine != theirs:
-        raise DrafterError(f"drafter {label}: vocabulary differs from the target's "
-                           f"(vocab_size/tokens {mine[0]}/{mine[1]} vs {theirs[0]}/{theirs[1]})")
+        diff = _vocabulary_difference(path, Path(target_dir))
+    except ImportError:
+        raise DrafterError(f"drafter {label}: cannot compare its tokenizer with the target's: "
+                           "the tokenizers package is missing (pip install tokenizers)") from None
+    except _Unreadable as exc:
+        if exc.side == "target":
+            raise DrafterError(f"drafter {label}: the target's config/tokenizer in {target_dir} is unreadable ({exc.detail})") from None
+        raise DrafterError(f"drafter {label}: damaged directory {path}: config/tokenizer unreadable ({exc.detail})") from None
+    if diff:
+        raise DrafterError(f"drafter {label}: vocabulary differs from the target's: {diff}")
 
 
 def _marker_matches(marker: Path, spec: DrafterSpec) -> bool:
