@@ -97,8 +97,9 @@ overview = Section("Overview (last value; windows of %s)" % W, [
     stat("Method and drafter",
          "specwatch_speculative_method_info: the speculative method and drafter of each upstream and where they "
          "come from (source=upstream_flag: the upstream's own ,method=/,drafter= options of the exporter's --upstream; "
-         "source=flag: the exporter-wide --speculative-method/--drafter). vLLM publishes neither on /metrics nor on "
-         "/v1/models. Empty when the exporter was not told.",
+         "source=flag: the exporter-wide --speculative-method/--drafter; source=server_info: the server's own dev-mode "
+         "/server_info, read with ,server_info=on). vLLM's /metrics and /v1/models publish neither. Empty when the "
+         "exporter was not told.",
          "none", [q(f"specwatch_speculative_method_info{S.exporter_self()}",
                     "{{upstream}}: {{method}} {{drafter}} ({{source}})")],
          w=8, graph=False, text_mode="name"),

@@ -101,3 +101,92 @@ def test_the_serve_cli_refuses_a_per_upstream_method_the_profile_lacks():
     r = CliRunner().invoke(serve, ["--once", "--upstream", "s=http://127.0.0.1:9,method=eagle",
                                    "--cost-profile", str(EMBEDDED_CPU_PROFILE)])
     assert r.exit_code == 2 and "--upstream s method 'eagle'" in r.output and "has no curve" in r.output
+
+
+SERVER_INFO = {"vllm_config": {"speculative_config": {"method": "draft_model", "model": "/m/close", "num_speculative_tokens": 3},
+                               "model_config": {"model": "/m/target"}}}
+
+
+def _sources(reg) -> set[str]:
+    return {dict(k)["source"] for k in series(reg, "specwatch_speculative_method_info")}
+
+
+def test_server_info_url_is_the_configured_upstreams_own():
+    from specwatch.exporter.config import parse_upstream
+
+    assert parse_upstream("s=http://h:8000,server_info=on").server_info_url == "http://h:8000/server_info?config_format=json"
+    up = parse_upstream("s=https://h/vllm/a/metrics?x=1,server_info=on")
+    assert up.read_server_info and up.server_info_url == "https://h/vllm/a/server_info?config_format=json"
+    assert not parse_upstream("s=http://h:8000").read_server_info
+    assert not parse_upstream("s=http://h:8000,server_info=off").read_server_info
+
+
+def test_opt_in_server_info_labels_the_method_and_feeds_the_cost_lookup():
+    """With ,server_info=on the exporter reads the upstream's own dev-mode /server_info once (then every
+    5 minutes): specwatch_speculative_method_info{source="server_info"} says what the server runs, and with no
+    method/drafter stated it picks the cost curve; the CPU profile has none for drafter /m/close, so the
+    recommendation is withheld (no_cost_curve) instead of a guess. Without the option it is never fetched."""
+    import json
+
+    from specwatch.specdecode.costprofile import EMBEDDED_CPU_PROFILE
+
+    close = fixture("vllm-0.32-draft-close-k3-after-traffic.txt")
+    reg, fetcher, clock = make_exporter({"spec": close, "other": close}, cost_profile=str(EMBEDDED_CPU_PROFILE),
+                                        upstreams_options={"spec": ",server_info=on"})
+    fetcher.bodies["spec#server_info"] = json.dumps(SERVER_INFO)
+    info = series(reg, "specwatch_speculative_method_info")
+    assert info == {(("drafter", "/m/close"), ("method", "draft_model"), ("source", "server_info"), ("upstream", "spec")): 1.0}
+    withheld = {dict(k)["upstream"]: dict(k)["reason"] for k in series(reg, "specwatch_recommendation_withheld", window="lifetime")}
+    assert withheld == {"spec": "no_cost_curve"}  # "other": not stated, not read: the profile's first curve (ngram)
+    clock.t += 30
+    series(reg, "specwatch_up")
+    assert fetcher.calls.count("spec#server_info") == 1 and "other#server_info" not in fetcher.calls
+    assert _sources(reg) == {"server_info"}  # kept between reads
+
+
+def test_a_failing_server_info_never_fails_the_upstream():
+    reg, fetcher, _ = make_exporter({"spec": fixture("vllm-0.32-draft-close-k3-after-traffic.txt")},
+                                    upstreams_options={"spec": ",server_info=on,method=draft_model"})
+    fetcher.bodies["spec#server_info"] = "<html>not json</html>"
+    assert series(reg, "specwatch_up") == {(("upstream", "spec"),): 1.0}
+    assert _sources(reg) == {"upstream_flag"}
+
+
+def test_serve_reads_server_info_over_http_from_the_configured_host_only():
+    """The real fetch path (aiohttp, `specwatch serve --once`): /metrics and /server_info?config_format=json
+    of the configured upstream, nothing else."""
+    import http.server
+    import json
+    import threading
+
+    from click.testing import CliRunner
+
+    from specwatch.exporter.server import serve
+
+    seen = []
+    bodies = {"/metrics": fixture("vllm-0.32-draft-close-k3-after-traffic.txt").encode(),
+              "/server_info?config_format=json": json.dumps(SERVER_INFO).encode()}
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server API)
+            seen.append(self.path)
+            body = bodies.get(self.path)
+            self.send_response(200 if body else 404)
+            self.send_header("Content-Length", str(len(body or b"")))
+            self.end_headers()
+            self.wfile.write(body or b"")
+
+        def log_message(self, *args):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        r = CliRunner().invoke(serve, ["--once", "--upstream", f"s=http://127.0.0.1:{srv.server_address[1]},server_info=on"])
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert r.exit_code == 0, r.output
+    assert sorted(seen) == ["/metrics", "/server_info?config_format=json"]
+    assert ('specwatch_speculative_method_info{drafter="/m/close",method="draft_model",source="server_info",upstream="s"} 1.0'
+            in r.output)

@@ -37,7 +37,7 @@ from specwatch.specdecode.steptime import StepTimes, is_complete, step_times
 from specwatch.exporter.config import ExporterConfig
 from specwatch.specdecode.derive import INVARIANTS, DerivedValues, check_invariants, derive
 from specwatch.exporter.fetching import (AsyncHttpRunner, FetchError, Fetcher, FetchResult, FetchRunner,
-                                ThreadRunner, http_fetch)
+                                         ServerInfo, ThreadRunner, http_fetch)
 from specwatch.specdecode.metrics import UpstreamSnapshot
 from specwatch.specdecode.ragged import LOWER_BOUND, REASON_RAGGED, DraftWidth, draft_width
 from specwatch.exporter.windows import WindowEngine, WindowValues
@@ -85,6 +85,7 @@ class _UpstreamState:
         self.violations: dict[str, int] = {name: 0 for name in INVARIANTS}
         self.fetch_errors: dict[str, int] = {}
         self.fetches = 0
+        self.server_info: ServerInfo | None = None  # the last good /server_info answer (,server_info=on)
 
     @property
     def history(self):
@@ -225,6 +226,8 @@ class SpecwatchCollector(Collector):
             error, part, wvs, costs = res.error, None, [], []
             if error is None:
                 assert res.snapshot is not None
+                if res.server_info is not None:
+                    state.server_info = res.server_info
                 now = self._clock()
                 part = _Families()
                 try:
@@ -271,6 +274,9 @@ class SpecwatchCollector(Collector):
         if snap.spec_decode_enabled and (up.speculative_method or up.drafter):
             # vLLM publishes neither on /metrics nor on /v1/models (see specwatch.specdecode.serverinfo)
             f.method_info.add_metric([name, up.speculative_method or "", up.drafter or "", up.method_source], 1.0)
+        said = state.server_info.info if state.server_info is not None else None
+        if said is not None:  # the server's own dev-mode /server_info (,server_info=on)
+            f.method_info.add_metric([name, said.method, said.drafter or "", "server_info"], 1.0)
         for model, g in sorted(snap.v0.items()):
             if g.counter_acceptance_ratio is not None:
                 f.acceptance_rate.add_metric([name, model, "", "lifetime"], g.counter_acceptance_ratio)
@@ -430,6 +436,10 @@ class SpecwatchCollector(Collector):
                     base_speed.setdefault((it.key[0], it.window), it.step.request_decode_tokens_per_second)
         for it in items:
             up = self._upstreams[it.upstream]
+            method, drafter = up.speculative_method, up.drafter
+            said = self._states[it.upstream].server_info
+            if method is None and drafter is None and said is not None and said.info is not None:
+                method, drafter = said.info.method, said.info.drafter  # not stated: what the server said
             profile = cfg.cost_profile
             if profile is not None and profile.served_model_name not in (None, it.key[0]):
                 profile = None  # measured for another model: not applied (specwatch_cost_profile_applied 0)
@@ -443,7 +453,7 @@ class SpecwatchCollector(Collector):
             cost = LiveCost(step=it.step, draft_share=share,
                             baseline_decode_tokens_per_second=None if it.upstream == cfg.baseline_upstream
                             else base_speed.get((it.key[0], it.window)),
-                            profile=profile, method=up.speculative_method, drafter=up.drafter,
+                            profile=profile, method=method, drafter=drafter,
                             running_requests_fallback=it.running)
             k = len(it.rates) or it.k
             if profile is not None and it.step is not None:
@@ -599,7 +609,7 @@ class _Families:
         self.sgl_rate = GaugeMetricFamily("specwatch_sglang_spec_accept_rate", f"{sgl} gauge sglang:spec_accept_rate passed through: accepted drafts / (verify steps x the configured draft width) of the last logged batch; wrong under adaptive speculation (the width varies); a most-recent value: cannot be windowed or summed.", labels=per)
         self.sgl_length = GaugeMetricFamily("specwatch_sglang_spec_accept_length", f"{sgl} gauge sglang:spec_accept_length passed through: tokens per verify step (bonus included) of the last logged batch; cannot be windowed or summed (specwatch_mean_acceptance_length is the windowed one).", labels=per)
         self.sgl_gauge = GaugeMetricFamily("specwatch_sglang_spec_gauge", f"{sgl} speculative gauges passed through (spec_num_steps, spec_num_draft_tokens: the active configuration; spec_cap_length, spec_block_accept_length); most-recent values.", labels=per + ["gauge"])
-        self.method_info = GaugeMetricFamily("specwatch_speculative_method_info", "Speculative method and drafter of the upstream as the operator stated them, with where: source=upstream_flag (the upstream's own ,method=/,drafter= options of --upstream) or flag (the exporter-wide --speculative-method/--drafter); vLLM publishes neither on /metrics nor on /v1/models; always 1.", labels=U + ["method", "drafter", "source"])
+        self.method_info = GaugeMetricFamily("specwatch_speculative_method_info", "Speculative method and drafter of the upstream as the operator stated them, with where: source=upstream_flag (the upstream's own ,method=/,drafter= options of --upstream) or flag (the exporter-wide --speculative-method/--drafter), server_info (the server's own dev-mode /server_info, read with ,server_info=on); vLLM publishes neither on /metrics nor on /v1/models; always 1.", labels=U + ["method", "drafter", "source"])
         self.not_derivable = GaugeMetricFamily("specwatch_not_derivable", "A specwatch series this upstream's /metrics cannot give, with the reason; always 1.", labels=U + ["series", "reason"])
         self.v0_efficiency = GaugeMetricFamily("specwatch_v0_spec_decode_efficiency", "vLLM V0 gauge vllm:spec_decode_efficiency = emitted / (draft_tokens / k x (k+1)).", labels=["upstream", "model_name"])
 

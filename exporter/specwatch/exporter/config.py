@@ -29,13 +29,23 @@ class Upstream:
     None: not stated). vLLM's /metrics does not publish them (:mod:`specwatch.specdecode.serverinfo`);
     they pick the cost profile's curve and label ``specwatch_speculative_method_info``.
     ``options_source``: ``upstream`` when stated in this upstream's options, ``default`` when taken
-    from the exporter-wide flags, None when neither states them."""
+    from the exporter-wide flags, None when neither states them. ``read_server_info``
+    (``,server_info=on``): also read the upstream's dev-mode ``/server_info`` (:attr:`server_info_url`)."""
 
     name: str
     metrics_url: str
     speculative_method: str | None = None
     drafter: str | None = None
     options_source: str | None = None
+    read_server_info: bool = False
+
+    @property
+    def server_info_url(self) -> str:
+        """vLLM's dev-mode ``/server_info?config_format=json`` on this upstream's own host and port:
+        the configured /metrics URL with ``/metrics`` replaced (read only with ``,server_info=on``)."""
+        parts = urlsplit(self.metrics_url)
+        base = parts.path[: -len("/metrics")] if parts.path.endswith("/metrics") else parts.path.rstrip("/")
+        return urlunsplit((parts.scheme, parts.netloc, base + "/server_info", "config_format=json", ""))
 
     @property
     def method_source(self) -> str:
@@ -92,14 +102,15 @@ _PORT_RE = re.compile(r"^[0-9]{1,5}$")
 
 
 #: Per-upstream options after the URL (``NAME=URL,method=M,drafter=D``).
-UPSTREAM_OPTIONS = ("method", "drafter")
+UPSTREAM_OPTIONS = ("method", "drafter", "server_info")
 _OPTION_VALUE_RE = re.compile(r"^[^\s,=]{1,300}$")
 
 
 def parse_upstream(spec: str) -> Upstream:
     """Parse ``NAME=URL`` or ``URL``, optionally followed by ``,method=M`` and ``,drafter=D`` (this
-    upstream's speculative method and drafter, overriding ``--speculative-method``/``--drafter``);
-    a base URL gets ``/metrics`` appended.
+    upstream's speculative method and drafter, overriding ``--speculative-method``/``--drafter``)
+    and ``,server_info=on`` (also read its dev-mode ``/server_info``); a base URL gets ``/metrics``
+    appended.
 
     The default name is the URL's ``host:port`` (``[::1]:8000`` for an IPv6 address). Raises
     :class:`ConfigError` for a URL that is not http(s) with a host, a port that is not 1-65535 in
@@ -117,11 +128,14 @@ def parse_upstream(spec: str) -> Upstream:
             raise ConfigError(f"upstream {spec!r}: option {key} given twice")
         if not _OPTION_VALUE_RE.match(value):
             raise ConfigError(f"upstream {spec!r}: option {key}: expected a non-empty value without spaces, commas or '='")
+        if key == "server_info" and value not in ("on", "off"):
+            raise ConfigError(f"upstream {spec!r}: option server_info: expected on or off, got {value!r}")
         options[key] = value
     up = _parse_upstream_url(spec, head)
+    read = options.pop("server_info", "off") == "on"
     if not options:
-        return up
-    return Upstream(up.name, up.metrics_url, options.get("method"), options.get("drafter"), "upstream")
+        return Upstream(up.name, up.metrics_url, read_server_info=read)
+    return Upstream(up.name, up.metrics_url, options.get("method"), options.get("drafter"), "upstream", read)
 
 
 def _parse_upstream_url(spec: str, head: str) -> Upstream:
@@ -181,7 +195,7 @@ def _with_defaults(up: Upstream, method: str | None, drafter: str | None) -> Ups
     """``up`` with the exporter-wide method/drafter where its own options state neither."""
     if up.options_source == "upstream" or (method is None and drafter is None):
         return up
-    return Upstream(up.name, up.metrics_url, method, drafter, "default")
+    return Upstream(up.name, up.metrics_url, method, drafter, "default", up.read_server_info)
 
 
 def build_config(

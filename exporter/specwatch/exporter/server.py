@@ -112,7 +112,8 @@ class FlagError(click.ClickException):
 @click.command("serve")
 @click.option("--upstream", "upstreams", multiple=True, envvar="SPECWATCH_UPSTREAMS",
               help="vLLM server to scrape: URL or NAME=URL (base URL or full /metrics URL), optionally followed by "
-                   ",method=M and ,drafter=D: what this server runs (overrides --speculative-method/--drafter). "
+                   ",method=M and ,drafter=D: what this server runs (overrides --speculative-method/--drafter); "
+                   ",server_info=on: also read its vLLM dev-mode /server_info (VLLM_SERVER_DEV_MODE=1). "
                    "Repeatable; env SPECWATCH_UPSTREAMS takes a space-separated list.")
 @click.option("--window", "windows", multiple=True, default=("1m", "5m"), show_default=True,
               envvar="SPECWATCH_WINDOWS",
