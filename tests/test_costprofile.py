@@ -446,3 +446,32 @@ def test_the_demos_exporter_has_a_curve_for_every_embedded_drafter():
     (labels, k), = rec.items()
     assert k == 0 and dict(labels)["basis"] in (MEASURED, PROFILE, EXTRAPOLATED)
     assert all(dict(lab)["basis"] != DEFAULT for lab in series(reg, "specwatch_speedup", **sel))
+
+
+def test_live_advice_withholds_when_the_profile_has_no_curve_for_the_drafter():
+    """`specwatch advise --exporter/--prometheus --cost-profile P --method draft_model --drafter close` follows
+    the exporter's rule: the CPU profile's draft_model curve is the target as drafter, so no k is recommended
+    for close (before: the built-in guess recommended k > 0); with the drafter profile a k is."""
+    from specwatch.choosek.advise import live_advice
+
+    curves = {("spec", "smollm2", "0"): (0.72, 0.55, 0.41)}  # the close capture's per-position curve, rounded
+    cpu = load_profile(PROFILES / "cpu-2core-smollm2-135m-vllm0.32.yaml")
+    (item,) = live_advice(curves, (1, 4), cpu, 0.02, None, method="draft_model", drafter="close")
+    assert item["withheld"] == "no_cost_curve" and not item["k_by_concurrency"] and not item["speedup"]
+    (item,) = live_advice(curves, (1, 4), load_profile(DRAFTERS_PROFILE), 0.02, None, method="draft_model", drafter="close")
+    assert "withheld" not in item and item["k_by_concurrency"] == {"1": 0, "4": 0}
+    assert DEFAULT not in set(item["basis_by_concurrency"].values())
+
+
+def test_advise_cli_says_why_no_k_is_recommended_for_an_uncalibrated_drafter():
+    from test_kchoice import _exporter_text, _pages
+
+    from specwatch.choosek.cli import advise
+
+    with _pages({"/metrics": (200, "text/plain", _exporter_text().encode())}) as base:
+        r = CliRunner().invoke(advise, ["--exporter", base + "/metrics", "--concurrency", "1",
+                                        "--cost-profile", str(PROFILES / "cpu-2core-smollm2-135m-vllm0.32.yaml"),
+                                        "--method", "draft_model", "--drafter", "close"])
+    assert r.exit_code == 0, r.output
+    assert "no k recommended" in r.output and "no curve for method draft_model, drafter close" in r.output
+    assert "SmolLM2-135M-Instruct" in r.output  # what the profile has
