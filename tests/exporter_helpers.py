@@ -60,11 +60,13 @@ class DictFetcher:
         return body
 
 
-def make_exporter(bodies: dict, windows=(), clock=None, **kw):
-    """(registry, fetcher, clock) for an exporter whose upstreams are the keys of ``bodies``."""
+def make_exporter(bodies: dict, windows=(), clock=None, upstreams_options=None, **kw):
+    """(registry, fetcher, clock) for an exporter whose upstreams are the keys of ``bodies``;
+    ``upstreams_options``: name -> text appended to that ``--upstream`` (``,method=M,drafter=D``)."""
     fetcher = DictFetcher(bodies)
     clock = clock or FakeClock()
-    cfg = build_config([f"{n}=http://127.0.0.1:9/{n}" for n in bodies], windows, "127.0.0.1:1", **kw)
+    opts = upstreams_options or {}
+    cfg = build_config([f"{n}=http://127.0.0.1:9/{n}{opts.get(n, '')}" for n in bodies], windows, "127.0.0.1:1", **kw)
     reg = CollectorRegistry(auto_describe=False)
     coll = SpecwatchCollector(cfg, fetch=fetcher, clock=clock)
     reg.register(coll)

@@ -76,8 +76,12 @@ EXPECTED_EMPTY = {
     ("speculative-decoding.json", "Measured speedup"): _NO_PROFILE,
     ("speculative-decoding.json", "Measured speedup over time"): _NO_PROFILE,
     ("speculative-decoding.json", "Method and drafter"):
-        "comes from the exporter's --speculative-method/--drafter (vLLM's /metrics does not say which method "
-        "runs); the compose file leaves them unset",
+        "comes from the exporter's --upstream ...,method=,drafter= options or --speculative-method/--drafter (vLLM's "
+        "/metrics does not say which method runs); the compose file leaves them unset",
+    ("speculative-decoding.json", "SGLang: mean acceptance length by model"):
+        "reads SGLang's request-finish counters (specwatch_sglang_*, schema sglang); the upstream here is vLLM",
+    ("speculative-decoding.json", "SGLang: spec_accept_rate gauge (per rank)"):
+        "passes through SGLang's sglang:spec_accept_rate gauge (schema sglang); the upstream here is vLLM",
 }
 
 

@@ -338,3 +338,140 @@ def test_calibrate_live_from_two_servers(tmp_path):
         for s in servers:
             s.shutdown()
             s.server_close()
+
+
+# ------------------------------------------------------------------------------------------------
+# A profile without a curve for the running drafter (issue 15): no guess stands in for it
+# ------------------------------------------------------------------------------------------------
+CLOSE_AFTER = "vllm-0.32-draft-close-k3-after-traffic.txt"  # real: draft_model, drafter close, k = 3
+NOSPEC_AFTER = "vllm-0.32-nospec-after-traffic.txt"  # real: the same model without speculation
+DRAFTERS_PROFILE = PROFILES / "cpu-2core-smollm2-135m-drafters-vllm0.32.yaml"
+STUDY_SWEEP = Path(__file__).resolve().parents[1] / "docs" / "drafter-study" / "sweep.json"
+
+
+def _live_measured(text: str, profile) -> float:
+    """The measured speedup at the server's k from the raw lifetime counters of a capture (prometheus_client's
+    parser): decode speed Δ(generation − first tokens) / ITL sum × t0(b), b = ITL count / iteration count."""
+    from exporter_helpers import raw_value
+
+    decode = ((raw_value(text, "vllm:generation_tokens_total") - raw_value(text, "vllm:time_to_first_token_seconds_count"))
+              / raw_value(text, "vllm:inter_token_latency_seconds_sum"))
+    b = raw_value(text, "vllm:inter_token_latency_seconds_count") / raw_value(text, "vllm:iteration_tokens_total_count")
+    return decode * profile.plain_step(b).seconds
+
+
+def test_a_profile_measured_for_another_drafter_withholds_the_recommendation():
+    """The demo's case on the real close capture: the CPU profile's draft_model curve is the target as
+    drafter, the server runs drafter close. No what-if speedup and no recommended k (before: k = 1, 2 from
+    the built-in guess at 1.55x and 1.85x and a recommended k = 2, where the server measures 0.62x at its
+    k = 3); the withheld reason says why, and the measured speedup at k = 3 stays."""
+    from exporter_helpers import fixture, make_exporter, series
+
+    text = fixture(CLOSE_AFTER)
+    profile = PROFILES / "cpu-2core-smollm2-135m-vllm0.32.yaml"
+    reg, _, _ = make_exporter({"d": text}, cost_profile=str(profile), speculative_method="draft_model", drafter="close")
+    sel = {"upstream": "d", "window": "lifetime"}
+    assert series(reg, "specwatch_recommended_num_speculative_tokens", **sel) == {}
+    withheld = series(reg, "specwatch_recommendation_withheld", **sel)
+    assert [dict(k)["reason"] for k in withheld] == ["no_cost_curve"]
+    got = {(dict(k)["k"], dict(k)["basis"]): v for k, v in series(reg, "specwatch_speedup", **sel).items()}
+    assert list(got) == [("3", "measured")]
+    assert got[("3", "measured")] == pytest.approx(_live_measured(text, load_profile(profile)), rel=1e-9)
+    assert got[("3", "measured")] < 1
+    # the same profile with the drafter it was measured for: a recommendation, no basis default in it
+    reg2, _, _ = make_exporter({"d": text}, cost_profile=str(profile), speculative_method="draft_model",
+                               drafter="SmolLM2-135M-Instruct")
+    rec = series(reg2, "specwatch_recommended_num_speculative_tokens", **sel)
+    assert len(rec) == 1 and dict(next(iter(rec)))["basis"] != DEFAULT
+    assert series(reg2, "specwatch_recommendation_withheld", **sel) == {}
+
+
+def test_the_built_in_guess_contradicted_by_the_measurement_is_not_a_recommendation():
+    """No profile, a baseline server beside the draft-model one (both real captures): the guess at the server's
+    k = 3 is far above the measured speedup (live decode speed / the baseline's), so its k = 1, 2 are not
+    served and no k is recommended (reason default_contradicted). Without the baseline nothing was measured,
+    and the guess is served as a guess (basis default)."""
+    from exporter_helpers import fixture, make_exporter, raw_value, series
+
+    close, plain = fixture(CLOSE_AFTER), fixture(NOSPEC_AFTER)
+    reg, _, _ = make_exporter({"d": close, "base": plain}, baseline_upstream="base")
+    sel = {"upstream": "d", "window": "lifetime"}
+
+    def decode(t):
+        return ((raw_value(t, "vllm:generation_tokens_total") - raw_value(t, "vllm:time_to_first_token_seconds_count"))
+                / raw_value(t, "vllm:inter_token_latency_seconds_sum"))
+
+    assert series(reg, "specwatch_recommended_num_speculative_tokens", **sel) == {}
+    assert [dict(k)["reason"] for k in series(reg, "specwatch_recommendation_withheld", **sel)] == ["default_contradicted"]
+    got = {(dict(k)["k"], dict(k)["basis"]): v for k, v in series(reg, "specwatch_speedup", **sel).items()}
+    assert list(got) == [("3", "measured")]
+    assert got[("3", "measured")] == pytest.approx(decode(close) / decode(plain), rel=1e-9)
+    alone, _, _ = make_exporter({"d": close})
+    rec = series(alone, "specwatch_recommended_num_speculative_tokens", **sel)
+    assert [dict(k)["basis"] for k in rec] == [DEFAULT]
+
+
+def test_calibrate_names_the_sweeps_drafters_and_the_shipped_drafter_profile_is_its_output(tmp_path):
+    """`calibrate --from-sweep` on the draft-model study's real sweep records the sweep's drafter names
+    (close, far), not a machine's local path; the shipped drafter profile holds exactly its points."""
+    out = tmp_path / "d.yaml"
+    r = CliRunner().invoke(calibrate, ["--from-sweep", str(STUDY_SWEEP), "-o", str(out), "--name", "t"])
+    assert r.exit_code == 0, r.output
+    p = load_profile(out)
+    assert {(c.method, c.drafter, c.k) for c in p.speculative} == {
+        ("draft_model", d, k) for d in ("close", "far") for k in (1, 2, 3, 4)}
+    shipped = load_profile(DRAFTERS_PROFILE)
+    assert shipped.plain == p.plain
+    assert {(c.drafter, c.k): c.points for c in shipped.speculative} == {(c.drafter, c.k): c.points for c in p.speculative}
+    for b in (1.0, 8.0):  # same-size drafters: a step costs about k + 1 plain steps
+        assert shipped.speculative_step(b, 3, "draft_model", "close").seconds / shipped.plain_step(b).seconds > 3
+
+
+def test_the_demos_exporter_has_a_curve_for_every_embedded_drafter():
+    """`specwatch demo` states the speculative upstream's method and drafter and picks a profile with a curve
+    for it; on the real close capture that exporter recommends turning speculation off (measured and profile
+    bases; the study measured a loss at every k), never a k from the built-in guess."""
+    from exporter_helpers import fixture, make_exporter, series
+    from specwatch.demo import exporter_cost_options
+
+    for method, drafter in (("ngram", None), ("draft_model", "close"), ("draft_model", "far"), ("draft_model", "target")):
+        path, key = exporter_cost_options(method, drafter)
+        assert load_profile(path).has_curve(method, key), (method, drafter)
+    path, key = exporter_cost_options("draft_model", "close")
+    reg, _, _ = make_exporter({"spec": fixture(CLOSE_AFTER)}, cost_profile=str(path),
+                              upstreams_options={"spec": f",method=draft_model,drafter={key}"})
+    sel = {"upstream": "spec", "window": "lifetime"}
+    rec = series(reg, "specwatch_recommended_num_speculative_tokens", **sel)
+    assert len(rec) == 1, series(reg, "specwatch_recommendation_withheld", **sel)
+    (labels, k), = rec.items()
+    assert k == 0 and dict(labels)["basis"] in (MEASURED, PROFILE, EXTRAPOLATED)
+    assert all(dict(lab)["basis"] != DEFAULT for lab in series(reg, "specwatch_speedup", **sel))
+
+
+def test_live_advice_withholds_when_the_profile_has_no_curve_for_the_drafter():
+    """`specwatch advise --exporter/--prometheus --cost-profile P --method draft_model --drafter close` follows
+    the exporter's rule: the CPU profile's draft_model curve is the target as drafter, so no k is recommended
+    for close (before: the built-in guess recommended k > 0); with the drafter profile a k is."""
+    from specwatch.choosek.advise import live_advice
+
+    curves = {("spec", "smollm2", "0"): (0.72, 0.55, 0.41)}  # the close capture's per-position curve, rounded
+    cpu = load_profile(PROFILES / "cpu-2core-smollm2-135m-vllm0.32.yaml")
+    (item,) = live_advice(curves, (1, 4), cpu, 0.02, None, method="draft_model", drafter="close")
+    assert item["withheld"] == "no_cost_curve" and not item["k_by_concurrency"] and not item["speedup"]
+    (item,) = live_advice(curves, (1, 4), load_profile(DRAFTERS_PROFILE), 0.02, None, method="draft_model", drafter="close")
+    assert "withheld" not in item and item["k_by_concurrency"] == {"1": 0, "4": 0}
+    assert DEFAULT not in set(item["basis_by_concurrency"].values())
+
+
+def test_advise_cli_says_why_no_k_is_recommended_for_an_uncalibrated_drafter():
+    from test_kchoice import _exporter_text, _pages
+
+    from specwatch.choosek.cli import advise
+
+    with _pages({"/metrics": (200, "text/plain", _exporter_text().encode())}) as base:
+        r = CliRunner().invoke(advise, ["--exporter", base + "/metrics", "--concurrency", "1",
+                                        "--cost-profile", str(PROFILES / "cpu-2core-smollm2-135m-vllm0.32.yaml"),
+                                        "--method", "draft_model", "--drafter", "close"])
+    assert r.exit_code == 0, r.output
+    assert "no k recommended" in r.output and "no curve for method draft_model, drafter close" in r.output
+    assert "SmolLM2-135M-Instruct" in r.output  # what the profile has

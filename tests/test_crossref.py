@@ -206,3 +206,22 @@ def test_names_in_detects_a_rename():
     expr = 'sum(rate(specwatch_acepted_tokens_total{job=~"$job"}[$__rate_interval]))'
     assert names_in(expr) == {"specwatch_acepted_tokens_total"}
     assert names_in('{__name__=~"a_total|b:c", job="x"}') == {"a_total", "b:c"}
+
+
+def test_every_exported_series_is_documented(known):
+    """Every specwatch_* sample name the exporter serves (real vLLM captures and the constructed SGLang body)
+    is named in docs/exporter.md, and docs/metrics.md points at every group (SGLang's included); every
+    recorded series of an SGLang rule is named in docs/mixin.md and docs/metrics.md."""
+    docs = ROOT / "docs"
+    exporter_md, metrics_md, mixin_md = ((docs / n).read_text() for n in ("exporter.md", "metrics.md", "mixin.md"))
+    served = {n for n in known["exporter"] | known["sglang (constructed)"] if n.startswith("specwatch_")}
+    assert "specwatch_sglang_spec_accept_rate" in served and "specwatch_not_derivable" in served
+    missing = sorted(n for n in served if n not in exporter_md)
+    assert not missing, f"served by the exporter but not named in docs/exporter.md: {missing}"
+    for name in ("specwatch_sglang_", "specwatch_not_derivable", "specwatch_speculative_method_info",
+                 "specwatch_recommendation_withheld"):
+        assert name in metrics_md, name
+    sglang_rules = {r for r in known["recorded"] if "sglang" in r}
+    assert sglang_rules
+    for r in sglang_rules:
+        assert r in mixin_md and r in metrics_md, r

@@ -55,6 +55,10 @@ EXPECTED_EMPTY = {
     ("load-test.json", "Measured speedup by concurrency"):
         "needs a baseline (no speculation) server run besides the speculative one; this machine runs "
         "one vLLM at a time and the test starts only the speculative server",
+    ("speculative-decoding.json", "SGLang: mean acceptance length by model"):
+        "reads SGLang's request-finish counters (specwatch_sglang_*, schema sglang); the upstream here is vLLM",
+    ("speculative-decoding.json", "SGLang: spec_accept_rate gauge (per rank)"):
+        "passes through SGLang's sglang:spec_accept_rate gauge (schema sglang); the upstream here is vLLM",
 }
 
 

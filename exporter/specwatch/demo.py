@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import re
 import shutil
 import subprocess
 import sys
@@ -43,7 +44,8 @@ from specwatch.common.processes import NotReady, install_stop_signals, listen_er
 from specwatch.localvllm.drafters import DrafterError, draft_model_config, resolve_drafter
 from specwatch.localvllm.model import prepare_model
 from specwatch.localvllm.server import VllmServer, speculative_config_for_k
-from specwatch.specdecode.costprofile import EMBEDDED_CPU_PROFILE
+from specwatch.specdecode.costprofile import (EMBEDDED_CPU_DRAFTERS_PROFILE, EMBEDDED_CPU_PROFILE, EMBEDDED_TARGET_DRAFTER,
+                                              load_profile)
 from specwatch.specdecode.derive import counters_delta, derive, sum_counters
 from specwatch.specdecode.metrics import parse_metrics
 
@@ -79,6 +81,25 @@ def _spec_curve(before_text: str | None, after_text: str | None) -> dict | None:
         "expected_acceptance_length_by_k": {str(k): e for k, e in enumerate(d.expected_acceptance_lengths, 1)},
         "draft_tokens_per_draft": d.draft_tokens_per_draft,
     }
+
+
+def exporter_cost_options(method: str, drafter_label: str | None) -> tuple[Path, str | None]:
+    """(cost profile, drafter name to state for the speculative upstream) for the demo's exporter.
+
+    The profile must hold a measured curve for what the speculative server runs, else the exporter
+    withholds the what-if speedups and the recommended k (``no_cost_curve``): ngram and the target
+    as drafter are in the embedded CPU profile (whose draft_model curve names the target
+    ``SmolLM2-135M-Instruct``: the drafter *is* the target model), the derived drafters ``close``
+    and ``far`` in the drafter study's profile. A drafter directory of the user's own has no
+    curve anywhere; it is stated as given and the exporter says so."""
+    if method != "draft_model" or drafter_label is None:
+        return EMBEDDED_CPU_PROFILE, None
+    if drafter_label == "target":
+        return EMBEDDED_CPU_PROFILE, EMBEDDED_TARGET_DRAFTER
+    if load_profile(EMBEDDED_CPU_DRAFTERS_PROFILE).has_curve(method, drafter_label):
+        return EMBEDDED_CPU_DRAFTERS_PROFILE, drafter_label
+    # a directory: its last component, in characters an --upstream option value takes
+    return EMBEDDED_CPU_PROFILE, re.sub(r"[\s,=]", "_", Path(drafter_label).name or drafter_label)
 
 
 class DemoFlagError(click.ClickException):
@@ -181,14 +202,17 @@ def demo(workloads, concurrency, k, method, drafter, output_len, num_batches, eq
     procs: list[subprocess.Popen] = []
 
     install_stop_signals()  # SIGTERM (e.g. `timeout`) stops like Ctrl-C, so servers are cleaned up
+    # the embedded default's measured step times, with a curve for what the speculative server runs:
+    # speedups with basis measured/profile (see exporter_cost_options)
+    cost_profile, cost_drafter = exporter_cost_options(method, drafter_label)
+    summary["exporter_cost_profile"] = {"file": str(cost_profile), "drafter": cost_drafter}
     try:
         exporter = subprocess.Popen(
-            [sys.executable, "-m", "specwatch", "serve", "--upstream", f"spec=http://127.0.0.1:{SPEC_PORT}",
+            [sys.executable, "-m", "specwatch", "serve",
+             "--upstream", f"spec=http://127.0.0.1:{SPEC_PORT},method={method}"
+             + (f",drafter={cost_drafter}" if cost_drafter else ""),
              "--upstream", f"baseline=http://127.0.0.1:{BASELINE_PORT}", "--window", "1m", "--window", "5m",
-             "--listen-address", f"127.0.0.1:{EXPORTER_PORT}", "--speculative-method", method,
-             *(["--drafter", drafter_label] if drafter_label else []),
-             # the embedded default's measured step times: speedups with basis measured/profile
-             "--cost-profile", str(EMBEDDED_CPU_PROFILE)],
+             "--listen-address", f"127.0.0.1:{EXPORTER_PORT}", "--cost-profile", str(cost_profile)],
             stdout=open(logs / "exporter.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
         procs.append(exporter)
         prom = subprocess.Popen(

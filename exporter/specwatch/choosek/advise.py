@@ -313,15 +313,18 @@ def live_advice(curves: dict[tuple[str, ...], tuple[float, ...]], concurrencies,
     guess, basis "default" — :func:`specwatch.specdecode.speedup.speedups`), the recommended k per b
     with the weakest basis it compared, and the vLLM config. A curve whose ``bases`` entry is
     ``lower_bound`` (ragged drafts, :mod:`specwatch.specdecode.ragged`) gets no speedups and no k:
-    ``withheld`` says why."""
+    ``withheld`` says why. So does every curve when the profile holds no curve for ``method``/``drafter``
+    (``no_cost_curve``: measured for another drafter; the built-in guess does not stand in for it)."""
     out = []
+    no_curve = profile is not None and not profile.has_curve(method, drafter)
     for key, rates in sorted(curves.items()):
         if not rates:
             continue
         basis = (bases or {}).get(key, "exact")
-        if basis == "lower_bound":
+        if basis == "lower_bound" or no_curve:
             out.append({"series": list(key), "position_acceptance_rates": list(rates), "curve_basis": basis,
-                        "withheld": "ragged_drafts", "speedup": {}, "k_by_concurrency": {}, "basis_by_concurrency": {},
+                        "withheld": "ragged_drafts" if basis == "lower_bound" else "no_cost_curve",
+                        "speedup": {}, "k_by_concurrency": {}, "basis_by_concurrency": {},
                         "cost_profile": None if profile is None else profile.name, "speculative_config": None,
                         "engine_formats": None})
             continue

@@ -4,7 +4,9 @@ measurements.
 Sources:
 
 - **a sweep result** (``specwatch sweep``): the baseline cells give the plain step time t0(b), each
-  speculative configuration's cells give t(b, k) for its method, drafter and k. Step time and b are
+  speculative configuration's cells give t(b, k) for its method, drafter (the sweep's drafter name
+  where it recorded one, as ``specwatch sweep --drafter close`` does, else the draft model's path)
+  and k. Step time and b are
   the server's own (vLLM's ITL and iteration histograms, recorded per cell as
   ``server_step_duration_ms`` and ``server_running_requests``); a sweep from a server without them
   falls back to the client's mean ITL at b = the concurrency, and the provenance says so. Cells of
@@ -124,7 +126,12 @@ def profile_from_sweep(doc: Mapping[str, Any], *, name: str, source_path: str, p
         if not pts:
             continue
         hows |= h
-        method, drafter = method_of((configs.get(cfg_name) or {}).get("speculative_config"))
+        cfg = configs.get(cfg_name) or {}
+        method, drafter = method_of(cfg.get("speculative_config"))
+        if drafter is not None and isinstance(cfg.get("drafter"), str) and cfg["drafter"]:
+            # the sweep's own name for it (`specwatch sweep --drafter close`): the name the demo and
+            # `specwatch serve --drafter` use, not a machine's local path
+            drafter = cfg["drafter"]
         curves.append(SpeculativeCurve(method, drafter, cells[0].k, tuple(pts)))
     server = doc.get("server") or {}
     how = (f"specwatch sweep {source_path}: {', '.join(workloads)} at concurrency "

@@ -324,6 +324,14 @@ def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tol
            else "no cost profile: the built-in guess c(k, b) = 1 + k (0.05 + 0.02 b), basis default — calibrate first")
     for item in live:
         kmax = len(item["position_acceptance_rates"])
+        if item.get("withheld") == "no_cost_curve":
+            name = " / ".join(x for x in item["series"] if x)
+            console.print(f"[bold]{name}[/bold]: no k recommended: {profile.source} has no curve for method "
+                          f"{method or '(its first)'}, drafter {drafter or '(any)'} (it has "
+                          f"{', '.join(f'{m} {d or chr(8212)}' for m, d in profile.methods()) or 'none'}); a cost "
+                          "measured for another drafter is not this one's. Calibrate this drafter (specwatch calibrate).",
+                          soft_wrap=True)
+            continue
         if item.get("withheld"):
             name = " / ".join(x for x in item["series"] if x)
             rates = ", ".join(f"{r:.2f}" for r in item["position_acceptance_rates"])

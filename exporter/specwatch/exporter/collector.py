@@ -31,12 +31,13 @@ from prometheus_client.registry import Collector
 
 from specwatch import __version__
 from specwatch.specdecode.costprofile import CostProfile
-from specwatch.specdecode.speedup import MEASURED, LiveCost, measured_speedup, profile_error_ratio, recommend, speedups
+from specwatch.specdecode.speedup import (DEFAULT, LiveCost, default_contradicted, measured_speedup,
+                                          profile_error_ratio, recommend, speedups)
 from specwatch.specdecode.steptime import StepTimes, is_complete, step_times
 from specwatch.exporter.config import ExporterConfig
 from specwatch.specdecode.derive import INVARIANTS, DerivedValues, check_invariants, derive
 from specwatch.exporter.fetching import (AsyncHttpRunner, FetchError, Fetcher, FetchResult, FetchRunner,
-                                ThreadRunner, http_fetch)
+                                         ServerInfo, ThreadRunner, http_fetch)
 from specwatch.specdecode.metrics import UpstreamSnapshot, clip
 from specwatch.specdecode.ragged import LOWER_BOUND, REASON_RAGGED, DraftWidth, draft_width
 from specwatch.exporter.windows import WindowEngine, WindowValues
@@ -84,6 +85,7 @@ class _UpstreamState:
         self.violations: dict[str, int] = {name: 0 for name in INVARIANTS}
         self.fetch_errors: dict[str, int] = {}
         self.fetches = 0
+        self.server_info: ServerInfo | None = None  # the last good /server_info answer (,server_info=on)
 
     @property
     def history(self):
@@ -127,6 +129,7 @@ class SpecwatchCollector(Collector):
         self._lock = threading.Lock()
         self._round: _Round | None = None
         self._states = {u.name: _UpstreamState(u.name, config) for u in config.upstreams}
+        self._upstreams = {u.name: u for u in config.upstreams}
         n = len(config.upstreams)
         if fetch is None or fetch is http_fetch:
             self._runner: FetchRunner = AsyncHttpRunner(config.timeout_seconds, config.max_body_bytes, n)
@@ -223,6 +226,8 @@ class SpecwatchCollector(Collector):
             error, part, wvs, costs = res.error, None, [], []
             if error is None:
                 assert res.snapshot is not None
+                if res.server_info is not None:
+                    state.server_info = res.server_info
                 now = self._clock()
                 part = _Families()
                 try:
@@ -267,10 +272,13 @@ class SpecwatchCollector(Collector):
                       now: float, out: list[WindowValues], costs: list["_CostInputs"]) -> None:
         f.enabled.add_metric([name], 1.0 if snap.spec_decode_enabled else 0.0)
         f.info.add_metric([name, snap.schema], 1.0)
-        cfg = self.config
-        if snap.spec_decode_enabled and (cfg.speculative_method or cfg.drafter):
+        up = self._upstreams[name]
+        if snap.spec_decode_enabled and (up.speculative_method or up.drafter):
             # vLLM publishes neither on /metrics nor on /v1/models (see specwatch.specdecode.serverinfo)
-            f.method_info.add_metric([name, cfg.speculative_method or "", cfg.drafter or "", "configured"], 1.0)
+            f.method_info.add_metric([name, up.speculative_method or "", up.drafter or "", up.method_source], 1.0)
+        said = state.server_info.info if state.server_info is not None else None
+        if said is not None:  # the server's own dev-mode /server_info (,server_info=on)
+            f.method_info.add_metric([name, said.method, said.drafter or "", "server_info"], 1.0)
         for model, g in sorted(snap.v0.items()):
             if g.counter_acceptance_ratio is not None:
                 f.acceptance_rate.add_metric([name, model, "", "lifetime"], g.counter_acceptance_ratio)
@@ -429,6 +437,11 @@ class SpecwatchCollector(Collector):
                 if it.upstream == cfg.baseline_upstream and it.step and it.step.request_decode_tokens_per_second:
                     base_speed.setdefault((it.key[0], it.window), it.step.request_decode_tokens_per_second)
         for it in items:
+            up = self._upstreams[it.upstream]
+            method, drafter = up.speculative_method, up.drafter
+            said = self._states[it.upstream].server_info
+            if method is None and drafter is None and said is not None and said.info is not None:
+                method, drafter = said.info.method, said.info.drafter  # not stated: what the server said
             profile = cfg.cost_profile
             if profile is not None and profile.served_model_name not in (None, it.key[0]):
                 profile = None  # measured for another model: not applied (specwatch_cost_profile_applied 0)
@@ -442,7 +455,7 @@ class SpecwatchCollector(Collector):
             cost = LiveCost(step=it.step, draft_share=share,
                             baseline_decode_tokens_per_second=None if it.upstream == cfg.baseline_upstream
                             else base_speed.get((it.key[0], it.window)),
-                            profile=profile, method=cfg.speculative_method, drafter=cfg.drafter,
+                            profile=profile, method=method, drafter=drafter,
                             running_requests_fallback=it.running)
             k = len(it.rates) or it.k
             if profile is not None and it.step is not None:
@@ -458,18 +471,44 @@ class SpecwatchCollector(Collector):
                     f.speedup.add_metric(labels + [str(k), it.window, only.basis], only.value)
                 continue
             values = speedups(it.rates, cost, current_k=k)
-            if it.curve_basis == LOWER_BOUND:
-                # ragged drafts: what-if speedups and the recommendation would come from a lower-bound
-                # curve; only a measured speedup (live decode speed, no curve) is served
-                for kk, v in values.items():
-                    if v.basis == MEASURED:
-                        f.speedup.add_metric(labels + [str(kk), it.window, v.basis], v.value)
-                f.withheld.add_metric(lw + [REASON_RAGGED], 1.0)
+            reason = _withhold_reason(it, cost, values, k)
+            if reason is not None:
+                # no what-if speedup and no recommended k from an input that cannot be trusted
+                # (a lower-bound curve, no cost curve for the drafter, a guess the measurement
+                # contradicts); the server's own k keeps its measured speedup (live decode speed)
+                only = measured_speedup(cost)
+                if only is not None and k in values:
+                    f.speedup.add_metric(labels + [str(k), it.window, only.basis], only.value)
+                f.withheld.add_metric(lw + [reason], 1.0)
                 continue
             for kk, v in values.items():
                 f.speedup.add_metric(labels + [str(kk), it.window, v.basis], v.value)
             rec, basis = recommend(values)
             f.recommended.add_metric(lw + [basis], float(rec))
+
+
+#: Reasons of specwatch_recommendation_withheld besides ragged_drafts (specdecode.ragged).
+REASON_NO_COST_CURVE = "no_cost_curve"
+REASON_DEFAULT_CONTRADICTED = "default_contradicted"
+
+
+def _withhold_reason(it: "_CostInputs", cost: LiveCost, values: dict, k: int) -> str | None:
+    """Why no what-if speedup and no recommended k is served for this window, or None.
+
+    - ``ragged_drafts``: the per-position curve is only a lower bound (:mod:`specwatch.specdecode.ragged`);
+    - ``no_cost_curve``: a cost profile applies to the model but holds no curve for the upstream's
+      method and drafter (e.g. measured for another drafter): its t(b, k) are not this drafter's,
+      and the built-in guess must not stand in for them;
+    - ``default_contradicted``: the what-if values would be the built-in guess (basis default) and
+      the measured speedup at the server's own k lies outside the guess ± 25 %
+      (:func:`specwatch.specdecode.speedup.default_contradicted`)."""
+    if it.curve_basis == LOWER_BOUND:
+        return REASON_RAGGED
+    if cost.profile is not None and not cost.profile.has_curve(cost.method, cost.drafter):
+        return REASON_NO_COST_CURVE
+    if any(v.basis == DEFAULT for kk, v in values.items() if kk != k) and default_contradicted(it.rates, cost, k):
+        return REASON_DEFAULT_CONTRADICTED
+    return None
 
 
 @dataclass(frozen=True)
@@ -551,7 +590,7 @@ class _Families:
         self.recommended = GaugeMetricFamily("specwatch_recommended_num_speculative_tokens", "k with the best specwatch_speedup (smallest within 2%); 0 = turn speculation off; basis = the weakest basis among the speedups compared.", labels=E + W + ["basis"])
         self.ragged = GaugeMetricFamily("specwatch_ragged_drafts", "1 when drafts in the window carried fewer than k tokens beyond rounding (k x increase(drafts) - increase(draft_tokens) > max(1, 0.5% of increase(drafts))): per-position, conditional and what-if series are then lower bounds; else 0.", labels=E + W)
         self.missing_ratio = GaugeMetricFamily("specwatch_missing_draft_tokens_ratio", "Share of the k x drafts draft positions never drafted, 0-1: (k x increase(drafts) - increase(draft_tokens)) / (k x increase(drafts)).", labels=E + W)
-        self.withheld = GaugeMetricFamily("specwatch_recommendation_withheld", "1 when no recommended k (and no what-if speedup) is derived for the window, with the reason (ragged_drafts: the per-position curve is only a lower bound).", labels=E + W + ["reason"])
+        self.withheld = GaugeMetricFamily("specwatch_recommendation_withheld", "1 when no recommended k (and no what-if speedup; the server's own k keeps its measured speedup) is derived for the window, with the reason: ragged_drafts (the per-position curve is only a lower bound), no_cost_curve (the cost profile has no curve for the upstream's method and drafter, e.g. measured for another drafter), default_contradicted (no profile applies and the built-in guess at the server's k is more than 25% off its measured speedup).", labels=E + W + ["reason"])
         self.drift = GaugeMetricFamily("specwatch_cost_profile_error_ratio", "Live step duration / the cost profile's prediction at the live running requests per step and k (k = 0: the plain step); 1 = the profile describes this server.", labels=E + W)
         self.predicted_step = GaugeMetricFamily("specwatch_cost_profile_predicted_step_duration_seconds", "The cost profile's step time t(b, k) at the live running requests per step b and the server's k, seconds.", labels=E + W)
         self.profile_applied = GaugeMetricFamily("specwatch_cost_profile_applied", "1 if the cost profile applies to this model (its served_model_name matches or is unset), else 0 (speedups fall back to basis default).", labels=E + W)
@@ -572,7 +611,7 @@ class _Families:
         self.sgl_rate = GaugeMetricFamily("specwatch_sglang_spec_accept_rate", f"{sgl} gauge sglang:spec_accept_rate passed through: accepted drafts / (verify steps x the configured draft width) of the last logged batch; wrong under adaptive speculation (the width varies); a most-recent value: cannot be windowed or summed.", labels=per)
         self.sgl_length = GaugeMetricFamily("specwatch_sglang_spec_accept_length", f"{sgl} gauge sglang:spec_accept_length passed through: tokens per verify step (bonus included) of the last logged batch; cannot be windowed or summed (specwatch_mean_acceptance_length is the windowed one).", labels=per)
         self.sgl_gauge = GaugeMetricFamily("specwatch_sglang_spec_gauge", f"{sgl} speculative gauges passed through (spec_num_steps, spec_num_draft_tokens: the active configuration; spec_cap_length, spec_block_accept_length); most-recent values.", labels=per + ["gauge"])
-        self.method_info = GaugeMetricFamily("specwatch_speculative_method_info", "Speculative method and drafter of the upstream, with where they come from: source=configured (specwatch serve --speculative-method/--drafter; vLLM publishes neither on /metrics nor on /v1/models); always 1.", labels=U + ["method", "drafter", "source"])
+        self.method_info = GaugeMetricFamily("specwatch_speculative_method_info", "Speculative method and drafter of the upstream as the operator stated them, with where: source=upstream_flag (the upstream's own ,method=/,drafter= options of --upstream) or flag (the exporter-wide --speculative-method/--drafter), server_info (the server's own dev-mode /server_info, read with ,server_info=on); vLLM publishes neither on /metrics nor on /v1/models; always 1.", labels=U + ["method", "drafter", "source"])
         self.not_derivable = GaugeMetricFamily("specwatch_not_derivable", "A specwatch series this upstream's /metrics cannot give, with the reason; always 1.", labels=U + ["series", "reason"])
         self.v0_efficiency = GaugeMetricFamily("specwatch_v0_spec_decode_efficiency", "vLLM V0 gauge vllm:spec_decode_efficiency = emitted / (draft_tokens / k x (k+1)).", labels=["upstream", "model_name"])
 

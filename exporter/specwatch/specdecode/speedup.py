@@ -124,6 +124,33 @@ def measured_speedup(cost: LiveCost) -> Speedup | None:
     return None
 
 
+#: How far (relative, either way) the built-in guess may lie from the measured speedup at the
+#: server's own k before its what-if values are not served: the drift alert's default tolerance
+#: (``cost_profile_error_tolerance``), the band a profile is held to.
+DEFAULT_CONTRADICTION_TOLERANCE = 0.25
+
+
+def default_contradicted(rates: Sequence[float], cost: LiveCost, current_k: int,
+                         tolerance: float = DEFAULT_CONTRADICTION_TOLERANCE) -> tuple[float, float] | None:
+    """``(guess, measured)`` when the built-in guess (basis default) at the server's own k lies
+    outside [measured / (1 + tolerance), measured × (1 + tolerance)], so the guess is shown wrong
+    for this server and its values at the other k must not drive a recommendation; else None.
+
+    ``guess`` = τ(k) / c(k, b) (:func:`~specwatch.specdecode.costprofile.default_step_cost_ratio`),
+    ``measured`` = :func:`measured_speedup` (live decode speed over a baseline's or × t0(b)). None
+    too when nothing was measured, or ``current_k`` is outside 1 … len(``rates``)."""
+    measured = measured_speedup(cost)
+    if measured is None or not 1 <= current_k <= len(rates):
+        return None
+    s = cost.draft_share if cost.draft_share is not None and 0 <= cost.draft_share <= 1 else 1.0
+    e = expected_lengths(tuple(rates))[current_k - 1]
+    guess = (1.0 + s * (e - 1.0)) / default_step_cost_ratio(current_k, cost.running_requests)
+    ratio = guess / measured.value
+    if 1.0 / (1.0 + tolerance) <= ratio <= 1.0 + tolerance:
+        return None
+    return guess, measured.value
+
+
 def recommend(values: dict[int, Speedup], tolerance: float = 0.02) -> tuple[int, str]:
     """(k, basis): the k with the highest speedup, k = 0 (off, exactly 1) included; the smallest k
     within ``tolerance`` (relative) of the best wins, so noise does not buy draft tokens. The basis
@@ -148,5 +175,5 @@ def profile_error_ratio(cost: LiveCost, k: int) -> float | None:
     return cost.step.step_duration_seconds / pred.seconds
 
 
-__all__ = ["DEFAULT", "EXTRAPOLATED", "MEASURED", "PROFILE", "LiveCost", "Speedup", "profile_error_ratio", "recommend",
-           "speedups", "measured_speedup"]
+__all__ = ["DEFAULT", "EXTRAPOLATED", "MEASURED", "PROFILE", "LiveCost", "Speedup", "default_contradicted",
+           "profile_error_ratio", "recommend", "speedups", "measured_speedup"]
