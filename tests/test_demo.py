@@ -11,6 +11,7 @@ import sys
 import pytest
 
 import realstack
+from test_demo_report import CHROMIUM, check_latency_charts_are_the_result_files, check_report_opens_in_chromium
 
 pytestmark = [pytest.mark.realvllm, pytest.mark.prometheus]
 
@@ -46,3 +47,9 @@ def test_demo_runs_the_main_job(tmp_path):
     assert r.stdout.strip().splitlines()[-1] == f"Report: {report}"
     html = report.read_text()
     assert len(re.findall(r'src="data:image/png;base64,', html)) == 6  # rendered by specwatch.choosek.demoreport
+    # its TTFT and TPOT charts are the bench files' values
+    assert check_latency_charts_are_the_result_files(out) == 2
+    # and the demo's own report.html opens in headless Chromium with every image rendered
+    if CHROMIUM is None:
+        pytest.skip("chromium is not installed (scripts/setup.sh installs it): report.html not opened")
+    assert len(check_report_opens_in_chromium(out, tmp_path)) == 6

@@ -5,6 +5,7 @@ render in headless Chromium, and its numbers are the result files' numbers."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import io
 import json
 import re
@@ -24,6 +25,57 @@ IMAGES = 6  # throughput, TTFT, TPOT, whole-run curve with E(k), per-cell curve,
 
 def pngs(html: str) -> list[bytes]:
     return [base64.b64decode(m) for m in re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)]
+
+
+def _pixels(png_or_uri: bytes | str):
+    import matplotlib.image as mpimg
+
+    if isinstance(png_or_uri, str):
+        png_or_uri = base64.b64decode(png_or_uri.split(",", 1)[1])
+    return mpimg.imread(io.BytesIO(png_or_uri))
+
+
+#: The report's TTFT and TPOT charts: (Measurement field = bench-file field, figure alt text, chart title).
+LATENCY_CHARTS = (("mean_ttft_ms", "Mean TTFT by cell", "Mean TTFT (time to first token)"),
+                  ("mean_tpot_ms", "Mean TPOT by cell", "Mean TPOT (time per output token)"))
+
+
+def check_latency_charts_are_the_result_files(result_dir: Path) -> int:
+    """The TTFT and TPOT charts in ``result_dir/report.html`` are drawn from the values in the
+    folder's bench-*.json files: each embedded chart is pixel for pixel the chart of Measurements
+    built here straight from those files (cell = role, workload, max_concurrency), and a chart of
+    other values would not be. Returns how many cells were checked."""
+    import numpy as np
+
+    from specwatch.choosek.demoreport import plot_cells
+    from specwatch.choosek.model import Measurement
+
+    html = (result_dir / "report.html").read_text()
+    k = json.loads((result_dir / "demo-summary.json").read_text())["k"]
+    ms = [Measurement(config=role, k=0 if role == "baseline" else k, workload=rec["workload"],
+                      concurrency=rec["max_concurrency"], output_throughput=rec["output_throughput"],
+                      mean_ttft_ms=rec["mean_ttft_ms"], mean_tpot_ms=rec["mean_tpot_ms"])
+          for role in ("baseline", "speculative")
+          for rec in json.loads((result_dir / f"bench-{role}.json").read_text())["summary"]]
+    assert ms and all(m.mean_ttft_ms > 0 and m.mean_tpot_ms > 0 for m in ms)
+    for attr, alt, title in LATENCY_CHARTS:
+        (uri,) = re.findall(rf'<img src="(data:image/png;base64,[A-Za-z0-9+/=]+)" alt="{alt}">', html)
+        shown = _pixels(uri)
+        assert np.array_equal(shown, _pixels(plot_cells(ms, attr, "ms", title))), f"{alt}: not the bench files' values"
+        other = [dataclasses.replace(m, **{attr: getattr(m, attr) * 1.5}) if m.config == "baseline" else m for m in ms]
+        other_px = _pixels(plot_cells(other, attr, "ms", title))
+        assert other_px.shape != shown.shape or not np.array_equal(shown, other_px)
+    return len(ms)
+
+
+def check_report_opens_in_chromium(result_dir: Path, tmp_path: Path) -> list[tuple[int, int]]:
+    """Open ``result_dir/report.html`` in headless Chromium: every <img> of it has loaded with a
+    non-zero natural size. Returns the sizes."""
+    html = (result_dir / "report.html").read_text()
+    sizes = chromium_image_sizes(html, tmp_path)
+    assert len(sizes) == len(re.findall(r"<img ", html)) > 0
+    assert all(w > 0 and h > 0 for w, h in sizes), sizes
+    return sizes
 
 
 @pytest.fixture
@@ -87,11 +139,24 @@ def test_interrupted_demo_still_reports(demo_dir):
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/setup.sh installs it)")
 def test_demo_report_renders_in_headless_chromium(demo_dir, tmp_path):
-    html = write_demo_report(demo_dir).read_text()
-    sizes = chromium_image_sizes(html, tmp_path)
+    write_demo_report(demo_dir)
+    sizes = check_report_opens_in_chromium(demo_dir, tmp_path)
     assert len(sizes) == IMAGES
     for w, h in sizes:
         assert w > 100 and h > 100
+
+
+def test_latency_charts_are_the_bench_files_values(demo_dir):
+    write_demo_report(demo_dir)
+    comparison = json.loads((demo_dir / "demo-summary.json").read_text())["comparison"]
+    assert check_latency_charts_are_the_result_files(demo_dir) == 2 * len(comparison) == 4  # both roles, every cell
+    # a report whose TTFT chart is not the bench file's values fails the check
+    bench = demo_dir / "bench-baseline.json"
+    doc = json.loads(bench.read_text())
+    doc["summary"][0]["mean_ttft_ms"] *= 1.2
+    bench.write_text(json.dumps(doc))
+    with pytest.raises(AssertionError, match="Mean TTFT by cell: not the bench files' values"):
+        check_latency_charts_are_the_result_files(demo_dir)
 
 
 def test_damaged_demo_result_is_one_line(demo_dir):

@@ -193,3 +193,38 @@ def test_generate_check_covers_the_kubernetes_files(tmp_path):
     subprocess.run([sys.executable, "-m", "specwatch.mixin.generate", "--out-dir", str(out)], check=True,
                    capture_output=True)
     assert pm.read_text() == (K8S / "operator" / "podmonitor-vllm.yaml").read_text()
+
+
+def test_committed_kubernetes_and_mixin_outputs_are_up_to_date():
+    """The fast tier's check (no promtool) that prometheus/ as committed, Kubernetes and mixin
+    outputs included, is exactly what the generator writes, with no stray file beside them."""
+    r = subprocess.run([sys.executable, "-m", "specwatch.mixin.generate", "--check"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr
+    assert "up to date" in r.stdout
+    files = render_all(MixinConfig())
+    assert {"kubernetes/prometheus_rules.yaml", "kubernetes/prometheus_alerts.yaml",
+            "kubernetes/operator/prometheusrule.yaml"} <= set(files)
+    assert any(k.startswith("kubernetes/dashboards_out/") for k in files)
+
+
+def test_generate_check_finds_stray_files_in_the_generated_directories(tmp_path):
+    """A file left in prometheus/kubernetes/ (a renamed object, a dashboard no longer generated)
+    fails --check by name; regenerating removes it."""
+    out = tmp_path / "prometheus"
+    shutil.copytree(PROM, out)
+    strays = [out / "kubernetes" / "operator" / "podmonitor-old.yaml", out / "kubernetes" / "dashboards_out" / "gone.json",
+              out / "kubernetes" / "extra" / "notes.txt"]
+    for p in strays:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("{}\n")
+    r = subprocess.run([sys.executable, "-m", "specwatch.mixin.generate", "--check", "--out-dir", str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 1, r.stdout + r.stderr
+    for p in strays:
+        assert p.relative_to(out).as_posix() in r.stderr
+    w = subprocess.run([sys.executable, "-m", "specwatch.mixin.generate", "--out-dir", str(out)], capture_output=True,
+                       text=True, check=True)
+    assert not any(p.exists() for p in strays) and w.stdout.count("removed ") == len(strays)
+    r = subprocess.run([sys.executable, "-m", "specwatch.mixin.generate", "--check", "--out-dir", str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr

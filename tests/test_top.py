@@ -124,11 +124,76 @@ def test_view_shows_what_the_exporter_serves_for_every_real_capture(path, window
     # running requests: the exporter's window mean of the gauge (not served for lifetime: unknown, not 0)
     served_running = value(text, "specwatch_running_requests", **lab)
     assert e.running == served_running
-    # ragged drafts where ngram proposed fewer than k tokens per draft (the k=8 capture: 2668 < 340 x 8)
-    assert e.ragged == (e.effective_k is not None and e.effective_k.value < k - 0.005)
     plain = render_plain(view, "t")
+    # the ragged-draft label and the withheld k are the exporter's series, shown as served
+    ragged = value(text, "specwatch_ragged_drafts", **lab)
+    assert e.ragged == (ragged == 1.0) and ("ragged drafts" in plain) == (ragged == 1.0)
+    withheld = value(text, "specwatch_recommendation_withheld", reason="ragged_drafts", **lab)
+    assert e.withheld == (("ragged_drafts",) if withheld == 1.0 else ())
+    assert ("withheld (ragged drafts)" in plain) == (withheld == 1.0)
     if e.draft_acceptance_rate:
         assert pct(e.draft_acceptance_rate) in plain
+
+
+K8_FRESH, K8_AFTER = "vllm-0.32-ngram-k8-fresh.txt", "vllm-0.32-ngram-k8-after-traffic.txt"
+
+
+def _live_text(view, width: int = 130, height: int | None = None) -> str:
+    from rich.console import Console
+
+    con = Console(width=width, record=True, force_terminal=True, color_system=None)
+    con.print(render_live(view, "t", width, refreshed="12:00:00", height=height))
+    return con.export_text()
+
+
+def _set(text: str, name: str, window: str, new: str) -> str:
+    """``text`` with the value of the one ``name{…window=…}`` sample replaced by ``new``."""
+    pattern = re.compile(rf'^({re.escape(name)}\{{[^}}]*window="{window}"[^}}]*\}}) \S+$', re.M)
+    out, n = pattern.subn(rf"\g<1> {new}", text)
+    assert n == 1, (name, window, n)
+    return out
+
+
+def test_ragged_label_and_withheld_k_follow_the_exporters_series():
+    """top shows what the exporter says about ragged drafts (specwatch_ragged_drafts, with its
+    tolerance of max(1, 0.5 % of drafts) missing tokens) and the recommended k it withheld; it
+    applies no threshold of its own."""
+    # the real k8 capture through the exporter: drafts 2 % short, so the curve is a lower bound
+    text = two_scrapes({"u": fixture(K8_FRESH)}, {"u": fixture(K8_AFTER)})
+    for window in ("1m", "lifetime"):
+        lab = dict(upstream="u", model_name="smollm2", engine="0", window=window)
+        assert value(text, "specwatch_ragged_drafts", **lab) == 1.0
+        assert value(text, "specwatch_recommendation_withheld", reason="ragged_drafts", **lab) == 1.0
+        assert value(text, "specwatch_recommended_num_speculative_tokens", **lab) is None
+        view = build_view(parse_exposition(text), window)
+        e = view.upstreams[0].engines[0]
+        assert e.window == window and e.ragged and e.withheld == ("ragged_drafts",)
+        plain = render_plain(view, "t")
+        missing = pct(value(text, "specwatch_missing_draft_tokens_ratio", **lab))
+        assert f"ragged drafts ({missing} of the k × drafts positions never drafted)" in plain
+        assert re.search(r"recommended k: +withheld \(ragged drafts\)", plain), plain
+        live = _live_text(view)
+        assert "withheld (ragged drafts)" in live and "ragged drafts: drafts that never proposed" in live
+
+    # k4: full drafts. A synthetic exposition where draft tokens per draft is 3.99 (below k - 0.005)
+    # but the exporter says the drafts were full (its tolerance): no ragged label
+    text = two_scrapes({"u": _partial_counters(fixture(K4_AFTER))}, {"u": fixture(K4_AFTER)})
+    assert value(text, "specwatch_ragged_drafts", upstream="u", window="1m") == 0.0
+    full = _set(text, "specwatch_draft_tokens_per_draft", "1m", "3.99")
+    view = build_view(parse_exposition(full), "1m")
+    e = view.upstreams[0].engines[0]
+    assert e.num_speculative_tokens == 4 and e.effective_k.value == 3.99 and not e.ragged
+    assert "ragged" not in render_plain(view, "t") and "ragged" not in _live_text(view)
+    # and the other way round: full-looking drafts (4.00 per draft) that the exporter calls ragged
+    ragged = _set(_set(text, "specwatch_draft_tokens_per_draft", "1m", "4.0"), "specwatch_ragged_drafts", "1m", "1.0")
+    view = build_view(parse_exposition(ragged), "1m")
+    assert view.upstreams[0].engines[0].ragged
+    assert "ragged drafts (" in render_plain(view, "t") and "ragged drafts: drafts that never proposed" in _live_text(view)
+    # an exporter without specwatch_ragged_drafts: the per-position basis label says it
+    old = re.sub(r"^specwatch_ragged_drafts\{.*\n", "", text, flags=re.M)
+    old = old.replace('basis="exact"', 'basis="lower_bound"')
+    e = build_view(parse_exposition(old), "1m").upstreams[0].engines[0]
+    assert e.ragged_drafts is None and e.ragged
 
 
 def test_windows_differ_and_fall_back_to_lifetime():
@@ -208,6 +273,29 @@ def test_down_and_nospec_upstreams_and_narrow_terminals():
     con.print(render_live(view, "t", 100, error="cannot read the exporter at X: connect: refused"))
     out = con.export_text()
     assert "cannot read the exporter" in out and "%" not in out
+
+
+def test_a_short_terminal_says_how_many_blocks_are_hidden():
+    text = two_scrapes({"spec": _partial_counters(fixture(K4_AFTER)), "plain": fixture("vllm-0.32-nospec-fresh.txt"),
+                        "gone": FetchError("connect", "connection failed: ConnectionError")},
+                       {"spec": fixture(K4_AFTER)})
+    view = build_view(parse_exposition(text), "1m")
+    tall = _live_text(view, 100)
+    blocks = tall.count("╭")  # one top border per block: spec, plain (no speculation; and its step-time block), gone
+    assert blocks >= 3 and "hidden" not in tall and "cropped" not in tall
+    assert _live_text(view, 100, height=len(tall.splitlines()) + 1) == tall  # everything fits: nothing hidden
+    for height in (len(tall.splitlines()) - 1, 20, 8):  # the last block does not fit; the first does not
+        out = _live_text(view, 100, height=height)
+        lines = out.splitlines()
+        assert len(lines) <= height or "cropped" in out  # only a block taller than the screen is cropped (by Live)
+        shown = out.count("╭")
+        m = re.search(rf"(\d+) of {blocks} blocks hidden", out)
+        hidden = int(m.group(1)) if m else 0
+        if "the block below is cropped" in out:
+            assert shown == 1 and hidden == blocks - 1
+        else:
+            assert hidden and shown + hidden == blocks, out
+        assert "the terminal is too short" in lines[2]  # right under the header: never cropped away
 
 
 def test_engine_rows_say_unknown_not_zero():
@@ -324,16 +412,86 @@ def test_once_against_upstreams_reads_request_gauges_and_reports_down():
     assert "no 1m values (no drafts in it yet): showing lifetime" in r.output
 
 
+def test_once_shows_the_withheld_k_on_the_real_k8_capture(tmp_path):
+    """The real k8 capture (ragged drafts): through the exporter and in --upstream mode (the
+    collector in-process), the recommended-k row says it was withheld and why."""
+    srv = ExporterServer({"spec": [fixture(K8_AFTER)]})
+    try:
+        r = CliRunner().invoke(top, ["--exporter", srv.url, "--once", "--window", "lifetime"])
+    finally:
+        srv.close()
+    assert r.exit_code == 0, r.output
+    assert re.search(r"recommended k: +withheld \(ragged drafts\)", r.output), r.output
+    assert "ragged drafts (" in r.output
+    up = BodyServer(fixture(K8_AFTER))
+    try:
+        r = CliRunner().invoke(top, ["--upstream", f"spec={up.url}", "--once"])
+    finally:
+        up.stop()
+    assert r.exit_code == 0, r.output
+    assert re.search(r"recommended k: +withheld \(ragged drafts\)", r.output), r.output
+
+
+def _serve_once(*args: str) -> str:
+    r = subprocess.run([sys.executable, "-m", "specwatch", "serve", "--once", *args], capture_output=True, text=True,
+                       timeout=60, env={**os.environ, "PYTHONPATH": str(REPO / "exporter")})
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_upstream_mode_takes_serves_cost_profile_flags():
+    """--upstream runs serve's collector with serve's --cost-profile (and the other flags that change
+    what is shown): the speedups are the ones `specwatch serve --once` serves with the same flags."""
+    from specwatch.exporter.server import serve
+
+    profile = REPO / "exporter" / "specwatch" / "data" / "cost-profiles" / "cpu-2core-smollm2-135m-vllm0.32.yaml"
+    up = BodyServer(fixture(K4_AFTER))
+    try:
+        flags = ["--upstream", f"spec={up.url}", "--cost-profile", str(profile), "--speculative-method", "ngram"]
+        r = CliRunner().invoke(top, [*flags, "--once", "--window", "lifetime"])
+        plain = CliRunner().invoke(top, ["--upstream", f"spec={up.url}", "--once", "--window", "lifetime"])
+        served = _serve_once(*flags)
+    finally:
+        up.stop()
+    assert r.exit_code == 0 and plain.exit_code == 0, r.output + plain.output
+    lab = dict(upstream="spec", model_name="smollm2", engine="0", window="lifetime", k=4)
+    bases = {lab_["basis"]: v for n, lab_, v in raw_samples(served) if n == "specwatch_speedup"
+             and all(lab_.get(k) == str(x) for k, x in lab.items())}
+    assert bases and "default" not in bases  # the profile applies: measured / profile
+    (basis, v), = bases.items()
+    assert re.search(rf"speedup at k = 4: +{v:.2f}× +basis={basis}", r.output), r.output
+    assert f"cost profile {profile}" in r.output
+    # without it: serve's built-in guess, labelled so
+    assert re.search(r"speedup at k = 4: +\S+× +basis=default", plain.output), plain.output
+    # the flags are serve's own definitions
+    help_text = " ".join(CliRunner().invoke(top, ["--help"]).output.split())
+    for name in ("cost_profile", "baseline_upstream", "speculative_method", "drafter"):
+        (opt,) = [o for o in serve.params if o.name == name]
+        assert " ".join(opt.help.split()) in help_text
+
+
 @pytest.mark.parametrize("args, hint", [
     (["--window", "7x"], "--window"),
     (["--interval", "0"], "--interval"),
     (["--exporter", "ftp://x"], "--exporter"),
     (["--upstream", "not a url"], "--upstream"),
     (["--exporter", "http://127.0.0.1:1", "--upstream", "http://127.0.0.1:2"], "not both"),
+    (["--cost-profile", "/nonexistent/profile.yaml"], "only with --upstream"),
+    (["--upstream", "http://127.0.0.1:9", "--cost-profile", "/nonexistent/profile.yaml"], "--cost-profile:"),
+    (["--upstream", "a=http://127.0.0.1:9", "--baseline-upstream", "b"], "--baseline-upstream 'b'"),
 ])
 def test_bad_flags_exit_2(args, hint):
     r = CliRunner().invoke(top, args + ["--once"])
     assert r.exit_code == 2 and hint in r.output and "Traceback" not in r.output
+    assert len([line for line in r.output.splitlines() if line.startswith("Error")]) == 1
+
+
+def test_upstream_mode_failures_are_not_logged_twice():
+    """--once against a down upstream: the snapshot says DOWN on stdout; the in-process collector's
+    log line does not repeat it on stderr."""
+    r = _cli("--upstream", "gone=http://127.0.0.1:9", "--once", "--timeout", "1")
+    assert r.returncode == 1 and "upstream gone: DOWN: connect" in r.stdout
+    assert r.stderr == ""
 
 
 def _cli(*args, **kw) -> subprocess.CompletedProcess:
@@ -491,10 +649,39 @@ def test_live_view_in_a_narrow_terminal(tmp_path, exporter_server):
 
 
 @pytest.mark.skipif(TMUX is None, reason="tmux is not installed (scripts/setup.sh installs it)")
+def test_live_view_in_a_short_terminal_says_what_is_hidden(tmp_path, exporter_server):
+    t = Tmux(tmp_path, _top_cmd("--exporter", exporter_server.url), width=130, height=20)
+    try:
+        s = t.wait_for(r"blocks? hidden|cropped")
+        assert "the terminal is too short" in s
+        t.keys("q")
+        assert "EXIT=0" in t.wait_for(r"EXIT=\d+")
+    finally:
+        t.kill()
+
+
+@pytest.mark.skipif(TMUX is None, reason="tmux is not installed (scripts/setup.sh installs it)")
+def test_live_view_upstream_mode_leaves_no_log_line_behind(tmp_path):
+    """--upstream with a down upstream: the screen says DOWN; after q the terminal holds nothing of
+    the in-process collector's log (its first fetch happens before the screen is taken over)."""
+    up = BodyServer(fixture(K4_AFTER))
+    t = Tmux(tmp_path, _top_cmd("--upstream", f"spec={up.url}", "--upstream", "gone=http://127.0.0.1:9", "--timeout", "1"))
+    try:
+        t.wait_for(r"DOWN: connect")
+        t.keys("q")
+        s = t.wait_for(r"EXIT=\d+")
+        before = s[:s.index("EXIT=")]
+        assert "EXIT=0" in s and before.strip() == "", s
+    finally:
+        t.kill()
+        up.stop()
+
+
+@pytest.mark.skipif(TMUX is None, reason="tmux is not installed (scripts/setup.sh installs it)")
 def test_live_view_with_no_exporter_is_one_line_and_leaves_the_terminal_alone(tmp_path, free_port):
     t = Tmux(tmp_path, _top_cmd("--exporter", f"http://127.0.0.1:{free_port}", "--timeout", "1"))
     try:
-        s = t.wait_for(r"EXIT=\d+")
+        s = t.wait_for(r"EXIT=\d+\s*\n.*(icanon|echo)")  # the stty line too: the slice below drops two lines
         assert "EXIT=1" in s
         errors = [line for line in s.splitlines() if line.strip()][:-2]  # before EXIT= and the stty line
         assert len(errors) == 1 and "cannot read the exporter" in errors[0] and "Traceback" not in s

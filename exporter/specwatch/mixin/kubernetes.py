@@ -14,7 +14,8 @@ MixinConfig as the plain Prometheus files (selectors, windows, thresholds come f
     A PodMonitor scraping vLLM's own ``/metrics`` on the pods labelled
     ``app.kubernetes.io/name: vllm`` (container port named ``http``). Relabelling sets ``job`` to the
     vLLM selector's job and ``upstream`` to the pod name, which the exporter sidecar uses as its
-    upstream name: the per-upstream rules join vLLM's series with the exporter's on it.
+    upstream name: the alert SpecwatchUpstreamDown matches vLLM's ``up`` with the exporter's
+    ``specwatch_up`` on it (no recording rule joins the two).
 ``operator/podmonitor-specwatch.yaml``
     A PodMonitor scraping the exporter run as a sidecar in the same pods (port ``specwatch``).
 ``operator/specwatch-sidecar.yaml``
@@ -178,7 +179,8 @@ def render_kubernetes(cfg: MixinConfig, rules_text: str, alerts_text: str,
         "PrometheusRule: every specwatch recording rule and alert. Its labels must match your Prometheus' ruleSelector.")
     out[f"{k}/operator/podmonitor-vllm.yaml"] = _yaml(
         pod_monitor_vllm(cfg, opts),
-        "PodMonitor: vLLM's own /metrics. `upstream` = pod name = the exporter sidecar's upstream name (rules join on it).")
+        "PodMonitor: vLLM's own /metrics. `upstream` = pod name = the exporter sidecar's upstream name "
+        "(SpecwatchUpstreamDown matches the two on it).")
     out[f"{k}/operator/podmonitor-specwatch.yaml"] = _yaml(
         pod_monitor_exporter(cfg, opts), "PodMonitor: the specwatch exporter running as a sidecar in the vLLM pods.")
     out[f"{k}/operator/specwatch-sidecar.yaml"] = _yaml(

@@ -9,6 +9,7 @@ previous mode and screen are restored on every way out (q, Ctrl-C, SIGTERM/SIGHU
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import select
 import sys
@@ -23,12 +24,44 @@ from rich.live import Live
 from specwatch.common.processes import install_stop_signals
 from specwatch.common.defaults import EXPORTER_PORT
 from specwatch.exporter.config import ConfigError, parse_window
+from specwatch.exporter.server import serve
 from specwatch.top.model import LIFETIME, TopView, build_view
 from specwatch.top.render import render_live, render_plain
 from specwatch.top.sources import ExporterSource, Fetched, SourceError, UpstreamSource, exporter_metrics_url
 
 DEFAULT_EXPORTER = f"http://127.0.0.1:{EXPORTER_PORT}/metrics"
 KEY_WINDOWS = {"1": "1m", "5": "5m", "l": LIFETIME, "L": LIFETIME}
+#: ``specwatch serve`` options that change what ``top --upstream`` shows (the collector runs in this
+#: process with them): speedups with basis measured/profile instead of the built-in guess
+#: (basis=default), the baseline server's decode speed, the cost-profile curve that applies.
+SERVE_FLAGS = ("cost_profile", "baseline_upstream", "speculative_method", "drafter")
+
+
+def serve_options(f):
+    """Add :data:`SERVE_FLAGS` to a click command, each defined by ``specwatch serve``'s own option
+    (names, type, default and help read from ``serve.params``, so the two cannot drift), without
+    its environment variable: inside the exporter's container SPECWATCH_COST_PROFILE etc. are set
+    for serve, and ``specwatch top`` there reads the exporter, which applies them itself."""
+    params = {p.name: p for p in serve.params}
+    for name in reversed(SERVE_FLAGS):
+        src = params[name]
+        f = click.option(*src.opts, name, type=src.type, default=src.default, metavar=src.metavar,
+                         help=f"With --upstream only, as for serve: {src.help}")(f)
+    return f
+
+
+@contextlib.contextmanager
+def quiet_exporter_log() -> Iterator[None]:
+    """The in-process collector's log lines (logger ``specwatch.exporter``: failed fetches,
+    invariant violations) are off while ``top`` runs: the screen and ``--once`` show the same
+    facts, and a line on stderr would repeat them or stay on the terminal after the live view."""
+    log = logging.getLogger("specwatch.exporter")
+    old = log.disabled
+    log.disabled = True
+    try:
+        yield
+    finally:
+        log.disabled = old
 
 
 class TopError(click.ClickException):
@@ -131,8 +164,9 @@ def _validate_window(value: str) -> str:
               help="The specwatch exporter to read (base URL or its /metrics URL).")
 @click.option("--upstream", "upstreams", multiple=True,
               help="Read vLLM servers directly instead (no exporter running): URL or NAME=URL, as for "
-                   "`specwatch serve --upstream`. Repeatable. (Not read from SPECWATCH_UPSTREAMS: inside the "
-                   "exporter's container `specwatch top` still reads the exporter.)")
+                   "`specwatch serve --upstream`; the exporter's collector runs in this process with windows "
+                   "1m and 5m and the serve flags below (no other serve flag). Repeatable. (Not read from "
+                   "SPECWATCH_UPSTREAMS: inside the exporter's container `specwatch top` still reads the exporter.)")
 @click.option("--window", default="1m", show_default=True,
               help="Window shown first: 1m, 5m, lifetime (or any window the exporter serves).")
 @click.option("--interval", type=click.FloatRange(0.5, 60), default=2.0, show_default=True,
@@ -143,38 +177,53 @@ def _validate_window(value: str) -> str:
 @click.option("--once", is_flag=True,
               help="Print one plain-text snapshot and exit (for scripts; no terminal needed). Exit status 1 "
                    "if the source cannot be read or an upstream is down.")
+@serve_options
 @click.pass_context
 def top(ctx: click.Context, exporter_url: str, upstreams: tuple[str, ...], window: str, interval: float,
-        timeout: float, once: bool) -> None:
+        timeout: float, once: bool, **serve_flags: str | None) -> None:
     """Live terminal view of speculative decoding: per upstream and engine the draft acceptance
     rate, mean acceptance length against k+1, per-position and conditional acceptance, effective
-    k, requests, step time and speedup with their basis, the recommended k and up/errors.
+    k, requests, step time and speedup with their basis, the recommended k (or why it is
+    withheld) and up/errors.
 
-    Keys: 1 / 5 / l show the 1m / 5m / lifetime window, w cycles through the windows served, q quits."""
+    Keys: 1 / 5 / l show the 1m / 5m / lifetime window, w cycles through the windows served, q quits.
+
+    Exit status: 0 after q (or --once with every upstream up); 1 when the source cannot be read
+    or (--once) an upstream is down; 2 for bad flags, or without a terminal and without --once;
+    130 after Ctrl-C."""
     window = _validate_window(window)
     ups = [u for spec in upstreams for u in spec.split()]
     exporter_given = ctx.get_parameter_source("exporter_url") not in (
         click.core.ParameterSource.DEFAULT, None)
     if ups and exporter_given:
         raise click.BadParameter("give either --exporter or --upstream, not both", param_hint="'--upstream'")
+    given = {k: v for k, v in serve_flags.items() if v is not None}
     if ups:
         try:
-            source = UpstreamSource(ups, timeout=timeout)
+            source = UpstreamSource(ups, timeout=timeout, **given)
         except ConfigError as exc:
-            raise click.BadParameter(str(exc), param_hint="'--upstream'") from None
+            msg = str(exc)
+            if msg.startswith("--"):  # names its own flag (--cost-profile: …, --baseline-upstream …)
+                raise click.UsageError(msg) from None
+            raise click.BadParameter(msg, param_hint="'--upstream'") from None
     else:
+        if given:
+            flags = ", ".join("--" + k.replace("_", "-") for k in given)
+            raise click.UsageError(f"{flags}: only with --upstream (an exporter applies its own: "
+                                   f"specwatch serve {flags.split(', ')[0]} …)")
         try:
             source = ExporterSource(exporter_metrics_url(exporter_url), timeout=timeout)
         except ConfigError as exc:
             raise click.BadParameter(str(exc).replace("upstream", "exporter", 1), param_hint="'--exporter'") from None
 
-    if once:
-        _run_once(source, window)
-        return
-    if not (sys.stdout.isatty() and sys.stdin.isatty()):
-        raise TopError("not a terminal (stdin/stdout is not a TTY): run it in a terminal, or use --once for plain "
-                       "output", exit_code=2)
-    _run_live(source, window, interval)
+    with quiet_exporter_log():
+        if once:
+            _run_once(source, window)
+            return
+        if not (sys.stdout.isatty() and sys.stdin.isatty()):
+            raise TopError("not a terminal (stdin/stdout is not a TTY): run it in a terminal, or use --once for plain "
+                           "output", exit_code=2)
+        _run_live(source, window, interval)
 
 
 def _run_once(source, window: str) -> None:
@@ -220,7 +269,7 @@ def _run_live(source, window: str, interval: float) -> None:
                     view = make_view(fetched, window, tracker) if fetched is not None else None
                     live.update(render_live(view, source.description, size.width, error=error,
                                             refreshed=time.strftime("%H:%M:%S", time.localtime(when)),
-                                            interval=interval, window=window), refresh=True)
+                                            interval=interval, window=window, height=size.height), refresh=True)
                     dirty = False
                 if not started:
                     poller.start()  # after the first paint: its first read is the second one

@@ -29,6 +29,14 @@ STEP_TIME_NAME = "specwatch_step_duration_seconds"
 #: ``specwatch_running_requests{window}`` is the mean over the window's fetches).
 RUNNING_NAMES = ("specwatch_running_requests", "specwatch_num_requests_running", "specwatch_requests_running")
 WAITING_NAMES = ("specwatch_waiting_requests", "specwatch_num_requests_waiting", "specwatch_requests_waiting")
+#: The exporter's verdict on the window's drafts (specdecode.ragged): 1 when drafts carried fewer
+#: than k tokens beyond rounding, and the share of the k x drafts positions never drafted.
+RAGGED_NAME = "specwatch_ragged_drafts"
+MISSING_RATIO_NAME = "specwatch_missing_draft_tokens_ratio"
+#: 1 with a ``reason`` label when the exporter derives no recommended k for the window.
+WITHHELD_NAME = "specwatch_recommendation_withheld"
+#: ``basis`` value of the per-position series when the curve is only a lower bound (ragged drafts).
+LOWER_BOUND = "lower_bound"
 
 
 class ExpositionError(ValueError):
@@ -116,7 +124,10 @@ class EngineView:
     specwatch_mean_acceptance_length (tokens per verify step, ceiling k + 1); ``effective_k``
     specwatch_draft_tokens_per_draft; ``output_from_drafts`` specwatch_output_from_drafts_ratio;
     ``positions`` the per-position series; ``recommended_k``
-    specwatch_recommended_num_speculative_tokens; ``speedups`` :data:`SPEEDUP_NAMES`;
+    specwatch_recommended_num_speculative_tokens; ``withheld`` the ``reason`` labels of
+    specwatch_recommendation_withheld == 1 (no recommended k for the window, e.g. ``ragged_drafts``);
+    ``ragged_drafts`` specwatch_ragged_drafts (1 or 0) and ``missing_ratio``
+    specwatch_missing_draft_tokens_ratio (0-1); ``speedups`` :data:`SPEEDUP_NAMES`;
     ``step_time`` specwatch_step_duration_seconds (seconds); ``running``/``waiting`` request
     counts (vLLM's gauges, from the exporter if it serves them or from the upstream itself).
     """
@@ -132,6 +143,9 @@ class EngineView:
     output_from_drafts: Value | None = None
     positions: tuple[PositionRow, ...] = ()
     recommended_k: Value | None = None
+    withheld: tuple[str, ...] = ()
+    ragged_drafts: Value | None = None
+    missing_ratio: Value | None = None
     speedups: tuple[Speedup, ...] = ()
     step_time: tuple[Value, ...] = ()
     running: float | None = None
@@ -145,11 +159,18 @@ class EngineView:
 
     @property
     def ragged(self) -> bool:
-        """True when drafts carried fewer than k tokens on average (ngram proposes fewer when its
-        n-gram match is short): then r_i = accepted_per_pos[i] / drafts counts drafts that never
-        proposed position i as rejections, a lower bound of acceptance given the position was drafted."""
-        k, e = self.num_speculative_tokens, self.effective_k
-        return k is not None and e is not None and e.value < k - 0.005
+        """True when the exporter says the window's drafts were ragged (fewer than k tokens beyond
+        its rounding tolerance, :mod:`specwatch.specdecode.ragged`): then r_i = accepted_per_pos[i]
+        / drafts counts drafts that never proposed position i as rejections, a lower bound of
+        acceptance given the position was drafted.
+
+        Read, not derived: ``specwatch_ragged_drafts{window}`` when served, else (an exporter without
+        that series) a ``basis="lower_bound"`` label on a per-position series. False when neither
+        is served (no drafts in the window: no curve to label)."""
+        if self.ragged_drafts is not None:
+            return self.ragged_drafts.value == 1.0
+        return any(("basis", LOWER_BOUND) in v.extra for p in self.positions
+                   for v in (p.rate, p.conditional) if v is not None)
 
     @property
     def has_data(self) -> bool:
@@ -327,6 +348,8 @@ def _engine_view(get, one, up_name: str, model: str, engine: str, window: str, w
         s = strict(name, w)
         return Value(s[0].value, _extra(s[0].labels)) if s else None
 
+    withheld = tuple(sorted({s.labels.get("reason", "") for s in strict(WITHHELD_NAME, w) if s.value == 1.0}))
+
     return EngineView(
         model_name=model, engine=engine, window=use, fell_back=use != window,
         num_speculative_tokens=None if k is None else int(k.value),
@@ -336,6 +359,9 @@ def _engine_view(get, one, up_name: str, model: str, engine: str, window: str, w
         output_from_drafts=windowed("specwatch_output_from_drafts_ratio"),
         positions=positions,
         recommended_k=windowed("specwatch_recommended_num_speculative_tokens"),
+        withheld=withheld,
+        ragged_drafts=windowed(RAGGED_NAME),
+        missing_ratio=windowed(MISSING_RATIO_NAME),
         speedups=speedups, step_time=step,
         running=running if running is not None else r2,
         waiting=waiting if waiting is not None else w2,

@@ -7,10 +7,11 @@ verify step; step time in ms. A value the exporter does not serve is "–", neve
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 
 from rich.bar import Bar
-from rich.console import Group, RenderableType
+from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -71,7 +72,7 @@ def engine_rows(e: EngineView) -> list[Row]:
     if e.effective_k is None:
         rows.append(Row("effective k", DASH if k is None else f"{DASH} (k = {k})"))
     else:
-        note = "ragged drafts (fewer than k tokens per draft)" if e.ragged else ""
+        note = ragged_note(e)
         rows.append(Row("effective k", f"{e.effective_k.value:.2f}" + ("" if k is None else f" of k = {k}"),
                         e.effective_k.value / k if k else None, " ".join(x for x in (_labels(e.effective_k), note) if x)))
     if e.output_from_drafts is not None:
@@ -99,7 +100,31 @@ def engine_rows(e: EngineView) -> list[Row]:
     if rec is not None:
         rows.append(Row("recommended k", "0 (speculation off)" if rec_k == 0 else str(rec_k),
                         note=_labels(rec) or "from the speedup estimate"))
+    elif e.withheld:
+        rows.append(Row("recommended k", f"withheld ({', '.join(_reason_text(r) for r in e.withheld)})",
+                        note="; ".join(WITHHELD_NOTES.get(r, f'specwatch_recommendation_withheld{{reason="{r}"}}')
+                                       for r in e.withheld)))
     return rows
+
+
+#: Why the exporter withheld the recommended k, per ``reason`` label of specwatch_recommendation_withheld.
+WITHHELD_NOTES = {
+    "ragged_drafts": "the per-position curve is only a lower bound: no what-if speedup, no recommended k",
+}
+
+
+def _reason_text(reason: str) -> str:
+    return reason.replace("_", " ") or "no reason given"
+
+
+def ragged_note(e: EngineView) -> str:
+    """The ragged-draft label of an engine block, from the exporter's specwatch_ragged_drafts (and
+    specwatch_missing_draft_tokens_ratio when served); "" when the drafts were full or unknown."""
+    if not e.ragged:
+        return ""
+    if e.missing_ratio is not None:
+        return f"ragged drafts ({pct(e.missing_ratio)} of the k × drafts positions never drafted)"
+    return "ragged drafts (fewer than k tokens in some drafts)"
 
 
 def _window_note(e: EngineView, view: TopView) -> str:
@@ -222,27 +247,66 @@ def _engine_panel(u: UpstreamView, e: EngineView, view: TopView, width: int) -> 
                  border_style="red" if u.up is False else "blue")
 
 
+def _height(block: RenderableType, width: int) -> int:
+    """Lines ``block`` takes on a terminal ``width`` columns wide."""
+    console = Console(width=width, file=io.StringIO(), force_terminal=True, color_system=None)
+    return len(console.render_lines(block, console.options, pad=False))
+
+
+def fit_blocks(blocks: list[RenderableType], width: int, rows: int) -> tuple[list[RenderableType], str | None]:
+    """The blocks that fit whole into ``rows`` lines, in order, and the notice saying how many are
+    hidden (None when all fit). When not even the first fits it is shown cropped, and the notice
+    says so. The notice is meant to stand above the blocks, where cropping cannot remove it."""
+    shown: list[RenderableType] = []
+    used = 0
+    for b in blocks:
+        h = _height(b, width)
+        if used + h > rows:
+            break
+        shown.append(b)
+        used += h
+    hidden = len(blocks) - len(shown)
+    if not hidden:
+        return shown, None
+    cropped = not shown
+    if cropped:
+        shown = blocks[:1]
+    n = hidden - (1 if cropped else 0)
+    text = (f"{n} of {len(blocks)} block{'s' if len(blocks) != 1 else ''} hidden" if n else "")
+    if cropped:
+        text += ("; " if text else "") + "the block below is cropped"
+    return shown, f"{text}: the terminal is too short; make it taller or use --once"
+
+
 def render_live(view: TopView | None, source: str, width: int, *, error: str | None = None,
-                refreshed: str = "", interval: float = 2.0, window: str | None = None) -> RenderableType:
-    """The whole screen for a terminal ``width`` columns wide. ``error`` (the source could not be
-    read) replaces the blocks: no stale values are shown."""
+                refreshed: str = "", interval: float = 2.0, window: str | None = None,
+                height: int | None = None) -> RenderableType:
+    """The whole screen for a terminal ``width`` columns wide and ``height`` rows high (None: no
+    limit). ``error`` (the source could not be read) replaces the blocks: no stale values are
+    shown. Blocks that do not fit into ``height`` are left out and a line says how many."""
     if width < MIN_WIDTH:
         return Text(f"terminal too narrow ({width} columns): specwatch top needs {MIN_WIDTH}; q quits", style="bold")
     head = Text.assemble(("specwatch top", "bold"), f"  {source}  ",
                          ("window ", ""), ((view.window if view else window or DASH), "bold reverse"),
                          f"  refreshed {refreshed} every {interval:g} s" if refreshed else "")
     parts: list[RenderableType] = [head, Text(KEYS_HELP, style="dim")]
+    blocks: list[RenderableType] = []
     if error:
-        parts.append(Panel(Text(error, style="bold red"), title="source unreachable", border_style="red"))
+        blocks.append(Panel(Text(error, style="bold red"), title="source unreachable", border_style="red"))
     elif view is not None:
         if not view.upstreams:
-            parts.append(Text("the exporter serves no upstreams", style="yellow"))
+            blocks.append(Text("the exporter serves no upstreams", style="yellow"))
         for u in view.upstreams:
             if not u.engines or u.spec_decode_enabled is False:
                 status, style = _upstream_status(u)
-                parts.append(Panel(Group(Text(status, style=style), Text(_no_engine_text(u), style="dim")),
-                                   title=f"[bold]{u.name}[/]", title_align="left",
-                                   border_style="red" if u.up is False else "blue"))
+                blocks.append(Panel(Group(Text(status, style=style), Text(_no_engine_text(u), style="dim")),
+                                    title=f"[bold]{u.name}[/]", title_align="left",
+                                    border_style="red" if u.up is False else "blue"))
             for e in u.engines:
-                parts.append(_engine_panel(u, e, view, width))
-    return Group(*parts)
+                blocks.append(_engine_panel(u, e, view, width))
+    if height is not None:
+        rows = height - sum(_height(x, width) for x in parts) - 1  # one line for the notice
+        blocks, notice = fit_blocks(blocks, width, rows)
+        if notice:
+            parts.append(Text(notice, style="bold yellow"))
+    return Group(*parts, *blocks)

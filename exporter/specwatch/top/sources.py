@@ -128,19 +128,28 @@ class UpstreamSource:
     """vLLM upstreams scraped in-process by the exporter's collector (windows 1m and 5m, the
     ``serve`` defaults; the windows fill as the view keeps refreshing).
 
-    ``upstreams`` are ``URL`` or ``NAME=URL`` as for ``specwatch serve --upstream``. Raises
-    :class:`specwatch.exporter.config.ConfigError` for a bad one.
+    ``upstreams`` are ``URL`` or ``NAME=URL`` as for ``specwatch serve --upstream``;
+    ``cost_profile`` (a path), ``baseline_upstream``, ``speculative_method`` and ``drafter`` mean
+    what they mean for ``specwatch serve`` (without a cost profile every speedup is the built-in
+    guess, basis=default). Raises :class:`specwatch.exporter.config.ConfigError` for a bad value
+    (the cost profile is read here, once).
     """
 
-    def __init__(self, upstreams: list[str], windows: tuple[str, ...] = ("1m", "5m"), timeout: float = 5.0):
+    def __init__(self, upstreams: list[str], windows: tuple[str, ...] = ("1m", "5m"), timeout: float = 5.0,
+                 cost_profile: str | None = None, baseline_upstream: str | None = None,
+                 speculative_method: str | None = None, drafter: str | None = None):
         # the exporter's own range for its per-upstream deadline is 0.1-60 s; keep it within
         timeout = min(max(timeout, 0.1), 60.0)
-        self.config = build_config(upstreams, windows, "127.0.0.1:1", timeout_seconds=timeout)
+        self.config = build_config(upstreams, windows, "127.0.0.1:1", timeout_seconds=timeout,
+                                   cost_profile=cost_profile, baseline_upstream=baseline_upstream,
+                                   speculative_method=speculative_method, drafter=drafter)
         self.fetcher = _RecordingFetcher()
         self.collector = SpecwatchCollector(self.config, fetch=self.fetcher)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
         self.description = "upstreams " + ", ".join(f"{u.name}={u.metrics_url}" for u in self.config.upstreams)
+        if cost_profile is not None:
+            self.description += f"; cost profile {cost_profile}"
 
     def fetch(self) -> Fetched:
         """One scrape of every upstream through the collector. Never raises for a down upstream
