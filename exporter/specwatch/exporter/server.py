@@ -17,6 +17,7 @@ from specwatch import __version__
 from specwatch.exporter.collector import SpecwatchCollector, limit_malloc_arenas, release_memory
 from specwatch.exporter.config import DEFAULT_LISTEN_ADDRESS, ConfigError, ExporterConfig, build_config
 from specwatch.exporter.listener import Listener
+from specwatch.exporter.options import cost_options
 
 log = logging.getLogger("specwatch.exporter")
 
@@ -124,19 +125,7 @@ class FlagError(click.ClickException):
               help="Per-upstream fetch deadline in seconds (keep below the scrape timeout).")
 @click.option("--max-body-bytes", type=int, default=16 * 1024 * 1024, show_default=True,
               help="Largest /metrics body accepted from an upstream.")
-@click.option("--cost-profile", default=None, envvar="SPECWATCH_COST_PROFILE",
-              help="Measured step times (specwatch calibrate): speedups with basis measured/profile. "
-                   "Without it they are a built-in guess, labelled basis=default.")
-@click.option("--baseline-upstream", default=None, envvar="SPECWATCH_BASELINE_UPSTREAM",
-              help="NAME of an --upstream that runs without speculation: its live decode speed is the "
-                   "measured speedup's denominator (the compose `baseline` profile).")
-@click.option("--speculative-method", default=None,
-              help="The method every upstream runs unless its --upstream options say otherwise: picks the cost-profile "
-                   "curve (default: the profile's first) and labels specwatch_speculative_method_info.")
-@click.option("--drafter", default=None,
-              help="The drafter (draft_model, eagle) every upstream runs unless its --upstream options say otherwise, "
-                   "spelled as in the cost profile; a profile without a curve for it gives no what-if speedups and "
-                   "no recommended k (specwatch_recommendation_withheld{reason=\"no_cost_curve\"}).")
+@cost_options()
 @click.option("--cost-per-draft-token", "old_cost_a", default=None, hidden=True)
 @click.option("--cost-per-draft-token-per-running-request", "old_cost_b", default=None, hidden=True)
 @click.option("--min-fetch-interval", type=float, default=1.0, show_default=True,

@@ -24,7 +24,7 @@ from rich.live import Live
 from specwatch.common.processes import install_stop_signals
 from specwatch.common.defaults import EXPORTER_PORT
 from specwatch.exporter.config import ConfigError, parse_window
-from specwatch.exporter.server import serve
+from specwatch.exporter.options import COST_OPTION_NAMES, cost_options
 from specwatch.top.model import LIFETIME, TopView, build_view
 from specwatch.top.render import render_live, render_plain
 from specwatch.top.sources import ExporterSource, Fetched, SourceError, UpstreamSource, exporter_metrics_url
@@ -34,20 +34,9 @@ KEY_WINDOWS = {"1": "1m", "5": "5m", "l": LIFETIME, "L": LIFETIME}
 #: ``specwatch serve`` options that change what ``top --upstream`` shows (the collector runs in this
 #: process with them): speedups with basis measured/profile instead of the built-in guess
 #: (basis=default), the baseline server's decode speed, the cost-profile curve that applies.
-SERVE_FLAGS = ("cost_profile", "baseline_upstream", "speculative_method", "drafter")
-
-
-def serve_options(f):
-    """Add :data:`SERVE_FLAGS` to a click command, each defined by ``specwatch serve``'s own option
-    (names, type, default and help read from ``serve.params``, so the two cannot drift), without
-    its environment variable: inside the exporter's container SPECWATCH_COST_PROFILE etc. are set
-    for serve, and ``specwatch top`` there reads the exporter, which applies them itself."""
-    params = {p.name: p for p in serve.params}
-    for name in reversed(SERVE_FLAGS):
-        src = params[name]
-        f = click.option(*src.opts, name, type=src.type, default=src.default, metavar=src.metavar,
-                         help=f"With --upstream only, as for serve: {src.help}")(f)
-    return f
+#: Defined once in :mod:`specwatch.exporter.options` for both commands.
+SERVE_FLAGS = COST_OPTION_NAMES
+serve_options = cost_options(envvars=False, help_prefix="With --upstream only, as for serve: ")
 
 
 @contextlib.contextmanager
