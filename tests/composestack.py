@@ -14,6 +14,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 import socket
 import subprocess
 import threading
@@ -70,6 +71,21 @@ def ensure_engine(timeout: float = 900.0) -> str:
         raise EngineUnavailable(reason)
     ver = subprocess.run(["bash", str(SCRIPTS / "docker_engine.sh"), "status"], capture_output=True, text=True, timeout=60)
     return ver.stdout.strip()
+
+
+def engine_up() -> bool:
+    """Whether a Docker engine answers now (``docker info`` exits 0)."""
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=60).returncode == 0
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return False
+
+
+def stop_engine() -> str:
+    """``scripts/docker_engine.sh stop``: stops the dockerd that script started (its pid file), and
+    nothing else. Returns its log line."""
+    res = subprocess.run(["bash", str(SCRIPTS / "docker_engine.sh"), "stop"], capture_output=True, text=True, timeout=120)
+    return (res.stderr.strip().splitlines() or [f"exit {res.returncode}"])[-1]
 
 
 def torch_wheel_dir() -> Path | None:
@@ -281,6 +297,143 @@ class ComposeProject:
         if any(left.values()):
             remove_project_resources(self.name)
         return left
+
+
+# ------------------------------------------------------------------------------------------------
+# the network rule: nothing leaves the project network
+# ------------------------------------------------------------------------------------------------
+
+#: Comment prefix of the test's DOCKER-USER rules (stale ones of killed runs are removed by it).
+GUARD_COMMENT_PREFIX = "specwatch-e2e egress guard "
+
+
+def iptables_for_docker() -> tuple[str | None, str]:
+    """The iptables binary whose DOCKER-USER chain is the one dockerd uses (the chain exists and
+    FORWARD jumps to it), as ``(binary, "")``, or ``(None, one-line reason)`` when there is none
+    (no iptables, not root, dockerd started with ``--iptables=false``)."""
+    reasons = []
+    for binary in ("iptables", "iptables-nft", "iptables-legacy"):
+        try:
+            res = subprocess.run([binary, "-w", "-S", "FORWARD"], capture_output=True, text=True, timeout=30)
+        except FileNotFoundError:
+            continue
+        if res.returncode != 0:
+            reasons.append(f"{binary} -S FORWARD: {res.stderr.strip().splitlines()[-1:] or res.returncode}")
+            continue
+        if "-j DOCKER-USER" in res.stdout:
+            return binary, ""
+        reasons.append(f"{binary}: FORWARD does not jump to DOCKER-USER")
+    return None, "; ".join(reasons) or "no iptables binary on PATH"
+
+
+def stale_guard_rules(binary: str) -> list[str]:
+    """``-A DOCKER-USER ...`` lines of guard rules left by killed runs of this test."""
+    out = subprocess.run([binary, "-w", "-S", "DOCKER-USER"], capture_output=True, text=True, timeout=30).stdout
+    return [ln for ln in out.splitlines() if ln.startswith("-A DOCKER-USER") and GUARD_COMMENT_PREFIX.strip() in ln]
+
+
+def remove_rule_line(binary: str, line: str) -> None:
+    """Delete one rule given as an ``iptables -S`` line (``-A CHAIN spec...``)."""
+    args = shlex.split(line)
+    subprocess.run([binary, "-w", "-D", *args[1:]], capture_output=True, text=True, timeout=30)
+
+
+def embedded_dns_upstreams(resolv_conf: Path = Path("/etc/resolv.conf")) -> list[str]:
+    """The servers Docker's embedded DNS forwards unknown names to from inside a container's
+    network namespace: the host's non-loopback IPv4 nameservers, or Docker's defaults 8.8.8.8 and
+    8.8.4.4 when the host lists none. (Loopback nameservers of the host are asked from the host's
+    own namespace: that traffic never crosses FORWARD.)"""
+    servers = re.findall(r"^\s*nameserver\s+(\d+\.\d+\.\d+\.\d+)\s*$", resolv_conf.read_text(), re.M) if resolv_conf.exists() else []
+    if not servers:
+        return ["8.8.8.8", "8.8.4.4"]
+    return [ip for ip in servers if not ip.startswith("127.")]
+
+
+class EgressGuard:
+    """The issue's network rule, enforced and counted while the stack runs: one rule at the top of
+    Docker's DOCKER-USER chain (FORWARD) that DROPs every packet whose source is the project
+    network's subnet and whose destination is outside it, with a comment naming the project.
+
+    Containers still reach each other (same subnet), and the host reaches them through the
+    published 127.0.0.1 ports: docker-proxy connects from the host to the container, which is the
+    host's OUTPUT/INPUT path, not FORWARD (checked on this engine, docs/compose.md).
+
+    Docker's embedded DNS (127.0.0.11 in each container) answers the project's own names; names it
+    does not know (the compose Prometheus config's ``vllm-baseline`` and ``specwatch-bench``
+    targets, whose services do not run) it forwards to the host's nameservers, and Docker 20.10
+    does so from the container's own network namespace (libnetwork's resolver dials the server in
+    the sandbox unless it is a host loopback address): packets from the project subnet to another
+    address (checked on this engine: a lookup of ``vllm-baseline`` from a container on a test
+    network sent two UDP packets to the host's nameserver through FORWARD). Rules ahead of the
+    general DROP drop exactly those (udp/tcp port 53 to :func:`embedded_dns_upstreams`) and count
+    them apart (``dns_packets()``): nothing of them leaves the host, and such a lookup fails after
+    the client's resolver timeout (about 10 s for glibc's defaults) instead of with NXDOMAIN.
+
+    ``packets()`` is the DROP rule's packet counter: each packet counted is one a container tried
+    to send elsewhere, and was dropped.
+    """
+
+    def __init__(self, binary: str, subnets: list[str], project: str, dns_upstreams: list[str] | None = None):
+        if not subnets:
+            raise ValueError(f"project network of {project} has no IPv4 subnet")
+        self.binary, self.subnets, self.project = binary, subnets, project
+        self.dns_upstreams = embedded_dns_upstreams() if dns_upstreams is None else dns_upstreams
+        self.comment = GUARD_COMMENT_PREFIX + project
+        self.dns_comment = self.comment + " embedded-DNS forwards"
+        self.installed: list[list[str]] = []
+
+    def _specs(self, subnet: str) -> list[list[str]]:
+        """The rules for one subnet, in chain order (the embedded DNS' forwards first, then all else)."""
+        specs = []
+        for up in self.dns_upstreams:
+            for proto in ("udp", "tcp"):
+                specs.append(["DOCKER-USER", "-s", subnet, "-d", up, "-p", proto, "--dport", "53",
+                              "-m", "comment", "--comment", self.dns_comment, "-j", "DROP"])
+        specs.append(["DOCKER-USER", "-s", subnet, "!", "-d", subnet, "-m", "comment", "--comment", self.comment, "-j", "DROP"])
+        return specs
+
+    def install(self) -> None:
+        """Insert the rules at the top of DOCKER-USER. RuntimeError when iptables refuses."""
+        for subnet in self.subnets:
+            for spec in reversed(self._specs(subnet)):  # each goes to position 1: insert the last first
+                res = subprocess.run([self.binary, "-w", "-I", spec[0], "1", *spec[1:]], capture_output=True, text=True, timeout=30)
+                if res.returncode != 0:
+                    raise RuntimeError(f"{self.binary} -I DOCKER-USER failed: {res.stderr.strip()}")
+                self.installed.append(spec)
+
+    def _count(self, comment: str) -> int:
+        res = subprocess.run([self.binary, "-w", "-L", "DOCKER-USER", "-n", "-v", "-x"],
+                             capture_output=True, text=True, timeout=30, check=True)
+        rows = [ln.split() for ln in res.stdout.splitlines() if f"/* {comment} */" in ln]
+        expected = sum(1 for spec in self.installed if comment in spec)
+        if len(rows) != expected:
+            raise AssertionError(f"expected {expected} rule(s) {comment!r} in DOCKER-USER, found {len(rows)}:\n{res.stdout}")
+        return sum(int(r[0]) for r in rows)
+
+    def packets(self) -> int:
+        """Packets dropped so far by the DROP rule(s) (``iptables -L DOCKER-USER -v -x``)."""
+        return self._count(self.comment)
+
+    def dns_packets(self) -> int:
+        """Packets of the embedded DNS' forwarded lookups dropped so far."""
+        return self._count(self.dns_comment)
+
+    def remove(self) -> None:
+        """Delete the rule(s) again (idempotent)."""
+        while self.installed:
+            spec = self.installed.pop()
+            subprocess.run([self.binary, "-w", "-D", *spec], capture_output=True, text=True, timeout=30)
+
+
+def network_subnets(project: str) -> list[str]:
+    """IPv4 subnets of the compose project's network(s) (``docker network inspect``)."""
+    ids = docker("network", "ls", "-q", "--filter", f"label=com.docker.compose.project={project}").stdout.split()
+    subnets = []
+    for nid in ids:
+        for cfg in json.loads(docker("network", "inspect", nid).stdout)[0]["IPAM"]["Config"] or []:
+            if ":" not in cfg.get("Subnet", ":"):
+                subnets.append(cfg["Subnet"])
+    return subnets
 
 
 # ------------------------------------------------------------------------------------------------

@@ -13,7 +13,10 @@ What is checked, and why it can fail:
   files, its scrape targets are compose services, and ``promtool check config`` accepts it;
 - both Dockerfiles build from the repository root and install the package the README installs
   (``pip install .``), with ``ENTRYPOINT ["specwatch"]`` and a non-root ``USER``;
-- every ``${VAR}`` in the compose file is documented in .env.example, and nothing there is unused.
+- every ``${VAR}`` in the compose file is documented in .env.example, and nothing there is unused;
+- the end-to-end test's promises that need no engine (tests/test_compose_e2e.py): its override
+  file replaces only ``image:`` lines, and docs/compose.md lists exactly the dashboard panels it
+  lets stay empty.
 """
 
 from __future__ import annotations
@@ -714,3 +717,44 @@ def test_dependency_layer_lists_what_pip_install_dot_installs(tmp_path):
                    '[project.optional-dependencies]\nx = ["b", "Spec-Watch[y]"]\ny = ["c", "a>=1", "spec-watch[x]"]\n')
     assert _requirements(toy, "x") == ["a>=1", "b", "c"]
     assert _requirements(toy, "nope") == ["a>=1"]
+
+
+# ------------------------------------------------------------------------------------------------
+# the compose end-to-end test's own promises (tests/test_compose_e2e.py), checked without Docker
+# ------------------------------------------------------------------------------------------------
+
+
+def test_e2e_override_file_replaces_only_images():
+    """The end-to-end test's override file changes nothing under test: only ``image:`` lines of
+    services the compose file has (and not Grafana, which it does not start)."""
+    import composestack as cs
+
+    data = yaml.safe_load(cs.override_text())
+    compose = load_compose()["services"]
+    assert set(data) == {"services"}
+    assert set(data["services"]) <= set(compose)
+    for name, svc in data["services"].items():
+        assert set(svc) == {"image"}, f"override touches {sorted(set(svc) - {'image'})} of {name}"
+    assert "grafana" not in data["services"]
+
+
+def _doc_section(heading: str) -> str:
+    text = COMPOSE_DOC.read_text()
+    m = re.search(rf"^(#+) {re.escape(heading)}\n(.*?)(?=^#{{1,3}} |\Z)", text, re.M | re.S)
+    assert m, f"docs/compose.md has no section {heading!r}"
+    return m.group(2)
+
+
+def test_compose_doc_lists_exactly_the_panels_the_e2e_test_lets_stay_empty():
+    """docs/compose.md's table of dashboard panels allowed to stay empty in the composed cpu stack
+    names exactly the (dashboard, panel) pairs of the end-to-end test's EXPECTED_EMPTY, and the
+    page states the test's other exception (query targets with BASELINE_SELECTOR)."""
+    import test_compose_e2e as e2e
+
+    section = _doc_section("Dashboard panels allowed to stay empty")
+    rows = re.findall(r"^\| `([\w.-]+\.json)` \| ([^|]+?) \|", section, re.M)
+    assert sorted(rows) == sorted(e2e.EXPECTED_EMPTY), (
+        "docs/compose.md's table differs from EXPECTED_EMPTY in tests/test_compose_e2e.py:\n"
+        f"only in the page: {sorted(set(rows) - set(e2e.EXPECTED_EMPTY))}\n"
+        f"only in the test: {sorted(set(e2e.EXPECTED_EMPTY) - set(rows))}")
+    assert f"`{e2e.BASELINE_SELECTOR}`" in section
