@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from specwatch.choosek.calibrate import CalibrationError, profile_from_forward
 from specwatch.choosek.cli import calibrate
 from specwatch.specdecode.costprofile import (
+    CALIBRATED,
     DEFAULT,
     EXTRAPOLATED,
     MEASURED,
@@ -26,7 +27,7 @@ from specwatch.specdecode.costprofile import (
     make_profile,
     profile_from_dict,
 )
-from specwatch.specdecode.speedup import LiveCost, profile_error_ratio, recommend, speedups
+from specwatch.specdecode.speedup import LiveCost, current_speedup, profile_error_ratio, recommend, speedups, upper_rates
 from specwatch.specdecode.steptime import StepTimes
 
 PROFILES = Path(__file__).resolve().parents[1] / "exporter" / "specwatch" / "data" / "cost-profiles"
@@ -54,6 +55,8 @@ def test_lookups_interpolate_and_say_when_they_extrapolate():
     assert p.speculative_step(4, 8).seconds == pytest.approx(0.014 * 1.8)  # the line through k = 2 and 4
     assert p.speculative_step(4, 1).seconds == pytest.approx(0.014 * 1.1)
     assert p.speculative_step(4, 3, method="draft_model") is None
+    # the relative cost c = t / t0 (what travels between machines), at any b
+    assert p.cost_ratio(4, 4).seconds == pytest.approx(1.4) and p.cost_ratio(1, 2).seconds == pytest.approx(1.2)
     assert p.plain_step(1.1).basis == PROFILE and p.plain_step(0.5).basis == EXTRAPOLATED
 
 
@@ -67,7 +70,12 @@ def test_profile_round_trips_through_yaml(tmp_path):
 
 
 @pytest.mark.parametrize("mutate, field", [
-    (lambda d: d.update(specwatch_cost_profile=2), "specwatch_cost_profile"),
+    (lambda d: d.update(specwatch_cost_profile=3), "specwatch_cost_profile"),
+    (lambda d: d.pop("points_total"), "points_total"),
+    (lambda d: d.update(points_total=d["points_total"] - 1), "points_total"),
+    (lambda d: d["speculative"][0]["points"].pop(), "points_total"),
+    (lambda d: d["speculative"][0].update(spread=-0.1), "speculative[0].spread"),
+    (lambda d: d["speculative"][0]["points"][0].update(cost_ratio=0), "speculative[0].points[0].cost_ratio"),
     (lambda d: d.pop("plain"), "plain"),
     (lambda d: d["plain"][0].update(step_seconds=-0.01), "plain[0].step_seconds"),
     (lambda d: d["plain"][1].update(step_seconds=float("nan")), "plain[1].step_seconds"),
@@ -125,23 +133,89 @@ def test_speedup_bases():
     step = StepTimes(step_duration_seconds=0.02, running_requests_per_step=4.0, request_decode_tokens_per_second=200.0,
                      engine_steps=100, request_steps=400)
     sp = speedups(rates, LiveCost(step=step, draft_share=1.0, profile=p))
-    assert sp[4] == pytest.approx(sp[4]) and sp[4].basis == MEASURED
-    assert sp[4].value == pytest.approx(200.0 * p.plain_step(4).seconds)  # v × t0(b)
+    # the server's own k without a baseline: calibrated, v × t / c (the live step over the profile's
+    # relative cost; a uniformly slower machine cancels), never "measured"
+    assert sp[4].basis == CALIBRATED
+    assert sp[4].value == pytest.approx(200.0 * 0.02 / 1.4)
+    assert sp[4].lower < sp[4].value < sp[4].upper
     e2 = 1 + 0.9 + 0.8
-    assert sp[2].basis == PROFILE and sp[2].value == pytest.approx(e2 * 0.014 / (0.014 * 1.2))
+    assert sp[2].basis == PROFILE and sp[2].value == pytest.approx(e2 / 1.2)
     # half the request-steps carried a draft: τ(k') = 1 + s (E(k') − 1)
     half = speedups(rates, LiveCost(step=step, draft_share=0.5, profile=p))
     assert half[2].value == pytest.approx((1 + 0.5 * (e2 - 1)) / 1.2)
-    # a baseline server's live decode speed beats the profile for the current k
+    # a baseline server's live decode speed: measured (both sides live)
     with_base = speedups(rates, LiveCost(step=step, profile=p, baseline_decode_tokens_per_second=80.0))
-    assert with_base[4] .value == pytest.approx(2.5) and with_base[4].basis == MEASURED
+    assert with_base[4].value == pytest.approx(2.5) and with_base[4].basis == MEASURED
     # no profile, no baseline: the built-in guess, labelled default, even for the current k
     guess = speedups(rates, LiveCost(step=step))
     assert {v.basis for v in guess.values()} == {DEFAULT}
     assert guess[4].value == pytest.approx((1 + sum(rates)) / default_step_cost_ratio(4, 4.0))
-    # b outside the profile: extrapolated, even the measured k
-    far = StepTimes(0.05, 30.0, 60.0, 10, 300)
+    # b outside the profile: extrapolated, even the server's k
+    far = StepTimes(0.05, 30.0, 60.0, 100, 3000)
     assert {v.basis for v in speedups(rates, LiveCost(step=far, profile=p)).values()} == {EXTRAPOLATED}
+    # too few engine steps for an interval: no live speedup for the server's k
+    few = StepTimes(0.02, 4.0, 200.0, 5, 20)
+    assert current_speedup(LiveCost(step=few, profile=p), 4) is None
+
+
+def test_speedup_is_a_request_time_ratio_with_prefill():
+    """S = (P_b + D t0) / (P + I): prefill time counts on both sides, so the live speedup compares
+    with a client's output-throughput ratio (the decode-only ratio overstates copy at c = 1 by
+    10-20 % in the real sweep)."""
+    p = simple_profile()
+    # 1000 decode tokens in 250 request-steps of 20 ms (5 s), 10 requests with 0.1 s TTFT each
+    step = StepTimes(0.02, 4.0, 1000 / 5.0, 100, 250, decode_tokens=1000.0, itl_seconds=5.0, prefill_seconds=1.0,
+                     first_tokens=10.0)
+    got = current_speedup(LiveCost(step=step, profile=p), 4)
+    t0 = 0.02 / 1.4
+    assert got.value == pytest.approx((1.0 + 1000 * t0) / (1.0 + 5.0))
+    assert got.value < 1000 * t0 / 5.0  # the decode-only ratio
+    # with a baseline server: its own mean TTFT for the same requests
+    base = StepTimes(0.015, 4.0, 1 / 0.015, 400, 1600, decode_tokens=1600.0, itl_seconds=24.0, prefill_seconds=0.4,
+                     first_tokens=5.0)
+    m = current_speedup(LiveCost(step=step, profile=p, baseline=base), 4)
+    assert m.basis == MEASURED and m.value == pytest.approx((0.08 * 10 + 1000 * 0.015) / 6.0)
+
+
+def test_intervals_widen_with_drift_mismatch_and_forward_only_and_ragged_curves_raise_the_upper_end():
+    p = simple_profile()
+    rates = (0.9, 0.8, 0.7, 0.6)
+
+    def width(step, **kw):
+        v = speedups(rates, LiveCost(step=step, profile=p, **kw), current_k=4)
+        return v[4].upper / v[4].lower, v
+
+    on = StepTimes(0.014 * 1.4, 4.0, 4.4 / (0.014 * 1.4), 400, 1600)  # the profile's own step: drift 1
+    off = StepTimes(2 * 0.014 * 1.4, 4.0, 4.4 / (2 * 0.014 * 1.4), 400, 1600)  # 2x slower machine
+    w_on, v_on = width(on)
+    w_off, v_off = width(off)
+    assert profile_error_ratio(LiveCost(step=off, profile=p), 4) == pytest.approx(2.0)
+    assert v_on[4].value == pytest.approx(v_off[4].value)  # relative cost: the slower machine cancels
+    assert w_off > w_on > 1
+    w_mm, _ = width(on, profile_model_mismatch=True)
+    assert w_mm > 2.5  # another model's profile: never a confident number
+    # a ragged curve: the what-if upper ends count every never-drafted position as accepted
+    ragged = speedups(rates, LiveCost(step=on, profile=p, missing_ratio=0.05), current_k=4)
+    assert ragged[2].upper > v_on[2].upper and ragged[2].lower == pytest.approx(v_on[2].lower)
+    assert upper_rates(rates, 4, 0.05) == pytest.approx((1.0, 1.0, 0.9, 0.8))
+    fwd = make_profile("f", dict(PROV, forward_only=True), p.plain, p.speculative)
+    fo = speedups(rates, LiveCost(step=on, profile=fwd), current_k=4)
+    assert fo[2].upper == pytest.approx(fo[2].value) and fo[2].lower < fo[2].value / 10  # a bound, not a number
+
+
+def test_decisions_on_the_interval():
+    from specwatch.specdecode.speedup import Speedup, choose
+
+    sure = {1: Speedup(1.5, PROFILE, 1.4, 1.6), 2: Speedup(1.8, PROFILE, 1.7, 1.9), 3: Speedup(1.6, PROFILE, 1.5, 1.7)}
+    c = choose(sure)
+    assert c.k == 2 and c.reason is None
+    unsure = {1: Speedup(1.02, CALIBRATED, 0.8, 1.3)}
+    c = choose(unsure)
+    assert c.k is None and c.reason == "uncertain" and (c.at_lower, c.at_upper) == (0, 1)
+    loses = {1: Speedup(0.6, CALIBRATED, 0.5, 0.7), 2: Speedup(0.5, PROFILE, 0.4, 0.6)}
+    assert choose(loses).k == 0
+    assert sure[2].estimate.verdict == "pays" and loses[1].estimate.verdict == "loses"
+    assert unsure[1].estimate.verdict == "cannot_tell"
 
 
 def test_recommend_carries_the_weakest_basis_and_prefers_off_when_nothing_pays():
@@ -202,39 +276,77 @@ SWEEP = Path(__file__).resolve().parent / "fixtures" / "sweeps" / "embedded-ngra
 
 
 def test_calibrate_from_a_real_sweep(tmp_path):
-    """The shipped CPU profile is what `specwatch calibrate` makes of the real sweep it came from:
-    t0(b) and t(b, k) are the means over workloads of the cells' server-measured step times, at the
-    mean server-measured running requests per step; a draft model's step costs several plain steps."""
-    from specwatch.choosek.resultfile import load_result, measurements
+    """The shipped CPU profile is what `specwatch calibrate` makes of the real sweep it came from
+    (format 2): one plain point per baseline cell (its server-measured step time and b, its context),
+    one speculative point per cell with c = t / t0 against the baseline cell of the same workload and
+    concurrency and x = draft tokens / request-steps; a draft model's step costs several plain steps,
+    ngram on random output (x near 0) much less than on copy (x = k)."""
+    from specwatch.choosek.resultfile import load_result
 
     doc = load_result(SWEEP)
     out = tmp_path / "cpu.yaml"
     r = CliRunner().invoke(calibrate, ["--from-sweep", str(SWEEP), "-o", str(out), "--name", "t"])
     assert r.exit_code == 0, r.output
     p = load_profile(out)
-    ms = measurements(doc)
-    for c in (1, 2, 4, 8):
-        cells = [m for m in ms if m.k == 0 and m.concurrency == c]
-        assert len(cells) == 2  # copy and random-output
-        mean_b = sum(m.server_running_requests for m in cells) / 2
-        mean_t = sum(m.server_step_duration_ms for m in cells) / 2000
-        assert any(pt.running_requests == pytest.approx(mean_b, abs=1e-4) and pt.step_seconds == pytest.approx(mean_t, abs=1e-6)
-                   for pt in p.plain), c
+    assert p.format == 2 and p.plain_spread and all(c.spread for c in p.speculative)
+    cells = {(c["config"], c["workload"], c["max_concurrency"]): c["summary"] for c in doc["cells"]}
+    for (cfg, wl, conc), s in cells.items():
+        if cfg == "baseline":
+            assert any(pt.workload == wl and pt.step_seconds == pytest.approx(s["server_step_duration_ms"] / 1000, abs=1e-6)
+                       and pt.running_requests == pytest.approx(s["server_running_requests"], abs=1e-4) for pt in p.plain)
+            continue
+        base = cells[("baseline", wl, conc)]
+        curve = next(c for c in p.speculative if c.k == int(cfg[-1]))
+        pt = next(pt for pt in curve.points if pt.workload == wl and pt.running_requests == pytest.approx(s["server_running_requests"], abs=1e-4))
+        assert pt.cost_ratio == pytest.approx(s["server_step_duration_ms"] / base["server_step_duration_ms"], abs=1e-3)
+        assert pt.drafted_tokens_per_step == pytest.approx(s["spec_decode_draft_tokens"] / s["server_request_steps"], abs=1e-3)
     assert {(c.method, c.k) for c in p.speculative} == {("ngram", 2), ("ngram", 4), ("draft_model", 3)}
     assert p.provenance["source"] == "sweep" and "vLLM's histograms" in p.provenance["how"]
     assert p.served_model_name == "smollm2"
     for b in (1.0, 4.0):
-        c_draft = p.speculative_step(b, 3, "draft_model").seconds / p.plain_step(b).seconds
-        c_ngram = p.speculative_step(b, 4, "ngram").seconds / p.plain_step(b).seconds
-        assert c_draft > 3 > 1 < c_ngram < 2  # the drafter's own forward passes are in the step
-    # the shipped profile holds the same numbers (its drafter renamed from the local path)
+        c_draft = p.cost_ratio(b, 3, "draft_model").seconds
+        c_copy = p.cost_ratio(b, 4, "ngram", drafted_tokens_per_step=4.0).seconds
+        c_random = p.cost_ratio(b, 4, "ngram", drafted_tokens_per_step=0.02).seconds
+        assert c_draft > 3 > 1 < c_random < c_copy < 2  # the drafter's own forward passes are in the step
+    # the shipped profile holds the same numbers (its drafter named by the directory, not the local path)
     shipped = load_profile(PROFILES / "cpu-2core-smollm2-135m-vllm0.32.yaml")
     assert shipped.plain == p.plain and [c.points for c in shipped.speculative] == [c.points for c in p.speculative]
+    assert ("draft_model", "SmolLM2-135M-Instruct") in shipped.methods()
     # a sweep without a baseline cannot give t0(b)
     nobase = dict(doc, cells=[c for c in doc["cells"] if c["k"] > 0])
     (tmp_path / "nobase.json").write_text(json.dumps(nobase))
     r = CliRunner().invoke(calibrate, ["--from-sweep", str(tmp_path / "nobase.json"), "-o", str(tmp_path / "x.yaml")])
     assert r.exit_code == 1 and "no finished baseline" in r.output and not (tmp_path / "x.yaml").exists()
+
+
+def test_a_profile_cut_at_a_line_boundary_is_refused(tmp_path):
+    text = (PROFILES / "cpu-2core-smollm2-135m-vllm0.32.yaml").read_text()
+    lines = text.splitlines(keepends=True)
+    for cut in (len(lines) - 1, len(lines) // 2, len(lines) - 8):
+        f = tmp_path / f"cut{cut}.yaml"
+        f.write_text("".join(lines[:cut]))
+        with pytest.raises(CostProfileError) as info:
+            load_profile(f)
+        assert str(info.value).startswith(f"{f}: ")
+        if cut == len(lines) - 1:  # every point whole, only the count gone: still refused, and why
+            assert "points_total" in str(info.value) and "cut short" in str(info.value)
+
+
+def test_a_format_1_profile_is_read_with_a_wider_interval(tmp_path):
+    """A profile written by the previous calibrate (format 1: absolute t(b, k) pooled over workloads)
+    still loads; its relative cost is t(b, k) / t0(b) and its spread the format-1 default."""
+    from specwatch.specdecode.costprofile import FORMAT1_SPREAD
+
+    v1 = {"specwatch_cost_profile": 1, "name": "old", "provenance": PROV,
+          "plain": [{"running_requests": 1.0, "step_seconds": 0.02}, {"running_requests": 4.0, "step_seconds": 0.025}],
+          "speculative": [{"method": "ngram", "drafter": None, "k": 4,
+                           "points": [{"running_requests": 1.0, "step_seconds": 0.024}, {"running_requests": 4.0, "step_seconds": 0.035}]}]}
+    f = tmp_path / "v1.yaml"
+    f.write_text(yaml.safe_dump(v1))
+    p = load_profile(f)
+    assert p.format == 1
+    c = p.cost_ratio(4.0, 4, "ngram")
+    assert c.seconds == pytest.approx(0.035 / 0.025) and c.spread == FORMAT1_SPREAD
 
 
 def test_exporter_window_without_drafts_still_has_the_measured_speedup():
@@ -266,12 +378,19 @@ def test_exporter_window_without_drafts_still_has_the_measured_speedup():
     assert len(got) == 1, got
     (key, value), = got.items()
     labels = dict(key)
-    assert labels["k"] == "4" and labels["basis"] == "measured"
+    assert labels["k"] == "4" and labels["basis"] == "calibrated"
     decode = (412 - 12) / 12.0  # tok/s of a running request over the window
-    b = 400 / 100
-    assert value == pytest.approx(decode * load_profile(profile).plain_step(b).seconds, rel=1e-9)
-    assert value < 1  # 33 tok/s per request is slower than a plain step at b = 4 (~25 ms → 40 tok/s)
+    b, step = 400 / 100, 12.0 / 400
+    # no new drafts: the relative cost at x = 0 drafted tokens per step (ngram's random-output points)
+    c = load_profile(profile).cost_ratio(b, 4, drafted_tokens_per_step=0.0).seconds
+    assert 1.0 < c < 1.3
+    assert value == pytest.approx(decode * step / c, rel=1e-9)  # no TTFT in the window: the decode ratio
+    assert value < 1
     assert series(reg, "specwatch_recommended_num_speculative_tokens", **sel) == {}
+    assert [dict(k)["reason"] for k in series(reg, "specwatch_recommendation_withheld", **sel)] == ["insufficient_data"]
+    lo = series(reg, "specwatch_speedup_lower", **sel)[key]
+    hi = series(reg, "specwatch_speedup_upper", **sel)[key]
+    assert lo < value < hi
 
 
 def test_calibrate_live_from_two_servers(tmp_path):
@@ -374,16 +493,18 @@ def test_a_profile_measured_for_another_drafter_withholds_the_recommendation():
     assert series(reg, "specwatch_recommended_num_speculative_tokens", **sel) == {}
     withheld = series(reg, "specwatch_recommendation_withheld", **sel)
     assert [dict(k)["reason"] for k in withheld] == ["no_cost_curve"]
-    got = {(dict(k)["k"], dict(k)["basis"]): v for k, v in series(reg, "specwatch_speedup", **sel).items()}
-    assert list(got) == [("3", "measured")]
-    assert got[("3", "measured")] == pytest.approx(_live_measured(text, load_profile(profile)), rel=1e-9)
-    assert got[("3", "measured")] < 1
-    # the same profile with the drafter it was measured for: a recommendation, no basis default in it
+    # without a curve for this drafter and without a baseline there is nothing to relate the live
+    # step to: no speedup at all (the profile's absolute t0 was measured on another machine)
+    assert series(reg, "specwatch_speedup", **sel) == {}
+    # the same profile with the drafter it was measured for: the server's k calibrated, a decision on
+    # the interval (a k, or withheld as uncertain), no basis default in it
     reg2, _, _ = make_exporter({"d": text}, cost_profile=str(profile), speculative_method="draft_model",
                                drafter="SmolLM2-135M-Instruct")
+    got = {(dict(k)["k"], dict(k)["basis"]) for k in series(reg2, "specwatch_speedup", **sel)}
+    assert ("3", "calibrated") in got and not any(b == DEFAULT for _, b in got)
     rec = series(reg2, "specwatch_recommended_num_speculative_tokens", **sel)
-    assert len(rec) == 1 and dict(next(iter(rec)))["basis"] != DEFAULT
-    assert series(reg2, "specwatch_recommendation_withheld", **sel) == {}
+    reasons = [dict(k)["reason"] for k in series(reg2, "specwatch_recommendation_withheld", **sel)]
+    assert (len(rec) == 1 and not reasons) or (not rec and reasons == ["uncertain"])
 
 
 def test_the_built_in_guess_contradicted_by_the_measurement_is_not_a_recommendation():
@@ -405,10 +526,14 @@ def test_the_built_in_guess_contradicted_by_the_measurement_is_not_a_recommendat
     assert [dict(k)["reason"] for k in series(reg, "specwatch_recommendation_withheld", **sel)] == ["default_contradicted"]
     got = {(dict(k)["k"], dict(k)["basis"]): v for k, v in series(reg, "specwatch_speedup", **sel).items()}
     assert list(got) == [("3", "measured")]
-    assert got[("3", "measured")] == pytest.approx(decode(close) / decode(plain), rel=1e-9)
+    # a request-time ratio (prefill included): close to the decode-speed ratio on these captures
+    assert got[("3", "measured")] == pytest.approx(decode(close) / decode(plain), rel=0.15)
+    assert got[("3", "measured")] < 1
     alone, _, _ = make_exporter({"d": close})
-    rec = series(alone, "specwatch_recommended_num_speculative_tokens", **sel)
-    assert [dict(k)["basis"] for k in rec] == [DEFAULT]
+    assert {dict(k)["basis"] for k in series(alone, "specwatch_speedup", **sel)} == {DEFAULT}
+    # a guess (a factor 2 either way) decides nothing
+    assert series(alone, "specwatch_recommended_num_speculative_tokens", **sel) == {}
+    assert [dict(k)["reason"] for k in series(alone, "specwatch_recommendation_withheld", **sel)] == ["uncertain"]
 
 
 def test_calibrate_names_the_sweeps_drafters_and_the_shipped_drafter_profile_is_its_output(tmp_path):

@@ -37,8 +37,7 @@ from typing import Any
 
 import requests
 
-from specwatch.choosek.model import Measurement
-from specwatch.choosek.resultfile import measurements
+from specwatch.choosek.resultfile import cell_problem, measurements
 from specwatch.specdecode.costprofile import (
     CostProfile,
     CostProfileError,
@@ -75,71 +74,101 @@ def method_of(spec: Mapping[str, Any] | None) -> tuple[str, str | None]:
     return method, (None if drafter is None else str(drafter))
 
 
-def _step_of(m: Measurement) -> tuple[float, float, str] | None:
-    """(b, step seconds, how) of one cell: the server's histograms, else the client's mean ITL."""
-    if m.server_step_duration_ms and m.server_running_requests:
-        return m.server_running_requests, m.server_step_duration_ms / 1000.0, "server"
-    if m.mean_itl_ms:
-        return float(m.effective_concurrency), m.mean_itl_ms / 1000.0, "client"
-    return None
+#: Floor of a curve's recorded spread (relative): cells of a sweep run minutes apart, and the
+#: machine's speed drifts between them (on an H200 the plain step moved 16-21 % within minutes;
+#: the relative cost moves much less, but not nothing).
+SPREAD_FLOOR = 0.03
 
 
-def _pool(cells: Sequence[Measurement]) -> tuple[list[StepPoint], set[str]]:
-    by_c: dict[int, list[tuple[float, float, str]]] = defaultdict(list)
-    for m in cells:
-        st = _step_of(m)
-        if st is not None:
-            by_c[m.concurrency].append(st)
-    pts, hows = [], set()
-    for c in sorted(by_c):
-        xs = by_c[c]
-        pts.append(StepPoint(statistics.fmean(x[0] for x in xs), statistics.fmean(x[1] for x in xs)))
-        hows.update(x[2] for x in xs)
-    # two concurrencies can land on the same b (a server saturated by a small batch): keep the first
-    seen, unique = set(), []
-    for p in pts:
-        key = round(p.running_requests, 4)
-        if key not in seen:
-            seen.add(key)
-            unique.append(p)
-    return unique, hows
+def _cell_fields(cell: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The per-cell inputs of a format-2 point, from a sweep cell's summary and batches: b, step
+    seconds, context per running request, drafted tokens per request-step, mean TTFT and the
+    measured batches' step times (server histograms). None when the cell has no server step time."""
+    s = cell.get("summary") or {}
+    step_ms, b = s.get("server_step_duration_ms"), s.get("server_running_requests")
+    if not step_ms or not b or cell_problem(cell):
+        return None
+    done = s.get("completed") or 0
+    ctx = None
+    if done and s.get("total_input_tokens") is not None and s.get("total_output_tokens") is not None:
+        ctx = (s["total_input_tokens"] + s["total_output_tokens"] / 2.0) / done
+    steps = s.get("server_request_steps")
+    x = None
+    if int(cell.get("k") or 0) > 0 and steps and s.get("spec_decode_draft_tokens") is not None:
+        x = s["spec_decode_draft_tokens"] / steps
+    batches = [bt.get("server_step_duration_ms") for bt in cell.get("batches") or ()
+               if not bt.get("warmup") and bt.get("server_step_duration_ms")]
+    return {"b": float(b), "t": step_ms / 1000.0, "ctx": ctx, "x": x, "ttft": s.get("mean_ttft_ms"),
+            "batches": [v / 1000.0 for v in batches], "workload": str(cell.get("workload"))}
+
+
+def _rel_sd(values: Sequence[float]) -> float | None:
+    return statistics.stdev(values) / statistics.fmean(values) if len(values) >= 2 else None
 
 
 def profile_from_sweep(doc: Mapping[str, Any], *, name: str, source_path: str, provenance: Mapping[str, Any] | None = None) -> CostProfile:
-    """A cost profile from a sweep result document (see the module doc).
+    """A format-2 cost profile from a sweep result document (see the module doc): one plain point
+    per baseline cell (workload × concurrency: b, context, t0) and one speculative point per
+    speculative cell with its relative cost c = t / t0 against the baseline cell of the same
+    workload and concurrency, its drafted tokens per request-step x and prefill ratio (mean TTFT
+    over the baseline's); each curve's ``spread`` pools the batch-to-batch spread of its cells and
+    of their baselines (at least :data:`SPREAD_FLOOR`).
 
     Raises CalibrationError when the sweep has no finished baseline cell or no step times."""
-    ms = measurements(doc)
-    base = [m for m in ms if m.k == 0]
-    if not base:
+    ms = measurements(doc)  # validates the document's shape
+    cells = [c for c in doc.get("cells", []) if isinstance(c, Mapping)]
+    base_cells = {(c.get("workload"), c.get("max_concurrency")): c for c in cells if int(c.get("k") or 0) == 0}
+    if not base_cells:
         raise CalibrationError(f"{source_path}: no finished baseline (k = 0) cell: the plain step time t0(b) needs "
                                "a sweep with --baseline")
-    plain, hows = _pool(base)
-    if not plain:
-        raise CalibrationError(f"{source_path}: the baseline cells carry no step time (server histograms or client ITL)")
+    base = {key: f for key, c in base_cells.items() if (f := _cell_fields(c)) is not None}
+    if not base:
+        raise CalibrationError(f"{source_path}: the baseline cells carry no server step time (vLLM's ITL and iteration "
+                               "histograms); a sweep of a server without them cannot be calibrated in format 2")
+    plain = [StepPoint(f["b"], f["t"], f["ctx"], workload=f["workload"]) for f in base.values()]
+    plain_sds = [sd for f in base.values() if (sd := _rel_sd(f["batches"])) is not None]
+    plain_spread = max(SPREAD_FLOOR, math.sqrt(statistics.fmean(v * v for v in plain_sds))) if plain_sds else None
     configs = {c["name"]: c for c in doc.get("configs", [])}
     curves = []
-    workloads = sorted({m.workload for m in ms})
-    for cfg_name in dict.fromkeys(m.config for m in ms if m.k > 0):
-        cells = [m for m in ms if m.config == cfg_name]
-        pts, h = _pool(cells)
-        if not pts:
+    for cfg_name in dict.fromkeys(c.get("config") for c in cells if int(c.get("k") or 0) > 0):
+        pts, sds = [], []
+        k = None
+        for c in cells:
+            if c.get("config") != cfg_name:
+                continue
+            f = _cell_fields(c)
+            fb = base.get((c.get("workload"), c.get("max_concurrency")))
+            if f is None or fb is None:
+                continue
+            k = int(c["k"])
+            prefill = f["ttft"] / fb["ttft"] if f["ttft"] and fb["ttft"] else None
+            pts.append(StepPoint(f["b"], f["t"], f["ctx"], f["x"] if f["x"] is not None else float(k), f["t"] / fb["t"],
+                                 prefill, f["workload"]))
+            for sd in (_rel_sd(f["batches"]), _rel_sd(fb["batches"])):
+                if sd is not None:
+                    sds.append(sd)
+        if not pts or k is None:
             continue
-        hows |= h
+        spread = max(SPREAD_FLOOR, math.sqrt(statistics.fmean(v * v for v in sds))) if sds else None
         cfg = configs.get(cfg_name) or {}
         method, drafter = method_of(cfg.get("speculative_config"))
         if drafter is not None and isinstance(cfg.get("drafter"), str) and cfg["drafter"]:
             # the sweep's own name for it (`specwatch sweep --drafter close`): the name the demo and
             # `specwatch serve --drafter` use, not a machine's local path
             drafter = cfg["drafter"]
-        curves.append(SpeculativeCurve(method, drafter, cells[0].k, tuple(pts)))
+        elif drafter is not None and "/" in drafter:
+            # a draft model directory: its last component (a machine's local path names nothing
+            # on another machine; `specwatch serve --drafter` states the same name)
+            drafter = Path(drafter).name or drafter
+        curves.append(SpeculativeCurve(method, drafter, k, tuple(pts), spread))
     server = doc.get("server") or {}
+    workloads = sorted({m.workload for m in ms})
     how = (f"specwatch sweep {source_path}: {', '.join(workloads)} at concurrency "
            f"{', '.join(map(str, sorted({m.concurrency for m in ms})))}; step time and running requests per step "
-           + ("from vLLM's histograms (Δ ITL sum / Δ ITL count, Δ ITL count / Δ iteration count)" if hows == {"server"}
-              else "from the client's mean inter-chunk time at b = concurrency" if hows == {"client"}
-              else "from vLLM's histograms where exported, else the client's mean inter-chunk time")
-           + "; cells of one configuration and concurrency pooled over workloads (means)")
+           "from vLLM's histograms (Δ ITL sum / Δ ITL count, Δ ITL count / Δ iteration count); one point per "
+           "workload and concurrency; relative cost = speculative step / plain step of the same workload and "
+           "concurrency; drafted tokens per request-step = Δ draft tokens / Δ ITL count; spread = RMS of the "
+           "batch-to-batch relative standard deviations")
     prov = {
         "hardware": machine_description(),
         "model": "SmolLM2-135M-Instruct (embedded)" if server.get("kind") == "embedded" else "unknown (set --model)",
@@ -150,7 +179,7 @@ def profile_from_sweep(doc: Mapping[str, Any], *, name: str, source_path: str, p
         "forward_only": False,
         **{k: v for k, v in (provenance or {}).items() if v is not None},
     }
-    return make_profile(name, prov, plain, curves)
+    return make_profile(name, prov, plain, curves, plain_spread=plain_spread)
 
 
 def _installed_vllm_version() -> str | None:

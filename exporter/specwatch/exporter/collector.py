@@ -31,15 +31,16 @@ from prometheus_client.registry import Collector
 
 from specwatch import __version__
 from specwatch.specdecode.costprofile import CostProfile
-from specwatch.specdecode.speedup import (DEFAULT, LiveCost, default_contradicted, measured_speedup,
-                                          profile_error_ratio, recommend, speedups)
+from specwatch.specdecode.decision import TOLERANCE
+from specwatch.specdecode.speedup import (DEFAULT, REASON_INSUFFICIENT_DATA, LiveCost, MIN_DRAFTS, choose,
+                                          current_speedup, default_contradicted, drift, speedups)
 from specwatch.specdecode.steptime import StepTimes, is_complete, step_times
 from specwatch.exporter.config import ExporterConfig
 from specwatch.specdecode.derive import INVARIANTS, DerivedValues, check_invariants, derive
 from specwatch.exporter.fetching import (AsyncHttpRunner, FetchError, Fetcher, FetchResult, FetchRunner,
                                          ServerInfo, ThreadRunner, http_fetch)
 from specwatch.specdecode.metrics import UpstreamSnapshot, clip
-from specwatch.specdecode.ragged import LOWER_BOUND, REASON_RAGGED, DraftWidth, draft_width
+from specwatch.specdecode.ragged import DraftWidth, draft_width
 from specwatch.exporter.windows import WindowEngine, WindowValues
 
 log = logging.getLogger("specwatch.exporter")
@@ -324,7 +325,8 @@ class SpecwatchCollector(Collector):
             lifetime_step = step_times(st) if st is not None and is_complete(st) else None
             self._add_lifetime_step(f, labels, lifetime_step)
             costs.append(_CostInputs(name, key, "lifetime", d.position_acceptance_rates, c.drafts, lifetime_step, running,
-                                     c.num_speculative_tokens or 0, width.basis if width else None))
+                                     c.num_speculative_tokens or 0, width.basis if width else None, c.draft_tokens,
+                                     width.missing_ratio if width else 0.0))
 
         stepped = {key for key, st in snap.steps.items()
                    if st.itl_count is not None or st.iteration_count is not None}
@@ -345,7 +347,9 @@ class SpecwatchCollector(Collector):
                 width = draft_width(wv.counters) if wv.counters is not None else None
                 costs.append(_CostInputs(name, key, wv.window, rates,
                                          None if wv.counters is None else wv.counters.drafts, _step_of(wv), running,
-                                         k_now or 0, width.basis if width else None))
+                                         k_now or 0, width.basis if width else None,
+                                         None if wv.counters is None else wv.counters.draft_tokens,
+                                         width.missing_ratio if width else 0.0))
 
     def _add_sglang(self, f: "_Families", name: str, state: _UpstreamState, snap: UpstreamSnapshot,
                     out: list[WindowValues]) -> None:
@@ -426,16 +430,16 @@ class SpecwatchCollector(Collector):
             f.from_drafts.add_metric(lw, d.output_from_drafts_ratio)
 
     def _add_costs(self, f: "_Families", items: list["_CostInputs"]) -> None:
-        """Speedup per k with its basis, the recommended k and the cost-profile drift of every
-        (upstream, model, engine, window) of this round (:mod:`specwatch.specdecode.speedup`). A
-        baseline upstream (``--baseline-upstream``) gives the measured basis its denominator: its
-        live decode speed for the same model and window."""
+        """Speedup per k with its interval and basis, the verdict, the recommended k (or why it is
+        withheld) and the cost-profile drift of every (upstream, model, engine, window) of this
+        round (:mod:`specwatch.specdecode.speedup`). A baseline upstream (``--baseline-upstream``)
+        gives the measured basis its denominator: its live step values for the same model and window."""
         cfg = self.config
-        base_speed: dict[tuple[str, str], float] = {}
+        base_step: dict[tuple[str, str], StepTimes] = {}
         if cfg.baseline_upstream:
             for it in items:
                 if it.upstream == cfg.baseline_upstream and it.step and it.step.request_decode_tokens_per_second:
-                    base_speed.setdefault((it.key[0], it.window), it.step.request_decode_tokens_per_second)
+                    base_step.setdefault((it.key[0], it.window), it.step)
         for it in items:
             up = self._upstreams[it.upstream]
             method, drafter = up.speculative_method, up.drafter
@@ -443,48 +447,73 @@ class SpecwatchCollector(Collector):
             if method is None and drafter is None and said is not None and said.info is not None:
                 method, drafter = said.info.method, said.info.drafter  # not stated: what the server said
             profile = cfg.cost_profile
-            if profile is not None and profile.served_model_name not in (None, it.key[0]):
-                profile = None  # measured for another model: not applied (specwatch_cost_profile_applied 0)
+            mismatch = profile is not None and profile.served_model_name not in (None, it.key[0])
             labels = [it.upstream, it.key[0], it.key[1]]
             lw = labels + [it.window]
-            if cfg.cost_profile is not None:
-                f.profile_applied.add_metric(lw, 1.0 if profile is not None else 0.0)
-            share = None
+            if profile is not None:
+                # a profile for another model is still applied, with a wide interval (never a confident number)
+                f.profile_applied.add_metric(lw, 0.0 if mismatch else 1.0)
+            share = x = None
             if it.step is not None and it.drafts is not None and it.step.request_steps:
                 share = min(1.0, it.drafts / it.step.request_steps)
-            cost = LiveCost(step=it.step, draft_share=share,
-                            baseline_decode_tokens_per_second=None if it.upstream == cfg.baseline_upstream
-                            else base_speed.get((it.key[0], it.window)),
-                            profile=profile, method=method, drafter=drafter,
-                            running_requests_fallback=it.running)
+            if it.step is not None and it.draft_tokens is not None and it.step.request_steps:
+                x = it.draft_tokens / it.step.request_steps
+            is_base = it.upstream == cfg.baseline_upstream
+            cost = LiveCost(step=it.step, draft_share=share, drafted_tokens_per_step=x,
+                            baseline=None if is_base else base_step.get((it.key[0], it.window)),
+                            profile=profile, method=method, drafter=drafter, running_requests_fallback=it.running,
+                            profile_model_mismatch=mismatch, missing_ratio=it.missing_ratio, drafts=it.drafts)
             k = len(it.rates) or it.k
             if profile is not None and it.step is not None:
-                ratio = profile_error_ratio(cost, k)
-                if ratio is not None:
-                    f.drift.add_metric(lw, ratio)
-                    f.predicted_step.add_metric(lw, it.step.step_duration_seconds / ratio)
-            if not it.rates:
-                # nothing drafted in this window (ngram found no match): no acceptance curve, so no
-                # what-if and no recommendation; the server's own k still has a measured speedup
-                only = measured_speedup(cost) if k else None
+                dr = drift(cost, k)
+                if dr is not None:
+                    f.drift.add_metric(lw + [dr.basis], dr.ratio)
+                    f.predicted_step.add_metric(lw, dr.predicted_seconds)
+            if not k or is_base:
+                continue
+            if not it.rates or (it.drafts or 0) < MIN_DRAFTS:
+                # too few drafts for a curve (ngram found no match): no what-if and no recommended k;
+                # the server's own k still has its live speedup
+                only = current_speedup(cost, k)
                 if only is not None:
-                    f.speedup.add_metric(labels + [str(k), it.window, only.basis], only.value)
+                    self._add_speedup(f, labels + [str(k), it.window, only.basis], only)
+                    self._add_verdict(f, lw, only)
+                f.withheld.add_metric(lw + [REASON_INSUFFICIENT_DATA], 1.0)
                 continue
             values = speedups(it.rates, cost, current_k=k)
             reason = _withhold_reason(it, cost, values, k)
             if reason is not None:
-                # no what-if speedup and no recommended k from an input that cannot be trusted
-                # (a lower-bound curve, no cost curve for the drafter, a guess the measurement
-                # contradicts); the server's own k keeps its measured speedup (live decode speed)
-                only = measured_speedup(cost)
-                if only is not None and k in values:
-                    f.speedup.add_metric(labels + [str(k), it.window, only.basis], only.value)
+                # no what-if speedup and no recommended k from an input that cannot be trusted (no cost
+                # curve for the drafter, a guess the measurement contradicts, too little data); the server's
+                # own k keeps its live speedup
+                only = current_speedup(cost, k)
+                if only is not None:
+                    self._add_speedup(f, labels + [str(k), it.window, only.basis], only)
+                    self._add_verdict(f, lw, only)
                 f.withheld.add_metric(lw + [reason], 1.0)
                 continue
             for kk, v in values.items():
-                f.speedup.add_metric(labels + [str(kk), it.window, v.basis], v.value)
-            rec, basis = recommend(values)
-            f.recommended.add_metric(lw + [basis], float(rec))
+                self._add_speedup(f, labels + [str(kk), it.window, v.basis], v)
+            if k in values and values[k].basis not in (DEFAULT,):
+                self._add_verdict(f, lw, values[k])
+            choice = choose(values)
+            if choice.k is None:
+                f.withheld.add_metric(lw + [choice.reason or "uncertain"], 1.0)
+            else:
+                f.recommended.add_metric(lw + [choice.basis], float(choice.k))
+
+    @staticmethod
+    def _add_speedup(f: "_Families", labels: list[str], v) -> None:
+        f.speedup.add_metric(labels, v.value)
+        if v.lower is not None and v.upper is not None:
+            f.speedup_lower.add_metric(labels, v.lower)
+            f.speedup_upper.add_metric(labels, v.upper)
+
+    @staticmethod
+    def _add_verdict(f: "_Families", lw: list[str], v) -> None:
+        if v.lower is None or v.upper is None:
+            return
+        f.verdict.add_metric(lw + [v.basis, v.estimate.verdict], 1.0)
 
 
 #: Reasons of specwatch_recommendation_withheld besides ragged_drafts (specdecode.ragged).
@@ -495,15 +524,16 @@ REASON_DEFAULT_CONTRADICTED = "default_contradicted"
 def _withhold_reason(it: "_CostInputs", cost: LiveCost, values: dict, k: int) -> str | None:
     """Why no what-if speedup and no recommended k is served for this window, or None.
 
-    - ``ragged_drafts``: the per-position curve is only a lower bound (:mod:`specwatch.specdecode.ragged`);
     - ``no_cost_curve``: a cost profile applies to the model but holds no curve for the upstream's
-      method and drafter (e.g. measured for another drafter): its t(b, k) are not this drafter's,
+      method and drafter (e.g. measured for another drafter): its costs are not this drafter's,
       and the built-in guess must not stand in for them;
     - ``default_contradicted``: the what-if values would be the built-in guess (basis default) and
-      the measured speedup at the server's own k lies outside the guess ± 25 %
-      (:func:`specwatch.specdecode.speedup.default_contradicted`)."""
-    if it.curve_basis == LOWER_BOUND:
-        return REASON_RAGGED
+      the live speedup at the server's own k lies outside the guess ± 25 %
+      (:func:`specwatch.specdecode.speedup.default_contradicted`).
+
+    A lower-bound (ragged) curve is no reason by itself: its what-if values carry intervals whose
+    upper ends count every never-drafted position as accepted, and the choice is withheld
+    (``uncertain``) only when that changes it."""
     if cost.profile is not None and not cost.profile.has_curve(cost.method, cost.drafter):
         return REASON_NO_COST_CURVE
     if any(v.basis == DEFAULT for kk, v in values.items() if kk != k) and default_contradicted(it.rates, cost, k):
@@ -524,6 +554,8 @@ class _CostInputs:
     running: float
     k: int = 0  # the server's num_speculative_tokens (0: no speculation)
     curve_basis: str | None = None  # exact / lower_bound (specdecode.ragged); None: no drafts
+    draft_tokens: float | None = None  # Δ draft tokens (x = draft_tokens / request-steps)
+    missing_ratio: float = 0.0  # share of k x drafts positions never drafted (specdecode.ragged)
 
 
 def _step_of(wv: WindowValues) -> StepTimes | None:
@@ -532,7 +564,9 @@ def _step_of(wv: WindowValues) -> StepTimes | None:
         return None
     return StepTimes(step_duration_seconds=s.step_duration_seconds, running_requests_per_step=s.running_requests_per_step,
                      request_decode_tokens_per_second=s.request_decode_tokens_per_second,
-                     engine_steps=0.0, request_steps=s.request_steps)
+                     engine_steps=s.engine_steps or 0.0, request_steps=s.request_steps, decode_tokens=s.decode_tokens,
+                     itl_seconds=s.itl_seconds, prefill_seconds=s.prefill_seconds, first_tokens=s.first_tokens,
+                     context_tokens=s.context_tokens)
 
 
 def _add_profile(f: "_Families", profile: CostProfile | None) -> None:
@@ -586,14 +620,17 @@ class _Families:
         self.expected = GaugeMetricFamily("specwatch_expected_acceptance_length", "What-if mean acceptance length at num_speculative_tokens=k: 1 + sum of r_i for i < k (tokens per step); basis as for specwatch_position_acceptance_rate.", labels=E + ["k"] + W + ["basis"])
         self.tokens_per_draft = GaugeMetricFamily("specwatch_draft_tokens_per_draft", "Effective k: increase(draft_tokens) / increase(drafts).", labels=E + W)
         self.from_drafts = GaugeMetricFamily("specwatch_output_from_drafts_ratio", "Share of output tokens that came from accepted drafts, 0-1: increase(accepted_tokens) / increase(vllm:generation_tokens_total).", labels=E + W)
-        self.speedup = GaugeMetricFamily("specwatch_speedup", "Speedup at num_speculative_tokens=k vs no speculation, with how it was obtained: basis=measured (the server's k: live decode speed / a baseline server's, or x the cost profile's plain step time t0(b)), profile (what-if k: tau(k) t0(b) / t(b, k) from the cost profile at the live running requests per step b), extrapolated (outside the profile's b or k), default (no profile: a built-in guess).", labels=E + ["k"] + W + ["basis"])
-        self.recommended = GaugeMetricFamily("specwatch_recommended_num_speculative_tokens", "k with the best specwatch_speedup (smallest within 2%); 0 = turn speculation off; basis = the weakest basis among the speedups compared.", labels=E + W + ["basis"])
+        self.speedup = GaugeMetricFamily("specwatch_speedup", "Speedup at num_speculative_tokens=k vs no speculation, as a ratio of request time for the same output (prefill included), with how it was obtained: basis=measured (the server's k, both sides live: a baseline upstream's decode speed and TTFT), calibrated (the server's k: its live step over the cost profile's relative cost c = t/t0 at the live running requests, drafted tokens per step and context), profile (what-if k: tau(k) and c(k) from the profile), extrapolated (outside the profile's b, x or k), default (no profile: a built-in guess). Interval: specwatch_speedup_lower/upper.", labels=E + ["k"] + W + ["basis"])
+        self.speedup_lower = GaugeMetricFamily("specwatch_speedup_lower", "Lower end of the 95% interval of specwatch_speedup (same labels): from the live sample (engine steps), the cost profile's recorded spread, its drift, a model mismatch, extrapolation; a forward-only profile reaches down 11.2x (docs/cost.md).", labels=E + ["k"] + W + ["basis"])
+        self.speedup_upper = GaugeMetricFamily("specwatch_speedup_upper", "Upper end of the 95% interval of specwatch_speedup (same labels); for a lower-bound (ragged) curve every never-drafted position counted as accepted.", labels=E + ["k"] + W + ["basis"])
+        self.verdict = GaugeMetricFamily("specwatch_speculation_verdict", "Does speculation pay at the server's k, decided on the interval: verdict=pays (specwatch_speedup_lower > 1), loses (specwatch_speedup_upper < 1), cannot_tell; basis of the speedup; always 1.", labels=E + W + ["basis", "verdict"])
+        self.recommended = GaugeMetricFamily("specwatch_recommended_num_speculative_tokens", f"k with the best specwatch_speedup (smallest within {TOLERANCE * 100:g}%); 0 = turn speculation off; served only when the same k wins at the lower ends, the values and the upper ends of the intervals; basis = the weakest basis among the speedups compared.", labels=E + W + ["basis"])
         self.ragged = GaugeMetricFamily("specwatch_ragged_drafts", "1 when drafts in the window carried fewer than k tokens beyond rounding (k x increase(drafts) - increase(draft_tokens) > max(1, 0.5% of increase(drafts))): per-position, conditional and what-if series are then lower bounds; else 0.", labels=E + W)
         self.missing_ratio = GaugeMetricFamily("specwatch_missing_draft_tokens_ratio", "Share of the k x drafts draft positions never drafted, 0-1: (k x increase(drafts) - increase(draft_tokens)) / (k x increase(drafts)).", labels=E + W)
-        self.withheld = GaugeMetricFamily("specwatch_recommendation_withheld", "1 when no recommended k (and no what-if speedup; the server's own k keeps its measured speedup) is derived for the window, with the reason: ragged_drafts (the per-position curve is only a lower bound), no_cost_curve (the cost profile has no curve for the upstream's method and drafter, e.g. measured for another drafter), default_contradicted (no profile applies and the built-in guess at the server's k is more than 25% off its measured speedup).", labels=E + W + ["reason"])
-        self.drift = GaugeMetricFamily("specwatch_cost_profile_error_ratio", "Live step duration / the cost profile's prediction at the live running requests per step and k (k = 0: the plain step); 1 = the profile describes this server.", labels=E + W)
+        self.withheld = GaugeMetricFamily("specwatch_recommendation_withheld", "1 when no recommended k is served for the window, with the reason: uncertain (the best k differs across the speedups' intervals), insufficient_data (too few engine steps or drafts), no_cost_curve (the cost profile has no curve for the upstream's method and drafter; no what-if speedups either), default_contradicted (no profile and the built-in guess at the server's k is more than 25% off its live speedup; no what-if speedups either).", labels=E + W + ["reason"])
+        self.drift = GaugeMetricFamily("specwatch_cost_profile_error_ratio", "Drift: live step duration / the cost profile's step time t0(b, context) x c(b, k, x) at the live running requests per step, context, drafted tokens per step x and the server's k (k = 0: the plain step); 1 = the profile describes this machine, 2 = this machine is 2x slower; basis=profile for a k the profile measured inside its range, else extrapolated.", labels=E + W + ["basis"])
         self.predicted_step = GaugeMetricFamily("specwatch_cost_profile_predicted_step_duration_seconds", "The cost profile's step time t(b, k) at the live running requests per step b and the server's k, seconds.", labels=E + W)
-        self.profile_applied = GaugeMetricFamily("specwatch_cost_profile_applied", "1 if the cost profile applies to this model (its served_model_name matches or is unset), else 0 (speedups fall back to basis default).", labels=E + W)
+        self.profile_applied = GaugeMetricFamily("specwatch_cost_profile_applied", "1 if the cost profile was measured for this model (its served_model_name matches or is unset), else 0 (it is still applied, with a much wider interval).", labels=E + W)
         self.profile_info = GaugeMetricFamily("specwatch_cost_profile_info", "The configured cost profile and its provenance; always 1.", labels=["profile", "source", "hardware", "model", "served_model_name", "vllm_version", "forward_only"])
         self.profile_step = GaugeMetricFamily("specwatch_cost_profile_step_seconds", "Step times of the configured cost profile, seconds: method none, k 0 = the plain step t0(b); else t(b, k) of that method and drafter.", labels=["method", "drafter", "k", "running_requests"])
         self.v0_rate = GaugeMetricFamily("specwatch_v0_draft_acceptance_rate", "vLLM V0 gauge vllm:spec_decode_draft_acceptance_rate (most recent interval; V0 counts accepted tokens after a rejection too).", labels=["upstream", "model_name"])

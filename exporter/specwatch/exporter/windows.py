@@ -58,6 +58,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from specwatch.exporter.fetching import FetchError
+from specwatch.specdecode.steptime import context_tokens
 from specwatch.specdecode.metrics import SglangCounters, SpecDecodeCounters, UpstreamSnapshot
 
 Key = tuple[str, str]  # (model_name, engine)
@@ -93,7 +94,11 @@ class StepValues:
       request gets after its first token (steps that drafted nothing included);
     - ``running_requests_per_step`` = Δ ITL count / Δ iteration count: the batch b a decode step
       served, step-weighted (idle time does not dilute it); the b at which cost profiles are read;
-    - ``request_steps`` = Δ ITL count (request-steps; the denominator of the draft share).
+    - ``request_steps`` = Δ ITL count (request-steps; the denominator of the draft share);
+    - ``engine_steps`` = Δ iteration count; ``decode_tokens`` = Δ(generation − first tokens);
+      ``itl_seconds`` = Δ ITL sum; ``prefill_seconds`` = Δ ``vllm:time_to_first_token_seconds_sum``;
+      ``first_tokens`` = Δ TTFT count; ``context_tokens`` (see
+      :func:`specwatch.specdecode.steptime.context_tokens`): the inputs of the speedup model.
     """
 
     step_duration_seconds: float | None = None
@@ -102,6 +107,12 @@ class StepValues:
     request_decode_tokens_per_second: float | None = None
     running_requests_per_step: float | None = None
     request_steps: float | None = None
+    engine_steps: float | None = None
+    decode_tokens: float | None = None
+    itl_seconds: float | None = None
+    prefill_seconds: float | None = None
+    first_tokens: float | None = None
+    context_tokens: float | None = None
 
 
 @dataclass(frozen=True)
@@ -197,7 +208,9 @@ class WindowEngine:
         for key, st in snap.steps.items():
             for name, v in (("itl_sum", st.itl_sum), ("itl_count", st.itl_count),
                             ("iter_count", st.iteration_count), ("ttft_count", st.ttft_count),
-                            ("gen", st.generation_tokens)):
+                            ("gen", st.generation_tokens), ("ttft_sum", st.ttft_sum),
+                            ("prompt_sum", st.prompt_tokens_sum), ("prompt_n", st.prompt_requests),
+                            ("out_sum", st.output_tokens_sum), ("out_n", st.output_requests)):
                 if v is not None:
                     out[(key, name)] = v
         return out
@@ -403,6 +416,12 @@ class WindowEngine:
                 request_decode_tokens_per_second=_ratio(decode, itl_sum),
                 running_requests_per_step=_ratio(itl_count, iters),
                 request_steps=itl_count,
+                engine_steps=iters,
+                decode_tokens=decode,
+                itl_seconds=itl_sum,
+                prefill_seconds=d("ttft_sum"),
+                first_tokens=ttft,
+                context_tokens=context_tokens(d("prompt_sum"), d("prompt_n"), d("out_sum"), d("out_n")),
             )
         sgl = None
         if sglang:

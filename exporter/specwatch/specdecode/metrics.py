@@ -118,7 +118,11 @@ class StepCounters:
       one observation per running request per engine step: time since its previous output);
     - ``iteration_count``: ``vllm:iteration_tokens_total_count`` (one observation per engine step);
     - ``ttft_count``: ``vllm:time_to_first_token_seconds_count`` (first tokens, one per request);
-    - ``generation_tokens``: ``vllm:generation_tokens_total`` (all output tokens).
+    - ``generation_tokens``: ``vllm:generation_tokens_total`` (all output tokens);
+    - ``ttft_sum``: ``vllm:time_to_first_token_seconds_sum`` (seconds of prefill and queueing);
+    - ``prompt_tokens_sum`` / ``prompt_requests``: ``vllm:request_prompt_tokens_sum`` / ``_count``
+      and ``output_tokens_sum`` / ``output_requests``: ``vllm:request_generation_tokens_sum`` /
+      ``_count`` (finished requests; the context a running request carries).
     """
 
     itl_sum: float | None = None
@@ -126,6 +130,11 @@ class StepCounters:
     iteration_count: float | None = None
     ttft_count: float | None = None
     generation_tokens: float | None = None
+    ttft_sum: float | None = None
+    prompt_tokens_sum: float | None = None
+    prompt_requests: float | None = None
+    output_tokens_sum: float | None = None
+    output_requests: float | None = None
 
 
 @dataclass(frozen=True)
@@ -382,6 +391,11 @@ _STEP_NAMES = {
     "iteration_tokens_total_count": "iteration_count",
     "time_to_first_token_seconds_count": "ttft_count",
     "generation_tokens_total": "generation_tokens",
+    "time_to_first_token_seconds_sum": "ttft_sum",
+    "request_prompt_tokens_sum": "prompt_tokens_sum",
+    "request_prompt_tokens_count": "prompt_requests",
+    "request_generation_tokens_sum": "output_tokens_sum",
+    "request_generation_tokens_count": "output_requests",
 }
 
 

@@ -1,30 +1,52 @@
-"""Does speculation pay, and with which k: speedups that say how they were obtained.
+"""Does speculation pay, and with which k: speedups with an interval, that say how they were obtained.
 
-Inputs, per upstream × model × engine × window:
+Inputs, per upstream × model × engine × window (:class:`LiveCost`):
 
 - the per-position acceptance curve r_i = Δ``…_num_accepted_tokens_per_pos_total{position=i}`` /
-  Δ``…_num_drafts_total`` at the server's k, so E(k′) = 1 + Σ_{i<k′} r_i tokens per draft;
-- the live step times (:class:`specwatch.specdecode.steptime.StepTimes`): the running request's
-  decode speed, the step duration, the running requests per step b, and the draft share
-  s = Δdrafts / Δ request-steps (a step without a draft emits one token);
-- optionally a baseline server's live decode speed (a server without speculation beside this one);
-- optionally a :class:`specwatch.specdecode.costprofile.CostProfile` (measured t0(b) and t(b, k)).
+  Δ``…_num_drafts_total`` at the server's k, so E(k′) = 1 + Σ_{i<k′} r_i tokens per draft (a lower
+  bound when drafts were ragged: ``missing_ratio`` of the k × drafts positions were never drafted);
+- the live step values (:class:`specwatch.specdecode.steptime.StepTimes`, from vLLM's histograms):
+  step duration t, running requests per step b, decode tokens D = Δ(generation − first tokens),
+  ITL seconds I, TTFT seconds P, engine steps, request-steps, context per running request;
+- the draft share s = Δdrafts / Δ request-steps and the drafted tokens per request-step
+  x = Δdraft_tokens / Δ request-steps;
+- optionally a baseline server's live step values (a server without speculation beside this one);
+- optionally a :class:`specwatch.specdecode.costprofile.CostProfile` (relative costs c = t / t0).
 
-Speedup over running without speculation, with its basis:
+**The speedup is a ratio of request time for the same output**, prefill included, so that it is
+comparable with a client's output-throughput ratio: S = (P_b + D·t0) / (P + I), where t0 is the
+plain step and P_b the plain server's TTFT time for the same requests. Its bases:
 
-- ``measured`` — the server's current k, from its live decode speed v (Δ(generation − first
-  tokens) / Δ ITL sum): v / v_baseline when a baseline server's live speed is known, else
-  v × t0(b) with the profile's plain step time at the live b (the plain server's decode speed is
-  1 / t0(b));
-- ``profile`` — a what-if k′: τ(k′) × t0(b) / t(b, k′) with τ(k′) = 1 + s (E(k′) − 1) tokens per
-  request-step and both step times from the profile at the live b;
-- ``extrapolated`` — as ``profile`` (or ``measured`` with t0) where b or k′ lies outside what the
-  profile measured;
+- ``measured`` — the server's current k with both sides live: t0 = 1 / the baseline server's
+  decode speed, P_b = the baseline's mean TTFT × this window's first tokens;
+- ``calibrated`` — the server's current k without a baseline: t0 = t / c(b, k, x, context) with
+  the profile's relative cost at the live b, k and x (a uniformly slower machine cancels),
+  P_b = P / the profile's prefill ratio;
+- ``profile`` — a what-if k′: S(k′) = (p + 1) / (p·ρ(k′) + c(k′) / τ(k′)) with p = P_b / (D·t0),
+  ρ the prefill ratio, τ(k′) = 1 + s (E(k′) − 1) tokens per request-step and c at x′ = x k′ / k;
+- ``extrapolated`` — as ``profile`` where b, x or k′ lies outside what the profile measured;
 - ``default`` — no profile: τ(k′) / c(k′, b) with the built-in guess
   :func:`~specwatch.specdecode.costprofile.default_step_cost_ratio`, shown as a guess.
 
-The recommended k compares these with k = 0 (speculation off, exactly 1) and carries the weakest
-basis among them. Below 1 speculation is a net loss.
+**Every value has a 95 % interval** (:class:`specwatch.specdecode.decision.Estimate`), a log
+half-width h combined in quadrature from (:func:`interval_parts`):
+
+- the live sample: 1.96 × CV / sqrt(engine steps), CV = :data:`CV_SPECULATIVE` for a speculative
+  server's per-step speed (tokens per step vary) and :data:`CV_PLAIN` for a plain one, both sides
+  for ``measured``;
+- the profile's recorded spread of c (1.96 × spread);
+- the drift (live step / the profile's prediction): κ |ln drift| with κ = :data:`DRIFT_WEIGHT`: a
+  profile measured on another machine describes this one less well, whatever cancels;
+- a profile for another served model: :data:`MODEL_MISMATCH_HALFWIDTH`; an extrapolated lookup:
+  :data:`EXTRAPOLATION_HALFWIDTH`; the built-in guess: ln 2;
+- a forward-pass-only profile is a lower bound on the cost: its speedups are upper bounds, and the
+  interval reaches down by :data:`FORWARD_ONLY_FACTOR` (the largest real / forward-only step-cost
+  ratio measured on an H200, ``../shared/gpu-h200-vllm0.26.md``);
+- a lower-bound (ragged) curve: the what-if upper end uses r_i + k × missing_ratio (every position
+  never drafted accepted), capped at r_(i−1) and 1.
+
+A window with fewer than :data:`MIN_ENGINE_STEPS` engine steps (or a what-if with fewer than
+:data:`MIN_DRAFTS` drafts) gets no speedup, with reason ``insufficient_data``.
 """
 
 from __future__ import annotations
@@ -34,6 +56,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specwatch.specdecode.costprofile import (
+    CALIBRATED,
     DEFAULT,
     EXTRAPOLATED,
     MEASURED,
@@ -42,24 +65,59 @@ from specwatch.specdecode.costprofile import (
     default_step_cost_ratio,
     weakest_basis,
 )
+from specwatch.specdecode.decision import TOLERANCE, Z95, Choice, Estimate, best_k, choose_k, combine_log_halfwidths
 from specwatch.specdecode.derive import expected_lengths
 from specwatch.specdecode.steptime import StepTimes
+
+#: Coefficient of variation of one engine step's per-request speed (tokens / step time): a plain
+#: server's step times vary by about 30 % on the CPU build (ITL std / mean in the sweep fixture); a
+#: speculative server's tokens per step also vary (1 … k + 1), taken as 60 %. Modelled, not fitted.
+CV_PLAIN = 0.3
+CV_SPECULATIVE = 0.6
+#: Weight of |ln drift| in the log half-width: a 2× drift adds 0.10 (about ±10 %).
+DRIFT_WEIGHT = 0.15
+#: Log half-width added when the profile was measured for another served model (about ×/÷ 1.65).
+MODEL_MISMATCH_HALFWIDTH = 0.5
+#: Log half-width added for a lookup outside the profile's measured b, x or k.
+EXTRAPOLATION_HALFWIDTH = 0.10
+#: Log half-width of the built-in guess (basis default): a factor 2 either way.
+DEFAULT_HALFWIDTH = math.log(2.0)
+#: A forward-only profile's speedups are upper bounds; the interval reaches down by this factor
+#: (draft model k = 3 on an H200: real step cost 11.2 against about 1.0 forward-only).
+FORWARD_ONLY_FACTOR = 11.2
+#: Fewest engine steps in a window for any speedup, fewest drafts for a what-if.
+MIN_ENGINE_STEPS = 20
+MIN_DRAFTS = 10
+
+REASON_INSUFFICIENT_DATA = "insufficient_data"
 
 
 @dataclass(frozen=True)
 class Speedup:
-    """A speedup (ratio, > 0) over running without speculation and its basis (see module doc)."""
+    """A speedup (ratio, > 0) over running without speculation and its basis (see module doc);
+    ``lower``/``upper``: its 95 % interval (None: not computed)."""
 
     value: float
     basis: str
+    lower: float | None = None
+    upper: float | None = None
+
+    @property
+    def estimate(self) -> Estimate:
+        """As an :class:`~specwatch.specdecode.decision.Estimate` (a point interval when none)."""
+        return Estimate(self.value, self.lower if self.lower is not None else self.value,
+                        self.upper if self.upper is not None else self.value, self.basis)
 
 
 @dataclass(frozen=True)
 class LiveCost:
-    """The cost side of one window: live step times (None when the server does not export them),
-    the draft share s (None: unknown, taken as 1), a baseline server's live decode speed (tok/s per
-    running request, None when no baseline is configured or it had no traffic), the profile and the
-    speculative method/drafter to look up (None: the profile's default)."""
+    """The cost side of one window (see the module doc). ``step``: live step values (None when the
+    server exports none); ``draft_share`` s and ``drafted_tokens_per_step`` x (None: unknown, taken
+    as 1 and k); ``baseline``: a baseline server's live step values, or only its decode speed in
+    ``baseline_decode_tokens_per_second`` (tok/s per running request); ``profile``, ``method``,
+    ``drafter``: the cost profile and what to look up in it; ``profile_model_mismatch``: the profile
+    was measured for another served model; ``missing_ratio``: share of k × drafts positions never
+    drafted (ragged drafts); ``drafts``: Δdrafts (None: unknown)."""
 
     step: StepTimes | None = None
     draft_share: float | None = None
@@ -68,6 +126,11 @@ class LiveCost:
     method: str | None = None
     drafter: str | None = None
     running_requests_fallback: float | None = None
+    drafted_tokens_per_step: float | None = None
+    baseline: StepTimes | None = None
+    profile_model_mismatch: bool = False
+    missing_ratio: float = 0.0
+    drafts: float | None = None
 
     @property
     def running_requests(self) -> float:
@@ -78,102 +141,283 @@ class LiveCost:
             return self.running_requests_fallback
         return 1.0
 
+    @property
+    def share(self) -> float:
+        """s, clipped to [0, 1] (1 when unknown)."""
+        s = self.draft_share
+        return s if s is not None and 0 <= s <= 1 else 1.0
 
-def _finite_positive(v: float | None) -> bool:
+    @property
+    def context_tokens(self) -> float | None:
+        return self.step.context_tokens if self.step is not None else None
+
+    @property
+    def baseline_speed(self) -> float | None:
+        """The baseline server's live decode speed (tok/s per running request), if known."""
+        if self.baseline is not None and _pos(self.baseline.request_decode_tokens_per_second):
+            return self.baseline.request_decode_tokens_per_second
+        return self.baseline_decode_tokens_per_second if _pos(self.baseline_decode_tokens_per_second) else None
+
+
+def _pos(v: float | None) -> bool:
     return v is not None and math.isfinite(v) and v > 0
 
 
+def _enough(step: StepTimes | None) -> bool:
+    return step is not None and step.engine_steps >= MIN_ENGINE_STEPS and _pos(step.request_decode_tokens_per_second)
+
+
+# ------------------------------------------------------------------------------------------------
+# Drift
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Drift:
+    """Live step duration / the profile's predicted step at the live b, k, x and context (k = 0:
+    the plain step): 1 = the profile describes this server; ``basis`` profile (a k the profile
+    measured, b inside its range) or extrapolated."""
+
+    ratio: float
+    predicted_seconds: float
+    basis: str
+
+
+def drift(cost: LiveCost, k: int) -> Drift | None:
+    """:class:`Drift` of the server's k; None without a profile, live step time, or a curve for
+    the method."""
+    p, st = cost.profile, cost.step
+    if p is None or st is None or not _pos(st.step_duration_seconds):
+        return None
+    b, ctx = cost.running_requests, cost.context_tokens
+    if k == 0:
+        pred = p.plain_step(b, ctx)
+        basis = pred.basis
+    else:
+        pred = p.speculative_step(b, k, cost.method, cost.drafter, drafted_tokens_per_step=cost.drafted_tokens_per_step,
+                                  context_tokens=ctx)
+        if pred is None:
+            return None
+        basis = pred.basis if k in p.measured_ks(cost.method, cost.drafter) else EXTRAPOLATED
+    return Drift(st.step_duration_seconds / pred.seconds, pred.seconds, basis)
+
+
+def profile_error_ratio(cost: LiveCost, k: int) -> float | None:
+    """Drift ratio only (see :func:`drift`)."""
+    d = drift(cost, k)
+    return None if d is None else d.ratio
+
+
+# ------------------------------------------------------------------------------------------------
+# The server's own k
+# ------------------------------------------------------------------------------------------------
+
+
+def _request_time_ratio(st: StepTimes, t0: float, prefill_ratio: float | None, baseline: StepTimes | None) -> float:
+    """S = (P_b + D·t0) / (P + I) (module doc); the decode-only v·t0 when TTFT or D is missing."""
+    d, i, p = st.decode_tokens, st.itl_seconds, st.prefill_seconds
+    if d is None or i is None or p is None or d <= 0 or i <= 0:
+        return st.request_decode_tokens_per_second * t0  # type: ignore[operator]
+    if baseline is not None and baseline.prefill_seconds is not None and baseline.first_tokens and st.first_tokens:
+        p_b = baseline.prefill_seconds / baseline.first_tokens * st.first_tokens
+    else:
+        p_b = p / prefill_ratio if prefill_ratio else p
+    return (p_b + d * t0) / (p + i)
+
+
+def _sample_halfwidth(st: StepTimes, baseline: StepTimes | None, speculative: bool = True) -> float:
+    cv = CV_SPECULATIVE if speculative else CV_PLAIN
+    var = cv * cv / max(st.engine_steps, 1.0)
+    if baseline is not None:
+        var += CV_PLAIN * CV_PLAIN / max(baseline.engine_steps, 1.0)
+    return Z95 * math.sqrt(var)
+
+
+def interval_parts(cost: LiveCost, spread: float | None, lookup_basis: str, drift_ratio: float | None) -> list[float]:
+    """The profile's log half-widths for one value (module doc): spread, drift, model mismatch,
+    extrapolation."""
+    parts = [Z95 * (spread or 0.0)]
+    if drift_ratio is not None and drift_ratio > 0:
+        parts.append(DRIFT_WEIGHT * abs(math.log(drift_ratio)))
+    if cost.profile_model_mismatch:
+        parts.append(MODEL_MISMATCH_HALFWIDTH)
+    if lookup_basis == EXTRAPOLATED:
+        parts.append(EXTRAPOLATION_HALFWIDTH)
+    return parts
+
+
+def current_speedup(cost: LiveCost, k: int) -> Speedup | None:
+    """The server's own k (no acceptance curve needed: a window in which nothing was drafted
+    still has a measured decode speed): ``measured`` with a live baseline, else ``calibrated``
+    with a profile curve for the method; None without enough live steps (:data:`MIN_ENGINE_STEPS`)
+    or without either."""
+    st = cost.step
+    if not _enough(st):
+        return None
+    assert st is not None
+    vb = cost.baseline_speed
+    if vb is not None:
+        value = _request_time_ratio(st, 1.0 / vb, None, cost.baseline)
+        base = cost.baseline if cost.baseline is not None else StepTimes(None, None, vb, float(MIN_ENGINE_STEPS * 10), 0.0)
+        e = Estimate.around(value, _sample_halfwidth(st, base, speculative=k > 0), MEASURED)
+        return Speedup(e.value, MEASURED, e.lower, e.upper)
+    p = cost.profile
+    if p is None or k <= 0:
+        return None
+    b = cost.running_requests
+    c = p.cost_ratio(b, k, cost.method, cost.drafter, drafted_tokens_per_step=cost.drafted_tokens_per_step,
+                     context_tokens=cost.context_tokens)
+    if c is None:
+        return None
+    t0 = st.step_duration_seconds / c.seconds if _pos(st.step_duration_seconds) else 1.0 / st.request_decode_tokens_per_second  # type: ignore[operator]
+    value = _request_time_ratio(st, t0, p.prefill_ratio(b, k, cost.method, cost.drafter), None)
+    dr = drift(cost, k)
+    h = combine_log_halfwidths([_sample_halfwidth(st, None), *interval_parts(cost, c.spread, c.basis,
+                                                                                dr.ratio if dr else None)])
+    lower_factor = 1.0 / FORWARD_ONLY_FACTOR if p.forward_only else 1.0
+    e = Estimate.around(value, h, CALIBRATED, lower_factor=lower_factor)
+    upper = min(e.upper, value) if p.forward_only else e.upper
+    return Speedup(e.value, CALIBRATED if c.basis != EXTRAPOLATED else EXTRAPOLATED, e.lower, max(upper, e.value))
+
+
+def measured_speedup(cost: LiveCost, k: int = 1) -> Speedup | None:
+    """Alias of :func:`current_speedup` (the server's k)."""
+    return current_speedup(cost, k)
+
+
+# ------------------------------------------------------------------------------------------------
+# What-if k′
+# ------------------------------------------------------------------------------------------------
+
+
+def upper_rates(rates: Sequence[float], k: int, missing_ratio: float) -> tuple[float, ...]:
+    """Upper bounds on a ragged curve: r_i + k × missing_ratio (every never-drafted position
+    accepted), capped at the previous position's bound and at 1. ``rates`` themselves when nothing
+    was missing."""
+    if missing_ratio <= 0:
+        return tuple(rates)
+    extra = k * missing_ratio
+    out, prev = [], 1.0
+    for r in rates:
+        prev = min(prev, 1.0, r + extra)
+        out.append(prev)
+    return tuple(out)
+
+
+def _prefill_share(cost: LiveCost, k_now: int) -> tuple[float, float | None]:
+    """(p, t0): P_b / (D·t0) and the plain step estimated from this window (module doc); (0, None)
+    when the window lacks TTFT or decode counts."""
+    st, p = cost.step, cost.profile
+    if st is None or not _pos(st.step_duration_seconds) or not st.decode_tokens or st.prefill_seconds is None:
+        return 0.0, None
+    b = cost.running_requests
+    if cost.baseline_speed is not None:
+        t0 = 1.0 / cost.baseline_speed
+        bl = cost.baseline
+        if bl is not None and bl.prefill_seconds is not None and bl.first_tokens and st.first_tokens:
+            p_b = bl.prefill_seconds / bl.first_tokens * st.first_tokens
+        else:
+            p_b = st.prefill_seconds
+        return p_b / (st.decode_tokens * t0), t0
+    if p is None:
+        return 0.0, None
+    if k_now > 0:
+        c = p.cost_ratio(b, k_now, cost.method, cost.drafter, drafted_tokens_per_step=cost.drafted_tokens_per_step,
+                         context_tokens=cost.context_tokens)
+        if c is None:
+            return 0.0, None
+        t0 = st.step_duration_seconds / c.seconds
+        pr = p.prefill_ratio(b, k_now, cost.method, cost.drafter) or 1.0
+    else:
+        t0, pr = st.step_duration_seconds, 1.0
+    return (st.prefill_seconds / pr) / (st.decode_tokens * t0), t0
+
+
 def speedups(rates: Sequence[float], cost: LiveCost, current_k: int | None = None) -> dict[int, Speedup]:
-    """Speedup for every k′ = 1 … len(``rates``) (module doc). ``current_k`` is the k the server
-    runs (default: len(rates)); only it can be ``measured``. Empty when ``rates`` is empty."""
+    """Speedup with its interval for every k′ = 1 … len(``rates``) (module doc). ``current_k`` is
+    the k the server runs (default: len(rates)); only it can be ``measured`` or ``calibrated``.
+    Empty when ``rates`` is empty."""
     if not rates:
         return {}
-    current_k = len(rates) if current_k is None else current_k
+    k_now = len(rates) if current_k is None else current_k
     b = cost.running_requests
-    s = cost.draft_share if cost.draft_share is not None and 0 <= cost.draft_share <= 1 else 1.0
+    s = cost.share
+    lo_e = expected_lengths(tuple(rates))
+    hi_e = expected_lengths(upper_rates(rates, len(rates), cost.missing_ratio))
+    x_now = cost.drafted_tokens_per_step
     profile = cost.profile
-    t0 = profile.plain_step(b) if profile is not None else None
+    p_share, _ = _prefill_share(cost, k_now)
+    dr = drift(cost, k_now) if profile is not None else None
+    sample = _sample_halfwidth(cost.step, None) if cost.step is not None and cost.step.engine_steps else 0.0
     out: dict[int, Speedup] = {}
-    measured = measured_speedup(cost)
-    for k, e in enumerate(expected_lengths(tuple(rates)), start=1):
-        tau = 1.0 + s * (e - 1.0)
-        if k == current_k and measured is not None:
-            out[k] = measured
+    current = current_speedup(cost, k_now)
+    for k, (e, e_hi) in enumerate(zip(lo_e, hi_e, strict=True), start=1):
+        if k == k_now and current is not None:
+            out[k] = current
             continue
-        if profile is not None and t0 is not None:
-            tk = profile.speculative_step(b, k, cost.method, cost.drafter)
-            if tk is not None:
-                out[k] = Speedup(tau * t0.seconds / tk.seconds, weakest_basis([t0.basis, tk.basis]))
+        tau, tau_hi = 1.0 + s * (e - 1.0), 1.0 + s * (e_hi - 1.0)
+        x = None if x_now is None else x_now * k / max(k_now, 1)
+        if profile is not None:
+            c = profile.cost_ratio(b, k, cost.method, cost.drafter, drafted_tokens_per_step=x, context_tokens=cost.context_tokens)
+            if c is not None:
+                rho = profile.prefill_ratio(b, k, cost.method, cost.drafter) or 1.0
+                value = (p_share + 1.0) / (p_share * rho + c.seconds / tau)
+                hi_value = (p_share + 1.0) / (p_share * rho + c.seconds / tau_hi)
+                basis = c.basis
+                h = combine_log_halfwidths([sample, *interval_parts(cost, c.spread, basis, dr.ratio if dr else None)])
+                est = Estimate.around(value, h, basis, upper_factor=hi_value / value,
+                                      lower_factor=1.0 / FORWARD_ONLY_FACTOR if profile.forward_only else 1.0)
+                upper = max(value, min(est.upper, hi_value)) if profile.forward_only else est.upper
+                out[k] = Speedup(value, basis, est.lower, upper)
                 continue
-        out[k] = Speedup(tau / default_step_cost_ratio(k, b), DEFAULT)
+        value = tau / default_step_cost_ratio(k, b)
+        est = Estimate.around(value, DEFAULT_HALFWIDTH, DEFAULT, upper_factor=tau_hi / tau)
+        out[k] = Speedup(value, DEFAULT, est.lower, est.upper)
     return out
 
 
-def measured_speedup(cost: LiveCost) -> Speedup | None:
-    """The current k's speedup from live step time alone (no acceptance curve needed: a window in
-    which nothing was drafted still has a measured decode speed). None without live decode speed,
-    or without both a baseline speed and a profile."""
-    live = cost.step.request_decode_tokens_per_second if cost.step is not None else None
-    if not _finite_positive(live):
-        return None
-    if _finite_positive(cost.baseline_decode_tokens_per_second):
-        return Speedup(live / cost.baseline_decode_tokens_per_second, MEASURED)
-    if cost.profile is not None:
-        t0 = cost.profile.plain_step(cost.running_requests)
-        return Speedup(live * t0.seconds, MEASURED if t0.basis == PROFILE else EXTRAPOLATED)
-    return None
-
-
-#: How far (relative, either way) the built-in guess may lie from the measured speedup at the
-#: server's own k before its what-if values are not served: the drift alert's default tolerance
-#: (``cost_profile_error_tolerance``), the band a profile is held to.
+#: How far (relative, either way) the built-in guess may lie from the live speedup at the server's
+#: own k before its what-if values are not served.
 DEFAULT_CONTRADICTION_TOLERANCE = 0.25
 
 
 def default_contradicted(rates: Sequence[float], cost: LiveCost, current_k: int,
                          tolerance: float = DEFAULT_CONTRADICTION_TOLERANCE) -> tuple[float, float] | None:
-    """``(guess, measured)`` when the built-in guess (basis default) at the server's own k lies
-    outside [measured / (1 + tolerance), measured × (1 + tolerance)], so the guess is shown wrong
-    for this server and its values at the other k must not drive a recommendation; else None.
-
-    ``guess`` = τ(k) / c(k, b) (:func:`~specwatch.specdecode.costprofile.default_step_cost_ratio`),
-    ``measured`` = :func:`measured_speedup` (live decode speed over a baseline's or × t0(b)). None
-    too when nothing was measured, or ``current_k`` is outside 1 … len(``rates``)."""
-    measured = measured_speedup(cost)
-    if measured is None or not 1 <= current_k <= len(rates):
+    """``(guess, live)`` when the built-in guess (basis default) at the server's own k lies outside
+    [live / (1 + tolerance), live × (1 + tolerance)], so its values at the other k must not drive
+    a recommendation; else None. ``live`` = :func:`current_speedup`. None too when nothing was
+    measured, or ``current_k`` is outside 1 … len(``rates``)."""
+    live = current_speedup(cost, current_k)
+    if live is None or not 1 <= current_k <= len(rates):
         return None
-    s = cost.draft_share if cost.draft_share is not None and 0 <= cost.draft_share <= 1 else 1.0
     e = expected_lengths(tuple(rates))[current_k - 1]
-    guess = (1.0 + s * (e - 1.0)) / default_step_cost_ratio(current_k, cost.running_requests)
-    ratio = guess / measured.value
+    guess = (1.0 + cost.share * (e - 1.0)) / default_step_cost_ratio(current_k, cost.running_requests)
+    ratio = guess / live.value
     if 1.0 / (1.0 + tolerance) <= ratio <= 1.0 + tolerance:
         return None
-    return guess, measured.value
+    return guess, live.value
 
 
-def recommend(values: dict[int, Speedup], tolerance: float = 0.02) -> tuple[int, str]:
-    """(k, basis): the k with the highest speedup, k = 0 (off, exactly 1) included; the smallest k
-    within ``tolerance`` (relative) of the best wins, so noise does not buy draft tokens. The basis
-    is the weakest among the values compared. Raises ValueError when ``values`` is empty."""
+def recommend(values: dict[int, Speedup], tolerance: float = TOLERANCE) -> tuple[int, str]:
+    """(k, basis): the k with the highest point speedup, k = 0 (off, exactly 1) included; the
+    smallest k within ``tolerance`` (relative) of the best wins. The basis is the weakest among the
+    values compared. Raises ValueError when ``values`` is empty. (Decisions on the interval:
+    :func:`choose`.)"""
     if not values:
         raise ValueError("no speedups to choose from")
-    cands = {0: 1.0, **{k: v.value for k, v in values.items()}}
-    best = max(cands.values())
-    k = min(k for k, v in cands.items() if v >= best * (1.0 - tolerance))
-    return k, weakest_basis([v.basis for v in values.values()])
+    return best_k({k: v.value for k, v in values.items()}, tolerance), weakest_basis([v.basis for v in values.values()])
 
 
-def profile_error_ratio(cost: LiveCost, k: int) -> float | None:
-    """Drift: live step duration / the profile's prediction at the live b and the server's k
-    (k = 0: the plain step t0(b)). None without a profile, live step time, or a curve for the method."""
-    if cost.profile is None or cost.step is None or not _finite_positive(cost.step.step_duration_seconds):
-        return None
-    b = cost.running_requests
-    pred = cost.profile.plain_step(b) if k == 0 else cost.profile.speculative_step(b, k, cost.method, cost.drafter)
-    if pred is None:
-        return None
-    return cost.step.step_duration_seconds / pred.seconds
+def choose(values: dict[int, Speedup], tolerance: float = TOLERANCE) -> Choice:
+    """Which k, decided on the intervals (:func:`specwatch.specdecode.decision.choose_k`): served
+    when the same at the lower ends, the values and the upper ends; else withheld (``uncertain``).
+    Raises ValueError when ``values`` is empty."""
+    if not values:
+        raise ValueError("no speedups to choose from")
+    return choose_k({k: v.estimate for k, v in values.items()}, weakest=weakest_basis([v.basis for v in values.values()]),
+                    tolerance=tolerance)
 
 
-__all__ = ["DEFAULT", "EXTRAPOLATED", "MEASURED", "PROFILE", "LiveCost", "Speedup", "default_contradicted",
-           "profile_error_ratio", "recommend", "speedups", "measured_speedup"]
+__all__ = ["CALIBRATED", "DEFAULT", "EXTRAPOLATED", "MEASURED", "PROFILE", "Drift", "LiveCost", "Speedup",
+           "REASON_INSUFFICIENT_DATA", "choose", "current_speedup", "default_contradicted", "drift", "measured_speedup",
+           "profile_error_ratio", "recommend", "speedups", "upper_rates"]

@@ -37,6 +37,9 @@ from dataclasses import dataclass
 from specwatch.specdecode.metrics import StepCounters
 
 _FIELDS = ("itl_sum", "itl_count", "iteration_count", "ttft_count", "generation_tokens")
+#: Counters read where present (older vLLM lacks none of them, llama.cpp may): TTFT seconds and the
+#: finished requests' prompt and output tokens.
+_OPTIONAL = ("ttft_sum", "prompt_tokens_sum", "prompt_requests", "output_tokens_sum", "output_requests")
 
 
 def is_complete(c: StepCounters) -> bool:
@@ -49,9 +52,13 @@ def minus(after: StepCounters, before: StepCounters) -> StepCounters | None:
     (a restart in between: the interval cannot be measured)."""
     if not (is_complete(after) and is_complete(before)):
         return None
-    d = StepCounters(**{f: getattr(after, f) - getattr(before, f) for f in _FIELDS})
+    d = StepCounters(**{f: getattr(after, f) - getattr(before, f) for f in _FIELDS},
+                     **{f: getattr(after, f) - getattr(before, f) for f in _OPTIONAL
+                        if getattr(after, f) is not None and getattr(before, f) is not None})
     if min(getattr(d, f) for f in _FIELDS) < 0:
         return None
+    if any(v is not None and v < 0 for v in (getattr(d, f) for f in _OPTIONAL)):
+        d = StepCounters(**{f: getattr(d, f) for f in _FIELDS})
     return d
 
 
@@ -61,7 +68,8 @@ def sum_step_counters(items: Iterable[StepCounters | None]) -> StepCounters | No
     items = list(items)
     if not items or not all(c is not None and is_complete(c) for c in items):
         return None
-    return StepCounters(**{f: sum(getattr(c, f) for c in items) for f in _FIELDS})
+    opt = {f: sum(getattr(c, f) for c in items) for f in _OPTIONAL if all(getattr(c, f) is not None for c in items)}
+    return StepCounters(**{f: sum(getattr(c, f) for c in items) for f in _FIELDS}, **opt)
 
 
 def _ratio(num: float, den: float) -> float | None:
@@ -72,13 +80,30 @@ def _ratio(num: float, den: float) -> float | None:
 class StepTimes:
     """Step-time values over one interval (see the module doc for the formulas). None = no data.
 
-    ``running_requests_per_step`` is b, the batch a decode step served (step-weighted)."""
+    ``running_requests_per_step`` is b, the batch a decode step served (step-weighted).
+    Where the server exports them: ``decode_tokens`` = Δ(generation tokens − first tokens),
+    ``itl_seconds`` = Δ ITL sum, ``prefill_seconds`` = Δ TTFT sum, ``first_tokens`` = Δ TTFT count
+    (requests that got their first token), ``context_tokens`` = mean prompt + half the mean output
+    of the requests finished in the interval (Δ request_prompt_tokens_sum / Δ count + Δ
+    request_generation_tokens_sum / (2 Δ count))."""
 
     step_duration_seconds: float | None
     running_requests_per_step: float | None
     request_decode_tokens_per_second: float | None
     engine_steps: float
     request_steps: float
+    decode_tokens: float | None = None
+    itl_seconds: float | None = None
+    prefill_seconds: float | None = None
+    first_tokens: float | None = None
+    context_tokens: float | None = None
+
+    @property
+    def tokens_per_request_step(self) -> float | None:
+        """τ: output tokens a running request gets per engine step = Δ decode tokens / Δ ITL count."""
+        if self.decode_tokens is None or not self.request_steps:
+            return None
+        return self.decode_tokens / self.request_steps
 
 
 def step_times(delta: StepCounters) -> StepTimes:
@@ -90,7 +115,26 @@ def step_times(delta: StepCounters) -> StepTimes:
         request_decode_tokens_per_second=_ratio(delta.generation_tokens - delta.ttft_count, delta.itl_sum),
         engine_steps=delta.iteration_count,
         request_steps=delta.itl_count,
+        decode_tokens=delta.generation_tokens - delta.ttft_count,
+        itl_seconds=delta.itl_sum,
+        prefill_seconds=delta.ttft_sum,
+        first_tokens=delta.ttft_count,
+        context_tokens=context_tokens(delta.prompt_tokens_sum, delta.prompt_requests, delta.output_tokens_sum,
+                                      delta.output_requests),
     )
+
+
+def context_tokens(prompt_sum: float | None, prompt_n: float | None, output_sum: float | None,
+                   output_n: float | None) -> float | None:
+    """Context per running request, tokens: mean prompt + half the mean output of the finished
+    requests (``vllm:request_prompt_tokens`` and ``vllm:request_generation_tokens`` histograms).
+    Chosen over ``vllm:kv_cache_usage_perc`` × capacity / running requests because the KV usage is
+    rounded to blocks (128 tokens on the CPU build) and shared by prefix caching. None without
+    finished requests."""
+    if not prompt_n or not output_n or prompt_sum is None or output_sum is None:
+        return None
+    v = prompt_sum / prompt_n + output_sum / (2.0 * output_n)
+    return v if math.isfinite(v) and v >= 0 else None
 
 
 def step_record(delta: StepCounters | None) -> dict[str, float | None]:

@@ -109,7 +109,11 @@ def engine_rows(e: EngineView) -> list[Row]:
 
 #: Why the exporter withheld the recommended k, per ``reason`` label of specwatch_recommendation_withheld.
 WITHHELD_NOTES = {
-    "ragged_drafts": "the per-position curve is only a lower bound: no what-if speedup, no recommended k",
+    "uncertain": "the best k differs across the speedups' intervals (see the speedup rows)",
+    "insufficient_data": "too few engine steps or drafts in the window for an interval",
+    "no_cost_curve": "the cost profile has no curve for this method/drafter: calibrate it",
+    "default_contradicted": "no cost profile, and the built-in guess disagrees with the live speedup",
+    "ragged_drafts": "(an older exporter) the per-position curve is only a lower bound",
 }
 
 
