@@ -344,7 +344,12 @@ GOLDEN = FIXTURES.parent / "golden" / "exporter-k4-after-traffic.prom"
 
 
 def _golden_text() -> str:
-    reg, _, _ = make_exporter({"spec": _after_traffic(4), "baseline": next(p for p in REAL if "nospec-after" in p.name).read_text()})
+    # with the shipped CPU profile and the baseline capture as baseline upstream: measured (both sides
+    # live), profile what-ifs with intervals, the verdict, the drift and the decision all appear
+    from specwatch.specdecode.costprofile import EMBEDDED_CPU_PROFILE
+
+    reg, _, _ = make_exporter({"spec": _after_traffic(4), "baseline": next(p for p in REAL if "nospec-after" in p.name).read_text()},
+                              cost_profile=str(EMBEDDED_CPU_PROFILE), baseline_upstream="baseline", speculative_method="ngram")
     text = generate_latest(reg).decode()
     # the only value that differs from run to run
     return re.sub(r"(specwatch_scrape_duration_seconds\{[^}]*\}) \S+", r"\1 0.0", text)
