@@ -32,8 +32,7 @@ from prometheus_client.registry import Collector
 from specwatch import __version__
 from specwatch.specdecode.costprofile import CostProfile
 from specwatch.specdecode.decision import TOLERANCE
-from specwatch.specdecode.speedup import (DEFAULT, REASON_INSUFFICIENT_DATA, LiveCost, MIN_DRAFTS, choose,
-                                          current_speedup, default_contradicted, drift, speedups)
+from specwatch.specdecode.speedup import LiveCost, answer
 from specwatch.specdecode.steptime import StepTimes, is_complete, step_times
 from specwatch.exporter.config import ExporterConfig
 from specwatch.specdecode.derive import INVARIANTS, DerivedValues, check_invariants, derive
@@ -464,43 +463,20 @@ class SpecwatchCollector(Collector):
                             profile=profile, method=method, drafter=drafter, running_requests_fallback=it.running,
                             profile_model_mismatch=mismatch, missing_ratio=it.missing_ratio, drafts=it.drafts)
             k = len(it.rates) or it.k
-            if profile is not None and it.step is not None:
-                dr = drift(cost, k)
-                if dr is not None:
-                    f.drift.add_metric(lw + [dr.basis], dr.ratio)
-                    f.predicted_step.add_metric(lw, dr.predicted_seconds)
-            if not k or is_base:
-                continue
-            if not it.rates or (it.drafts or 0) < MIN_DRAFTS:
-                # too few drafts for a curve (ngram found no match): no what-if and no recommended k;
-                # the server's own k still has its live speedup
-                only = current_speedup(cost, k)
-                if only is not None:
-                    self._add_speedup(f, labels + [str(k), it.window, only.basis], only)
-                    self._add_verdict(f, lw, only)
-                f.withheld.add_metric(lw + [REASON_INSUFFICIENT_DATA], 1.0)
-                continue
-            values = speedups(it.rates, cost, current_k=k)
-            reason = _withhold_reason(it, cost, values, k)
-            if reason is not None:
-                # no what-if speedup and no recommended k from an input that cannot be trusted (no cost
-                # curve for the drafter, a guess the measurement contradicts, too little data); the server's
-                # own k keeps its live speedup
-                only = current_speedup(cost, k)
-                if only is not None:
-                    self._add_speedup(f, labels + [str(k), it.window, only.basis], only)
-                    self._add_verdict(f, lw, only)
-                f.withheld.add_metric(lw + [reason], 1.0)
-                continue
-            for kk, v in values.items():
+            if is_base:
+                k = 0
+            ans = answer(it.rates, cost, k)
+            if ans.drift is not None and it.step is not None:
+                f.drift.add_metric(lw + [ans.drift.basis], ans.drift.ratio)
+                f.predicted_step.add_metric(lw, ans.drift.predicted_seconds)
+            for kk, v in ans.speedups.items():
                 self._add_speedup(f, labels + [str(kk), it.window, v.basis], v)
-            if k in values and values[k].basis not in (DEFAULT,):
-                self._add_verdict(f, lw, values[k])
-            choice = choose(values)
-            if choice.k is None:
-                f.withheld.add_metric(lw + [choice.reason or "uncertain"], 1.0)
-            else:
-                f.recommended.add_metric(lw + [choice.basis], float(choice.k))
+            if ans.verdict is not None:
+                f.verdict.add_metric(lw + [ans.verdict_basis or "", ans.verdict], 1.0)
+            if ans.k is not None:
+                f.recommended.add_metric(lw + [ans.k_basis or ""], float(ans.k))
+            elif ans.withheld is not None:
+                f.withheld.add_metric(lw + [ans.withheld], 1.0)
 
     @staticmethod
     def _add_speedup(f: "_Families", labels: list[str], v) -> None:
@@ -508,37 +484,6 @@ class SpecwatchCollector(Collector):
         if v.lower is not None and v.upper is not None:
             f.speedup_lower.add_metric(labels, v.lower)
             f.speedup_upper.add_metric(labels, v.upper)
-
-    @staticmethod
-    def _add_verdict(f: "_Families", lw: list[str], v) -> None:
-        if v.lower is None or v.upper is None:
-            return
-        f.verdict.add_metric(lw + [v.basis, v.estimate.verdict], 1.0)
-
-
-#: Reasons of specwatch_recommendation_withheld besides ragged_drafts (specdecode.ragged).
-REASON_NO_COST_CURVE = "no_cost_curve"
-REASON_DEFAULT_CONTRADICTED = "default_contradicted"
-
-
-def _withhold_reason(it: "_CostInputs", cost: LiveCost, values: dict, k: int) -> str | None:
-    """Why no what-if speedup and no recommended k is served for this window, or None.
-
-    - ``no_cost_curve``: a cost profile applies to the model but holds no curve for the upstream's
-      method and drafter (e.g. measured for another drafter): its costs are not this drafter's,
-      and the built-in guess must not stand in for them;
-    - ``default_contradicted``: the what-if values would be the built-in guess (basis default) and
-      the live speedup at the server's own k lies outside the guess ± 25 %
-      (:func:`specwatch.specdecode.speedup.default_contradicted`).
-
-    A lower-bound (ragged) curve is no reason by itself: its what-if values carry intervals whose
-    upper ends count every never-drafted position as accepted, and the choice is withheld
-    (``uncertain``) only when that changes it."""
-    if cost.profile is not None and not cost.profile.has_curve(cost.method, cost.drafter):
-        return REASON_NO_COST_CURVE
-    if any(v.basis == DEFAULT for kk, v in values.items() if kk != k) and default_contradicted(it.rates, cost, k):
-        return REASON_DEFAULT_CONTRADICTED
-    return None
 
 
 @dataclass(frozen=True)

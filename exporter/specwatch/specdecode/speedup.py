@@ -418,6 +418,71 @@ def choose(values: dict[int, Speedup], tolerance: float = TOLERANCE) -> Choice:
                     tolerance=tolerance)
 
 
+# ------------------------------------------------------------------------------------------------
+# One window's answer: the cost policy (the exporter only renders it)
+# ------------------------------------------------------------------------------------------------
+
+#: Reasons of specwatch_recommendation_withheld (with decision.REASON_UNCERTAIN and
+#: REASON_INSUFFICIENT_DATA).
+REASON_NO_COST_CURVE = "no_cost_curve"
+REASON_DEFAULT_CONTRADICTED = "default_contradicted"
+
+
+@dataclass(frozen=True)
+class WindowAnswer:
+    """Everything the cost side says about one (upstream, model, engine, window):
+    ``speedups`` per k (the server's own k alone when the what-ifs are withheld), ``verdict`` of
+    the server's k (pays / loses / cannot_tell, None without an interval or from a guess) with its
+    ``verdict_basis``, the recommended ``k`` with its ``k_basis`` or the ``withheld`` reason, and
+    the ``drift``."""
+
+    speedups: dict[int, Speedup]
+    verdict: str | None
+    verdict_basis: str | None
+    k: int | None
+    k_basis: str | None
+    withheld: str | None
+    drift: Drift | None
+
+
+def answer(rates: Sequence[float], cost: LiveCost, current_k: int) -> WindowAnswer:
+    """The cost policy for one window (see the module doc):
+
+    - no k (no speculation): only the drift;
+    - too few drafts for a curve (:data:`MIN_DRAFTS`, e.g. ngram on output it cannot predict): the
+      server's own k's live speedup, no what-if, withheld ``insufficient_data``;
+    - a profile without a curve for the method/drafter: withheld ``no_cost_curve`` (the built-in
+      guess must not stand in for a drafter's cost), the server's k only where a baseline gives it;
+    - no profile and the built-in guess at the server's k more than 25 % off its live speedup:
+      withheld ``default_contradicted``;
+    - else every k′ with its interval, and the choice on the intervals (:func:`choose`): a k, or
+      withheld ``uncertain``.
+
+    A lower-bound (ragged) curve is no reason by itself: its upper ends are raised instead."""
+    dr = drift(cost, current_k) if cost.profile is not None else None
+    if not current_k:
+        return WindowAnswer({}, None, None, None, None, None, dr)
+
+    def only(reason: str) -> WindowAnswer:
+        live = current_speedup(cost, current_k)
+        sp = {current_k: live} if live is not None else {}
+        v = live.estimate.verdict if live is not None and live.lower is not None else None
+        return WindowAnswer(sp, v, live.basis if v else None, None, None, reason, dr)
+
+    if not rates or (cost.drafts is not None and cost.drafts < MIN_DRAFTS):
+        return only(REASON_INSUFFICIENT_DATA)
+    if cost.profile is not None and not cost.profile.has_curve(cost.method, cost.drafter):
+        return only(REASON_NO_COST_CURVE)
+    values = speedups(rates, cost, current_k=current_k)
+    if any(v.basis == DEFAULT for kk, v in values.items() if kk != current_k) and default_contradicted(rates, cost, current_k):
+        return only(REASON_DEFAULT_CONTRADICTED)
+    own = values.get(current_k)
+    verdict = own.estimate.verdict if own is not None and own.basis != DEFAULT and own.lower is not None else None
+    c = choose(values)
+    return WindowAnswer(values, verdict, own.basis if verdict else None, c.k, c.basis if c.k is not None else None,
+                        c.reason, dr)
+
+
 __all__ = ["CALIBRATED", "DEFAULT", "EXTRAPOLATED", "MEASURED", "PROFILE", "Drift", "LiveCost", "Speedup",
-           "REASON_INSUFFICIENT_DATA", "choose", "current_speedup", "default_contradicted", "drift", "measured_speedup",
+           "REASON_DEFAULT_CONTRADICTED", "REASON_INSUFFICIENT_DATA", "REASON_NO_COST_CURVE", "WindowAnswer", "answer", "choose", "current_speedup", "default_contradicted", "drift", "measured_speedup",
            "profile_error_ratio", "recommend", "speedups", "upper_rates"]
