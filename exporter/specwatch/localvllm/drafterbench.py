@@ -20,6 +20,7 @@ import requests
 
 from specwatch.localvllm.drafters import draft_model_config
 from specwatch.localvllm.server import DEFAULT_SERVED_MODEL_NAME, VllmServer
+from specwatch.specdecode.derive import counters_delta, derive
 from specwatch.specdecode.metrics import parse_metrics
 
 #: Natural-text completion prompts (our own), the workload of the acceptance figures.
@@ -82,9 +83,10 @@ def measure_drafter(label: str, path: Path | str, k: int = 3, *, port: int, n: i
         tokens = _send(srv.base_url, n, concurrency, max_tokens)
         dt = time.monotonic() - t0
         after = _counters(srv.metrics_url)
+    d = derive(counters_delta(before, after))  # vLLM's formulas, one owner (specdecode.derive)
+    if d.draft_acceptance_rate is None or d.mean_acceptance_length is None:
+        raise RuntimeError(f"drafter {label}: no drafts during the measurement ({n} completions of {max_tokens} tokens); "
+                           "nothing to measure")
     drafts = (after.drafts or 0) - (before.drafts or 0)
-    draft_tokens = after.draft_tokens - before.draft_tokens
-    accepted = after.accepted_tokens - before.accepted_tokens
-    pos = tuple((a - b) / drafts for a, b in zip(after.accepted_per_position, before.accepted_per_position)) if drafts else ()
-    return DrafterMeasurement(label, k, accepted / draft_tokens if draft_tokens else 0.0, pos,
-                              1 + accepted / drafts if drafts else 1.0, drafts, tokens / dt)
+    return DrafterMeasurement(label, k, d.draft_acceptance_rate, d.position_acceptance_rates, d.mean_acceptance_length,
+                              drafts, tokens / dt)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from specwatch.specdecode.costprofile import DEFAULT_COST_PER_DRAFT_TOKEN, DEFAULT_COST_PER_DRAFT_TOKEN_PER_RUNNING_REQUEST
+from specwatch.specdecode.decision import TOLERANCE, best_k
 from specwatch.specdecode.derive import expected_lengths
 
 DEFAULT_STEP_COST_PER_DRAFT_TOKEN = DEFAULT_COST_PER_DRAFT_TOKEN
@@ -121,10 +122,15 @@ def estimated_speedups(
     return out
 
 
-def recommend_k(speedups: dict[int, float], tolerance: float = 0.02) -> int:
+def recommend_k(speedups: dict[int, float], tolerance: float = TOLERANCE) -> int:
     """The k with the highest estimated speedup, preferring the smallest k within ``tolerance``
-    (relative) of the best, so noise does not buy extra draft tokens; 0 means speculation off."""
+    (relative) of the best, so noise does not buy extra draft tokens; 0 means speculation off.
+    Only the k in ``speedups`` compete (pass ``0: 1.0`` for "off", as :func:`estimated_speedups`
+    does); with k = 0 among them this is :func:`specwatch.specdecode.decision.best_k`.
+    Raises ValueError when ``speedups`` is empty."""
     if not speedups:
         raise ValueError("no speedups to choose from")
+    if 0 in speedups:
+        return best_k(speedups, tolerance)
     best = max(speedups.values())
     return min(k for k, v in speedups.items() if v >= best * (1.0 - tolerance))
