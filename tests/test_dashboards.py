@@ -639,6 +639,18 @@ def test_verdict_stat_names_every_verdict(dashboards):
     assert "{{basis}}" in t["legendFormat"]
 
 
+def test_recommended_k_names_the_withheld_reasons(dashboards):
+    """The Recommended k stat explains every reason of specwatch_recommendation_withheld
+    (MixinConfig's WITHHELD_REASONS) and no longer the blanket ragged_drafts one."""
+    from specwatch.mixin.config import WITHHELD_REASONS
+
+    [p] = [p for p in panels(dashboards["choosing-k.json"]) if p["title"] == "Recommended k"]
+    for reason in WITHHELD_REASONS:
+        assert f"{reason}:" in p["description"], reason
+    assert 'reason=\\"ragged_drafts' not in json.dumps(dashboards) and "ragged_drafts" not in p["description"]
+    assert "{{reason}}" in p["targets"][1]["legendFormat"]
+
+
 def test_selectors_come_from_mixin_config(dashboards):
     """Every query carries one of MixinConfig's selectors (no job spelled twice)."""
     from specwatch.mixin.config import DEFAULT_CONFIG as cfg
