@@ -1,17 +1,18 @@
-"""specwatch / Choosing k: speedup with its basis (measured, profile, extrapolated, default), step time
-against the cost profile and its drift, per-position acceptance (bars by position and over time),
-the expected acceptance length and speedup per k, acceptance by workload (when the load generator
-labels it) and the recommended k.
+"""specwatch / Choosing k: speedup with its 95 % interval and basis (measured, calibrated, profile,
+extrapolated, default), the verdict (pays / loses / cannot tell), step time against the cost
+profile and its drift, per-position acceptance (bars by position and over time), the expected
+acceptance length and speedup per k, acceptance by workload (when the load generator labels it)
+and the recommended k or why it is withheld.
 
 Data: the specwatch exporter's windowed gauges (window label, variable ``$window``) and advice
 gauges, its recording rules (prometheus/rules/), and the load generator (specwatch bench).
 """
 
 from lib import (
-    DRIFT_BAND, RATIO_GOOD_HIGH, SPEEDUP, WINDOW, WORKLOAD, Section, Sel, bargauge, dashboard, q, stat, timeseries,
-    variables,
+    DRIFT_BAND, RATIO_GOOD_HIGH, SPEEDUP, VERDICT, VERDICT_MAPPINGS, WINDOW, WORKLOAD, Section, Sel, bargauge, dashboard,
+    q, stat, timeseries, variables,
 )
-from specwatch.mixin.config import DEFAULT_CONFIG
+from specwatch.mixin.config import DEFAULT_CONFIG, DRIFT_MEASURED_BASIS
 
 # The mixin config (dashboards/generate.py --config injects it; the defaults otherwise), the same one
 # the recording rules and alerts are generated from.
@@ -21,13 +22,16 @@ W = cfg.rate_window
 
 K = f"specwatch_num_speculative_tokens{S.exporter()}"
 SPEEDUP_K = f"specwatch_speedup{S.exporter(WINDOW)}"
-BASIS_MEASURED = 'basis="measured"'
-MEASURED = f"specwatch_speedup{S.exporter(WINDOW, BASIS_MEASURED)}"
+LOWER_K = f"specwatch_speedup_lower{S.exporter(WINDOW)}"
+UPPER_K = f"specwatch_speedup_upper{S.exporter(WINDOW)}"
 DRIFT = f"specwatch_cost_profile_error_ratio{S.exporter(WINDOW)}"
 STEP = f"specwatch_step_duration_seconds{S.exporter(WINDOW)}"
 PREDICTED = f"specwatch_cost_profile_predicted_step_duration_seconds{S.exporter(WINDOW)}"
 RUNNING_PER_STEP = f"specwatch_running_requests_per_step{S.exporter(WINDOW)}"
 BASIS_LEGEND = "{{upstream}} · engine {{engine}} · basis {{basis}}"
+SPEEDUP_LEGEND = "k={{k}} · {{basis}} · {{upstream}} · engine {{engine}}"
+# the interval's ends are drawn dashed (their legends start with lower / upper)
+INTERVAL_ENDS = "^(lower|upper) · "
 # The profile's own step times are exporter-wide (no upstream/model/engine labels).
 PROFILE_SEL = "{" + cfg.exporter_selector + ', job=~"$job", instance=~"$instance"}'
 RECOMMENDED = f"specwatch_recommended_num_speculative_tokens{S.exporter(WINDOW)}"
@@ -43,33 +47,65 @@ BASIS_NOTE = (" Legends carry basis: exact when every draft carried k tokens, lo
 # count_values turns the inferred k (a value) into a label k, to pick the speedup at the current k.
 CURRENT_K_AS_LABEL = f'count_values without () ("k", {K})'
 
-recommendation = Section("Does speculation pay? (with how each number was obtained)", [
+
+def at_current_k(series: str) -> str:
+    """``series`` (labels upstream, model_name, engine, k, ...) at the server's current k only."""
+    return f"{series} and on (upstream, model_name, engine, k) {CURRENT_K_AS_LABEL}"
+
+
+# The verdict as one number per (upstream, engine, window, basis): 1 pays, 0 cannot tell, -1 loses
+# (VERDICT_MAPPINGS turns it back into words); one query, so the stat always has its one series.
+VERDICT_NUMBER = " or ".join(
+    f"{factor}specwatch_speculation_verdict{S.exporter(WINDOW, matcher)}"
+    for factor, matcher in (("", 'verdict="pays"'), ("0 * ", 'verdict="cannot_tell"'), ("-1 * ", 'verdict="loses"')))
+WITHHELD_NOTE = (
+    " Withheld (specwatch_recommendation_withheld{reason}) with reason uncertain: the best k differs between the "
+    "interval's lower ends, its values and its upper ends (more traffic, a baseline upstream or a profile "
+    "calibrated on this server narrows it); no_cost_curve: the profile has no curve for this method and drafter; "
+    "default_contradicted: no profile applies and the built-in guess contradicts the live speedup; "
+    "insufficient_data: too few steps or drafts in the window for an interval.")
+
+recommendation = Section("Does speculation pay? (with how sure, and how each number was obtained)", [
     stat("Speedup at the current k",
-         "specwatch_speedup at the server's k over the exporter window $window, with its basis: measured = the "
-         "server's live decode speed (vLLM's ITL histogram) against a baseline server's, or against the cost "
-         "profile's plain step time at the live batch size; default = no cost profile, a built-in guess. "
-         "Below 1, speculation costs throughput.",
-         "none", [q(f"{SPEEDUP_K} and on (upstream, model_name, engine, k) {CURRENT_K_AS_LABEL}", BASIS_LEGEND)],
-         thresholds=SPEEDUP, decimals=2, w=6),
+         "specwatch_speedup at the server's k over the exporter window $window, with the ends of its 95 % interval "
+         "(specwatch_speedup_lower, specwatch_speedup_upper) and its basis: measured = the server's live decode speed "
+         "against a baseline server's (--baseline-upstream); calibrated = the server's live step against the cost "
+         "profile's relative cost c = t / t0 (no baseline); default = no cost profile, a built-in guess. "
+         "Below 1, speculation costs throughput; it is only known to when the upper end is below 1.",
+         "none", [q(at_current_k(SPEEDUP_K), "value · " + BASIS_LEGEND),
+                  q(at_current_k(LOWER_K), "lower · " + BASIS_LEGEND),
+                  q(at_current_k(UPPER_K), "upper · " + BASIS_LEGEND)],
+         thresholds=SPEEDUP, decimals=2, w=6, graph=False),
+    stat("Does speculation pay at the current k?",
+         "specwatch_speculation_verdict over the exporter window $window: pays when the lower end of the current "
+         "k's 95 % speedup interval is above 1, loses when its upper end is below 1 (SpecwatchSpeculationNetNegative "
+         "fires after a while), cannot tell when the interval holds 1. The legend names the basis of the interval.",
+         "none", [q(VERDICT_NUMBER, BASIS_LEGEND)], thresholds=VERDICT, mappings=VERDICT_MAPPINGS,
+         graph=False, color_mode="background", text_mode="value_and_name", w=5),
     stat("Recommended k",
          "specwatch_recommended_num_speculative_tokens over the exporter window $window: the k with the best "
-         "speedup (the smallest within 2 % of the best), 0 = turn speculation off; its basis is the weakest "
-         "of the speedups it compared. Absent, with specwatch_recommendation_withheld{reason=\"ragged_drafts\"} "
-         "shown instead, when the window's drafts were ragged: no k is derived from a lower-bound curve.",
-         "none", [q(RECOMMENDED, BASIS_LEGEND), q(WITHHELD, "withheld: {{reason}} · " + BY_UE)], graph=False, w=6),
+         "speedup (the smallest within 2 % of the best), 0 = turn speculation off, served only when that choice "
+         "is the same at the lower ends, the values and the upper ends of the speedups' intervals; its basis is "
+         "the weakest of the speedups it compared." + WITHHELD_NOTE,
+         "none", [q(RECOMMENDED, BASIS_LEGEND), q(WITHHELD, "withheld: {{reason}} · " + BY_UE)], graph=False, w=5),
     stat("Cost-profile drift",
-         "specwatch_cost_profile_error_ratio over $window: live step time / the cost profile's prediction at the "
-         "live batch size and k. Outside 0.8-1.25 the profile no longer describes this server: recalibrate "
-         "(specwatch calibrate). Empty without a cost profile.",
-         "none", [q(DRIFT, BY_UE)], thresholds=DRIFT_BAND, decimals=2, w=6),
+         "specwatch_cost_profile_error_ratio over $window: the live step time / the cost profile's prediction at "
+         "the live running requests per step, drafted tokens per step and context. basis " + DRIFT_MEASURED_BASIS + ": a k the "
+         "profile measured (SpecwatchCostProfileDrift reads only these); basis extrapolated: the k or b was interpolated "
+         "or extrapolated between the profile's points. Outside 0.8-1.25 the profile does not describe this "
+         "server (the speedup intervals widen): recalibrate (specwatch calibrate). Empty without a cost profile.",
+         "none", [q(DRIFT, BASIS_LEGEND)], thresholds=DRIFT_BAND, decimals=2, w=4),
     stat("Current k (inferred)",
          "num_speculative_tokens the server runs with, inferred from the position labels of "
          "vllm:spec_decode_num_accepted_tokens_per_pos_total.",
-         "none", [q(K, BY_UE)], graph=False, w=6),
-    timeseries("Measured speedup over time",
-               "specwatch_speedup{basis=\"measured\"} over the exporter window $window: the current k's live decode "
-               "speed against no speculation. The line at 1 is break-even.",
-               "none", [q(MEASURED, BASIS_LEGEND)], thresholds=SPEEDUP, show_thresholds=True, decimals=2),
+         "none", [q(K, BY_UE)], graph=False, w=4),
+    timeseries("Speedup at the current k over time (95 % interval)",
+               "specwatch_speedup at the server's k over the exporter window $window (basis measured, calibrated, or "
+               "default without a profile), with the ends of its 95 % interval dashed. The line at 1 is break-even.",
+               "none", [q(at_current_k(SPEEDUP_K), "value · " + SPEEDUP_LEGEND),
+                        q(at_current_k(LOWER_K), "lower · " + SPEEDUP_LEGEND),
+                        q(at_current_k(UPPER_K), "upper · " + SPEEDUP_LEGEND)],
+               thresholds=SPEEDUP, show_thresholds=True, decimals=2, dashed=INTERVAL_ENDS),
     timeseries("Step time: live against the cost profile",
                "specwatch_step_duration_seconds (live: Δ ITL sum / Δ ITL count over $window, drafter, verify, "
                "sampling and scheduling inside) beside specwatch_cost_profile_predicted_step_duration_seconds (the "
@@ -90,8 +126,9 @@ positions = Section("Per-position acceptance", [
     timeseries("Ragged drafts (curves are lower bounds)",
                "specwatch_ragged_drafts over the exporter window $window: 1 when drafts carried fewer than k tokens "
                "beyond rounding (k x drafts - draft tokens > max(1, 0.5 % of drafts)), and the share of draft "
-               "positions never drafted. While 1, per-position, conditional and what-if values are lower bounds "
-               "and no k is recommended." + BASIS_NOTE,
+               "positions never drafted. While 1, per-position, conditional and what-if values are lower bounds: "
+               "the undrafted share widens the what-if speedups' intervals, and a k is still recommended when the "
+               "choice is the same across them." + BASIS_NOTE,
                "percentunit", [q(RAGGED, "ragged · " + BY_UE), q(MISSING, "undrafted share · " + BY_UE)],
                minimum=0, maximum=1),
     bargauge("Per-position acceptance rate by position",
@@ -124,22 +161,26 @@ what_if = Section("What-if per k", [
              "short", [q(S.up_ratio("specwatch_expected_acceptance_length"), K_LEGEND, instant=True)],
              minimum=1, decimals=2),
     bargauge("Speedup per k (with basis)",
-             "specwatch_speedup per k over the exporter window $window: the current k measured, every other k "
-             "from E(k) on the per-position curve over the cost profile's step time at k (basis profile, "
-             "extrapolated outside its range, default without a profile). Red below 1.",
+             "specwatch_speedup per k over the exporter window $window: the current k live (basis measured against "
+             "a baseline server, or calibrated against the profile's relative cost), every other k from E(k) on the "
+             "per-position curve over the cost profile's relative step cost at k (basis profile, extrapolated "
+             "outside its range, default without a profile). Red below 1; the 95 % interval of each is in the "
+             "time series below.",
              "none", [q(SPEEDUP_K, "k={{k}} · {{basis}} · {{upstream}} · engine {{engine}}", instant=True)],
              thresholds=SPEEDUP, decimals=2, minimum=0),
     timeseries("Expected acceptance length per k over time",
                f"E(k) per k over {W}, as a time series.",
                "short", [q(S.up_ratio("specwatch_expected_acceptance_length"), K_LEGEND)], minimum=1),
-    timeseries("Speedup per k over time (with basis)",
-               "specwatch_speedup per k over the exporter window $window; the legend names each basis. The line "
+    timeseries("Speedup per k over time (with basis and 95 % interval)",
+               "specwatch_speedup per k over the exporter window $window, with the ends of its 95 % interval "
+               "(specwatch_speedup_lower, specwatch_speedup_upper) dashed; the legend names each k and basis. The line "
                "at 1 is break-even.",
-               "none", [q(SPEEDUP_K, "k={{k}} · {{basis}} · {{upstream}} · engine {{engine}}")], thresholds=SPEEDUP,
-               show_thresholds=True),
+               "none", [q(SPEEDUP_K, "value · " + SPEEDUP_LEGEND), q(LOWER_K, "lower · " + SPEEDUP_LEGEND),
+                        q(UPPER_K, "upper · " + SPEEDUP_LEGEND)], thresholds=SPEEDUP,
+               show_thresholds=True, dashed=INTERVAL_ENDS),
     timeseries("Recommended k over time",
                "specwatch_recommended_num_speculative_tokens over time beside the current k: the advice moves "
-               "with the workload and the batch size.",
+               "with the workload and the batch size. Gaps are windows where it was withheld (see Recommended k).",
                "none", [q(RECOMMENDED, "recommended · " + BY_UE), q(K, "current · " + BY_UE)], minimum=0),
     timeseries("Running requests",
                "vllm:num_requests_running: a larger batch makes each draft token dearer (the cost profile's "
@@ -173,7 +214,7 @@ by_workload = Section("By workload (load generator)", [
 dashboard = dashboard(
     uid="specwatch-choosing-k",
     title="specwatch / Choosing k",
-    description="Choosing num_speculative_tokens (k): speedup with its basis, step time against the cost profile, "
+    description="Choosing num_speculative_tokens (k): speedup with its 95 % interval and basis, the verdict, step time against the cost profile, "
                 "per-position acceptance, what-if per k, recommended k, acceptance by workload. Generated by dashboards/generate.py; do not edit.",
     sections=[recommendation, positions, what_if, by_workload],
     templates=variables(cfg, window=True, workload=True),

@@ -39,7 +39,8 @@ from specwatch.mixin.config import (
 )
 
 __all__ = [
-    "DATASOURCE", "DRIFT_BAND", "GRID_WIDTH", "Sel", "Section", "Thresholds", "bargauge", "dashboard", "grid",
+    "DATASOURCE", "DRIFT_BAND", "GRID_WIDTH", "Mappings", "Sel", "Section", "Thresholds", "VERDICT", "VERDICT_MAPPINGS",
+    "bargauge", "dashboard", "grid",
     "q", "stat", "timeseries", "variables", "lint_exclusions", "INSTANCELESS_LEVELS",
 ]
 
@@ -188,6 +189,8 @@ KV_CACHE: Thresholds = (("green", None), ("orange", 0.8), ("red", 0.95))
 #: Cost-profile drift (live / predicted step time): green within 0.8-1.25, as SpecwatchCostProfileDrift.
 DRIFT_BAND: Thresholds = (("red", None), ("green", 0.8), ("red", 1.25))
 QUEUE: Thresholds = (("green", None), ("orange", 1), ("red", 10))
+#: The verdict of a speedup's interval as a number: 1 pays (lower > 1), 0 cannot tell, -1 loses (upper < 1).
+VERDICT: Thresholds = (("red", None), ("orange", 0), ("green", 1))
 UP: Thresholds = (("red", None), ("green", 1))
 
 
@@ -233,8 +236,12 @@ def timeseries(
     show_thresholds: bool = False,
     stack: bool = False,
     bars: bool = False,
+    dashed: str | None = None,
 ) -> G.TimeSeries:
-    """A time-series panel; ``unit`` is a Grafana unit id. Raises ValueError if a field is empty."""
+    """A time-series panel; ``unit`` is a Grafana unit id. Raises ValueError if a field is empty.
+
+    ``dashed``: a regular expression on the series' display names (legends); those series are
+    drawn as dashed lines without fill (e.g. the ends of an interval beside its value)."""
     _common(title, description, unit)
     return G.TimeSeries(
         title=title,
@@ -252,8 +259,35 @@ def timeseries(
         tooltipMode="multi",
         thresholdsStyleMode="line" if show_thresholds else "off",
         maxDataPoints=None,
+        overrides=[] if dashed is None else [_dashed_override(dashed)],
         extraJson={"fieldConfig": {"defaults": _field_defaults(unit, thresholds, minimum, maximum, decimals)}},
     )
+
+
+def _dashed_override(pattern: str) -> dict:
+    re.compile(pattern)  # raises re.error on a bad pattern
+    return {
+        "matcher": {"id": "byRegexp", "options": pattern},
+        "properties": [
+            {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
+            {"id": "custom.fillOpacity", "value": 0},
+        ],
+    }
+
+
+Mappings = Sequence[tuple[float, str, str]]
+"""Value mappings ``[(value, text, color), ...]``: a stat shows ``text`` in ``color`` for ``value``."""
+
+
+#: The texts of VERDICT's numbers (specwatch_speculation_verdict's verdict label, spelled for people).
+VERDICT_MAPPINGS: Mappings = ((1, "pays", "green"), (0, "cannot tell", "orange"), (-1, "loses", "red"))
+
+
+def _mappings(mappings: Mappings) -> list[dict]:
+    if not mappings:
+        return []
+    return [{"type": "value", "options": {
+        f"{value:g}": {"text": text, "color": color, "index": i} for i, (value, text, color) in enumerate(mappings)}}]
 
 
 def stat(
@@ -271,8 +305,9 @@ def stat(
     text_mode: str = "auto",
     graph: bool = True,
     color_mode: str = "value",
+    mappings: Mappings = (),
 ) -> G.Stat:
-    """A stat tile showing the last value of each series."""
+    """A stat tile showing the last value of each series (``mappings``: value -> text and colour)."""
     _common(title, description, unit)
     return G.Stat(
         title=title,
@@ -288,6 +323,7 @@ def stat(
         colorMode=color_mode,
         decimals=decimals,
         noValue="no data",
+        mappings=_mappings(mappings),
         maxDataPoints=None,
         extraJson={"fieldConfig": {"defaults": _field_defaults(unit, thresholds, minimum, maximum, decimals)}},
     )

@@ -11,15 +11,19 @@ from lib import (
     KV_CACHE, MODEL_NAME, NEUTRAL, QUEUE, RATIO_GOOD_HIGH, SPEEDUP, UP, Section, Sel, bargauge, dashboard, q, stat,
     timeseries, variables,
 )
-from specwatch.mixin.config import DEFAULT_CONFIG
+from specwatch.mixin.config import CURRENT_K_BASES, DEFAULT_CONFIG
 
 # The mixin config (dashboards/generate.py --config injects it; the defaults otherwise), the same one
 # the recording rules and alerts are generated from.
 cfg = globals().get("MIXIN_CONFIG", DEFAULT_CONFIG)
 S = Sel(cfg)
 EXPORTER_WINDOW = f'window="{cfg.exporter_window}"'
-BASIS_MEASURED = 'basis="measured"'
-MEASURED_SPEEDUP = f"specwatch_speedup{S.exporter(EXPORTER_WINDOW, BASIS_MEASURED)}"
+# the server's current k is the only k with a live basis (measured: against a baseline server;
+# calibrated: its live step against the cost profile's relative cost)
+LIVE_BASIS = 'basis=~"' + "|".join(CURRENT_K_BASES) + '"'
+LIVE_SPEEDUP = f"specwatch_speedup{S.exporter(EXPORTER_WINDOW, LIVE_BASIS)}"
+LIVE_LOWER = f"specwatch_speedup_lower{S.exporter(EXPORTER_WINDOW, LIVE_BASIS)}"
+LIVE_UPPER = f"specwatch_speedup_upper{S.exporter(EXPORTER_WINDOW, LIVE_BASIS)}"
 W = cfg.rate_window
 
 ACCEPTED = S.up_rate("specwatch_accepted_tokens")
@@ -63,12 +67,16 @@ overview = Section("Overview (last value; windows of %s)" % W, [
          f"Draft tokens per draft over {W}: how many tokens the proposer really drafted per verify step. "
          "ngram drafts fewer than k when the prompt has no long enough match.",
          "short", [q(f"sum({DRAFT_TOKENS}) / sum({DRAFTS})", "draft tokens per draft")], decimals=2),
-    stat("Measured speedup",
-         f"specwatch_speedup{{basis=\"measured\"}} over the exporter's {cfg.exporter_window} window: the current k's "
-         "live decode speed (vLLM's ITL histogram) against a baseline server's, or against the cost profile's plain "
-         "step time at the live batch size. Empty without a cost profile or baseline. Below 1 speculation costs "
-         "throughput.",
-         "none", [q(MEASURED_SPEEDUP, BY_UE + " · {{basis}}")], thresholds=SPEEDUP, decimals=2),
+    stat("Live speedup at the current k",
+         f"specwatch_speedup at the server's k over the exporter's {cfg.exporter_window} window, with the ends of its "
+         "95 % interval (specwatch_speedup_lower / _upper) and its basis: measured = the live decode speed (vLLM's "
+         "ITL histogram) against a baseline server's; calibrated = the live step against the cost profile's relative "
+         "cost c = t / t0. Empty without a cost profile or baseline. Speculation pays when the lower end is above 1 "
+         "and loses when the upper end is below 1.",
+         "none", [q(LIVE_SPEEDUP, "value · " + BY_UE + " · {{basis}}"),
+                  q(LIVE_LOWER, "lower · " + BY_UE + " · {{basis}}"),
+                  q(LIVE_UPPER, "upper · " + BY_UE + " · {{basis}}")],
+         thresholds=SPEEDUP, decimals=2, w=8, graph=False),
     stat("Running requests", "Requests in vLLM's running batch (vllm:num_requests_running), summed.",
          "none", [q(f"sum({RUNNING})", "running")]),
     stat("Waiting requests", "Requests queued in vLLM, waiting for a batch slot (vllm:num_requests_waiting), summed.",
@@ -145,11 +153,13 @@ acceptance = Section("Acceptance", [
              "short", [q(S.up_ratio("specwatch_expected_acceptance_length"), "k={{k}} · {{upstream}} · engine {{engine}} · {{basis}}",
                          instant=True)],
              minimum=1, decimals=2),
-    timeseries("Measured speedup over time",
-               f"specwatch_speedup{{basis=\"measured\"}} over the exporter's {cfg.exporter_window} window. The line at 1 "
-               "is break-even.",
-               "none", [q(MEASURED_SPEEDUP, BY_UE + " · {{basis}}")],
-               thresholds=SPEEDUP, show_thresholds=True, decimals=2),
+    timeseries("Live speedup at the current k over time",
+               f"specwatch_speedup at the server's k (basis measured or calibrated) over the exporter's "
+               f"{cfg.exporter_window} window, with the ends of its 95 % interval dashed. The line at 1 is break-even.",
+               "none", [q(LIVE_SPEEDUP, "value · " + BY_UE + " · {{basis}}"),
+                        q(LIVE_LOWER, "lower · " + BY_UE + " · {{basis}}"),
+                        q(LIVE_UPPER, "upper · " + BY_UE + " · {{basis}}")],
+               thresholds=SPEEDUP, show_thresholds=True, decimals=2, dashed="^(lower|upper) · "),
 ])
 
 token_flow = Section("Token flow", [

@@ -86,13 +86,13 @@ TIMINGS_FILE = Path(os.environ.get("SPECWATCH_COMPOSE_TIMINGS", "/tmp/specwatch-
 # (dashboard, panel title) -> why it may stay empty in the composed cpu stack.
 _NO_PROFILE = ("needs a cost profile measured on this hardware (specwatch calibrate; the exporter's --cost-profile) "
                "or a baseline server beside the speculative one: the compose file ships neither by design, since "
-               "another machine's profile would turn a guess into a 'measured' speedup (docs/cost.md)")
+               "another machine's profile would turn a guess into a live (measured or calibrated) speedup (docs/cost.md)")
 EXPECTED_EMPTY = {
     ("load-test.json", "Measured speedup by concurrency"):
         "needs a baseline (no speculation) server beside the speculative one; the cpu profile runs one "
         "CPU vLLM (2 cores) and no baseline",
-    ("speculative-decoding.json", "Measured speedup"): _NO_PROFILE,
-    ("speculative-decoding.json", "Measured speedup over time"): _NO_PROFILE,
+    ("speculative-decoding.json", "Live speedup at the current k"): _NO_PROFILE,
+    ("speculative-decoding.json", "Live speedup at the current k over time"): _NO_PROFILE,
     ("speculative-decoding.json", "Method and drafter"):
         "comes from the exporter's --upstream ...,method=,drafter= options or --speculative-method/--drafter (vLLM's "
         "/metrics does not say which method runs); the compose file leaves them unset",

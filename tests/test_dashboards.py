@@ -578,7 +578,8 @@ def test_speculative_decoding_covers_vllm_dashboard_and_more(dashboards):
                   "Draft acceptance rate by upstream and engine", "Token flow: proposed, accepted, rejected",
                   "Inter-token latency (per engine step)"):
         assert title in titles
-    for needle in ("position_conditional_acceptance_rate", "expected_acceptance_length", "specwatch_speedup", "basis=\\\"measured\\\"",
+    for needle in ("position_conditional_acceptance_rate", "expected_acceptance_length", "specwatch_speedup",
+                   "specwatch_speedup_lower", "specwatch_speedup_upper", "basis=~\\\"measured|calibrated\\\"",
                    "kv_cache_usage_perc", "vllm_num_requests_running", "vllm_num_requests_waiting",
                    "request_time_per_output_token_seconds", "specwatch_num_speculative_tokens",
                    "specwatch_bench_active", "specwatch_bench_in_flight_requests", ":p99_"):
@@ -598,6 +599,56 @@ def test_choosing_k_and_load_test_contents(dashboards):
     for needle in ('role=\\"baseline\\"', 'role=\\"speculative\\"', "specwatch_bench_ttft_seconds_bucket",
                    "specwatch_bench_tpot_seconds_bucket", "specwatch_bench_output_throughput_tokens_per_second"):
         assert needle in lt, needle
+
+
+def test_speedup_panels_show_the_interval_and_basis(dashboards):
+    """Every panel that shows specwatch_speedup shows its interval's ends beside it (the bar gauge per k
+    excepted: bars cannot), each legend names the basis, and the time series draw the ends dashed."""
+    seen = 0
+    for name, d in dashboards.items():
+        for p in panels(d):
+            exprs = [t["expr"] for t in p.get("targets") or []]
+            if not any(promql.metric_names(e) & {"specwatch_speedup"} for e in exprs) or p["type"] == "bargauge":
+                continue
+            seen += 1
+            names = set().union(*(promql.metric_names(e) for e in exprs))
+            assert {"specwatch_speedup_lower", "specwatch_speedup_upper"} <= names, (name, p["title"])
+            for t in p["targets"]:
+                assert "{{basis}}" in t["legendFormat"], (name, p["title"], t["legendFormat"])
+            if p["type"] == "timeseries":
+                [override] = p["fieldConfig"]["overrides"]
+                pattern = re.compile(override["matcher"]["options"])
+                dashed = {t["refId"] for t in p["targets"] if pattern.search(t["legendFormat"])}
+                assert dashed == {t["refId"] for t in p["targets"]
+                                  if promql.metric_names(t["expr"]) & {"specwatch_speedup_lower", "specwatch_speedup_upper"}}
+    assert seen >= 4
+
+
+def test_verdict_stat_names_every_verdict(dashboards):
+    """The verdict stat maps every verdict the exporter serves (specwatch.specdecode.decision.VERDICTS)
+    to a number, and every number back to a word and a colour (pays green, loses red)."""
+    from specwatch.specdecode.decision import VERDICTS
+
+    ck = dashboards["choosing-k.json"]
+    [p] = [p for p in panels(ck) if p["title"] == "Does speculation pay at the current k?"]
+    [t] = p["targets"]
+    assert set(re.findall(r'verdict="([a-z_]+)"', t["expr"])) == set(VERDICTS)
+    [mapping] = p["fieldConfig"]["defaults"]["mappings"]
+    texts = {v["text"]: (k, v["color"]) for k, v in mapping["options"].items()}
+    assert texts == {"pays": ("1", "green"), "cannot tell": ("0", "orange"), "loses": ("-1", "red")}
+    assert "{{basis}}" in t["legendFormat"]
+
+
+def test_recommended_k_names_the_withheld_reasons(dashboards):
+    """The Recommended k stat explains every reason of specwatch_recommendation_withheld
+    (MixinConfig's WITHHELD_REASONS) and no longer the blanket ragged_drafts one."""
+    from specwatch.mixin.config import WITHHELD_REASONS
+
+    [p] = [p for p in panels(dashboards["choosing-k.json"]) if p["title"] == "Recommended k"]
+    for reason in WITHHELD_REASONS:
+        assert f"{reason}:" in p["description"], reason
+    assert 'reason=\\"ragged_drafts' not in json.dumps(dashboards) and "ragged_drafts" not in p["description"]
+    assert "{{reason}}" in p["targets"][1]["legendFormat"]
 
 
 def test_selectors_come_from_mixin_config(dashboards):

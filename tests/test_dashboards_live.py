@@ -221,7 +221,8 @@ def test_panel_returns_data(stack, dashboard, title):
         return
     assert has_data, f"{dashboard}: panel {title!r} returned no data: {[t['expr'] for t in panel['targets']]}"
     for t, r in zip(panel["targets"], results):  # and each target on its own, unless it is a baseline one
-        # (or the withheld-recommendation target, which has samples only while drafts are ragged)
+        # (or the withheld-recommendation target, which has samples only while the recommended k is withheld:
+        # an uncertain choice, too little data in the window)
         if 'role="baseline"' not in t["expr"] and "specwatch_recommendation_withheld" not in t["expr"]:
             assert _finite(r), f"{dashboard}: {title!r} target {t['refId']} returned no data: {t['expr']}"
 

@@ -280,7 +280,8 @@ def test_mixin_config_rejects_bad_values():
 @needs_promtool
 def test_speedup_alerts_read_the_configured_exporter_window(tmp_path):
     """With exporter_window 1m the net-negative and drift alerts read the exporter's 1m series and
-    ignore its 5m ones (which say the opposite here)."""
+    ignore its 5m ones (which say the opposite here): the upper end of the current k's speedup
+    interval (basis calibrated) and the drift at a k the profile measured (basis profile)."""
     cfg = MixinConfig(exporter_window="1m")
     (tmp_path / "a.yml").write_text(generate.render_alerts(cfg))
     (tmp_path / "r.yml").write_text(generate.render_rules(cfg))
@@ -291,10 +292,10 @@ def test_speedup_alerts_read_the_configured_exporter_window(tmp_path):
             "interval": "1m",
             "input_series": [
                 {"series": f"specwatch_drafts_total{{{lab}}}", "values": "0+120x40"},
-                {"series": f'specwatch_speedup{{{lab}, window="1m", k="4", basis="measured"}}', "values": "0.7x40"},
-                {"series": f'specwatch_speedup{{{lab}, window="5m", k="4", basis="measured"}}', "values": "1.5x40"},
-                {"series": f'specwatch_cost_profile_error_ratio{{{lab}, window="1m"}}', "values": "2x40"},
-                {"series": f'specwatch_cost_profile_error_ratio{{{lab}, window="5m"}}', "values": "1x40"},
+                {"series": f'specwatch_speedup_upper{{{lab}, window="1m", k="4", basis="calibrated"}}', "values": "0.7x40"},
+                {"series": f'specwatch_speedup_upper{{{lab}, window="5m", k="4", basis="calibrated"}}', "values": "1.5x40"},
+                {"series": f'specwatch_cost_profile_error_ratio{{{lab}, window="1m", basis="profile"}}', "values": "2x40"},
+                {"series": f'specwatch_cost_profile_error_ratio{{{lab}, window="5m", basis="profile"}}', "values": "1x40"},
             ],
             "promql_expr_test": [
                 {"expr": 'ALERTS{alertstate="firing", alertname=~"SpecwatchSpeculationNetNegative|SpecwatchCostProfileDrift"}', "eval_time": "30m",
@@ -302,7 +303,8 @@ def test_speedup_alerts_read_the_configured_exporter_window(tmp_path):
                      {"labels": 'ALERTS{alertname="SpecwatchSpeculationNetNegative", alertstate="firing", severity="warning", '
                                 'job="specwatch", upstream="u", model_name="m", engine="0"}', "value": 1},
                      {"labels": 'ALERTS{alertname="SpecwatchCostProfileDrift", alertstate="firing", severity="warning", '
-                                'job="specwatch", instance="e:1", upstream="u", model_name="m", engine="0", window="1m"}',
+                                'job="specwatch", instance="e:1", upstream="u", model_name="m", engine="0", window="1m", '
+                                'basis="profile"}',
                       "value": 1}]},
             ],
         }],
@@ -328,6 +330,30 @@ def test_must_not_fire_cases_depend_on_their_guard(tmp_path, change, alert):
     shutil.copytree(PROM, out)
     cfg = dataclasses.replace(MixinConfig(), **change)
     (out / "rules" / "specwatch-alerts.yml").write_text(generate.render_alerts(cfg))
+    r = promtool("test", "rules", str(out / "tests" / "specwatch-alerts.test.yml"))
+    assert r.returncode == 1
+    failed = set(re.findall(r"alertname: (\w+)", r.stdout + r.stderr))
+    assert failed == {alert}, r.stdout + r.stderr
+
+
+@needs_promtool
+@pytest.mark.parametrize("old, new, alert", [
+    # the point value instead of the interval's upper end: "unsure" (0.85, upper 1.05) would fire
+    ("specwatch_speedup_upper{", "specwatch_speedup{", "SpecwatchSpeculationNetNegative"),
+    # every basis instead of the current k's live ones: "guess" (basis default, upper 0.8) would fire
+    ('basis=~"measured|calibrated", ', "", "SpecwatchSpeculationNetNegative"),
+    # drift at any basis: "interp" (2.0 at basis extrapolated) would fire
+    ('basis="profile", ', "", "SpecwatchCostProfileDrift"),
+])
+def test_must_not_fire_cases_depend_on_the_interval_and_basis(tmp_path, old, new, alert):
+    """Reading the point value, or dropping a basis matcher, makes the committed alert tests fail on
+    that alert: the interval and basis cases are not vacuous."""
+    out = tmp_path / "prometheus"
+    shutil.copytree(PROM, out)
+    alerts = out / "rules" / "specwatch-alerts.yml"
+    text = alerts.read_text()
+    assert old in text, old
+    alerts.write_text(text.replace(old, new))
     r = promtool("test", "rules", str(out / "tests" / "specwatch-alerts.test.yml"))
     assert r.returncode == 1
     failed = set(re.findall(r"alertname: (\w+)", r.stdout + r.stderr))

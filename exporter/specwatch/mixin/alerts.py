@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specwatch.mixin.config import UPSTREAM_ENGINE, MixinConfig
+from specwatch.mixin.config import CURRENT_K_BASES, DRIFT_MEASURED_BASIS, UPSTREAM_ENGINE, MixinConfig
 from specwatch.mixin.rules import ACCEPTED, DRAFT_TOKENS, RuleGroup, selector
 
 UE = "job, upstream, model_name, engine"
@@ -47,14 +47,23 @@ class AlertRule:
         }
 
 
+def _quoted(value: str) -> str:
+    """``value`` as a PromQL string literal (double quotes; ``"`` and ``\\`` escaped)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def alert_rules(cfg: MixinConfig) -> tuple[AlertRule, ...]:
     """The seven Specwatch* alerts, in the order of prometheus/runbook.md."""
     w = cfg.rate_window
     exp = cfg.exporter_selector
     ew = cfg.exporter_window
-    measured = selector(exp, 'basis="measured"', f'window="{ew}"')
-    speedup = f"max by ({UE}) (specwatch_speedup{measured})"
-    drift = f"specwatch_cost_profile_error_ratio{selector(exp, f'window={chr(34)}{ew}{chr(34)}')}"
+    live = "|".join(CURRENT_K_BASES)
+    in_window = f'window="{ew}"'
+    # the upper end of the 95 % interval of the speedup at the server's current k (the only k with
+    # basis measured or calibrated); max over exporter instances: every one must say "loses"
+    upper = f"max by ({UE}) (specwatch_speedup_upper{selector(exp, 'basis=~' + _quoted(live), in_window)})"
+    # drift only where the profile measured the live k (basis extrapolated: interpolated k or b)
+    drift = f"specwatch_cost_profile_error_ratio{selector(exp, 'basis=' + _quoted(DRIFT_MEASURED_BASIS), in_window)}"
     drafts = cfg.rate_rule(UPSTREAM_ENGINE, "specwatch_drafts")
     draft_tokens = cfg.rate_rule(UPSTREAM_ENGINE, "specwatch_draft_tokens")
     acceptance = cfg.ratio_rule(UPSTREAM_ENGINE, "specwatch_draft_acceptance_rate")
@@ -68,19 +77,18 @@ def alert_rules(cfg: MixinConfig) -> tuple[AlertRule, ...]:
     alerts = [
         AlertRule(
             alert="SpecwatchSpeculationNetNegative",
-            expr=(f"(\n  {speedup} < {cfg.net_negative_speedup_threshold:g}\n)\n"
+            expr=(f"(\n  {upper} < {cfg.net_negative_speedup_threshold:g}\n)\n"
                   f"and on ({UE})\n({drafts} > {cfg.net_negative_min_drafts_per_second:g})"),
             for_=cfg.net_negative_for,
             severity="warning",
-            summary="Speculative decoding is measured to be slower than plain decoding.",
+            summary="Speculative decoding loses throughput: even the upper end of the speedup's interval is below 1.",
             description=(
-                f"Measured speedup of speculative decoding on {where} is "
-                "{{ $value | printf \"%.2f\" }}x over the exporter's " + ew + " window (the server's live "
-                "decode speed against a baseline server's, or against the cost profile's plain step time at "
-                f"the live batch size), below {cfg.net_negative_speedup_threshold:g} for {cfg.net_negative_for}. "
-                "Speculation is costing throughput: lower num_speculative_tokens or turn it off at this load."),
-            comment=(f"Measured speedup (specwatch_speedup{{basis=\"measured\"}}) < {cfg.net_negative_speedup_threshold:g} "
-                     f"for {cfg.net_negative_for} while drafting: speculation costs more than it saves."),
+                f"On {where} the speedup of speculative decoding at the server's current k is at most "
+                "{{ $value | printf \"%.2f\" }}x (the upper end of its 95 % interval, basis measured or calibrated, "
+                f"exporter window {ew}), below {cfg.net_negative_speedup_threshold:g} for {cfg.net_negative_for} while drafting. "
+                "Speculation is costing throughput at this load: lower num_speculative_tokens or turn it off."),
+            comment=(f"Upper end of the speedup's 95 % interval at the current k (specwatch_speedup_upper{{basis=~\"{live}\"}}) "
+                     f"< {cfg.net_negative_speedup_threshold:g} for {cfg.net_negative_for} while drafting: speculation loses."),
         ),
         AlertRule(
             alert="SpecwatchCostProfileDrift",
@@ -91,11 +99,14 @@ def alert_rules(cfg: MixinConfig) -> tuple[AlertRule, ...]:
             summary="Live step times no longer match the cost profile: recalibrate.",
             description=(
                 f"On {where} the live step time is " + "{{ $value | printf \"%.2f\" }}" + " x what the cost "
-                f"profile predicts at the live batch size and k (exporter window {ew}), off by more than "
-                f"{cfg.cost_profile_error_tolerance:.0%} for {cfg.cost_profile_drift_for}. New hardware, model, "
-                "drafter or vLLM version? Speedups with basis profile are off by as much: run specwatch calibrate."),
-            comment=(f"specwatch_cost_profile_error_ratio outside [1/{1 + cfg.cost_profile_error_tolerance:g}, "
-                     f"{1 + cfg.cost_profile_error_tolerance:g}] for {cfg.cost_profile_drift_for}."),
+                "profile measured at the live batch size, drafted tokens per step and context (exporter window "
+                f"{ew}), off by more than {cfg.cost_profile_error_tolerance:.0%} for {cfg.cost_profile_drift_for}. "
+                "New hardware, model, drafter, vLLM version or load? Calibrated and what-if speedups assume the "
+                "profile's relative costs still hold, and their intervals widen with the drift: run specwatch "
+                "calibrate on this server, or add a baseline upstream for a measured speedup."),
+            comment=(f"specwatch_cost_profile_error_ratio{{basis=\"{DRIFT_MEASURED_BASIS}\"}} (a k and b the profile measured) "
+                     f"outside [1/{1 + cfg.cost_profile_error_tolerance:g}, {1 + cfg.cost_profile_error_tolerance:g}] "
+                     f"for {cfg.cost_profile_drift_for}."),
         ),
         AlertRule(
             alert="SpecwatchAcceptanceCollapsed",

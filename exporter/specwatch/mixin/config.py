@@ -32,6 +32,16 @@ LEVEL_LABELS: dict[str, tuple[str, ...]] = {
     INSTANCE_ENGINE: ("job", "instance", "model_name", "engine"),
 }
 
+# Bases of the exporter's specwatch_speedup* series (specwatch.specdecode.costprofile): the server's
+# current k carries one of CURRENT_K_BASES (measured: against a baseline server's live decode
+# speed; calibrated: its live step against the profile's relative cost c = t / t0), every other k
+# profile, extrapolated or default. specwatch_cost_profile_error_ratio carries DRIFT_MEASURED_BASIS
+# where the profile measured the live k (extrapolated where it was interpolated or extrapolated).
+CURRENT_K_BASES: tuple[str, ...] = ("measured", "calibrated")
+DRIFT_MEASURED_BASIS = "profile"
+# Reasons of specwatch_recommendation_withheld (the exporter's), as the dashboards describe them.
+WITHHELD_REASONS: tuple[str, ...] = ("uncertain", "no_cost_curve", "default_contradicted", "insufficient_data")
+
 _SELECTOR_RE = re.compile(r'^\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"\s*'
                           r'(,\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"\s*)*$')
 
@@ -55,11 +65,13 @@ class MixinConfig:
     max_k: int = 16                # expected-acceptance-length rules for k = 1..max_k, conditional rates for positions < max_k
     # --- the exporter's window that the speedup and cost-profile alerts read (a --window of specwatch serve) ---
     exporter_window: str = "5m"
-    # --- SpecwatchSpeculationNetNegative (on the exporter's specwatch_speedup{basis="measured"}) ---
-    net_negative_speedup_threshold: float = 1.0   # fire when the measured speedup < this
+    # --- SpecwatchSpeculationNetNegative (on the exporter's specwatch_speedup_upper at the server's
+    # current k, basis measured or calibrated: the upper end of the speedup's 95 % interval) ---
+    net_negative_speedup_threshold: float = 1.0   # fire when the interval's upper end < this ("loses")
     net_negative_min_drafts_per_second: float = 0.1  # ...and there is traffic (drafts/s per engine)
     net_negative_for: str = "15m"
-    # --- SpecwatchCostProfileDrift (on the exporter's specwatch_cost_profile_error_ratio) ---
+    # --- SpecwatchCostProfileDrift (on the exporter's specwatch_cost_profile_error_ratio{basis="profile"}:
+    # only where the profile measured the live k; an interpolated or extrapolated drift never fires) ---
     cost_profile_error_tolerance: float = 0.25    # fire when live step time / profile is off by more than this
     cost_profile_drift_for: str = "15m"
     # --- SpecwatchAcceptanceCollapsed ---

@@ -21,7 +21,10 @@ Formulas (over the rate window, Δ = increase of the counter; see docs/metrics.m
   The per-position rate (and the conditional and what-if rules built on it) carries
   basis="exact" when the window's drafts were full, basis="lower_bound" when they were ragged
   (specwatch.specdecode.ragged; the exporter labels its own series the same way).
-  (speedup and cost-profile drift are the exporter's: specwatch_speedup{basis}, see docs/architecture.md)
+  (speedup, its 95 % interval, the verdict, the recommended k and the cost-profile drift are the
+  exporter's: specwatch_speedup{,_lower,_upper}{k,basis}, specwatch_speculation_verdict,
+  specwatch_cost_profile_error_ratio{basis}; one series per upstream, engine, window and k, so no
+  rule aggregates them: see docs/mixin.md and docs/architecture.md)
 """
 
 from __future__ import annotations
