@@ -600,3 +600,16 @@ def test_advise_cli_says_why_no_k_is_recommended_for_an_uncalibrated_drafter():
     assert r.exit_code == 0, r.output
     assert "no k recommended" in r.output and "no curve for method draft_model, drafter close" in r.output
     assert "SmolLM2-135M-Instruct" in r.output  # what the profile has
+
+
+def test_the_mixin_reads_the_bases_and_reasons_the_exporter_serves():
+    """The alerts and dashboards name bases and withheld reasons as strings (mixin/config.py); they
+    must be the exporter's own (specdecode.costprofile / speedup / decision)."""
+    from specwatch.mixin import config as mixin_config
+    from specwatch.specdecode import decision, speedup
+    from specwatch.specdecode.costprofile import BASES
+
+    assert set(mixin_config.CURRENT_K_BASES) == {MEASURED, CALIBRATED} and set(mixin_config.CURRENT_K_BASES) <= set(BASES)
+    assert mixin_config.DRIFT_MEASURED_BASIS == PROFILE
+    assert set(mixin_config.WITHHELD_REASONS) == {decision.REASON_UNCERTAIN, speedup.REASON_INSUFFICIENT_DATA,
+                                                   speedup.REASON_NO_COST_CURVE, speedup.REASON_DEFAULT_CONTRADICTED}
