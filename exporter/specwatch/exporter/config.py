@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 from specwatch.common.defaults import EXPORTER_PORT
+from specwatch.common.labels import MAX_METHOD_CHARS, BadLabelValue, check_label_value
 from specwatch.common.params import parse_duration
 from specwatch.specdecode.costprofile import CostProfile, CostProfileError, load_profile
 
@@ -128,6 +129,11 @@ def parse_upstream(spec: str) -> Upstream:
             raise ConfigError(f"upstream {spec!r}: option {key} given twice")
         if not _OPTION_VALUE_RE.match(value):
             raise ConfigError(f"upstream {spec!r}: option {key}: expected a non-empty value without spaces, commas or '='")
+        if key in ("method", "drafter"):
+            try:
+                check_label_value(value, what=f"upstream {spec!r}: option {key}", max_len=MAX_METHOD_CHARS)
+            except BadLabelValue as exc:
+                raise ConfigError(str(exc)) from None
         if key == "server_info" and value not in ("on", "off"):
             raise ConfigError(f"upstream {spec!r}: option server_info: expected on or off, got {value!r}")
         options[key] = value
@@ -162,6 +168,23 @@ def _parse_upstream_url(spec: str, head: str) -> Upstream:
     if not _NAME_RE.match(name):
         raise ConfigError(f"upstream name {name!r}: use 1-100 letters, digits or _.:-")
     return Upstream(name=name, metrics_url=metrics_url)
+
+
+_SPACED_NAME_RE = re.compile(r"^\s*([^\s=,:/]+(?:\s+[^\s=,:/]+)+)\s*=")
+
+
+def split_upstreams(values: list[str] | tuple[str, ...]) -> list[str]:
+    """The ``--upstream`` values, each split on whitespace (one value may list several upstreams,
+    as ``SPECWATCH_UPSTREAMS`` does). Raises :class:`ConfigError` naming the whole name when a
+    value reads as ``NAME=URL`` with spaces in NAME (``'my spec=http://…'``), instead of an error
+    about its first word."""
+    out: list[str] = []
+    for value in values:
+        m = _SPACED_NAME_RE.match(value)
+        if m is not None:
+            raise ConfigError(f"upstream name {m.group(1)!r}: use 1-100 letters, digits or _.:- (no spaces)")
+        out.extend(value.split())
+    return out
 
 
 def parse_window(spec: str) -> Window:
@@ -216,6 +239,12 @@ def build_config(
     """Validate raw CLI values into an :class:`ExporterConfig`; raises :class:`ConfigError`."""
     if not upstreams:
         raise ConfigError("at least one --upstream is required")
+    for flag, value in (("--speculative-method", speculative_method), ("--drafter", drafter)):
+        if value is not None:
+            try:
+                check_label_value(value, what=flag, max_len=MAX_METHOD_CHARS)
+            except BadLabelValue as exc:
+                raise ConfigError(str(exc)) from None
     ups = tuple(_with_defaults(parse_upstream(u), speculative_method, drafter) for u in upstreams)
     names = [u.name for u in ups]
     dup = {n for n in names if names.count(n) > 1}

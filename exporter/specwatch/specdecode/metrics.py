@@ -250,12 +250,38 @@ _V0_GAUGES = ("vllm:spec_decode_draft_acceptance_rate", "vllm:spec_decode_effici
 _SGLANG_GAUGES = ("spec_accept_length", "spec_accept_rate", "spec_cap_length", "spec_block_accept_length",
                   "spec_num_steps", "spec_num_draft_tokens")
 _NAN_MEANS_NONE = frozenset(_V0_GAUGES) | {"sglang:" + g for g in _SGLANG_GAUGES}
+#: The largest SGLang token-count gauge accepted (draft tokens, steps, accept and cap lengths are
+#: tokens per verify step: tens at most; a value beyond this is no SGLang reading).
+MAX_SGLANG_TOKENS = 4096
+#: Ranges of the gauges read (inclusive): a value outside is :class:`InvalidValueError`, as a
+#: negative counter is. ``spec_accept_length`` is 0 (no speculation: the gauge exists at 0) or
+#: at least 1 (the bonus token).
+_GAUGE_RANGES = {
+    **{g: (0.0, 1.0) for g in _V0_GAUGES},
+    "sglang:spec_accept_rate": (0.0, 1.0),
+    **{"sglang:" + g: (0.0, float(MAX_SGLANG_TOKENS)) for g in _SGLANG_GAUGES if g != "spec_accept_rate"},
+}
+#: A line that is no exposition line (sample, comment or blank): finds what makes a body no
+#: /metrics exposition (used only where a body yields nothing or looks cut).
+_NOT_EXPOSITION = re.compile(
+    r"^(?!#|[ \t]*$|[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{[^\n]*\})?[ \t]+[^ \t\n]+(?:[ \t]+[^ \t\n]+)?[ \t]*$).+", re.M)
+
+
+def find_non_exposition_line(text: str) -> str | None:
+    """The first line of ``text`` that is neither a sample (``name{labels} value [timestamp]``),
+    a comment nor blank, or None. One regular-expression scan."""
+    m = _NOT_EXPOSITION.search(text)
+    return None if m is None else m.group()
+
+
+_UNPRINTABLE = re.compile(r"[^\x20-\x7e\u2026]")  # "…" marks a cut
 
 
 def clip(text: str, limit: int = 200) -> str:
-    """``text`` made safe for one log line: non-ASCII and control characters escaped
-    (``\\r``, ``\\x1b``…), cut to about ``limit`` characters (``…`` marks a cut)."""
-    out = ascii(text[: limit * 2])[1:-1]
+    """``text`` made safe for one log line: every character that is not printable ASCII escaped
+    once (``\\r``, ``\\x1b``, ``\\u00e9``…; a backslash is left as it is, so clipping a clipped
+    text changes nothing), cut to about ``limit`` characters (``…`` marks a cut)."""
+    out = _UNPRINTABLE.sub(lambda m: ascii(m.group())[1:-1], text[: limit * 2])
     return out if len(out) <= limit and len(text) <= limit * 2 else out[:limit] + "…"
 
 
@@ -316,6 +342,12 @@ def _read_samples(text: str, max_lines: int) -> list[tuple[str, dict[str, str], 
                 raise InvalidValueError(f"{where} has a non-finite value {value!r}")
             if value < 0:
                 raise InvalidValueError(f"{where} is negative ({value:g})")
+            rng = _GAUGE_RANGES.get(s.name)
+            if rng is not None and (not rng[0] <= value <= rng[1]
+                                    or (s.name == "sglang:spec_accept_length" and 0 < value < 1)):
+                raise InvalidValueError(f"{where} is {value:g}: outside its range "
+                                        f"({'0 or 1' if s.name == 'sglang:spec_accept_length' else f'{rng[0]:g}'}"
+                                        f" to {rng[1]:g})")
             ident = (s.name, tuple(sorted(s.labels.items())))
             if ident in seen:
                 raise InvalidValueError(f"{where} is repeated")
@@ -353,8 +385,18 @@ def parse_metrics(text: str, *, max_bytes: int = DEFAULT_MAX_BODY_BYTES,
     samples = _read_samples(text, max_lines)
 
     names = {name for name, _, _ in samples}
+    if not samples:
+        bad = find_non_exposition_line(text)
+        if bad is not None:
+            raise MetricsParseError(f"not a /metrics exposition: a line reads '{clip(bad, 80)}'")
     start = next((v for n, _, v in samples if n == "process_start_time_seconds"), None)
     snap = _dispatch(samples, names)
+    for key in list(snap.counters) + list(snap.steps) + list(snap.running_requests) + list(snap.sglang_gauges):
+        for part in key:
+            try:
+                part.encode("utf-8")
+            except UnicodeEncodeError:
+                raise MetricsParseError(f"a label value is not UTF-8 text: {clip(part, 80)}") from None
     if start is not None:
         snap = dataclasses.replace(snap, process_start_time=start)
     return snap
@@ -362,6 +404,12 @@ def parse_metrics(text: str, *, max_bytes: int = DEFAULT_MAX_BODY_BYTES,
 
 def _dispatch(samples, names) -> UpstreamSnapshot:
     if any(n.startswith("sglang:") for n in names):
+        other = sorted(n for n in names if n.startswith(("vllm:", "llamacpp:")))
+        if other:
+            # one URL, one server: a body of both is an aggregator or a misconfiguration, and
+            # reading either half alone would hide the other one behind up 1
+            raise MetricsParseError(f"the body mixes SGLang (sglang:) and vLLM/llama.cpp ({clip(other[0], 80)}, …) "
+                                    "series: point each --upstream at one server")
         return _parse_sglang(samples, names)
     for prefix, schema in (("vllm:", "v1"), ("llamacpp:", "llamacpp")):
         if prefix + _V1_NAMES["drafts"] in names:
