@@ -76,8 +76,9 @@ class ExporterConfig:
     defaults of every upstream's method and drafter (each :class:`Upstream` carries the resolved
     pair; they pick the profile's curve, default: its first). ``min_fetch_interval``: scrapes within this many
     seconds after a fetch round share it. Listener limits (:mod:`specwatch.exporter.listener`):
-    ``max_requests`` /metrics requests served at once (more get 503), ``max_connections`` open
-    connections (more are closed at once), ``request_timeout`` seconds to receive a request's
+    ``max_requests`` /metrics requests served at once (more get 503), ``max_connections``
+    connections still sending their request head (a newcomer beyond evicts the longest-waiting
+    one; ``max_requests`` more for connections being answered), ``request_timeout`` seconds to receive a request's
     line and headers, and to send the answer.
     """
 

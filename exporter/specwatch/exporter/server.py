@@ -203,7 +203,8 @@ class FlagError(click.ClickException):
 @click.option("--max-requests", type=int, default=40, show_default=True,
               help="Most /metrics requests served at once; more get 503 (like node_exporter's --web.max-requests).")
 @click.option("--max-connections", type=int, default=200, show_default=True,
-              help="Most open connections to the listener; more are answered 503 and closed at once.")
+              help="Most connections still sending their request head; a newcomer beyond it takes the place of the "
+                   "one that has waited longest (else 503). Up to --max-requests more serve answered requests.")
 @click.option("--request-timeout", type=float, default=10.0, show_default=True,
               help="Seconds a client has to send its request line and headers (in total), and to take the answer.")
 @click.option("--once", is_flag=True, help="Scrape once, print the exposition to stdout and exit: status 0 when at "
