@@ -31,7 +31,9 @@ An upstream configured with ``,server_info=on`` also gets its dev-mode
 its own host and port, never a URL from a request) after a successful /metrics fetch, within what is
 left of the same deadline, at most every :data:`SERVER_INFO_REFRESH_SECONDS` (after a failure every
 :data:`SERVER_INFO_RETRY_SECONDS`). Its failure never fails the upstream: the last good answer is
-kept and the failure is logged.
+kept and the failure is logged. Any exception while reading or parsing it (JSON nested too deeply,
+a method or drafter that cannot be a label value: :mod:`specwatch.common.labels`) is such a
+failure, and the retry interval applies after it.
 """
 
 from __future__ import annotations

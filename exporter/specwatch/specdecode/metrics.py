@@ -373,8 +373,13 @@ def parse_metrics(text: str, *, max_bytes: int = DEFAULT_MAX_BODY_BYTES,
     with more than :data:`MAX_LABELS_PER_LINE` labels, more than :data:`MAX_READ_CHARS` of them in
     all (these bound the parser's cost; see :data:`MAX_LINE_CHARS`), does not parse, holds no ``vllm:``/``llamacpp:`` sample
     at all (an HTML page, an unrelated exporter), or has an incomplete spec-decode schema (e.g.
-    drafts without accepted tokens, a gap in the positions); :class:`InvalidValueError` (a
-    subclass) when a value it reads is NaN/Inf, negative or a repeated series.
+    drafts without accepted tokens, a gap in the positions), holds no sample it reads and a line
+    that is no exposition line (:func:`find_non_exposition_line`), mixes SGLang and vLLM/llama.cpp
+    series (one URL is one server: reading either half alone would hide the other), or a label
+    value that is not UTF-8 text; :class:`InvalidValueError` (a subclass) when a value it reads is
+    NaN/Inf, negative, a repeated series, or a gauge outside its range (V0's rate and efficiency
+    and SGLang's ``spec_accept_rate`` 0–1, ``spec_accept_length`` 0 or at least 1, SGLang's
+    token gauges at most :data:`MAX_SGLANG_TOKENS`).
     """
     if len(text) > max_bytes:
         raise MetricsParseError(f"body of {len(text)} bytes exceeds the {max_bytes}-byte cap")
