@@ -101,7 +101,7 @@ class _Round:
         self.finished_at: float | None = None
         self.families: list[Metric] = []
         self.window_values: list[WindowValues] = []
-        self.rendered: dict[tuple, bytes] = {}  # exposition bytes per (content type, encoding)
+        self.rendered: dict[tuple, tuple[int, bytes]] = {}  # (HTTP status, body) per (content type, encoding)
         self.render_lock = threading.Lock()
 
     def collect(self) -> list[Metric]:
@@ -592,7 +592,7 @@ class _Families:
         self.sgl_verify = CounterMetricFamily("specwatch_sglang_verify_calls", f"{sgl}: verify steps of finished requests; copy of sglang:spec_verify_calls_total. Mean acceptance length across instances = sum(increase(generation_tokens) - increase(finished_requests)) / sum(increase(verify_calls)).", labels=E)
         self.sgl_rate = GaugeMetricFamily("specwatch_sglang_spec_accept_rate", f"{sgl} gauge sglang:spec_accept_rate passed through: accepted drafts / (verify steps x the configured draft width) of the last logged batch; wrong under adaptive speculation (the width varies); a most-recent value: cannot be windowed or summed.", labels=per)
         self.sgl_length = GaugeMetricFamily("specwatch_sglang_spec_accept_length", f"{sgl} gauge sglang:spec_accept_length passed through: tokens per verify step (bonus included) of the last logged batch; cannot be windowed or summed (specwatch_mean_acceptance_length is the windowed one).", labels=per)
-        self.sgl_gauge = GaugeMetricFamily("specwatch_sglang_spec_gauge", f"{sgl} speculative gauges passed through (spec_num_steps, spec_num_draft_tokens: the active configuration; spec_cap_length, spec_block_accept_length); most-recent values.", labels=per + ["gauge"])
+        self.sgl_gauge = GaugeMetricFamily("specwatch_sglang_spec_value", f"{sgl} speculative gauges passed through (spec_num_steps, spec_num_draft_tokens: the active configuration; spec_cap_length, spec_block_accept_length); most-recent values.", labels=per + ["gauge"])
         self.method_info = GaugeMetricFamily("specwatch_speculative_method_info", "Speculative method and drafter of the upstream as the operator stated them, with where: source=upstream_flag (the upstream's own ,method=/,drafter= options of --upstream) or flag (the exporter-wide --speculative-method/--drafter), server_info (the server's own dev-mode /server_info, read with ,server_info=on); vLLM publishes neither on /metrics nor on /v1/models; always 1.", labels=U + ["method", "drafter", "source"])
         self.not_derivable = GaugeMetricFamily("specwatch_not_derivable", "A specwatch series this upstream's /metrics cannot give, with the reason; always 1.", labels=U + ["series", "reason"])
         self.v0_efficiency = GaugeMetricFamily("specwatch_v0_spec_decode_efficiency", "vLLM V0 gauge vllm:spec_decode_efficiency = emitted / (draft_tokens / k x (k+1)).", labels=["upstream", "model_name"])
@@ -605,7 +605,57 @@ class _Families:
             mine[attr].samples.extend(s for s in fam.samples if math.isfinite(s.value))
 
     def all(self) -> Iterator[Metric]:
+        """Every family with samples (``specwatch_up`` and ``specwatch_build_info`` always); values
+        that are non-finite or outside their family's range (:data:`VALUE_RANGES`) are not served
+        (a value within 1e-6 relative of a bound is set to it: rounding in the upstream's text);
+        what was dropped is logged, one line per upstream."""
+        dropped: dict[str, list[str]] = {}
         for fam in vars(self).values():
-            fam.samples = [s for s in fam.samples if math.isfinite(s.value)]
+            rng = VALUE_RANGES.get(fam.name)
+            if rng is None:
+                fam.samples = [s for s in fam.samples if math.isfinite(s.value)]
+            else:
+                fam.samples = _in_range(fam, rng, dropped)
             if fam.samples or fam.name in ("specwatch_up", "specwatch_build_info"):
                 yield fam
+        for upstream, what in dropped.items():
+            log.warning("upstream %s: %d derived values outside their range not served (%s%s)", clip(upstream, 100),
+                        len(what), "; ".join(what[:3]), "; …" if len(what) > 3 else "")
+
+
+#: The range (inclusive) of every served ratio, length and speed; a value outside it is not served.
+_UNIT, _LENGTH, _NONNEG = (0.0, 1.0), (1.0, math.inf), (0.0, math.inf)
+VALUE_RANGES: dict[str, tuple[float, float]] = {
+    **{n: _UNIT for n in ("specwatch_draft_acceptance_rate", "specwatch_position_acceptance_rate",
+                          "specwatch_position_conditional_acceptance_rate", "specwatch_output_from_drafts_ratio",
+                          "specwatch_missing_draft_tokens_ratio", "specwatch_ragged_drafts",
+                          "specwatch_sglang_spec_accept_rate", "specwatch_v0_draft_acceptance_rate",
+                          "specwatch_v0_spec_decode_efficiency", "specwatch_cost_profile_applied",
+                          "specwatch_spec_decode_enabled", "specwatch_up")},
+    **{n: _LENGTH for n in ("specwatch_mean_acceptance_length", "specwatch_expected_acceptance_length")},
+    **{n: _NONNEG for n in ("specwatch_draft_tokens_per_draft", "specwatch_step_duration_seconds",
+                            "specwatch_engine_steps_per_second", "specwatch_running_requests",
+                            "specwatch_running_requests_per_step", "specwatch_request_decode_tokens_per_second",
+                            "specwatch_speedup", "specwatch_cost_profile_error_ratio",
+                            "specwatch_cost_profile_predicted_step_duration_seconds", "specwatch_num_speculative_tokens",
+                            "specwatch_recommended_num_speculative_tokens", "specwatch_sglang_spec_accept_length",
+                            "specwatch_sglang_spec_value", "specwatch_scrape_duration_seconds")},
+}
+
+
+def _in_range(fam: Metric, rng: tuple[float, float], dropped: dict[str, list[str]]) -> list:
+    lo, hi = rng
+    keep = []
+    for s in fam.samples:
+        v = s.value
+        if lo <= v <= hi:
+            keep.append(s)
+            continue
+        if math.isfinite(v):
+            tol = 1e-6 * max(1.0, abs(v))
+            if lo - tol <= v < lo or hi < v <= hi + tol:
+                keep.append(s._replace(value=lo if v < lo else hi))
+                continue
+            labels = ",".join(f"{k}={clip(x, 60)}" for k, x in sorted(s.labels.items()) if k != "upstream")
+            dropped.setdefault(s.labels.get("upstream", ""), []).append(f"{fam.name}{{{labels}}} {v:g}")
+    return keep

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 from specwatch.common.defaults import EXPORTER_PORT
+from specwatch.common.labels import MAX_METHOD_CHARS, BadLabelValue, check_label_value
 from specwatch.common.params import parse_duration
 from specwatch.specdecode.costprofile import CostProfile, CostProfileError, load_profile
 
@@ -75,8 +76,9 @@ class ExporterConfig:
     defaults of every upstream's method and drafter (each :class:`Upstream` carries the resolved
     pair; they pick the profile's curve, default: its first). ``min_fetch_interval``: scrapes within this many
     seconds after a fetch round share it. Listener limits (:mod:`specwatch.exporter.listener`):
-    ``max_requests`` /metrics requests served at once (more get 503), ``max_connections`` open
-    connections (more are closed at once), ``request_timeout`` seconds to receive a request's
+    ``max_requests`` /metrics requests served at once (more get 503), ``max_connections``
+    connections still sending their request head (a newcomer beyond evicts the longest-waiting
+    one; ``max_requests`` more for connections being answered), ``request_timeout`` seconds to receive a request's
     line and headers, and to send the answer.
     """
 
@@ -128,6 +130,11 @@ def parse_upstream(spec: str) -> Upstream:
             raise ConfigError(f"upstream {spec!r}: option {key} given twice")
         if not _OPTION_VALUE_RE.match(value):
             raise ConfigError(f"upstream {spec!r}: option {key}: expected a non-empty value without spaces, commas or '='")
+        if key in ("method", "drafter"):
+            try:
+                check_label_value(value, what=f"upstream {spec!r}: option {key}", max_len=MAX_METHOD_CHARS)
+            except BadLabelValue as exc:
+                raise ConfigError(str(exc)) from None
         if key == "server_info" and value not in ("on", "off"):
             raise ConfigError(f"upstream {spec!r}: option server_info: expected on or off, got {value!r}")
         options[key] = value
@@ -162,6 +169,23 @@ def _parse_upstream_url(spec: str, head: str) -> Upstream:
     if not _NAME_RE.match(name):
         raise ConfigError(f"upstream name {name!r}: use 1-100 letters, digits or _.:-")
     return Upstream(name=name, metrics_url=metrics_url)
+
+
+_SPACED_NAME_RE = re.compile(r"^\s*([^\s=,:/]+(?:\s+[^\s=,:/]+)+)\s*=")
+
+
+def split_upstreams(values: list[str] | tuple[str, ...]) -> list[str]:
+    """The ``--upstream`` values, each split on whitespace (one value may list several upstreams,
+    as ``SPECWATCH_UPSTREAMS`` does). Raises :class:`ConfigError` naming the whole name when a
+    value reads as ``NAME=URL`` with spaces in NAME (``'my spec=http://…'``), instead of an error
+    about its first word."""
+    out: list[str] = []
+    for value in values:
+        m = _SPACED_NAME_RE.match(value)
+        if m is not None:
+            raise ConfigError(f"upstream name {m.group(1)!r}: use 1-100 letters, digits or _.:- (no spaces)")
+        out.extend(value.split())
+    return out
 
 
 def parse_window(spec: str) -> Window:
@@ -216,6 +240,12 @@ def build_config(
     """Validate raw CLI values into an :class:`ExporterConfig`; raises :class:`ConfigError`."""
     if not upstreams:
         raise ConfigError("at least one --upstream is required")
+    for flag, value in (("--speculative-method", speculative_method), ("--drafter", drafter)):
+        if value is not None:
+            try:
+                check_label_value(value, what=flag, max_len=MAX_METHOD_CHARS)
+            except BadLabelValue as exc:
+                raise ConfigError(str(exc)) from None
     ups = tuple(_with_defaults(parse_upstream(u), speculative_method, drafter) for u in upstreams)
     names = [u.name for u in ups]
     dup = {n for n in names if names.count(n) > 1}

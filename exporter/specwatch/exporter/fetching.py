@@ -31,7 +31,9 @@ An upstream configured with ``,server_info=on`` also gets its dev-mode
 its own host and port, never a URL from a request) after a successful /metrics fetch, within what is
 left of the same deadline, at most every :data:`SERVER_INFO_REFRESH_SECONDS` (after a failure every
 :data:`SERVER_INFO_RETRY_SECONDS`). Its failure never fails the upstream: the last good answer is
-kept and the failure is logged.
+kept and the failure is logged. Any exception while reading or parsing it (JSON nested too deeply,
+a method or drafter that cannot be a label value: :mod:`specwatch.common.labels`) is such a
+failure, and the retry interval applies after it.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ from typing import Callable
 import aiohttp
 
 from specwatch.exporter.config import Upstream
-from specwatch.specdecode.metrics import MetricsParseError, UpstreamSnapshot, clip, parse_metrics
+from specwatch.specdecode.metrics import (MetricsParseError, UpstreamSnapshot, clip, find_non_exposition_line,
+                                         parse_metrics)
 from specwatch.specdecode.serverinfo import SpeculativeInfo, speculative_info
 
 log = logging.getLogger("specwatch.exporter")
@@ -106,6 +109,10 @@ def parse_server_info(text: str) -> SpeculativeInfo | None:
         return speculative_info(json.loads(text))
     except (ValueError, TypeError) as exc:  # json.JSONDecodeError is a ValueError
         raise FetchError("parse", f"/server_info: {exc}") from None
+    except RecursionError:
+        raise FetchError("parse", "/server_info: JSON nested too deeply") from None
+    except Exception as exc:  # noqa: BLE001 - whatever the body holds, one failed read
+        raise FetchError("parse", f"/server_info: {type(exc).__name__}: {exc}") from None
 
 
 def check_complete(text: str, content_type: str = "") -> None:
@@ -138,7 +145,15 @@ def parse_body(text: str, max_bytes: int, content_type: str = "") -> UpstreamSna
         snap = parse_metrics(text, max_bytes=max_bytes)
     except MetricsParseError as exc:
         raise FetchError(exc.reason, str(exc)) from None
-    check_complete(text, content_type)  # after the parse: a page that is no exposition is "parse"
+    try:
+        check_complete(text, content_type)  # after the parse: a page that is no exposition is "parse"
+    except FetchError:
+        # cut, or no exposition at all? Only a body whose complete lines are exposition lines
+        # was cut; anything else (an HTML page holding a "vllm:" line…) is "parse"
+        bad = find_non_exposition_line(text[: text.rfind("\n") + 1])
+        if bad is not None:
+            raise FetchError("parse", f"not a /metrics exposition: a line reads '{clip(bad, 80)}'") from None
+        raise
     return snap
 
 
@@ -356,6 +371,8 @@ class AsyncHttpRunner(FetchRunner):
             error = FetchError("timeout", f"no complete answer within {budget:.3g} s")
         except FetchError as exc:
             error = exc
+        except Exception as exc:  # noqa: BLE001 - a bad /server_info never fails the upstream
+            error = FetchError("parse", f"/server_info: {type(exc).__name__}: {exc}")
         self._server_info_done(upstream, time.monotonic(), info, error)
 
     def _start(self, upstream: Upstream) -> concurrent.futures.Future:

@@ -3,8 +3,14 @@
 A small HTTP/1.1 server (one request per connection, ``Connection: close``) that runs a WSGI app
 (:func:`specwatch.exporter.server.make_app`). Limits, all enforced by the clock or by counters:
 
-- at most ``max_connections`` open connections (one thread each); a connection beyond that is
-  answered ``503`` without reading and closed at once;
+- at most ``max_connections`` connections still *sending their request head* (line and headers;
+  one thread each). A new connection beyond that evicts the one that has waited longest for its
+  head — among those of the source address holding the most such connections, and only one
+  waiting at least :data:`EVICT_MIN_AGE` seconds — which is answered ``503`` and closed; when
+  none can be evicted the new connection is answered ``503`` without reading and closed;
+- up to ``max_requests`` more connections (the *reserve*) for those that completed their head
+  and are being answered: a full set of idle or half-sent connections never blocks a client
+  that sends its request at once (a scraper); beyond both, ``503`` at once;
 - at most ``max_requests`` ``/metrics`` requests served at once (like node_exporter's
   ``--web.max-requests``); more get ``503 Service Unavailable`` at once;
 - the request line and headers must arrive within ``request_timeout`` seconds in total (a
@@ -12,8 +18,13 @@ A small HTTP/1.1 server (one request per connection, ``Connection: close``) that
   (``431`` beyond); the answer must be taken within ``request_timeout`` seconds too;
 - the listen backlog is the system's ``SOMAXCONN`` (at most 1024); ``accept()`` failing for lack
   of file descriptors backs off for 50 ms instead of spinning;
-- IPv4 and IPv6 listen addresses (``[::]`` accepts both families where the system allows).
+- IPv4 and IPv6 listen addresses (``[::]`` accepts both families where the system allows);
+- a request the app cannot answer (an exception) is answered ``500`` and logged at warning level,
+  never closed without an answer.
 
+Why eviction and not only a cap or a shorter timeout (docs/exporter.md, "The listener"): a client
+that re-opens each connection as soon as it is answered keeps any fixed cap full, whatever the
+timeout, so the newcomer must be able to take the place of a connection that has had its chance.
 After a flood ends, held connections time out within ``request_timeout`` and the next scrape is
 answered normally.
 """
@@ -29,10 +40,18 @@ import threading
 import time
 from typing import Callable, Iterable
 
+from specwatch.specdecode.metrics import clip
+
 log = logging.getLogger("specwatch.exporter")
 
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-            408: "Request Timeout", 431: "Request Header Fields Too Large", 503: "Service Unavailable"}
+            408: "Request Timeout", 431: "Request Header Fields Too Large", 500: "Internal Server Error",
+            503: "Service Unavailable"}
+
+#: Seconds a connection must have waited for its request head before a newcomer may evict it
+#: (a client that sends its request right after connecting is never evicted; it also bounds how
+#: fast eviction can cycle: at most ``max_connections / EVICT_MIN_AGE`` evictions per second).
+EVICT_MIN_AGE = 0.1
 
 
 def _simple_response(code: int, text: str) -> bytes:
@@ -57,8 +76,13 @@ class Listener:
         self.max_header_bytes = max_header_bytes
         self.metrics_path = metrics_path
         self._requests = threading.BoundedSemaphore(max_requests)
+        self.max_open = max_connections + max_requests  # pending + the reserve for those answered
         self._conns = 0
         self._conns_lock = threading.Lock()
+        # connections still sending their head, oldest first: socket -> (source address, accepted at)
+        self._pending: dict[socket.socket, tuple[str, float]] = {}
+        self._pending_per_addr: dict[str, int] = {}
+        self.evicted = 0  # connections evicted so far (for tests and logs)
         self._stop = threading.Event()
         self._stopped = threading.Event()
         infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
@@ -84,7 +108,7 @@ class Listener:
         try:
             while not self._stop.is_set():
                 try:
-                    conn, _ = self.socket.accept()
+                    conn, peer = self.socket.accept()
                 except socket.timeout:
                     continue
                 except OSError as exc:
@@ -93,10 +117,18 @@ class Listener:
                     if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
                         time.sleep(0.05)  # out of descriptors: back off, never spin
                     continue
+                addr = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+                victim = None
                 with self._conns_lock:
-                    full = self._conns >= self.max_connections
+                    full = self._conns >= self.max_open
+                    if not full and len(self._pending) >= self.max_connections:
+                        victim = self._pick_victim(time.monotonic())
+                        full = victim is None
                     if not full:
                         self._conns += 1
+                        self._add_pending(conn, addr)
+                if victim is not None:
+                    self._evict(victim)
                 if full:
                     self._refuse(conn)
                     continue
@@ -105,9 +137,59 @@ class Listener:
                 except RuntimeError:  # cannot start a thread
                     with self._conns_lock:
                         self._conns -= 1
+                        self._drop_pending(conn)
                     self._refuse(conn)
         finally:
             self._stopped.set()
+
+    # ---- connections still sending their head (called with _conns_lock held) -----------------
+
+    def _add_pending(self, conn: socket.socket, addr: str) -> None:
+        self._pending[conn] = (addr, time.monotonic())
+        self._pending_per_addr[addr] = self._pending_per_addr.get(addr, 0) + 1
+
+    def _drop_pending(self, conn: socket.socket) -> bool:
+        """Forget ``conn`` as pending; False when it was not (evicted, or its head is complete)."""
+        got = self._pending.pop(conn, None)
+        if got is None:
+            return False
+        n = self._pending_per_addr[got[0]] - 1
+        if n:
+            self._pending_per_addr[got[0]] = n
+        else:
+            del self._pending_per_addr[got[0]]
+        return True
+
+    def _pick_victim(self, now: float) -> socket.socket | None:
+        """The pending connection a newcomer takes the place of: the longest-waiting one (at least
+        :data:`EVICT_MIN_AGE` s) of the source address holding the most pending connections,
+        else the longest-waiting one of any address; None when every one is younger."""
+        heaviest = max(self._pending_per_addr, key=self._pending_per_addr.__getitem__)
+        fallback = None
+        for conn, (addr, since) in self._pending.items():  # oldest first
+            if now - since < EVICT_MIN_AGE:
+                break
+            if addr == heaviest:
+                self._drop_pending(conn)
+                return conn
+            if fallback is None:
+                fallback = conn
+        if fallback is not None:
+            self._drop_pending(fallback)
+        return fallback
+
+    def _evict(self, conn: socket.socket) -> None:
+        """Answer 503 (without blocking) and shut ``conn`` down; its thread then ends and closes it."""
+        self.evicted += 1
+        try:
+            conn.send(_simple_response(503, "evicted: request head not sent in time while the listener is full"),
+                      socket.MSG_DONTWAIT)
+        except OSError:
+            pass
+        try:
+            conn.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
     def _refuse(self, conn: socket.socket) -> None:
         try:
@@ -158,7 +240,9 @@ class Listener:
         try:
             deadline = time.monotonic() + self.request_timeout
             head = self._read_head(conn, deadline)
-            if head is None:
+            with self._conns_lock:
+                still = self._drop_pending(conn)  # now answered from the reserve
+            if head is None or not still:  # gone, or evicted meanwhile
                 return
             if isinstance(head, int):
                 self._send(conn, _simple_response(head, _REASONS[head].lower()))
@@ -171,6 +255,7 @@ class Listener:
                 conn.close()
             finally:
                 with self._conns_lock:
+                    self._drop_pending(conn)
                     self._conns -= 1
 
     def _send(self, conn: socket.socket, data: bytes) -> None:
@@ -199,6 +284,10 @@ class Listener:
             return
         try:
             head, body = self._run_app(method, path, query, headers)
+        except Exception as exc:  # noqa: BLE001 - answer 500, never a silent close
+            log.warning("%s %s failed: %s: %s; answered HTTP 500", method, clip(path, 100), type(exc).__name__,
+                        clip(str(exc), 200))
+            head, body = b"", _simple_response(500, "internal error: see the exporter's log")
         finally:
             if limited:
                 self._requests.release()

@@ -11,15 +11,21 @@ import threading
 
 import click
 from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
 
 from specwatch import __version__
 from specwatch.exporter.collector import SpecwatchCollector, limit_malloc_arenas, release_memory
-from specwatch.exporter.config import DEFAULT_LISTEN_ADDRESS, ConfigError, ExporterConfig, build_config
+from specwatch.exporter.config import DEFAULT_LISTEN_ADDRESS, ConfigError, ExporterConfig, build_config, split_upstreams
 from specwatch.exporter.listener import Listener
 from specwatch.exporter.options import cost_options
+from specwatch.specdecode.metrics import clip
 
 log = logging.getLogger("specwatch.exporter")
+
+#: ``serve --once`` exit statuses besides 0 (at least one upstream up) and 2 (a bad flag).
+ONCE_ALL_DOWN = 3
+ONCE_RENDER_FAILED = 4
 
 
 def make_registry(config: ExporterConfig, **collector_kwargs) -> CollectorRegistry:
@@ -33,26 +39,89 @@ def make_registry(config: ExporterConfig, **collector_kwargs) -> CollectorRegist
     return registry
 
 
+#: The families answered with HTTP 500 when a round cannot be rendered (:func:`render_metrics`).
+SELF_METRICS = ("specwatch_up", "specwatch_build_info", "specwatch_scrape_duration_seconds",
+                "specwatch_upstream_fetch_errors", "specwatch_upstream_fetches")
+
+
+class _Families:
+    """A registry-like wrapper of a list of families (what the encoders read)."""
+
+    def __init__(self, families):
+        self.families = families
+
+    def collect(self):
+        return self.families
+
+
+def _render_self_metrics(rnd, encoder) -> bytes:
+    """The :data:`SELF_METRICS` families of ``rnd``, each rendered on its own (one that still fails
+    is left out; ``specwatch_build_info`` is rebuilt if need be, so the body is never empty)."""
+    parts = []
+    for fam in rnd.collect():
+        if fam.name in SELF_METRICS:
+            try:
+                parts.append(encoder(_Families([fam])))
+            except Exception:  # noqa: BLE001 - leave out what cannot be rendered
+                continue
+    if not parts:
+        info = GaugeMetricFamily("specwatch_build_info", "specwatch version; always 1.", labels=["version"])
+        info.add_metric([__version__], 1.0)
+        parts.append(encoder(_Families([info])))
+    if encoder is not generate_latest:  # OpenMetrics: one # EOF, at the end
+        parts = [p.replace(b"# EOF\n", b"") for p in parts] + [b"# EOF\n"]
+    return b"".join(parts)
+
+
 def render_metrics(collector: SpecwatchCollector, accept: str, accept_encoding: str) -> tuple[bytes, list]:
     """The exposition of the current fetch round as ``(body, headers)``, in the format the
     ``Accept`` header asks for (text 0.0.4 by default, OpenMetrics on request) and gzipped when
-    ``Accept-Encoding`` allows; rendered once per round and format, shared by every scrape."""
+    ``Accept-Encoding`` allows; rendered once per round and format, shared by every scrape.
+
+    A round that cannot be rendered (a bug: every label is checked where it enters) raises
+    :class:`RenderError` carrying the self-metrics body (:data:`SELF_METRICS`) and headers to
+    answer with HTTP 500; the failure is logged once per round at warning level."""
+    status, body, headers = render_round(collector, accept, accept_encoding)
+    if status != 200:
+        raise RenderError(body, headers)
+    return body, headers
+
+
+class RenderError(Exception):
+    """A round could not be rendered; ``body``/``headers``: the self-metrics to answer 500 with."""
+
+    def __init__(self, body: bytes, headers: list):
+        super().__init__("the exposition could not be rendered")
+        self.body = body
+        self.headers = headers
+
+
+def render_round(collector: SpecwatchCollector, accept: str, accept_encoding: str) -> tuple[int, bytes, list]:
+    """``(HTTP status, body, headers)`` of the current round (see :func:`render_metrics`): 200 and
+    the full exposition, or 500 and the self-metrics when the round cannot be rendered."""
     rnd = collector.current_round()
     encoder, content_type = choose_encoder(accept)
     use_gzip = "gzip" in (accept_encoding or "")
     key = (content_type, use_gzip)
     with rnd.render_lock:
-        body = rnd.rendered.get(key)
-        if body is None:
-            body = encoder(rnd)
+        got = rnd.rendered.get(key)
+        if got is None:
+            status = 200
+            try:
+                body = encoder(rnd)
+            except Exception as exc:  # noqa: BLE001 - answer 500 with the self-metrics, never a silent close
+                log.warning("the /metrics exposition could not be rendered (%s: %s); answering HTTP 500 with the "
+                            "self-metrics", type(exc).__name__, clip(str(exc), 200))
+                status, body = 500, _render_self_metrics(rnd, encoder)
             if use_gzip:
                 body = gzip.compress(body, compresslevel=5)
-            rnd.rendered[key] = body
+            got = rnd.rendered[key] = (status, body)
             release_memory()
+    status, body = got
     headers = [("Content-Type", content_type)]
     if use_gzip:
         headers.append(("Content-Encoding", "gzip"))
-    return body, headers
+    return status, body, headers
 
 
 def make_app(config: ExporterConfig, registry: CollectorRegistry):
@@ -91,9 +160,9 @@ def make_app(config: ExporterConfig, registry: CollectorRegistry):
             environ["QUERY_STRING"] = ""  # name[] filters are not offered
             if metrics_app is not None:
                 return metrics_app(environ, start_response)
-            body, headers = render_metrics(collector, environ.get("HTTP_ACCEPT", ""),
-                                           environ.get("HTTP_ACCEPT_ENCODING", ""))
-            start_response("200 OK", headers)
+            status, body, headers = render_round(collector, environ.get("HTTP_ACCEPT", ""),
+                                                 environ.get("HTTP_ACCEPT_ENCODING", ""))
+            start_response("200 OK" if status == 200 else "500 Internal Server Error", headers)
             return [body]
         if path in ("/", ""):
             start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
@@ -134,10 +203,13 @@ class FlagError(click.ClickException):
 @click.option("--max-requests", type=int, default=40, show_default=True,
               help="Most /metrics requests served at once; more get 503 (like node_exporter's --web.max-requests).")
 @click.option("--max-connections", type=int, default=200, show_default=True,
-              help="Most open connections to the listener; more are answered 503 and closed at once.")
+              help="Most connections still sending their request head; a newcomer beyond it takes the place of the "
+                   "one that has waited longest (else 503). Up to --max-requests more serve answered requests.")
 @click.option("--request-timeout", type=float, default=10.0, show_default=True,
               help="Seconds a client has to send its request line and headers (in total), and to take the answer.")
-@click.option("--once", is_flag=True, help="Scrape once, print the exposition to stdout and exit.")
+@click.option("--once", is_flag=True, help="Scrape once, print the exposition to stdout and exit: status 0 when at "
+              "least one upstream is up, 3 when every upstream is down, 4 when the exposition could not be rendered "
+              "(the self-metrics are printed then), 2 for a bad flag.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)
 def serve(upstreams, windows, listen_address, timeout_seconds, max_body_bytes, cost_profile, baseline_upstream,
@@ -150,8 +222,8 @@ def serve(upstreams, windows, listen_address, timeout_seconds, max_body_bytes, c
     if old_cost_a is not None or old_cost_b is not None:
         raise FlagError("--cost-per-draft-token(-per-running-request) are gone: step costs are measured now; "
                         "write a cost profile with specwatch calibrate and pass --cost-profile FILE")
-    ups = [u for spec in upstreams for u in spec.split()]
     try:
+        ups = split_upstreams(upstreams)
         config = build_config(ups, windows, listen_address, timeout_seconds, max_body_bytes,
                               cost_profile=cost_profile, baseline_upstream=baseline_upstream,
                               speculative_method=speculative_method, drafter=drafter,
@@ -162,7 +234,17 @@ def serve(upstreams, windows, listen_address, timeout_seconds, max_body_bytes, c
     limit_malloc_arenas()
     if once:
         registry = make_registry(config)
-        sys.stdout.write(generate_latest(registry).decode())
+        collector = registry.specwatch_collector
+        status, body, _ = render_round(collector, "", "")
+        sys.stdout.write(body.decode())
+        sys.stdout.flush()
+        collector.close()
+        if status != 200:
+            raise SystemExit(ONCE_RENDER_FAILED)
+        ups_up = [s.value for f in collector.latest_families() if f.name == "specwatch_up" for s in f.samples]
+        if not any(ups_up):
+            log.warning("every upstream is down (specwatch_up 0): exit status %d", ONCE_ALL_DOWN)
+            raise SystemExit(ONCE_ALL_DOWN)
         return
     try:
         httpd = Listener(config.listen_host, config.listen_port, None, max_requests=config.max_requests,

@@ -64,6 +64,9 @@ from typing import Any
 
 import yaml
 
+from specwatch.common.labels import MAX_METHOD_CHARS, MAX_PROFILE_NAME_CHARS, BadLabelValue, check_label_value
+from specwatch.common.safeyaml import YamlFileError, load_yaml_file
+
 FORMAT = 2
 #: Formats this reader accepts (1: absolute step times pooled over workloads, before 2026-12-01).
 READABLE_FORMATS = (1, 2)
@@ -463,6 +466,7 @@ def profile_from_dict(doc: Any, source: str = "<profile>") -> CostProfile:
     zero or non-finite step times, repeated points, too many points, a format-2 file whose
     ``points_total`` is missing or does not match (a file cut short)."""
     src = source
+    _check_strings_and_sizes(doc, src)
     if not isinstance(doc, dict):
         raise CostProfileError(f"{src}: not a specwatch cost profile (expected a YAML mapping)")
     _check_strings_and_sizes(doc, src)
@@ -483,7 +487,7 @@ def profile_from_dict(doc: Any, source: str = "<profile>") -> CostProfile:
     for key, v in prov.items():
         if not isinstance(key, str):
             raise CostProfileError(f"{src}: provenance: keys must be strings, got {key!r}"[:300])
-        if v is not None and not isinstance(v, (str, bool, int, float)):
+        if v is not None and not isinstance(v, (str, bool, int, float, _dt.date)):
             raise CostProfileError(f"{src}: provenance.{key}: expected a string, number, true/false or null")
     if "forward_only" in prov and not isinstance(prov["forward_only"], bool):
         raise CostProfileError(f"{src}: provenance.forward_only: expected true or false")
@@ -528,20 +532,13 @@ def profile_from_dict(doc: Any, source: str = "<profile>") -> CostProfile:
 
 def load_profile(path: str | Path) -> CostProfile:
     """Read and validate a cost profile file. Raises :class:`CostProfileError` (one line naming the
-    file and the field) when it is missing, unreadable, not YAML, or invalid."""
+    file and the field) when it is missing, not a regular file, over 1 MiB, unreadable, not YAML
+    (aliases refused), or invalid (:func:`specwatch.common.safeyaml.load_yaml_file`)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise CostProfileError(f"{p}: no such cost profile") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CostProfileError(f"{p}: cannot read the cost profile: {getattr(exc, 'strerror', None) or exc}") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise CostProfileError(f"{p}: not valid YAML{where}: {getattr(exc, 'problem', None) or exc}") from None
+        doc = load_yaml_file(p, what="cost profile")
+    except YamlFileError as exc:
+        raise CostProfileError(str(exc)) from None
     return profile_from_dict(doc, str(p))
 
 
@@ -562,14 +559,66 @@ def check_model(profile: CostProfile, served_model_name: str, *, what: str = "th
             "(specwatch calibrate)")
 
 
-def _check_strings_and_sizes(doc: Mapping[str, Any], src: str) -> None:
-    """Caps on a profile's size: at most :data:`MAX_POINTS` points in all."""
-    n = 0
-    plain = doc.get("plain")
-    if isinstance(plain, list):
-        n += len(plain)
-    spec = doc.get("speculative")
-    if isinstance(spec, list):
-        n += sum(len(c.get("points") or []) for c in spec if isinstance(c, dict) and isinstance(c.get("points"), list))
-    if n > MAX_POINTS:
-        raise CostProfileError(f"{src}: holds {n} points, more than the {MAX_POINTS} a cost profile may hold")
+#: Longest free-text provenance field (``how``), characters.
+MAX_HOW_CHARS = 8192
+#: Provenance fields that become labels of ``specwatch_cost_profile_info`` (None allowed for the
+#: optional ones).
+_LABEL_PROVENANCE = ("hardware", "model", "source", "served_model_name", "vllm_version")
+_OPTIONAL_PROVENANCE = ("served_model_name", "vllm_version")
+
+
+def _check_strings_and_sizes(doc: Any, src: str) -> None:
+    """Bound what a profile can put into labels and memory before it is validated field by field:
+    ``name`` (at most :data:`~specwatch.common.labels.MAX_PROFILE_NAME_CHARS`), the provenance
+    fields served as labels (at most :data:`~specwatch.common.labels.MAX_LABEL_CHARS`; typed:
+    strings, ``served_model_name``/``vllm_version`` also null), ``how`` (text, at most
+    :data:`MAX_HOW_CHARS`), every other provenance field a scalar, each curve's ``method`` and
+    ``drafter`` (at most :data:`~specwatch.common.labels.MAX_METHOD_CHARS`), and at most
+    :data:`MAX_POINTS` points in all: clean UTF-8 without control characters
+    (:func:`specwatch.common.labels.check_label_value`). Raises :class:`CostProfileError` naming
+    ``src`` and the field. Fields of the wrong shape are left to :func:`profile_from_dict`."""
+    if not isinstance(doc, dict):
+        return
+    try:
+        if isinstance(doc.get("name"), str):
+            check_label_value(doc["name"], what="name", max_len=MAX_PROFILE_NAME_CHARS)
+        prov = doc.get("provenance")
+        if isinstance(prov, dict):
+            for key, v in prov.items():
+                where = f"provenance.{key}"
+                if not isinstance(key, str):
+                    raise BadLabelValue(f"provenance: a key that is not a string ({key!r})"[:200])
+                if key in _LABEL_PROVENANCE:
+                    if v is None and key in _OPTIONAL_PROVENANCE:
+                        continue
+                    if not isinstance(v, str):
+                        raise BadLabelValue(f"{where}: expected a string{' or null' if key in _OPTIONAL_PROVENANCE else ''}, "
+                                            f"got {type(v).__name__}")
+                    check_label_value(v, what=where)
+                elif key == "how":
+                    if isinstance(v, str):
+                        check_label_value(v.replace("\n", " ").replace("\t", " "), what=where, max_len=MAX_HOW_CHARS)
+                elif key == "forward_only":
+                    continue  # typed by profile_from_dict
+                elif isinstance(v, str):
+                    check_label_value(v, what=where)
+                elif not (v is None or isinstance(v, (bool, int, float, _dt.date))):
+                    raise BadLabelValue(f"{where}: expected a string, number, true/false or null, got {type(v).__name__}")
+        n_points = len(doc["plain"]) if isinstance(doc.get("plain"), list) else 0
+        spec = doc.get("speculative")
+        if isinstance(spec, list):
+            for i, c in enumerate(spec):
+                if not isinstance(c, dict):
+                    continue
+                for key in ("method", "drafter"):
+                    if isinstance(c.get(key), str):
+                        check_label_value(c[key], what=f"speculative[{i}].{key}", max_len=MAX_METHOD_CHARS)
+                if isinstance(c.get("points"), list):
+                    n_points += len(c["points"])
+                if n_points > MAX_POINTS:
+                    break
+        if n_points > MAX_POINTS:
+            raise BadLabelValue(f"more than {MAX_POINTS} step points in all (plain and speculative): "
+                                "not a measured profile")
+    except BadLabelValue as exc:
+        raise CostProfileError(f"{src}: {exc}") from None

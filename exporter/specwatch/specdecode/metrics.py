@@ -259,12 +259,38 @@ _V0_GAUGES = ("vllm:spec_decode_draft_acceptance_rate", "vllm:spec_decode_effici
 _SGLANG_GAUGES = ("spec_accept_length", "spec_accept_rate", "spec_cap_length", "spec_block_accept_length",
                   "spec_num_steps", "spec_num_draft_tokens")
 _NAN_MEANS_NONE = frozenset(_V0_GAUGES) | {"sglang:" + g for g in _SGLANG_GAUGES}
+#: The largest SGLang token-count gauge accepted (draft tokens, steps, accept and cap lengths are
+#: tokens per verify step: tens at most; a value beyond this is no SGLang reading).
+MAX_SGLANG_TOKENS = 4096
+#: Ranges of the gauges read (inclusive): a value outside is :class:`InvalidValueError`, as a
+#: negative counter is. ``spec_accept_length`` is 0 (no speculation: the gauge exists at 0) or
+#: at least 1 (the bonus token).
+_GAUGE_RANGES = {
+    **{g: (0.0, 1.0) for g in _V0_GAUGES},
+    "sglang:spec_accept_rate": (0.0, 1.0),
+    **{"sglang:" + g: (0.0, float(MAX_SGLANG_TOKENS)) for g in _SGLANG_GAUGES if g != "spec_accept_rate"},
+}
+#: A line that is no exposition line (sample, comment or blank): finds what makes a body no
+#: /metrics exposition (used only where a body yields nothing or looks cut).
+_NOT_EXPOSITION = re.compile(
+    r"^(?!#|[ \t]*$|[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{[^\n]*\})?[ \t]+[^ \t\n]+(?:[ \t]+[^ \t\n]+)?[ \t]*$).+", re.M)
+
+
+def find_non_exposition_line(text: str) -> str | None:
+    """The first line of ``text`` that is neither a sample (``name{labels} value [timestamp]``),
+    a comment nor blank, or None. One regular-expression scan."""
+    m = _NOT_EXPOSITION.search(text)
+    return None if m is None else m.group()
+
+
+_UNPRINTABLE = re.compile(r"[^\x20-\x7e\u2026]")  # "…" marks a cut
 
 
 def clip(text: str, limit: int = 200) -> str:
-    """``text`` made safe for one log line: non-ASCII and control characters escaped
-    (``\\r``, ``\\x1b``…), cut to about ``limit`` characters (``…`` marks a cut)."""
-    out = ascii(text[: limit * 2])[1:-1]
+    """``text`` made safe for one log line: every character that is not printable ASCII escaped
+    once (``\\r``, ``\\x1b``, ``\\u00e9``…; a backslash is left as it is, so clipping a clipped
+    text changes nothing), cut to about ``limit`` characters (``…`` marks a cut)."""
+    out = _UNPRINTABLE.sub(lambda m: ascii(m.group())[1:-1], text[: limit * 2])
     return out if len(out) <= limit and len(text) <= limit * 2 else out[:limit] + "…"
 
 
@@ -325,6 +351,12 @@ def _read_samples(text: str, max_lines: int) -> list[tuple[str, dict[str, str], 
                 raise InvalidValueError(f"{where} has a non-finite value {value!r}")
             if value < 0:
                 raise InvalidValueError(f"{where} is negative ({value:g})")
+            rng = _GAUGE_RANGES.get(s.name)
+            if rng is not None and (not rng[0] <= value <= rng[1]
+                                    or (s.name == "sglang:spec_accept_length" and 0 < value < 1)):
+                raise InvalidValueError(f"{where} is {value:g}: outside its range "
+                                        f"({'0 or 1' if s.name == 'sglang:spec_accept_length' else f'{rng[0]:g}'}"
+                                        f" to {rng[1]:g})")
             ident = (s.name, tuple(sorted(s.labels.items())))
             if ident in seen:
                 raise InvalidValueError(f"{where} is repeated")
@@ -350,8 +382,13 @@ def parse_metrics(text: str, *, max_bytes: int = DEFAULT_MAX_BODY_BYTES,
     with more than :data:`MAX_LABELS_PER_LINE` labels, more than :data:`MAX_READ_CHARS` of them in
     all (these bound the parser's cost; see :data:`MAX_LINE_CHARS`), does not parse, holds no ``vllm:``/``llamacpp:`` sample
     at all (an HTML page, an unrelated exporter), or has an incomplete spec-decode schema (e.g.
-    drafts without accepted tokens, a gap in the positions); :class:`InvalidValueError` (a
-    subclass) when a value it reads is NaN/Inf, negative or a repeated series.
+    drafts without accepted tokens, a gap in the positions), holds no sample it reads and a line
+    that is no exposition line (:func:`find_non_exposition_line`), mixes SGLang and vLLM/llama.cpp
+    series (one URL is one server: reading either half alone would hide the other), or a label
+    value that is not UTF-8 text; :class:`InvalidValueError` (a subclass) when a value it reads is
+    NaN/Inf, negative, a repeated series, or a gauge outside its range (V0's rate and efficiency
+    and SGLang's ``spec_accept_rate`` 0–1, ``spec_accept_length`` 0 or at least 1, SGLang's
+    token gauges at most :data:`MAX_SGLANG_TOKENS`).
     """
     if len(text) > max_bytes:
         raise MetricsParseError(f"body of {len(text)} bytes exceeds the {max_bytes}-byte cap")
@@ -362,8 +399,18 @@ def parse_metrics(text: str, *, max_bytes: int = DEFAULT_MAX_BODY_BYTES,
     samples = _read_samples(text, max_lines)
 
     names = {name for name, _, _ in samples}
+    if not samples:
+        bad = find_non_exposition_line(text)
+        if bad is not None:
+            raise MetricsParseError(f"not a /metrics exposition: a line reads '{clip(bad, 80)}'")
     start = next((v for n, _, v in samples if n == "process_start_time_seconds"), None)
     snap = _dispatch(samples, names)
+    for key in list(snap.counters) + list(snap.steps) + list(snap.running_requests) + list(snap.sglang_gauges):
+        for part in key:
+            try:
+                part.encode("utf-8")
+            except UnicodeEncodeError:
+                raise MetricsParseError(f"a label value is not UTF-8 text: {clip(part, 80)}") from None
     if start is not None:
         snap = dataclasses.replace(snap, process_start_time=start)
     return snap
@@ -371,6 +418,12 @@ def parse_metrics(text: str, *, max_bytes: int = DEFAULT_MAX_BODY_BYTES,
 
 def _dispatch(samples, names) -> UpstreamSnapshot:
     if any(n.startswith("sglang:") for n in names):
+        other = sorted(n for n in names if n.startswith(("vllm:", "llamacpp:")))
+        if other:
+            # one URL, one server: a body of both is an aggregator or a misconfiguration, and
+            # reading either half alone would hide the other one behind up 1
+            raise MetricsParseError(f"the body mixes SGLang (sglang:) and vLLM/llama.cpp ({clip(other[0], 80)}, …) "
+                                    "series: point each --upstream at one server")
         return _parse_sglang(samples, names)
     for prefix, schema in (("vllm:", "v1"), ("llamacpp:", "llamacpp")):
         if prefix + _V1_NAMES["drafts"] in names:

@@ -29,6 +29,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
+from specwatch.common.labels import MAX_METHOD_CHARS, check_label_value
+
 
 @dataclass(frozen=True)
 class SpeculativeInfo:
@@ -46,7 +48,9 @@ class SpeculativeInfo:
 def speculative_info(server_info: Mapping[str, Any]) -> SpeculativeInfo | None:
     """Parse vLLM's dev-mode ``/server_info?config_format=json`` body: ``None`` when speculation is
     off (``speculative_config`` null/absent). Raises ValueError when the body is not a server_info
-    object or its speculative config is not an object."""
+    object, its speculative config is not an object, or its method or drafter cannot be a label
+    value (:class:`specwatch.common.labels.BadLabelValue`: longer than
+    :data:`~specwatch.common.labels.MAX_METHOD_CHARS` characters, not UTF-8, control characters)."""
     if not isinstance(server_info, Mapping) or not isinstance(server_info.get("vllm_config"), Mapping):
         raise ValueError("not a vLLM /server_info?config_format=json body (no vllm_config object)")
     sc = server_info["vllm_config"].get("speculative_config")
@@ -60,4 +64,7 @@ def speculative_info(server_info: Mapping[str, Any]) -> SpeculativeInfo | None:
         method = "draft_model" if isinstance(model, str) and model else "unknown"
     k = sc.get("num_speculative_tokens")
     drafter = model if isinstance(model, str) and model and method not in ("ngram", "suffix") else None
+    check_label_value(method, what="/server_info speculative_config.method", max_len=MAX_METHOD_CHARS)
+    if drafter is not None:
+        check_label_value(drafter, what="/server_info speculative_config.model", max_len=MAX_METHOD_CHARS)
     return SpeculativeInfo(method, drafter, k if isinstance(k, int) and not isinstance(k, bool) else None)

@@ -73,7 +73,9 @@ def sum_step_counters(items: Iterable[StepCounters | None]) -> StepCounters | No
 
 
 def _ratio(num: float, den: float) -> float | None:
-    return num / den if den > 0 and math.isfinite(num / den) else None
+    """num / den, or None when den is not positive, num is negative (counters that contradict
+    each other, e.g. more first tokens than generated tokens) or the quotient is not finite."""
+    return num / den if den > 0 and num >= 0 and math.isfinite(num / den) else None
 
 
 @dataclass(frozen=True)
