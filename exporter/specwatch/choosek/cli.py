@@ -190,7 +190,7 @@ def sweep(result_file, ks, spec_configs, drafters, baseline, workloads, dataset_
     echo = click.echo
     if server_command is None:
         echo("specwatch sweep: embedded vLLM on CPU; the defaults (64-token outputs, 2×concurrency prompts per "
-             "batch, 1 warm-up + 2 measured batches, concurrency 1,4) are sized for 2 cores. This run: "
+             "batch, 1 warm-up + 2-6 measured batches, concurrency 1,4) are sized for 2 cores. This run: "
              f"{output_len}-token outputs, {prompts_per_concurrency}×concurrency prompts per batch, "
              f"{warmup_batches} warm-up + {num_batches}-{max_batches} measured batches (until the 95 % interval is "
              f"within ±{target_ci * 100:g} %), concurrency {','.join(map(str, concs))}. "

@@ -5,7 +5,9 @@ server per k (ngram, k ∈ {1, 2, 3, 4, 6, 8} by default) or per ``--speculative
 until it answers ``GET /v1/models``, records its start-up time and the KV-cache capacity it
 reports (``vllm:cache_config_info``: ``num_gpu_blocks`` × ``block_size`` tokens, summed over
 engines), runs every (workload, concurrency) cell with :func:`specwatch.bench.runner.run_bench`
-(warm-up batches first; spec-decode values from the server's ``vllm:spec_decode_*`` counters),
+(warm-up batches first; then at least ``num_batches`` measured batches and, with ``target_ci``,
+more until the 95 % interval of the cell's throughput is within ``target_ci`` of its mean or
+``max_batches`` ran; spec-decode values from the server's ``vllm:spec_decode_*`` counters),
 and stops it before the next configuration starts (one server at a time: they would share the
 CPU/GPU).
 
@@ -25,7 +27,8 @@ finished cell::
      "servers": [{"config", "k", "started_at", "startup_seconds", "kv_cache_tokens",
                   "num_gpu_blocks", "block_size", "command"}],
      "cells": [{"config", "k", "family", "workload", "max_concurrency", "finished_at",
-                "summary": <bench cell summary: output_throughput, mean_tpot_ms, …>,
+                "summary": <bench cell summary: output_throughput, mean_tpot_ms, …,
+                            output_throughput_ci95 (the 95 % interval of the throughput)>,
                 "batches": [<bench batch records>], "server_exited": <exit code, only if the
                 server died during the cell>}]}
 
