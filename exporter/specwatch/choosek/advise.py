@@ -241,7 +241,7 @@ def render_advice(a: Advice, console) -> None:
                 cells.append("")
             elif k == 0:
                 cells.append(f"{p.measured:.1f}" + _ci_text(p.interval, p.measured))
-            elif p.curve_basis == "none":
+            elif p.curve_basis in ("none", "beyond_curve"):
                 cells.append(f"– ({p.measured:.1f}{_ci_text(p.interval, p.measured)})")
             else:
                 cells.append(f"{p.predicted:.1f}" + ("" if p.measured is None
@@ -255,6 +255,11 @@ def render_advice(a: Advice, console) -> None:
                       "spec-decode counters or step time to predict other k from (a vLLM whose /metrics lacks "
                       "vllm:spec_decode_* counters?); their measured throughput still scores their own k[/yellow]",
                       soft_wrap=True)
+    beyond = sorted({(p.workload, p.concurrency, p.k) for p in a.throughput if p.curve_basis == "beyond_curve"})
+    if beyond:
+        console.print("no prediction for " + ", ".join(f"{wl} c={c} k={k}" for wl, c, k in beyond) + ": k is beyond "
+                      "the per-position curve of that cell (its drafts were never that long); the measured throughput "
+                      "still scores that k", soft_wrap=True)
     te = a.throughput_error
     if te["n"] and te.get("exact_fit"):
         console.print(f"throughput prediction error: exact fit: {te['max_points']} runs, {te['parameters']} parameters "

@@ -537,7 +537,9 @@ class ThroughputPrediction:
     noise: float | None = None
     #: What the prediction rests on: "exact" (an exact per-position curve), "lower_bound" (only
     #: ragged drafts' lower-bound curves: a what-if for an unmeasured k is a lower bound of its
-    #: acceptance, labelled so) or "none" (no model could be made: ``predicted`` is the measurement).
+    #: acceptance, labelled so), "none" (no model could be made: ``predicted`` is the measurement) or
+    #: "beyond_curve" (a measured k larger than the curve it would be predicted from — e.g. an exact
+    #: per-request curve of ngram drafts that never exceeded 2 tokens: ``predicted`` is the measurement).
     curve_basis: str = "exact"
     #: The measured throughput's 95 % interval (tok/s) and its measured batches (None: not run).
     interval: tuple[float, float] | None = None
@@ -546,7 +548,7 @@ class ThroughputPrediction:
     @property
     def relative_error(self) -> float | None:
         """(predicted − measured) / measured; None when not measured or not predicted (basis "none")."""
-        if self.measured is None or self.curve_basis == "none":
+        if self.measured is None or self.curve_basis in ("none", "beyond_curve"):
             return None
         return (self.predicted - self.measured) / self.measured
 
@@ -642,7 +644,7 @@ def predict_throughputs(
                 None if m is None else (len(m.batch_throughputs) or None),
             ))
         # a measured k beyond the source curve (e.g. a ragged k = 4 beside an exact k = 2): still a measurement
-        preds.extend(_measured_only(wl, c, {k: m for k, m in by_k.items() if k > len(rates)}, "none"))
+        preds.extend(_measured_only(wl, c, {k: m for k, m in by_k.items() if k > len(rates)}, "beyond_curve"))
     return preds, fits
 
 
