@@ -385,3 +385,10 @@ def test_resumed_noise_aware_sweep_keeps_its_cells_and_old_files_resume(tmp_path
                      echo=lambda *a, **k: None)
     assert len(doc3["cells"]) == 3 and all("output_throughput_ci95" not in c["summary"] for c in doc3["cells"])
     assert all(m.interval is not None for m in measurements(doc3))
+
+
+def test_max_batches_below_num_batches_is_one_line_exit_2(tmp_path):
+    r = CliRunner().invoke(sweep_cmd, ["--num-batches", "3", "--max-batches", "2", "--result-file", str(tmp_path / "s.json")])
+    assert r.exit_code == 2
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and "--max-batches (2) must be >= --num-batches (3)" in lines[0]

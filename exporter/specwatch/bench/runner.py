@@ -431,11 +431,12 @@ async def run_bench_async(config: BenchConfig, *, metrics: BenchMetrics | None =
 
     max_measured = config.num_batches if config.target_ci is None else (config.max_batches or config.num_batches)
 
-    def need_more(measured: list[float]) -> bool:
-        """True while a noise-aware cell must run another measured batch."""
+    def need_more(measured: list[float], failed: bool) -> bool:
+        """True while a noise-aware cell must run another measured batch (never beyond the minimum
+        once a measured batch had failed requests: the cell is not a measurement then)."""
         if len(measured) < config.num_batches:
             return True
-        if config.target_ci is None or len(measured) >= max_measured:
+        if config.target_ci is None or len(measured) >= max_measured or failed:
             return False
         rel = throughput_interval(measured)["relative_half_width"]
         return rel is None or rel > config.target_ci
@@ -455,8 +456,9 @@ async def run_bench_async(config: BenchConfig, *, metrics: BenchMetrics | None =
                     cell = bm.cell(role, wl, conc)
                     n = config.num_prompts or conc
                     measured_thr: list[float] = []
+                    measured_failed = False
                     b = -1
-                    while b + 1 < config.warmup_batches or need_more(measured_thr):
+                    while b + 1 < config.warmup_batches or need_more(measured_thr, measured_failed):
                         b += 1
                         warm = b < config.warmup_batches
                         reqs = build_requests(wl, n, config.options, batch=b, sharegpt_items=sharegpt)
@@ -496,6 +498,7 @@ async def run_bench_async(config: BenchConfig, *, metrics: BenchMetrics | None =
                             progress.console.print(_batch_line(label, batch))
                         if not warm:
                             measured_thr.append(batch.output_throughput)
+                            measured_failed = measured_failed or bool(batch.failed)
                             bm.batch_finished(role, wl, conc, batch.output_throughput, spec.acceptance_rate)
         if config.equivalence and config.baseline_url:
             res.equivalence = await check_equivalence(

@@ -141,8 +141,9 @@ def _drafter_models(drafters, server_command, model_dir) -> list[tuple[str, str]
 @click.option("--target-ci", type=float, default=DEFAULT_TARGET_CI, show_default=True, callback=_target_ci_cb,
               help="Noise-aware cells: repeat measured batches until the 95 % interval of the cell's throughput is "
                    "within this fraction of its mean (0.05 = ±5 %), or --max-batches ran.")
-@click.option("--max-batches", type=click.IntRange(min=1), default=DEFAULT_MAX_BATCHES, show_default=True,
-              help="Most measured batches per cell (>= --num-batches; equal to it: a fixed number of batches).")
+@click.option("--max-batches", type=click.IntRange(min=1), default=None,
+              help=f"Most measured batches per cell (>= --num-batches; equal to it: a fixed number of batches). "
+                   f"Default: {DEFAULT_MAX_BATCHES}, or --num-batches when that is larger.")
 @click.option("--warmup-batches", type=click.IntRange(min=0), default=DEFAULT_WARMUP_BATCHES, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--server-command", default=None, callback=_server_command_cb,
@@ -168,6 +169,8 @@ def sweep(result_file, ks, spec_configs, drafters, baseline, workloads, dataset_
     k = 1, 2, 3, 4, 6, 8; workloads copy and random-output; concurrency 1 and 4; 64-token outputs —
     sized for 2 CPU cores. Then: specwatch advise RESULT, specwatch report RESULT.
     """
+    if max_batches is None:
+        max_batches = max(DEFAULT_MAX_BATCHES, num_batches)
     if max_batches < num_batches:
         raise FlagError(f"--max-batches ({max_batches}) must be >= --num-batches ({num_batches})")
     drafter_models = _drafter_models(drafters, server_command, model_dir)
