@@ -1,63 +1,102 @@
 #!/usr/bin/env python3
-"""Does the exporter's live speedup agree with a measured throughput ratio? (issue: measured cost)
+"""Does the exporter's live speedup agree with a measured throughput ratio? (issues 12 and 23)
 
-On the embedded vLLM (CPU), one server at a time: the baseline (no speculation), then each
-speculative configuration (default: ngram k = 4 and draft_model with the draft equal to the
-target, k = 3). For every workload × concurrency cell:
+Servers come from the sweep's code (:func:`specwatch.choosek.sweep.start_server`): the embedded
+vLLM (CPU, the default) or, with ``--server-command``, the same template as ``specwatch sweep``
+(``'vllm serve MODEL --port {port} {spec_args}'``) so the check runs on any vLLM (a GPU host);
+``--speculative-config`` (repeatable) gives the speculative configurations (default: ngram k = 4
+and, on the embedded vLLM, draft_model with the draft equal to the target, k = 3).
 
-1. a warm-up batch (not measured);
-2. a fresh exporter (``specwatch serve --cost-profile P --window 5m``) is started and scraped once
-   idle, so its 5m window holds exactly the cell's traffic;
-3. the cell is measured with ``specwatch bench`` (client output throughput);
-4. the exporter is scraped again: ``specwatch_speedup{basis="measured", window="5m"}`` at the
-   server's k (its live decode speed × the profile's plain step time at the live batch).
+Two modes:
 
-With ``--other-profile P2`` (another machine's profile, e.g. the shipped CPU profile measured on
-a faster VM, or the H200 reference) a second exporter reads the same server with P2, and every
-cell also records ``specwatch_cost_profile_error_ratio{window="5m"}`` under both profiles: near 1
-with the profile calibrated here, off by more than the drift alert's 25 % with the other.
+* default (one server at a time): the baseline, then each speculative configuration, then the
+  baseline again (the machine's load drifts: each cell's baseline throughput is the mean of the
+  two runs). Per cell: a warm-up batch, a fresh exporter (``specwatch serve --cost-profile P
+  --window 5m``) scraped once idle, the measured ``specwatch bench`` batches, a second scrape.
+  The exporter's measured basis comes from the cost profile (live decode speed × the profile's
+  plain step time).
+* ``--baseline-upstream``: the baseline and one speculative server up at the same time (both
+  under one hold of the machine-wide vLLM lock), the exporter started with ``--upstream spec=URL
+  --upstream base=URL2 --baseline-upstream base``. Per cell: warm-up on both, a fresh exporter,
+  the cell benched on the baseline and then on the speculative server (sequentially, the same
+  prompts), then the exporter scraped once: its 5m window holds both, so the speedup has basis
+  ``measured`` from the two servers' live decode speeds (no cost profile needed).
 
-Then per cell: measured ratio = speculative / baseline output throughput (client-side, same
-prompts), against the exporter's live speedup; the script prints both and the relative error,
-and writes everything to --out (JSON, rewritten after every cell).
+Per cell the JSON (``--out``, rewritten after every cell: an interrupted run keeps its cells)
+and the table give: the client ratio (speculative / baseline output throughput, same prompts),
+``specwatch_speedup{window="5m", k=<the server's k>}`` with its basis,
+``specwatch_speedup_lower`` / ``specwatch_speedup_upper`` (same labels; null when the exporter
+does not serve them), the drift ``specwatch_cost_profile_error_ratio{window="5m"}``, and the
+checks: ``interval_contains_ratio`` (lower ≤ ratio ≤ upper), ``within_15_percent``
+(|speedup / ratio − 1| ≤ 15 %), ``wrong_side_of_1`` (speedup and ratio on different sides of 1,
+judged only where the ratio is outside 0.95–1.05) and ``interval_tight`` (upper / lower ≤ 1.35).
+Exit status 0 when every cell is within 15 % and none is on the wrong side of 1.
+
+``--load-hog N`` starts N CPU-burning processes for the whole run (the loaded-machine check) and
+stops them (by pid) at the end.
 
 Usage:  .venv/bin/python scripts/verify_speedup.py --cost-profile PROFILE.yaml [--out FILE]
-Takes about 15 minutes on 2 cores (serialised with other real-vLLM users by the vLLM lock).
+        .venv/bin/python scripts/verify_speedup.py --baseline-upstream --server-command \\
+            'vllm serve Qwen/Qwen3-8B --port {port} {spec_args}' \\
+            --speculative-config '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":5}'
+About 15 minutes on 2 cores for the embedded default (serialised with other real-vLLM users by
+the vLLM lock).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from specwatch.choosek.resultfile import SweepError
+from specwatch.choosek.sweep import ServerConfig, build_configs, render_command, start_server, uses_speculation
 from specwatch.common.files import atomic_write_json
 from specwatch.common.processes import free_port, stop_process_group, wait_http
-from specwatch.localvllm.model import default_model_dir, prepare_model
-from specwatch.localvllm.server import VllmServer
+from specwatch.localvllm import server as localvllm_server
+from specwatch.localvllm.server import VllmLock, VllmServer
 
 SPECWATCH = Path(sys.executable).with_name("specwatch")
+NGRAM_K4 = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+#: The checks' thresholds (issue 23).
+MAX_ERROR = 0.15
+NEUTRAL_BAND = (0.95, 1.05)
+MAX_INTERVAL_RATIO = 1.35
 
 
-def configs(model_dir: Path) -> list[tuple[str, dict | None, str | None]]:
-    """Server order: the baseline first and again last (the machine's load drifts: each cell's
-    baseline throughput is the mean of the two runs, so the speculative runs sit between them)."""
-    return [
-        ("baseline", None, None),
-        ("ngram-k4", {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5}, "ngram"),
-        ("draft_model-k3", {"method": "draft_model", "model": str(model_dir), "num_speculative_tokens": 3}, "draft_model"),
-        ("baseline", None, None),
-    ]
+class UsageError(Exception):
+    """A bad command line: one line on stderr, exit 2."""
+
+
+def configs(model_dir: Path | None, spec_configs: list[str], template: str | None) -> list[ServerConfig]:
+    """The speculative configurations: ``--speculative-config`` values (via the sweep's
+    :func:`build_configs`), else ngram k = 4 and — on the embedded vLLM — draft_model with the
+    draft equal to the target, k = 3. Raises UsageError for a bad config."""
+    if spec_configs:
+        try:
+            return build_configs((), spec_configs, False)
+        except SweepError as exc:
+            raise UsageError(exc.message) from None
+    out = [ServerConfig("ngram-k4", 4, dict(NGRAM_K4))]
+    if template is None and model_dir is not None:
+        out.append(ServerConfig("draft_model-k3", 3, {"method": "draft_model", "model": str(model_dir),
+                                                      "num_speculative_tokens": 3}))
+    return out
 
 
 def bench(base_url: str, workload: str, conc: int, args, warmup: bool, result_dir: Path) -> float | None:
+    """Client output throughput (tok/s) of one cell measured with ``specwatch bench`` (None for a warm-up)."""
     cmd = [str(SPECWATCH), "bench", "--base-url", base_url, "--dataset-name", workload, "--max-concurrency", str(conc),
            "--num-prompts", str(conc * args.prompts_per_concurrency), "--output-len", str(args.output_len),
            "--metrics-port", "0", "--no-progress", "--no-equivalence", "--seed", "0"]
@@ -65,15 +104,16 @@ def bench(base_url: str, workload: str, conc: int, args, warmup: bool, result_di
         cmd += ["--num-batches", "1", "--warmup-batches", "0", "--no-save-result"]
     else:
         cmd += ["--num-batches", str(args.num_batches), "--warmup-batches", "0", "--save-result", "--result-dir", str(result_dir)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    before = set(result_dir.glob("*.json"))
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     if r.returncode != 0:
         raise RuntimeError(f"bench failed ({r.returncode}): {r.stderr[-1500:]}")
     if warmup:
         return None
-    newest = max(result_dir.glob("*.json"), key=lambda p: p.stat().st_mtime)
+    new = [p for p in result_dir.glob("*.json") if p not in before] or list(result_dir.glob("*.json"))
+    newest = max(new, key=lambda p: p.stat().st_mtime)
     doc = json.loads(newest.read_text())
-    cells = doc.get("summary") or []
-    for c in cells:
+    for c in doc.get("summary") or []:
         if c.get("workload") == workload and int(c.get("max_concurrency", 0)) == conc:
             return float(c["output_throughput"])
     raise RuntimeError(f"no cell in {newest}")
@@ -85,31 +125,59 @@ def scrape(url: str) -> str:
     return r.text
 
 
-def measured_speedup(text: str, k: int) -> dict | None:
+def _sample(text: str, name: str, k: int, upstream: str | None) -> tuple[float, dict[str, str]] | None:
     for fam in text_string_to_metric_families(text):
-        if fam.name != "specwatch_speedup":
+        if fam.name != name:
             continue
         for s in fam.samples:
-            if s.labels.get("window") == "5m" and s.labels.get("k") == str(k):
-                return {"value": s.value, "basis": s.labels.get("basis")}
+            if s.name != name:
+                continue
+            if s.labels.get("window") == "5m" and s.labels.get("k") == str(k) and (
+                    upstream is None or s.labels.get("upstream") == upstream):
+                return s.value, s.labels
     return None
 
 
-def drift(text: str) -> float | None:
+def live_speedup(text: str, k: int, upstream: str | None = None) -> dict[str, Any] | None:
+    """``specwatch_speedup{window="5m", k=k}`` (of ``upstream`` when given) with its basis, and
+    ``specwatch_speedup_lower`` / ``_upper`` of the same labels (None when not served)."""
+    got = _sample(text, "specwatch_speedup", k, upstream)
+    if got is None:
+        return None
+    value, labels = got
+    out: dict[str, Any] = {"value": value, "basis": labels.get("basis"), "lower": None, "upper": None}
+    for side in ("lower", "upper"):
+        for fam in text_string_to_metric_families(text):
+            if fam.name != f"specwatch_speedup_{side}":
+                continue
+            for s in fam.samples:
+                if all(s.labels.get(key) == v for key, v in labels.items() if key != "basis"):
+                    out[side] = s.value
+                    break
+    return out
+
+
+def drift(text: str, upstream: str | None = None) -> float | None:
     """``specwatch_cost_profile_error_ratio{window="5m"}`` (live step time / the profile's), if served."""
     for fam in text_string_to_metric_families(text):
         if fam.name == "specwatch_cost_profile_error_ratio":
             for s in fam.samples:
-                if s.labels.get("window") == "5m":
+                if s.labels.get("window") == "5m" and (upstream is None or s.labels.get("upstream") == upstream):
                     return s.value
     return None
 
 
-def start_exporter(base_url: str, profile: str, method: str | None) -> tuple[subprocess.Popen, str]:
-    """A fresh ``specwatch serve --window 5m --cost-profile profile`` on a free port; (process, /metrics URL)."""
+def start_exporter(upstreams: list[str], profile: str | None, method: str | None,
+                   baseline_upstream: str | None = None) -> tuple[subprocess.Popen, str]:
+    """A fresh ``specwatch serve --window 5m`` on a free port; (process, /metrics URL)."""
     eport = free_port()
-    cmd = [str(SPECWATCH), "serve", "--upstream", f"spec={base_url}", "--window", "5m",
-           "--listen-address", f"127.0.0.1:{eport}", "--cost-profile", profile, "--log-level", "warning"]
+    cmd = [str(SPECWATCH), "serve", "--window", "5m", "--listen-address", f"127.0.0.1:{eport}", "--log-level", "warning"]
+    for u in upstreams:
+        cmd += ["--upstream", u]
+    if baseline_upstream:
+        cmd += ["--baseline-upstream", baseline_upstream]
+    if profile:
+        cmd += ["--cost-profile", profile]
     if method:
         cmd += ["--speculative-method", method]
     exp = subprocess.Popen(cmd, start_new_session=True)
@@ -118,39 +186,169 @@ def start_exporter(base_url: str, profile: str, method: str | None) -> tuple[sub
     return exp, url
 
 
-def main() -> int:
+def judge(ratio: float, sp: dict[str, Any] | None) -> dict[str, Any]:
+    """The checks of one cell (see the module docstring); None where they cannot be judged."""
+    out: dict[str, Any] = {"measured_ratio": ratio, "relative_error": None, "within_15_percent": None,
+                           "wrong_side_of_1": None, "interval_contains_ratio": None, "interval_tight": None}
+    if not sp:
+        return out
+    live = sp["value"]
+    out["relative_error"] = live / ratio - 1
+    out["within_15_percent"] = abs(out["relative_error"]) <= MAX_ERROR
+    outside = not (NEUTRAL_BAND[0] <= ratio <= NEUTRAL_BAND[1])
+    out["wrong_side_of_1"] = outside and ((live < 1) != (ratio < 1))
+    lo, hi = sp.get("lower"), sp.get("upper")
+    if lo is not None and hi is not None:
+        out["interval_contains_ratio"] = lo <= ratio <= hi
+        out["interval_tight"] = lo > 0 and hi / lo <= MAX_INTERVAL_RATIO
+    return out
+
+
+def start_load_hogs(n: int) -> list[subprocess.Popen]:
+    """N CPU-burning processes (each its own process group), for the loaded-machine check."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True,
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for _ in range(n)]
+
+
+def method_of(cfg: ServerConfig) -> str | None:
+    sc = cfg.speculative_config or {}
+    return str(sc.get("method") or ("draft_model" if sc.get("model") else "")) or None
+
+
+def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cost-profile", required=True)
+    ap.add_argument("--cost-profile", default=None, help="the cost profile (required without --baseline-upstream)")
     ap.add_argument("--other-profile", default=None, help="another machine's profile: its drift is recorded too")
     ap.add_argument("--out", type=Path, default=Path("results/verify-speedup.json"))
+    ap.add_argument("--server-command", default=None,
+                    help="the sweep's server command template, e.g. 'vllm serve MODEL --port {port} {spec_args}' "
+                         "(default: the embedded CPU vLLM)")
+    ap.add_argument("--speculative-config", action="append", default=[],
+                    help="a --speculative-config JSON with num_speculative_tokens (repeatable)")
+    ap.add_argument("--baseline-upstream", action="store_true",
+                    help="baseline and speculative server up at once; the exporter's measured basis from both")
+    ap.add_argument("--load-hog", type=int, default=0, metavar="N", help="N CPU-burning processes during the run")
     ap.add_argument("--workloads", default="copy,random-output")
     ap.add_argument("--concurrency", default="1,4")
     ap.add_argument("--output-len", type=int, default=192)
     ap.add_argument("--prompts-per-concurrency", type=int, default=3)
     ap.add_argument("--num-batches", type=int, default=1)
-    ap.add_argument("--only", default=None, help="comma-separated config names (default: all)")
-    args = ap.parse_args()
-    model_dir = default_model_dir()
-    prepare_model(model_dir)
-    workloads = args.workloads.split(",")
-    concs = [int(c) for c in args.concurrency.split(",")]
-    out = {"cost_profile": args.cost_profile, "settings": vars(args) | {"out": str(args.out)}, "cells": []}
+    ap.add_argument("--startup-timeout", type=float, default=900.0)
+    ap.add_argument("--only", default=None, help="comma-separated config names (default: all; 'baseline' included)")
+    args = ap.parse_args(argv)
+    try:
+        args.concurrencies = [int(c) for c in args.concurrency.split(",") if c.strip()]
+    except ValueError:
+        raise UsageError(f"--concurrency: not a comma-separated list of integers: {args.concurrency!r}") from None
+    if not args.concurrencies or min(args.concurrencies) < 1:
+        raise UsageError(f"--concurrency: values must be >= 1, got {args.concurrency!r}")
+    args.workload_list = [w for w in args.workloads.split(",") if w.strip()]
+    if not args.workload_list:
+        raise UsageError("--workloads is empty")
+    if args.output_len < 1 or args.prompts_per_concurrency < 1 or args.num_batches < 1 or args.load_hog < 0:
+        raise UsageError("--output-len, --prompts-per-concurrency and --num-batches must be >= 1, --load-hog >= 0")
+    if args.cost_profile is None and not args.baseline_upstream:
+        raise UsageError("--cost-profile is required without --baseline-upstream (the measured basis needs the "
+                         "profile's plain step time, or a baseline upstream)")
+    if args.server_command is not None:
+        t = args.server_command
+        if "{port}" not in t:
+            raise UsageError("--server-command: the template must contain {port}")
+        try:
+            argv0 = render_command(t, 8000, NGRAM_K4)[0]
+            if not uses_speculation(t):
+                raise UsageError("--server-command has no {spec_args} (or {speculative_config}): the speculative "
+                                 "servers would run without speculation")
+        except SweepError as exc:
+            raise UsageError(exc.message) from None
+        except ValueError as exc:  # shlex: unbalanced quotes
+            raise UsageError(f"--server-command: cannot split it like a shell: {exc}") from None
+        if shutil.which(argv0) is None:
+            raise UsageError(f"--server-command: program {argv0!r} not found")
+    return args
+
+
+def main(argv=None) -> int:
+    try:
+        args = parse_args(argv)
+        model_dir = None
+        if args.server_command is None:
+            from specwatch.localvllm.model import default_model_dir, prepare_model
+            model_dir = default_model_dir()
+            prepare_model(model_dir)
+        spec_cfgs = configs(model_dir, args.speculative_config, args.server_command)
+    except UsageError as exc:
+        print(f"verify_speedup: {exc}", file=sys.stderr)
+        return 2
+    only = None if not args.only else set(args.only.split(","))
+    baseline = ServerConfig("baseline", 0, None)
+    if only is not None:
+        spec_cfgs = [c for c in spec_cfgs if c.name in only]
+    out: dict[str, Any] = {
+        "cost_profile": args.cost_profile, "mode": "baseline-upstream" if args.baseline_upstream else "sequential",
+        "server": {"kind": "template" if args.server_command else "embedded",
+                   "command_template": args.server_command and shlex.join(shlex.split(args.server_command))},
+        "settings": {k: v for k, v in vars(args).items() if k not in ("out",)} | {"out": str(args.out)},
+        "thresholds": {"max_error": MAX_ERROR, "neutral_band": list(NEUTRAL_BAND), "max_interval_ratio": MAX_INTERVAL_RATIO},
+        "cells": [], "status": "running"}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="specwatch-verify-"))
-    chosen = configs(model_dir)
-    if args.only:
-        chosen = [c for c in chosen if c[0] in args.only.split(",")]
-    for name, spec, method in chosen:
-        port = free_port()
-        print(f"[{name}] starting vLLM on {port}", flush=True)
-        with VllmServer(port, model_dir=model_dir, speculative_config=spec, log_path=work / f"{name}.log",
-                        on_status=lambda m: print(f"  {m}", flush=True)) as srv:
-            k = srv.k
-            for wl in workloads:
-                for c in concs:
+    hogs = start_load_hogs(args.load_hog)
+    if hogs:
+        print(f"[load] {len(hogs)} CPU-burning processes: pids {', '.join(str(h.pid) for h in hogs)}", flush=True)
+    try:
+        if args.baseline_upstream:
+            rows = run_paired(args, spec_cfgs, baseline, model_dir, work, out)
+        else:
+            rows = run_sequential(args, spec_cfgs, baseline, model_dir, work, out, only)
+        out["status"] = "complete"
+    except KeyboardInterrupt:
+        out["status"] = "interrupted"
+        atomic_write_json(args.out, out)
+        print(f"interrupted: finished cells are in {args.out}", file=sys.stderr)
+        return 130
+    except SweepError as exc:
+        out["status"] = "failed"
+        out["error"] = exc.message
+        atomic_write_json(args.out, out)
+        print(f"verify_speedup: {exc.message}", file=sys.stderr)
+        return 1
+    finally:
+        for h in hogs:
+            stop_process_group(h, 5)
+    atomic_write_json(args.out, out)
+    return print_table(rows, args.out)
+
+
+def _server(cfg: ServerConfig, args, model_dir, work: Path, *, lock: bool = True, lock_path: Path | None = None):
+    """The sweep's server start (embedded vLLM or the --server-command template) as a context
+    manager. ``lock=False`` (template) / ``lock_path`` (embedded): the caller holds the
+    machine-wide vLLM lock for both servers of the baseline-upstream mode."""
+    log = work / f"{cfg.name}.log"
+    status = lambda m: print(f"  {m}", flush=True)  # noqa: E731
+    if args.server_command is None and lock_path is not None:
+        return VllmServer(free_port(), model_dir=model_dir, speculative_config=cfg.speculative_config, log_path=log,
+                          startup_timeout=args.startup_timeout, on_status=status, lock_path=lock_path)
+    return start_server(cfg, template=args.server_command, port=None, host="127.0.0.1", log_path=log,
+                        startup_timeout=args.startup_timeout, lock=lock, api_key=None,
+                        model_dir=None if model_dir is None else str(model_dir), on_status=status)
+
+
+def run_sequential(args, spec_cfgs, baseline, model_dir, work, out, only) -> list[dict[str, Any]]:
+    """One server at a time: baseline, each speculative config, baseline again."""
+    chosen = [baseline, *spec_cfgs, baseline]
+    if only is not None:
+        chosen = [c for c in chosen if c.name in only]
+    for cfg in chosen:
+        print(f"[{cfg.name}] starting the server", flush=True)
+        with _server(cfg, args, model_dir, work) as srv:
+            k, method = cfg.k, method_of(cfg)
+            for wl in args.workload_list:
+                for c in args.concurrencies:
                     bench(srv.base_url, wl, c, args, True, work)
                     profiles = [args.cost_profile] + ([args.other_profile] if args.other_profile else [])
-                    exporters = [start_exporter(srv.base_url, p, method) for p in profiles]
+                    exporters = [start_exporter([f"spec={srv.base_url}"], p, method) for p in profiles]
                     try:
                         time.sleep(1.5)  # past the exporters' freshness interval: the next scrape fetches anew
                         thr = bench(srv.base_url, wl, c, args, False, work)
@@ -159,50 +357,97 @@ def main() -> int:
                     finally:
                         for exp, _ in exporters:
                             stop_process_group(exp, 10)
-                    text = texts[0]
-                    sp = measured_speedup(text, k) if k else None
-                    cell = {"config": name, "k": k, "workload": wl, "concurrency": c, "output_throughput": thr,
+                    sp = live_speedup(texts[0], k) if k else None
+                    cell = {"config": cfg.name, "k": k, "workload": wl, "concurrency": c, "output_throughput": thr,
                             "exporter_speedup": sp, "drift": drift(texts[0]),
                             "other_profile_drift": drift(texts[1]) if len(texts) > 1 else None}
                     out["cells"].append(cell)
+                    _judge_all(out)
                     atomic_write_json(args.out, out)
-                    print(f"  {name} {wl} c={c}: {thr:.1f} tok/s; exporter speedup {sp}; drift {cell['drift']}, "
+                    print(f"  {cfg.name} {wl} c={c}: {thr:.1f} tok/s; exporter speedup {sp}; drift {cell['drift']}, "
                           f"with the other profile {cell['other_profile_drift']}", flush=True)
+    return [c for c in out["cells"] if c.get("measured_ratio") is not None]
+
+
+def _judge_all(out: dict[str, Any]) -> None:
+    """Per speculative cell: the ratio to the mean of the baseline runs so far, and the checks."""
     runs: dict[tuple[str, int], list[float]] = {}
     for c in out["cells"]:
         if c["config"] == "baseline":
             runs.setdefault((c["workload"], c["concurrency"]), []).append(c["output_throughput"])
-    base = {key: sum(v) / len(v) for key, v in runs.items()}
     out["baseline_runs"] = {f"{w}/c={c}": v for (w, c), v in runs.items()}
-    rows = []
     for c in out["cells"]:
-        if c["config"] == "baseline" or not c["exporter_speedup"]:
+        if c["config"] == "baseline":
             continue
-        b = base.get((c["workload"], c["concurrency"]))
-        if not b:
-            continue
-        ratio = c["output_throughput"] / b
-        live = c["exporter_speedup"]["value"]
-        c["measured_ratio"] = ratio
-        c["relative_error"] = live / ratio - 1
-        rows.append(c)
-    atomic_write_json(args.out, out)
-    print(f"\n{'config':<16}{'workload':<15}{'c':>3}{'measured ratio':>16}{'exporter speedup':>18}{'basis':>10}{'error':>9}"
-          f"{'drift':>8}{'other':>8}")
+        b = runs.get((c["workload"], c["concurrency"]))
+        if b:
+            c.update(judge(c["output_throughput"] / (sum(b) / len(b)), c["exporter_speedup"]))
+
+
+def run_paired(args, spec_cfgs, baseline, model_dir, work, out) -> list[dict[str, Any]]:
+    """Baseline and speculative server up at once; per cell baseline then speculative bench, one scrape."""
+    for cfg in spec_cfgs:
+        print(f"[{cfg.name}] starting the baseline and the speculative server (both up at once)", flush=True)
+        with ExitStack() as stack:
+            lock = VllmLock(localvllm_server.LOCK_PATH, on_wait=lambda m: print(f"  {m}", flush=True),
+                            note="verify_speedup --baseline-upstream")
+            lock.acquire()  # one hold of the machine-wide lock for both servers
+            stack.callback(lock.release)
+            private = work / "pair.lock"  # the embedded servers' own lock: the machine-wide one is held above
+            base = stack.enter_context(_server(baseline, args, model_dir, work, lock=False, lock_path=private))
+            spec = stack.enter_context(_server(cfg, args, model_dir, work, lock=False,
+                                               lock_path=work / "pair-spec.lock"))
+            for wl in args.workload_list:
+                for c in args.concurrencies:
+                    bench(base.base_url, wl, c, args, True, work)
+                    bench(spec.base_url, wl, c, args, True, work)
+                    exp, url = start_exporter([f"spec={spec.base_url}", f"base={base.base_url}"], args.cost_profile,
+                                              method_of(cfg), baseline_upstream="base")
+                    try:
+                        time.sleep(1.5)
+                        base_thr = bench(base.base_url, wl, c, args, False, work)
+                        spec_thr = bench(spec.base_url, wl, c, args, False, work)
+                        time.sleep(1.5)
+                        text = scrape(url)
+                    finally:
+                        stop_process_group(exp, 10)
+                    sp = live_speedup(text, cfg.k, "spec")
+                    cell = {"config": cfg.name, "k": cfg.k, "workload": wl, "concurrency": c,
+                            "baseline_output_throughput": base_thr, "output_throughput": spec_thr,
+                            "exporter_speedup": sp, "drift": drift(text, "spec"), "other_profile_drift": None,
+                            **judge(spec_thr / base_thr, sp)}
+                    out["cells"].append(cell)
+                    atomic_write_json(args.out, out)
+                    print(f"  {cfg.name} {wl} c={c}: baseline {base_thr:.1f}, speculative {spec_thr:.1f} tok/s; "
+                          f"exporter speedup {sp}; drift {cell['drift']}", flush=True)
+    return [c for c in out["cells"] if c.get("measured_ratio") is not None]
+
+
+def print_table(rows: list[dict[str, Any]], out_path: Path) -> int:
+    print(f"\n{'config':<16}{'workload':<15}{'c':>3}{'ratio':>8}{'speedup':>9}{'basis':>10}{'interval':>16}{'error':>8}"
+          f"{'drift':>7}{'in int.':>8}{'<=15%':>6}{'side':>6}{'tight':>6}")
     bad = 0
     for c in rows:
-        sp = c["exporter_speedup"]
-        ok = abs(c["relative_error"]) <= 0.15 and ((sp["value"] < 1) == (c["measured_ratio"] < 1) or abs(c["measured_ratio"] - 1) < 0.03)
+        sp = c["exporter_speedup"] or {}
+        ok = bool(c["within_15_percent"]) and not c["wrong_side_of_1"]
         bad += not ok
-        print(f"{c['config']:<16}{c['workload']:<15}{c['concurrency']:>3}{c['measured_ratio']:>16.3f}{sp['value']:>18.3f}"
-              f"{sp['basis']:>10}{c['relative_error'] * 100:>8.1f}%{_fmt(c['drift']):>8}{_fmt(c['other_profile_drift']):>8}"
+        iv = "-" if sp.get("lower") is None or sp.get("upper") is None else f"[{sp['lower']:.2f}, {sp['upper']:.2f}]"
+        print(f"{c['config']:<16}{c['workload']:<15}{c['concurrency']:>3}{c['measured_ratio']:>8.3f}"
+              f"{_fmt(sp.get('value'), '.3f'):>9}{str(sp.get('basis') or '-'):>10}{iv:>16}"
+              f"{_fmt(None if c['relative_error'] is None else c['relative_error'] * 100, '.1f'):>7}%"
+              f"{_fmt(c['drift']):>7}{_yn(c['interval_contains_ratio']):>8}{_yn(c['within_15_percent']):>6}"
+              f"{_yn(None if c['wrong_side_of_1'] is None else not c['wrong_side_of_1']):>6}{_yn(c['interval_tight']):>6}"
               f"{'' if ok else '  <- off'}")
-    print(f"\n{len(rows) - bad}/{len(rows)} cells within 15 % and on the right side of 1; results in {args.out}")
+    print(f"\n{len(rows) - bad}/{len(rows)} cells within 15 % and on the right side of 1; results in {out_path}")
     return 0 if rows and not bad else 1
 
 
-def _fmt(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2f}"
+def _fmt(x: float | None, spec: str = ".2f") -> str:
+    return "-" if x is None else f"{x:{spec}}"
+
+
+def _yn(x: bool | None) -> str:
+    return "-" if x is None else ("yes" if x else "NO")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ def synth(k: int, alpha: float, c: int = 1, t0: float = 0.05, beta: float = 0.00
     """A cell measured on an ideal chain drafter with i.i.d. acceptance α: every quantity follows
     the definitions (S = G − A request-steps; f = drafts / S; T = T0 + β·x; thr = c·τ / T)."""
     if k == 0:
-        return Measurement("baseline", 0, wl, c, c / tbase, generation_tokens=5000.0, batch_throughputs=(c / tbase,) * 2)
+        return Measurement("baseline", 0, wl, c, c / tbase, generation_tokens=5000.0, batch_throughputs=(c / tbase,) * 4)
     rates = iid_curve(alpha, k)
     steps = drafts / draft_share
     accepted = drafts * sum(rates)
@@ -33,7 +33,7 @@ def synth(k: int, alpha: float, c: int = 1, t0: float = 0.05, beta: float = 0.00
     thr = c * (gen / steps) / (t0 + beta * x)
     return Measurement(f"ngram-k{k}", k, wl, c, thr, family="ngram", acceptance_length=1 + accepted / drafts,
                        position_rates=rates, drafts=drafts, draft_tokens=drafts * k, accepted_tokens=accepted,
-                       generation_tokens=gen, batch_throughputs=(thr * 0.99, thr * 1.01))
+                       generation_tokens=gen, batch_throughputs=(thr * 0.999, thr * 1.001) * 2)
 
 
 PROFILES = Path(__file__).resolve().parents[1] / "exporter" / "specwatch" / "data" / "cost-profiles"

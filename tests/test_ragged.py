@@ -360,9 +360,9 @@ def test_advise_cli_against_an_exporter_with_a_ragged_curve(tmp_path):
     assert set(live[("fixed", "smollm2", "0")]["k_by_concurrency"]) == {"1", "4"}
 
 
-def test_sweep_measurements_prefer_exact_per_request_curves_and_never_predict_from_lower_bounds():
+def test_sweep_measurements_prefer_exact_per_request_curves_and_label_lower_bound_what_ifs():
     """Constructed cell records (the bench's field names): a ragged counter curve with an exact
-    per-request curve uses the exact one; a ragged curve alone is never used to predict other k."""
+    per-request curve uses the exact one; a ragged curve alone predicts other k only as labelled lower bounds."""
     from specwatch.choosek.model import Measurement, predict_acceptance_lengths, predict_throughputs
 
     base = {"workload": "copy", "max_concurrency": 4, "output_throughput": 100.0, "num_batches": 1, "completed": 8,
@@ -380,7 +380,12 @@ def test_sweep_measurements_prefer_exact_per_request_curves_and_never_predict_fr
                                         "spec_decode_curve_basis": None, "output_throughput": 90.0}, config="base", k=0)
     assert predict_acceptance_lengths([ragged]) == []
     preds, _ = predict_throughputs([baseline, ragged])
-    assert {p.k for p in preds} == {0}  # no k > 0 predicted from a lower-bound curve
+    # issue 23: the ragged cell's measured throughput still scores its own k; the what-if for the
+    # other k comes from the lower-bound curve and is labelled so (never "exact")
+    by_k = {p.k: p for p in preds}
+    assert set(by_k) == {0, 1, 2, 3}
+    assert by_k[3].measured == 100.0 and by_k[0].measured == 90.0
+    assert all(by_k[k].curve_basis == "lower_bound" and by_k[k].measured is None for k in (1, 2))
     assert [p.predicted for p in predict_acceptance_lengths([m])] == [2.0, 3.0, 4.0]
 
 

@@ -221,6 +221,37 @@ class BatchResult:
         return per_request_record(self.spec, self.spec_requests)
 
 
+#: Student's t 0.975 quantiles for 1 … 30 degrees of freedom (two-sided 95 % intervals).
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+         2.045, 2.042)
+
+
+def t975(df: int) -> float:
+    """Student's t 0.975 quantile for ``df`` ≥ 1 degrees of freedom (table to 30, then
+    1.96 + 2.4 / df, within 0.1 % of the exact value). Raises ValueError for df < 1."""
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
+    return _T975[df - 1] if df <= len(_T975) else 1.96 + 2.4 / df
+
+
+def throughput_interval(per_batch: Sequence[float]) -> dict[str, Any]:
+    """The 95 % interval of a cell's throughput (the mean of its measured batches' throughputs,
+    tok/s): mean ± t₀.₉₇₅(n − 1) × stdev / √n over the n batches (Student's t; the batches are
+    independent repeats of the same prompts' sizes). Returns ``{"batches": n, "mean", "low",
+    "high", "relative_half_width"}`` (half width / mean); with fewer than 2 batches (or a mean ≤ 0)
+    ``low``/``high``/``relative_half_width`` are None: one batch gives no interval."""
+    xs = [float(x) for x in per_batch if x is not None and math.isfinite(float(x))]
+    n = len(xs)
+    out: dict[str, Any] = {"batches": n, "mean": statistics.fmean(xs) if xs else None, "low": None, "high": None,
+                           "relative_half_width": None}
+    if n < 2 or out["mean"] <= 0:
+        return out
+    half = t975(n - 1) * statistics.stdev(xs) / math.sqrt(n)
+    out.update(low=out["mean"] - half, high=out["mean"] + half, relative_half_width=half / out["mean"])
+    return out
+
+
 @dataclass
 class CellSummary:
     """Measured (non-warm-up) batches of one (role, workload, concurrency), pooled.
@@ -266,6 +297,7 @@ class CellSummary:
             "output_throughput": self.output_throughput,
             "output_throughput_pooled": out / dur if dur > 0 else None,
             "output_throughput_per_batch": [b.output_throughput for b in bs],
+            "output_throughput_ci95": throughput_interval([b.output_throughput for b in bs]),
         }
         for kind, attr in zip(LATENCY_KINDS, ("ttfts", "tpots", "itls", "e2els")):
             rec.update(latency_stats(kind, (v for b in bs for v in getattr(b, attr))))

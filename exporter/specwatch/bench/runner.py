@@ -7,7 +7,10 @@ on one machine they would share the CPU/GPU); without it only ``base_url`` is ru
 server fits at a time — can be compared with :func:`specwatch.bench.results.compare`).
 
 Each (role, workload, concurrency) runs ``warmup_batches`` warm-up batches (recorded, flagged
-``warmup``, excluded from summaries) then ``num_batches`` measured ones. A batch sends
+``warmup``, excluded from summaries) then ``num_batches`` measured ones — or, with
+``target_ci``, at least ``num_batches`` and more until the 95 % interval of the cell's throughput
+(:func:`specwatch.bench.results.throughput_interval`) is within ``target_ci`` of its mean
+(relative half width) or ``max_batches`` measured batches ran. A batch sends
 ``num_prompts`` requests (default: the concurrency) with at most ``concurrency`` in flight, all
 at once or, with ``request_rate``, at Poisson arrival times (seeded). Around every batch the
 server's ``/metrics`` is read and the spec-decode counter deltas are attached
@@ -35,7 +38,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from specwatch.bench.backend import DEFAULT_MAX_RESPONSE_BYTES, OpenAIBackend, RequestOutcome, normalize_base_url
 from specwatch.bench.equivalence import check_equivalence
 from specwatch.bench.metrics import BenchMetrics
-from specwatch.bench.results import BatchResult, CellSummary, ResultWriter, SpecDecodeStats, compare, summarize
+from specwatch.bench.results import BatchResult, CellSummary, ResultWriter, SpecDecodeStats, compare, summarize, throughput_interval
 from specwatch.bench.workloads import (
     WORKLOADS,
     BenchRequest,
@@ -102,6 +105,10 @@ class BenchConfig:
     read_timeout: float = 300.0
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     progress: bool = True
+    #: Noise-aware cells: repeat measured batches (beyond num_batches) until the 95 % interval of
+    #: the cell's throughput has a relative half width <= target_ci, or max_batches ran. None: fixed.
+    target_ci: float | None = None
+    max_batches: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("base_url", "baseline_url"):
@@ -127,6 +134,10 @@ class BenchConfig:
             raise BenchConfigError(f"num_prompts must be >= 1, got {self.num_prompts}")
         if self.num_batches < 1:
             raise BenchConfigError(f"num_batches must be >= 1, got {self.num_batches}")
+        if self.target_ci is not None and not (0.0 < self.target_ci < 1.0):
+            raise BenchConfigError(f"target_ci must be in (0, 1), got {self.target_ci}")
+        if self.max_batches is not None and self.max_batches < self.num_batches:
+            raise BenchConfigError(f"max_batches ({self.max_batches}) must be >= num_batches ({self.num_batches})")
         if self.warmup_batches < 0:
             raise BenchConfigError(f"warmup_batches must be >= 0, got {self.warmup_batches}")
         if not (self.request_rate > 0):
@@ -418,7 +429,17 @@ async def run_bench_async(config: BenchConfig, *, metrics: BenchMetrics | None =
                             TimeElapsedColumn(), transient=False)
         progress.start()
 
-    total_batches = config.warmup_batches + config.num_batches
+    max_measured = config.num_batches if config.target_ci is None else (config.max_batches or config.num_batches)
+
+    def need_more(measured: list[float], failed: bool) -> bool:
+        """True while a noise-aware cell must run another measured batch (never beyond the minimum
+        once a measured batch had failed requests: the cell is not a measurement then)."""
+        if len(measured) < config.num_batches:
+            return True
+        if config.target_ci is None or len(measured) >= max_measured or failed:
+            return False
+        rel = throughput_interval(measured)["relative_half_width"]
+        return rel is None or rel > config.target_ci
     backends: dict[str, OpenAIBackend] = {}
     try:
         save()
@@ -434,12 +455,18 @@ async def run_bench_async(config: BenchConfig, *, metrics: BenchMetrics | None =
                     bm.set_active(role, wl, conc)
                     cell = bm.cell(role, wl, conc)
                     n = config.num_prompts or conc
-                    for b in range(total_batches):
+                    measured_thr: list[float] = []
+                    measured_failed = False
+                    b = -1
+                    while b + 1 < config.warmup_batches or need_more(measured_thr, measured_failed):
+                        b += 1
                         warm = b < config.warmup_batches
                         reqs = build_requests(wl, n, config.options, batch=b, sharegpt_items=sharegpt)
                         task_id = None
                         label = f"{role} {wl} c={conc} " + (f"warm-up {b + 1}" if warm else
-                                                             f"batch {b - config.warmup_batches + 1}/{config.num_batches}")
+                                                             f"batch {b - config.warmup_batches + 1}/"
+                                                             + (str(config.num_batches) if config.target_ci is None
+                                                                else f"{config.num_batches}-{max_measured}"))
                         if progress is not None:
                             task_id = progress.add_task(label, total=len(reqs))
 
@@ -470,6 +497,8 @@ async def run_bench_async(config: BenchConfig, *, metrics: BenchMetrics | None =
                             progress.remove_task(task_id)
                             progress.console.print(_batch_line(label, batch))
                         if not warm:
+                            measured_thr.append(batch.output_throughput)
+                            measured_failed = measured_failed or bool(batch.failed)
                             bm.batch_finished(role, wl, conc, batch.output_throughput, spec.acceptance_rate)
         if config.equivalence and config.baseline_url:
             res.equivalence = await check_equivalence(

@@ -32,7 +32,7 @@ from rich.table import Table
 
 from specwatch.choosek import model as kchoice
 from specwatch.choosek.model import DEFAULT_TOLERANCE, Advice, KChoiceError, speculative_config_advice
-from specwatch.choosek.resultfile import measurements
+from specwatch.choosek.resultfile import cell_problem, measurements
 from specwatch.specdecode.cost import CostModel
 from specwatch.specdecode.costprofile import CostProfile
 from specwatch.specdecode.speedup import LiveCost, recommend, speedups
@@ -46,11 +46,47 @@ DEFAULT_LIVE_CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64)
 # --------------------------------------------------------------------------------------------
 
 
+def expected_rows(doc: dict[str, Any], family: str, ms) -> dict[tuple[str, int], str]:
+    """Every (workload, concurrency) a family's advice must have a row for — each cell the sweep
+    measured for the family or for the baseline, finished or not — with the reason to show when it
+    cannot be scored: the family's cells there failed (:func:`specwatch.choosek.resultfile.cell_problem`),
+    only ran a dynamic table, or the family was not measured there."""
+    fam_cells = [c for c in doc.get("cells", []) if c.get("k", 0) > 0 and c.get("family", "") == family]
+    base_cells = [c for c in doc.get("cells", []) if c.get("k") == 0]
+    out: dict[tuple[str, int], str] = {}
+    name = _family_name(family)
+    for c in fam_cells + base_cells:
+        key = (c["workload"], int(c["max_concurrency"]))
+        here = [x for x in fam_cells if (x["workload"], int(x["max_concurrency"])) == key]
+        problems = [f"{x['config']}: {cell_problem(x)}" for x in here if cell_problem(x)]
+        runs = [m for m in ms if (m.workload, m.concurrency) == key and m.k > 0]
+        if problems and not runs:
+            out[key] = "not scored: " + "; ".join(problems) + " (resume the sweep to measure it again)"
+        elif runs and all(m.variable_width for m in runs):
+            out[key] = "not scored: only a dynamic-table run (its throughput is not that of a fixed k)"
+        elif not here:
+            out[key] = f"not scored: no {name} run was measured here (baseline only)"
+        else:
+            out[key] = "not scored: no finished run with a measured throughput at a fixed k"
+    return out
+
+
+def _family_name(family: str) -> str:
+    try:
+        d = json.loads(family) if family else {}
+    except json.JSONDecodeError:
+        return family or "speculative"
+    return str(d.get("method") or ("draft model" if d.get("model") else "speculative")) if isinstance(d, dict) else family
+
+
 def advise_sweep(doc: dict[str, Any], *, tolerance: float = DEFAULT_TOLERANCE, candidates: str = "measured",
                  prior: CostModel | None = None, fit_ks=None, acceptance: str = "measured",
-                 basis: str = "measured") -> list[Advice]:
+                 basis: str = "measured", mix: dict[str, float] | None = None) -> list[Advice]:
     """One :class:`specwatch.choosek.model.Advice` per speculative family of a sweep result document,
-    each with the baseline runs. Raises KChoiceError if the sweep has no usable speculative run."""
+    each with the baseline runs and a row for every (workload, concurrency) measured for it or the
+    baseline (:func:`expected_rows`); ``mix``: workload → share of the work for "all workloads"
+    (:func:`specwatch.choosek.model.recommend`). Raises KChoiceError if the sweep has no usable
+    speculative run."""
     ms = measurements(doc)
     base = [m for m in ms if m.k == 0]
     fams: dict[str, list] = defaultdict(list)
@@ -70,8 +106,8 @@ def advise_sweep(doc: dict[str, Any], *, tolerance: float = DEFAULT_TOLERANCE, c
                 break
         try:
             out.append(kchoice.advise(base + spec, tolerance=tolerance, prior=prior, candidates=candidates,
-                              base_config=base_cfg, family=fam, fit_ks=fit_ks, acceptance=acceptance,
-                                      basis=basis))
+                                      base_config=base_cfg, family=fam, fit_ks=fit_ks, acceptance=acceptance,
+                                      basis=basis, mix=mix, expected=expected_rows(doc, fam, spec)))
         except KChoiceError as exc:
             if len(fams) == 1:
                 raise
@@ -114,6 +150,53 @@ def _f(v: float | None, spec: str = ".2f", suffix: str = "") -> str:
     return "–" if v is None else f"{v:{spec}}{suffix}"
 
 
+def _ci_text(iv, mean) -> str:
+    """`` ±3.1 %`` (95 % half width relative to ``mean``); `` 1 batch`` without an interval."""
+    if mean is None:
+        return ""
+    if iv is None:
+        return " 1 batch"
+    return f" ±{(iv[1] - iv[0]) / 2 / mean * 100:.1f} %"
+
+
+def _iv_text(iv) -> str:
+    return "" if iv is None else f" [{iv[0]:.1f}, {iv[1]:.1f}]"
+
+
+def _ci_ratio(r) -> str:
+    """The 95 % interval of the recommended k's speedup (relative to the baseline's throughput)."""
+    iv = r.intervals.get(r.k)
+    if iv is None or r.speedup is None or 0 not in r.scores or r.scores[0] <= 0:
+        return ""
+    return f" [{iv[0] / r.scores[0]:.2f}, {iv[1] / r.scores[0]:.2f}]"
+
+
+def _row_label(r, a: Advice) -> str:
+    if r.workload != "*":
+        return r.workload
+    return "all workloads" + (" (mix)" if a.mix else "")
+
+
+def recommendation_note(r) -> str:
+    """What a row of the recommendation table says beside its k: speculation off, why a row is
+    not scored, ties (overlapping intervals), k within the tolerance, lower-bound what-ifs and
+    single-batch cells (no interval)."""
+    if r.k is None:
+        return r.reason or "not scored"
+    parts = []
+    if r.k == 0:
+        parts.append("speculation off")
+    if r.tie:
+        parts.append(f"tie: the 95 % intervals of k={r.k} and k={r.best_k} overlap, the smaller k wins")
+    elif r.k != r.best_k:
+        parts.append(f"k={r.best_k} within {r.tolerance * 100:g} %")
+    if r.lower_bound_ks:
+        parts.append("what-if k=" + ",".join(map(str, r.lower_bound_ks)) + " from a lower-bound curve (ragged drafts)")
+    if r.one_batch_ks:
+        parts.append("1 batch (no interval) at k=" + ",".join(map(str, r.one_batch_ks)))
+    return "; ".join(parts)
+
+
 def render_advice(a: Advice, console) -> None:
     """Print one family's advice as rich tables on ``console``."""
     if a.family:
@@ -141,7 +224,8 @@ def render_advice(a: Advice, console) -> None:
     console.print(t)
 
     ks = sorted({p.k for p in a.throughput})
-    t = Table(title="Output throughput tok/s: predicted (measured)")
+    t = Table(title="Output throughput tok/s: predicted (measured ± 95 % interval); \"lower bound\": a what-if from "
+                    "a ragged cell's lower-bound curve; –: no model for the cell (its measurement still counts)")
     t.add_column("workload")
     t.add_column("conc.", justify="right")
     for k in ks:
@@ -156,11 +240,26 @@ def render_advice(a: Advice, console) -> None:
             if p is None:
                 cells.append("")
             elif k == 0:
-                cells.append(f"{p.measured:.1f}")
+                cells.append(f"{p.measured:.1f}" + _ci_text(p.interval, p.measured))
+            elif p.curve_basis in ("none", "beyond_curve"):
+                cells.append(f"– ({p.measured:.1f}{_ci_text(p.interval, p.measured)})")
             else:
-                cells.append(f"{p.predicted:.1f}" + ("" if p.measured is None else f" ({p.measured:.1f})"))
+                cells.append(f"{p.predicted:.1f}" + ("" if p.measured is None
+                                                       else f" ({p.measured:.1f}{_ci_text(p.interval, p.measured)})")
+                             + (" lower bound" if p.curve_basis == "lower_bound" and p.measured is None else ""))
         t.add_row(wl, str(c), *cells)
     console.print(t)
+    no_model = sorted({(p.workload, p.concurrency) for p in a.throughput if p.k > 0 and p.curve_basis == "none"})
+    if no_model:
+        console.print("[yellow]no model for " + ", ".join(f"{wl} c={c}" for wl, c in no_model) + ": those runs have no "
+                      "spec-decode counters or step time to predict other k from (a vLLM whose /metrics lacks "
+                      "vllm:spec_decode_* counters?); their measured throughput still scores their own k[/yellow]",
+                      soft_wrap=True)
+    beyond = sorted({(p.workload, p.concurrency, p.k) for p in a.throughput if p.curve_basis == "beyond_curve"})
+    if beyond:
+        console.print("no prediction for " + ", ".join(f"{wl} c={c} k={k}" for wl, c, k in beyond) + ": k is beyond "
+                      "the per-position curve of that cell (its drafts were never that long); the measured throughput "
+                      "still scores that k", soft_wrap=True)
     te = a.throughput_error
     if te["n"] and te.get("exact_fit"):
         console.print(f"throughput prediction error: exact fit: {te['max_points']} runs, {te['parameters']} parameters "
@@ -171,25 +270,33 @@ def render_advice(a: Advice, console) -> None:
                       + ("" if a.noise is None else f"; measurement noise (median rel. std. error) {a.noise * 100:.1f} %"))
 
     what = "throughput (measured where run, else calibrated prediction)" if a.basis == "measured" else "predicted throughput"
-    t = Table(title=f"Recommended k (smallest k within {a.tolerance * 100:.1f} % of the best {what}; 0 = speculation off)")
-    for col in ("workload", "conc.", "recommended k", "best k", "speedup vs baseline", "note"):
+    t = Table(title=f"Recommended k (smallest k within {a.tolerance * 100:.1f} % of the best {what}, or whose 95 % "
+                    "interval overlaps the best's: a tie, the smaller k wins; 0 = speculation off)")
+    for col in ("workload", "conc.", "recommended k", "best k", "speedup vs baseline", "batches", "note"):
         t.add_column(col, justify="left" if col in ("workload", "note") else "right")
     for r in a.recommendations:
-        note = "speculation off" if r.k == 0 else ""
-        if r.k != r.best_k:
-            note = (note + "; " if note else "") + f"k={r.best_k} within noise"
-        t.add_row("all workloads" if r.workload == "*" else r.workload, str(r.concurrency), str(r.k), str(r.best_k),
-                  _f(r.speedup, ".2f", "×"), note)
+        t.add_row(_row_label(r, a), str(r.concurrency), "–" if r.k is None else str(r.k),
+                  "–" if r.best_k is None else str(r.best_k),
+                  _f(r.speedup, ".2f", "×") + ("" if r.k is None else _ci_ratio(r)),
+                  ", ".join(f"k={k}: {n}" for k, n in sorted(r.batches.items())), recommendation_note(r))
     console.print(t)
+    combos = {r.combination for r in a.recommendations if r.workload == "*" and r.combination}
+    for how in sorted(combos):
+        console.print(f"all workloads: throughputs combined through {how} — the speedup is total baseline time / "
+                      "total time at k (the harmonic mean of the per-workload speedups, weighted by baseline time)",
+                      soft_wrap=True)
     if a.accuracy:
         t = Table(title="Check against the measurements: throughput at the recommended k vs the best measured k")
-        for col in ("workload", "conc.", "picked k", "best measured k", "picked tok/s", "best tok/s", "shortfall"):
+        for col in ("workload", "conc.", "picked k", "best measured k", "picked tok/s (95 %)", "best tok/s (95 %)",
+                    "shortfall"):
             t.add_column(col, justify="left" if col == "workload" else "right")
         for x in a.accuracy:
-            t.add_row(x.workload, str(x.concurrency), str(x.picked_k), str(x.best_k), _f(x.picked_throughput, ".1f"),
-                      _f(x.best_throughput, ".1f"), _f(None if x.shortfall is None else x.shortfall * 100, ".1f", " %"))
+            t.add_row(x.workload, str(x.concurrency), str(x.picked_k) + (" (tie)" if x.tie else ""), str(x.best_k),
+                      _f(x.picked_throughput, ".1f") + _iv_text(x.picked_interval),
+                      _f(x.best_throughput, ".1f") + _iv_text(x.best_interval),
+                      _f(None if x.shortfall is None else x.shortfall * 100, ".1f", " %"))
         console.print(t)
-    if not a.recommendations:
+    if not any(r.k is not None for r in a.recommendations):
         console.print("[yellow]no recommendation: no measured cell has both a speculative run with spec-decode counters "
                       "and a throughput to compare (did the servers run with speculation? a vLLM whose /metrics lacks "
                       "vllm:spec_decode_* counters gives no acceptance data)[/yellow]")

@@ -21,10 +21,14 @@ from specwatch.choosek.advise import DEFAULT_LIVE_CONCURRENCIES, advise_sweep, c
 from specwatch.choosek.calibrate import CalibrationError, load_forward_json, num_positions, profile_from_forward, profile_from_live, profile_from_sweep, sample_live
 from specwatch.choosek.drafterstudy import family_labels, pick_drafters, picks_json, render_picks
 from specwatch.choosek.demoreport import DemoReportError, is_demo_summary_file, write_demo_report
-from specwatch.choosek.model import DEFAULT_TOLERANCE, KChoiceError
+from specwatch.choosek.model import DEFAULT_TOLERANCE, KChoiceError, parse_mix
+
+#: ``advise --json`` format: 2 added rows that cannot be scored (``k`` null with a ``reason``),
+#: intervals, ties, batches and the all-workloads combination (``combination``, ``mix``).
+ADVISE_FORMAT = 2
 from specwatch.choosek.report import render_report
 from specwatch.choosek.resultfile import DAMAGED_FILE_ERRORS, SweepError, check_dir_writable, check_writable, damaged_file_message, failed_cells, load_result, measurements
-from specwatch.choosek.sweep import DEFAULT_CONCURRENCIES, DEFAULT_KS, DEFAULT_NUM_BATCHES, DEFAULT_OUTPUT_LEN, DEFAULT_PROMPTS_PER_CONCURRENCY, DEFAULT_WARMUP_BATCHES, DEFAULT_WORKLOADS, SweepPlan, build_configs, check_dataset, render_command, run_sweep, uses_speculation
+from specwatch.choosek.sweep import DEFAULT_CONCURRENCIES, DEFAULT_KS, DEFAULT_MAX_BATCHES, DEFAULT_NUM_BATCHES, DEFAULT_OUTPUT_LEN, DEFAULT_PROMPTS_PER_CONCURRENCY, DEFAULT_TARGET_CI, DEFAULT_WARMUP_BATCHES, DEFAULT_WORKLOADS, SweepPlan, build_configs, check_dataset, render_command, run_sweep, uses_speculation
 from specwatch.common.files import atomic_write_json, atomic_write_text, same_file
 from specwatch.common.params import int_list
 from specwatch.common.processes import install_stop_signals
@@ -69,6 +73,18 @@ def _server_command_cb(ctx, param, value):
         raise click.BadParameter(f"cannot split it like a shell: {exc}") from None
     if shutil.which(argv[0]) is None:
         raise click.BadParameter(f"program {argv[0]!r} not found (not on PATH, or not an executable file)")
+    return value
+
+
+class FlagError(click.ClickException):
+    """A bad flag value: one line naming the flag, exit 2 (nothing started, nothing written)."""
+
+    exit_code = 2
+
+
+def _target_ci_cb(ctx, param, value):
+    if value is not None and not (0.0 < value < 1.0):
+        raise FlagError(f"--target-ci must be in (0, 1) (a relative half width: 0.05 = ±5 %), got {value:g}")
     return value
 
 
@@ -120,7 +136,14 @@ def _drafter_models(drafters, server_command, model_dir) -> list[tuple[str, str]
 @click.option("--output-len", type=click.IntRange(min=1), default=DEFAULT_OUTPUT_LEN, show_default=True, help="Output tokens per request.")
 @click.option("--num-prompts", type=click.IntRange(min=1), default=None, help="Requests per batch (default: --prompts-per-concurrency × concurrency).")
 @click.option("--prompts-per-concurrency", type=click.IntRange(min=1), default=DEFAULT_PROMPTS_PER_CONCURRENCY, show_default=True)
-@click.option("--num-batches", type=click.IntRange(min=1), default=DEFAULT_NUM_BATCHES, show_default=True, help="Measured batches per cell.")
+@click.option("--num-batches", type=click.IntRange(min=1), default=DEFAULT_NUM_BATCHES, show_default=True,
+              help="Measured batches per cell (the minimum: see --target-ci).")
+@click.option("--target-ci", type=float, default=DEFAULT_TARGET_CI, show_default=True, callback=_target_ci_cb,
+              help="Noise-aware cells: repeat measured batches until the 95 % interval of the cell's throughput is "
+                   "within this fraction of its mean (0.05 = ±5 %), or --max-batches ran.")
+@click.option("--max-batches", type=click.IntRange(min=1), default=None,
+              help=f"Most measured batches per cell (>= --num-batches; equal to it: a fixed number of batches). "
+                   f"Default: {DEFAULT_MAX_BATCHES}, or --num-batches when that is larger.")
 @click.option("--warmup-batches", type=click.IntRange(min=0), default=DEFAULT_WARMUP_BATCHES, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--server-command", default=None, callback=_server_command_cb,
@@ -138,7 +161,7 @@ def _drafter_models(drafters, server_command, model_dir) -> list[tuple[str, str]
               help="Server logs (default: <result-file stem>-logs/ beside it).")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def sweep(result_file, ks, spec_configs, drafters, baseline, workloads, dataset_path, concurrencies, output_len, num_prompts,
-          prompts_per_concurrency, num_batches, warmup_batches, seed, server_command, port, host, model_dir,
+          prompts_per_concurrency, num_batches, target_ci, max_batches, warmup_batches, seed, server_command, port, host, model_dir,
           startup_timeout, lock, api_key, log_dir, progress) -> None:
     """Run the load generator over server configurations × workloads × concurrencies.
 
@@ -146,6 +169,10 @@ def sweep(result_file, ks, spec_configs, drafters, baseline, workloads, dataset_
     k = 1, 2, 3, 4, 6, 8; workloads copy and random-output; concurrency 1 and 4; 64-token outputs —
     sized for 2 CPU cores. Then: specwatch advise RESULT, specwatch report RESULT.
     """
+    if max_batches is None:
+        max_batches = max(DEFAULT_MAX_BATCHES, num_batches)
+    if max_batches < num_batches:
+        raise FlagError(f"--max-batches ({max_batches}) must be >= --num-batches ({num_batches})")
     drafter_models = _drafter_models(drafters, server_command, model_dir)
     try:
         configs = build_configs(ks, spec_configs, baseline, drafter_models)
@@ -162,13 +189,14 @@ def sweep(result_file, ks, spec_configs, drafters, baseline, workloads, dataset_
     check_writable(result_file, "--result-file")
     check_dir_writable(log_dir or result_file.with_name(result_file.stem + "-logs"), "--log-dir")
     plan = SweepPlan(configs, wls, concs, output_len, num_prompts, prompts_per_concurrency, num_batches,
-                     warmup_batches, seed, dataset_path=dataset_path)
+                     warmup_batches, seed, dataset_path=dataset_path, target_ci=target_ci, max_batches=max_batches)
     echo = click.echo
     if server_command is None:
         echo("specwatch sweep: embedded vLLM on CPU; the defaults (64-token outputs, 2×concurrency prompts per "
-             "batch, 1 warm-up + 2 measured batches, concurrency 1,4) are sized for 2 cores. This run: "
+             "batch, 1 warm-up + 2-6 measured batches, concurrency 1,4) are sized for 2 cores. This run: "
              f"{output_len}-token outputs, {prompts_per_concurrency}×concurrency prompts per batch, "
-             f"{warmup_batches} warm-up + {num_batches} measured batches, concurrency {','.join(map(str, concs))}. "
+             f"{warmup_batches} warm-up + {num_batches}-{max_batches} measured batches (until the 95 % interval is "
+             f"within ±{target_ci * 100:g} %), concurrency {','.join(map(str, concs))}. "
              "CPU numbers are noisy: compare within one sweep.")
     echo(f"configs: {', '.join(c.name for c in configs)}; workloads: {', '.join(wls)}; "
          f"concurrency: {', '.join(map(str, concs))}; results: {result_file}")
@@ -218,10 +246,14 @@ def sweep(result_file, ks, spec_configs, drafters, baseline, workloads, dataset_
                    "or every k by the model's prediction (model).")
 @click.option("--fit-k", "fit_k", default=None, callback=int_list(1, dedupe=False),
               help="Sweep: fit the step cost only on the runs at these k (e.g. 1,8) and predict the others (held-out check).")
+@click.option("--mix", default=None, metavar="WORKLOAD=WEIGHT,...",
+              help="Sweep: each workload's share of the work (output tokens) for the all-workloads advice, e.g. "
+                   "copy=3,random-output=1 (default: the same work from every workload; throughputs combine through time).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Also write the advice as JSON here.")
+              help="Also write the advice as JSON here (advise_format 2).")
 def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tolerance, candidates,
-           cost_profile, method, drafter, old_cost_a, old_cost_b, base_config, acceptance, basis, fit_k, json_path) -> None:
+           cost_profile, method, drafter, old_cost_a, old_cost_b, base_config, acceptance, basis, fit_k, mix,
+           json_path) -> None:
     """Recommend num_speculative_tokens per concurrency from a sweep RESULT_FILE (or live data)."""
     console = make_console()
     sources = [x for x in (result_file, exporter_url, prometheus_url) if x]
@@ -229,6 +261,8 @@ def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tol
         raise click.UsageError("give exactly one of RESULT_FILE, --exporter or --prometheus")
     if not (0.0 <= tolerance < 1.0):
         raise click.BadParameter("must be in [0, 1)", param_hint="--tolerance")
+    if mix is not None and result_file is None:
+        raise FlagError("--mix applies to a sweep RESULT_FILE (the all-workloads advice), not to live advice")
     if old_cost_a is not None or old_cost_b is not None:
         raise click.UsageError("--step-cost-per-draft-token(-per-running-request) are gone: measured step times come "
                                "from a cost profile (specwatch calibrate, then --cost-profile FILE)")
@@ -246,6 +280,14 @@ def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tol
         if json_path is not None and same_file(json_path, result_file):
             raise click.BadParameter("is the sweep result itself: writing it would destroy the sweep", param_hint="--json")
         doc = load_result(result_file)
+        mix_weights = None
+        if mix is not None:
+            sweep_wls = list(dict.fromkeys([*((doc.get("settings") or {}).get("workloads") or []),
+                                            *(c["workload"] for c in doc["cells"])]))
+            try:
+                mix_weights = parse_mix(mix, sweep_wls)
+            except KChoiceError as exc:
+                raise FlagError(str(exc)) from None
         left_out = failed_cells(doc)
         if left_out:
             console.print(f"[yellow]left out: {len(left_out)} cell(s) with failed requests (resume the sweep to measure "
@@ -261,7 +303,7 @@ def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tol
                     f"(runs at k = {', '.join(map(str, sorted(run_ks))) or 'none'})")
         try:
             advices = advise_sweep(doc, tolerance=tolerance, candidates=candidates, prior=cost, acceptance=acceptance,
-                                   fit_ks=fit_k, basis=basis)
+                                   fit_ks=fit_k, basis=basis, mix=mix_weights)
         except KChoiceError as exc:
             raise click.ClickException(str(exc)) from None
         except DAMAGED_FILE_ERRORS as exc:
@@ -278,7 +320,8 @@ def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tol
         if picks:
             render_picks(picks, console, tolerance)
         if json_path:
-            atomic_write_json(json_path, {"source": str(result_file), "left_out_cells": left_out,
+            atomic_write_json(json_path, {"source": str(result_file), "advise_format": ADVISE_FORMAT, "left_out_cells": left_out,
+                                          "mix": mix_weights,
                                           "tolerance": tolerance, "candidates": candidates,
                                           "fit_k": None if fit_k is None else list(fit_k), "acceptance": acceptance,
                                           "basis": basis, "families": [{**a.to_dict(), "engine_formats": engine_formats(

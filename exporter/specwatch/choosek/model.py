@@ -83,6 +83,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from specwatch.bench.results import throughput_interval
 from specwatch.specdecode.cost import estimated_speedups, recommend_k
 from specwatch.specdecode.cost import CostModel
 
@@ -345,6 +346,14 @@ class Measurement:
         return self.mean_tpot_ms / 1000.0 * tau
 
     @property
+    def interval(self) -> tuple[float, float] | None:
+        """The 95 % interval (tok/s) of the cell's throughput from its measured batches
+        (:func:`specwatch.bench.results.throughput_interval`, Student's t); None with fewer than 2
+        batches (a result file written before intervals were stored gets them from its batches)."""
+        ci = throughput_interval(self.batch_throughputs)
+        return None if ci["low"] is None else (ci["low"], ci["high"])
+
+    @property
     def noise(self) -> float | None:
         """Relative standard error of the cell's mean throughput (stdev / mean / √n over its
         measured batches); None with fewer than 2 batches."""
@@ -394,6 +403,21 @@ def _source(runs: Sequence[Measurement]) -> Measurement | None:
     """The speculative run with the largest k that has a per-position curve and drafts."""
     spec = [m for m in runs if m.k > 0 and m.position_rates and m.drafts and m.curve_basis != "lower_bound"]
     return max(spec, key=lambda m: (m.k, len(m.position_rates))) if spec else None
+
+
+def _lower_bound_source(runs: Sequence[Measurement]) -> Measurement | None:
+    """The fixed-k speculative run with the largest k whose only curve is a lower bound (ragged drafts)."""
+    spec = [m for m in runs if m.k > 0 and m.position_rates and m.drafts and m.curve_basis == "lower_bound"
+            and not m.variable_width]
+    return max(spec, key=lambda m: (m.k, len(m.position_rates))) if spec else None
+
+
+def _measured_only(wl: str, c: int, by_k: Mapping[int, Measurement], basis: str) -> list[ThroughputPrediction]:
+    """Predictions that are the measurements (no model): every fixed-k run of a cell."""
+    return [ThroughputPrediction(wl, c, k, m.output_throughput, m.output_throughput, m.tokens_per_step or 1.0,
+                                 m.verified_per_step or 0.0, m.step_time_s, m.noise, basis, m.interval,
+                                 len(m.batch_throughputs) or None)
+            for k, m in sorted(by_k.items()) if k > 0 and not m.variable_width]
 
 
 def predict_acceptance_lengths(measurements: Iterable[Measurement]) -> list[AcceptancePrediction]:
@@ -511,11 +535,22 @@ class ThroughputPrediction:
     verified_per_step: float
     step_time_s: float | None
     noise: float | None = None
+    #: What the prediction rests on: "exact" (an exact per-position curve), "lower_bound" (only
+    #: ragged drafts' lower-bound curves: a what-if for an unmeasured k is a lower bound of its
+    #: acceptance, labelled so), "none" (no model could be made: ``predicted`` is the measurement) or
+    #: "beyond_curve" (a measured k larger than the curve it would be predicted from — e.g. an exact
+    #: per-request curve of ngram drafts that never exceeded 2 tokens: ``predicted`` is the measurement).
+    curve_basis: str = "exact"
+    #: The measured throughput's 95 % interval (tok/s) and its measured batches (None: not run).
+    interval: tuple[float, float] | None = None
+    batches: int | None = None
 
     @property
     def relative_error(self) -> float | None:
-        """(predicted − measured) / measured."""
-        return None if self.measured is None else (self.predicted - self.measured) / self.measured
+        """(predicted − measured) / measured; None when not measured or not predicted (basis "none")."""
+        if self.measured is None or self.curve_basis in ("none", "beyond_curve"):
+            return None
+        return (self.predicted - self.measured) / self.measured
 
 
 def predict_throughputs(
@@ -540,17 +575,25 @@ def predict_throughputs(
             by_k[m.k] = m
         if 0 in by_k:
             b = by_k[0]
-            preds.append(ThroughputPrediction(wl, c, 0, b.output_throughput, b.output_throughput, 1.0, 0.0, b.step_time_s, b.noise))
+            preds.append(ThroughputPrediction(wl, c, 0, b.output_throughput, b.output_throughput, 1.0, 0.0, b.step_time_s,
+                                              b.noise, "exact", b.interval, len(b.batch_throughputs) or None))
         src = _source(runs)
+        basis = "exact"
         if src is None and any(m.curve_basis == "lower_bound" and m.drafts for m in runs):
-            continue  # only lower-bound curves (ragged drafts): no k is predicted from them
+            # only lower-bound curves (ragged drafts): the measured k keep their measured throughput;
+            # the what-if for other k comes from the lower-bound curve, labelled lower_bound
+            src, basis = _lower_bound_source(runs), "lower_bound"
+            if src is None:  # a dynamic table's ragged run only: nothing at a fixed k to predict from
+                preds.extend(_measured_only(wl, c, by_k, "none"))
+                continue
         fit = fit_step_cost(runs if keep is None else [m for m in runs if m.k in keep], prior)
         if fit is None:
+            preds.extend(_measured_only(wl, c, by_k, "none"))  # no step time: no model, the runs still count
             continue
         if src is not None and src.draft_fraction is not None:
             rates, f = src.position_rates, src.draft_fraction
             dbar = src.draft_tokens_per_draft or float(src.k)
-            if src.ragged_drafts:
+            if src.ragged_drafts and basis == "exact":
                 # an exact per-request curve of a cell whose drafts were ragged (a dynamic table ran
                 # shorter drafts): the curve is that of full drafts of j + 1 tokens, so k′ is predicted
                 # as a fixed-width server verifying k′ tokens per draft (x = f·k′), not with the
@@ -597,8 +640,11 @@ def predict_throughputs(
             t = fit.step_time(x)
             preds.append(ThroughputPrediction(
                 wl, c, k, ceff * tau / t, None if m is None else m.output_throughput, tau, x, t,
-                None if m is None else m.noise,
+                None if m is None else m.noise, basis, None if m is None else m.interval,
+                None if m is None else (len(m.batch_throughputs) or None),
             ))
+        # a measured k beyond the source curve (e.g. a ragged k = 4 beside an exact k = 2): still a measurement
+        preds.extend(_measured_only(wl, c, {k: m for k, m in by_k.items() if k > len(rates)}, "beyond_curve"))
     return preds, fits
 
 
@@ -611,29 +657,110 @@ def predict_throughputs(
 class Recommendation:
     """The k to use for ``workload`` ("*" = all workloads together) at ``concurrency``.
 
-    ``scores``: k → predicted throughput (one workload) or geometric-mean speedup over the
-    baseline (all workloads); ``best_k``: argmax of the scores; ``k``: the smallest k within
-    ``tolerance`` of the best (0 = speculation off); ``speedup``: predicted throughput at k over
-    the baseline's (None without a baseline run).
+    ``scores``: k → throughput (one workload: measured where run, tok/s) or, for "*", the
+    combined speedup over the baseline through time (:func:`combine_by_time`; the combined
+    throughput relative to the best k when there is no baseline); ``best_k``: argmax of the
+    scores; ``k``: the smallest k within ``tolerance`` of the best or whose 95 % interval overlaps
+    the best's (a tie: the smaller k wins; 0 = speculation off); None when the row cannot be
+    scored (``reason`` says why); ``speedup``: score at k over the baseline's (None without a
+    baseline run). ``intervals``: k → 95 % interval of the score (measured k with ≥ 2 batches);
+    ``batches``: k → measured batches; ``tied``: the k whose interval overlaps the best's;
+    ``tie``: True when ``k`` rests on such a tie (it is not within ``tolerance`` of the best);
+    ``combination``: how "*" combined the workloads (e.g. "time, equal work: copy, random-output").
     """
 
     workload: str
     concurrency: int
-    k: int
-    best_k: int
+    k: int | None
+    best_k: int | None
     tolerance: float
     scores: dict[int, float]
     speedup: float | None
     measured_ks: tuple[int, ...] = ()
+    intervals: dict[int, tuple[float, float]] = field(default_factory=dict)
+    batches: dict[int, int] = field(default_factory=dict)
+    tied: tuple[int, ...] = ()
+    tie: bool = False
+    reason: str | None = None
+    combination: str | None = None
+    #: Scores of k that rest on a lower-bound curve (ragged drafts; a what-if, not a measurement).
+    lower_bound_ks: tuple[int, ...] = ()
 
     @property
     def speculation_off(self) -> bool:
         return self.k == 0
 
+    @property
+    def one_batch_ks(self) -> tuple[int, ...]:
+        """Measured k with a single measured batch (no interval: only the tolerance applies)."""
+        return tuple(k for k, n in sorted(self.batches.items()) if n == 1)
 
-def _choose(scores: dict[int, float], tolerance: float) -> tuple[int, int]:
+
+def _overlap(a: tuple[float, float] | None, b: tuple[float, float] | None) -> bool:
+    return a is not None and b is not None and a[0] <= b[1] and b[0] <= a[1]
+
+
+def _choose(scores: dict[int, float], tolerance: float,
+            intervals: Mapping[int, tuple[float, float]] | None = None) -> tuple[int, int, tuple[int, ...], bool]:
+    """(k, best k, k tied with the best by overlapping intervals, whether k rests on a tie)."""
     best = max(scores, key=lambda k: (scores[k], -k))
-    return recommend_k(scores, tolerance), best
+    by_tol = recommend_k(scores, tolerance)
+    iv = intervals or {}
+    tied = tuple(sorted(k for k in scores if k != best and _overlap(iv.get(k), iv.get(best))))
+    k = min((by_tol, *tied))
+    return k, best, tied, k != by_tol
+
+
+def parse_mix(text: str, workloads: Iterable[str]) -> dict[str, float]:
+    """``--mix copy=3,random-output=1`` → {workload: weight}: each workload's share of the work
+    (output tokens). Raises KChoiceError (one line) for a malformed item, a workload not in
+    ``workloads`` or a weight that is not a positive finite number."""
+    known = list(dict.fromkeys(workloads))
+    out: dict[str, float] = {}
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        name, eq, val = item.partition("=")
+        name = name.strip()
+        if not eq or not name:
+            raise KChoiceError(f"--mix: {item!r} is not WORKLOAD=WEIGHT (e.g. copy=3,random-output=1)")
+        if name not in known:
+            raise KChoiceError(f"--mix: unknown workload {name!r} (the sweep measured {', '.join(known) or 'none'})")
+        try:
+            w = float(val)
+        except ValueError:
+            raise KChoiceError(f"--mix: weight of {name} is not a number: {val!r}") from None
+        if not (math.isfinite(w) and w > 0):
+            raise KChoiceError(f"--mix: weight of {name} must be a positive number, got {val!r}")
+        if name in out:
+            raise KChoiceError(f"--mix: {name} given twice")
+        out[name] = w
+    if not out:
+        raise KChoiceError("--mix is empty (give WORKLOAD=WEIGHT items, e.g. copy=3,random-output=1)")
+    return out
+
+
+def combine_by_time(throughputs: Mapping[str, float], weights: Mapping[str, float],
+                    half_widths: Mapping[str, float] | None = None) -> tuple[float, float | None]:
+    """Combined throughput (tok/s) of a mix in which workload i brings the share w_i of the output
+    tokens, served at throughput x_i: the time per token is Σ w_i / x_i (w normalised to sum 1),
+    so the combined throughput is 1 / Σ (w_i / x_i) — a weighted harmonic mean. Ratios of two
+    such throughputs (k against the baseline) are the weighted harmonic mean of the per-workload
+    speedups, weighted by each workload's share of the baseline's time (the plain harmonic mean
+    when the baseline serves every workload equally fast). ``half_widths``: 95 % half widths of
+    the x_i; the second value is the combined throughput's half width (first-order propagation,
+    None when a workload has none). Raises KChoiceError for a non-positive throughput or weight."""
+    total = math.fsum(weights.values())
+    if total <= 0 or any(w <= 0 for w in weights.values()):
+        raise KChoiceError("mix weights must be positive")
+    if any(throughputs[wl] <= 0 for wl in weights):
+        raise KChoiceError("throughputs must be positive to combine them through time")
+    t = math.fsum(weights[wl] / total / throughputs[wl] for wl in weights)
+    comb = 1.0 / t
+    if half_widths is None or any(half_widths.get(wl) is None for wl in weights):
+        return comb, None
+    ht = math.sqrt(math.fsum((weights[wl] / total * half_widths[wl] / throughputs[wl] ** 2) ** 2 for wl in weights))
+    return comb, ht * comb * comb
 
 
 def cell_scores(ps: Mapping[int, ThroughputPrediction], basis: str = "measured") -> dict[int, float]:
@@ -670,12 +797,22 @@ def recommend(
     tolerance: float = DEFAULT_TOLERANCE,
     candidates: str = "measured",
     basis: str = "model",
+    *,
+    mix: Mapping[str, float] | None = None,
+    expected: Mapping[tuple[str, int], str] | None = None,
 ) -> list[Recommendation]:
     """Per (workload, concurrency) and per concurrency over all workloads ("*").
 
     ``candidates``: "measured" (k = 0 and the k that were run) or "all" (every k ≤ K, including
     k that were only predicted). ``basis``: what a k is scored by (:func:`cell_scores`):
-    "measured" or "model". Raises KChoiceError for a bad tolerance, candidates or basis value.
+    "measured" or "model". Within a cell, k whose 95 % intervals (measured batches) overlap the
+    best's are tied with it and the smallest wins (as does the smallest k within ``tolerance``).
+    "*" combines the workloads through time (:func:`combine_by_time`): ``mix`` = workload → share
+    of the work (default: the same work from every workload; workloads left out of a given mix
+    are not in "*"); its interval comes from the workloads' intervals. ``expected``: every
+    (workload, concurrency) that must get a row, with the reason to give when it cannot be scored
+    (a row with k None); "*" is not scored at a concurrency where a workload of the mix has no
+    scored row. Raises KChoiceError for a bad tolerance, candidates, basis or mix.
     """
     if not (0.0 <= tolerance < 1.0):
         raise KChoiceError(f"tolerance must be in [0, 1), got {tolerance!r}")
@@ -683,37 +820,79 @@ def recommend(
         raise KChoiceError(f"candidates must be 'measured' or 'all', got {candidates!r}")
     if basis not in ("measured", "model"):
         raise KChoiceError(f"basis must be 'measured' or 'model', got {basis!r}")
+    if mix is not None and (not mix or any(not (w > 0) for w in mix.values())):
+        raise KChoiceError(f"mix weights must be positive, got {dict(mix)!r}")
     cells: dict[tuple[str, int], dict[int, ThroughputPrediction]] = defaultdict(dict)
     for p in predictions:
         cells[(p.workload, p.concurrency)][p.k] = p
+    keys = sorted(set(cells) | set(expected or {}))
     out: list[Recommendation] = []
-    per_conc: dict[int, list[dict[int, float]]] = defaultdict(list)
-    for (wl, c), ps in sorted(cells.items()):
-        all_scores = cell_scores(ps, basis)
+    per_conc: dict[int, dict[str, Recommendation]] = defaultdict(dict)
+    unscored: dict[int, dict[str, str]] = defaultdict(dict)
+    for wl, c in keys:
+        ps = cells.get((wl, c), {})
+        all_scores = cell_scores(ps, basis) if ps else {}
         scores = {k: v for k, v in all_scores.items() if candidates == "all" or ps[k].measured is not None}
         if not any(k > 0 for k in scores):
+            reason = (expected or {}).get((wl, c)) or (
+                "no speculative run with a measured throughput at a fixed k" if 0 in scores else
+                "no finished run")
+            r = Recommendation(wl, c, None, None, tolerance, {}, None,
+                               tuple(sorted(kk for kk, p in ps.items() if p.measured is not None)), reason=reason)
+            out.append(r)
+            unscored[c][wl] = reason
             continue
-        k, best = _choose(scores, tolerance)
-        out.append(Recommendation(
+        intervals = {k: ps[k].interval for k in scores if ps[k].interval is not None and ps[k].measured is not None
+                     and (basis == "measured" or k == 0)}
+        k, best, tied, tie = _choose(scores, tolerance, intervals)
+        r = Recommendation(
             wl, c, k, best, tolerance, scores,
             None if 0 not in scores else scores[k] / scores[0],
             tuple(sorted(kk for kk, p in ps.items() if p.measured is not None)),
-        ))
-        per_conc[c].append(scores)
-    for c, cell_list in sorted(per_conc.items()):
-        common = set.intersection(*(set(u) for u in cell_list))
-        if not any(k > 0 for k in common):
+            intervals=intervals, batches={kk: ps[kk].batches for kk in scores if ps[kk].batches},
+            tied=tied, tie=tie,
+            lower_bound_ks=tuple(sorted(kk for kk in scores if kk > 0 and ps[kk].curve_basis == "lower_bound"
+                                        and ps[kk].measured is None)),
+        )
+        out.append(r)
+        per_conc[c][wl] = r
+    for c in sorted(set(per_conc) | set(unscored)):
+        rows = per_conc.get(c, {})
+        present = sorted(set(rows) | set(unscored.get(c, {})))
+        weights = {wl: 1.0 for wl in present} if mix is None else {wl: w for wl, w in mix.items()}
+        how = ("time, equal work: " + ", ".join(weights)) if mix is None else (
+            "time, mix " + ", ".join(f"{wl}={w:g}" for wl, w in weights.items()))
+        missing = [wl for wl in weights if wl not in rows]
+        if missing:
+            why = "; ".join(f"{wl}: {unscored[c][wl]}" if wl in unscored.get(c, {}) else f"{wl}: not measured at c={c}"
+                            for wl in missing)
+            out.append(Recommendation("*", c, None, None, tolerance, {}, None, reason=f"not every workload is scored ({why})",
+                                      combination=how))
             continue
-        scores = {}
+        common = set.intersection(*(set(rows[wl].scores) for wl in weights))
+        if not any(k > 0 for k in common):
+            out.append(Recommendation("*", c, None, None, tolerance, {}, None, combination=how,
+                                      reason="no k > 0 was scored for every workload of the mix"))
+            continue
+        comb: dict[int, float] = {}
+        halves: dict[int, float | None] = {}
         for k in sorted(common):
-            logs = []
-            for u in cell_list:
-                ref = u[0] if 0 in u else max(u.values())
-                logs.append(math.log(u[k] / ref))
-            scores[k] = math.exp(statistics.fmean(logs))
-        k, best = _choose(scores, tolerance)
+            hw = {}
+            for wl in weights:
+                iv = rows[wl].intervals.get(k)
+                hw[wl] = None if iv is None else (iv[1] - iv[0]) / 2.0
+            comb[k], halves[k] = combine_by_time({wl: rows[wl].scores[k] for wl in weights}, weights, hw)
+        ref = comb[0] if 0 in comb else max(comb.values())
+        scores = {k: v / ref for k, v in comb.items()}
+        intervals = {k: ((comb[k] - h) / ref, (comb[k] + h) / ref) for k, h in halves.items() if h is not None}
+        k, best, tied, tie = _choose(scores, tolerance, intervals)
+        batches = {kk: min(rows[wl].batches.get(kk, 0) for wl in weights) for kk in common}
         out.append(Recommendation("*", c, k, best, tolerance, scores, scores[k] if 0 in common else None,
-                                  tuple(sorted(common))))
+                                  tuple(sorted(common)), intervals=intervals,
+                                  batches={kk: n for kk, n in batches.items() if n}, tied=tied, tie=tie,
+                                  combination=how,
+                                  lower_bound_ks=tuple(sorted({kk for wl in weights for kk in rows[wl].lower_bound_ks}
+                                                              & common))))
     return out
 
 
@@ -778,6 +957,11 @@ class AccuracyCell:
     best_k: int
     picked_throughput: float | None
     best_throughput: float
+    #: 95 % intervals (tok/s) of the picked and the best k's measured throughputs (None: 1 batch).
+    picked_interval: tuple[float, float] | None = None
+    best_interval: tuple[float, float] | None = None
+    #: The pick rests on a tie (its interval overlaps the best's, beyond the tolerance).
+    tie: bool = False
 
     @property
     def shortfall(self) -> float | None:
@@ -790,17 +974,23 @@ def evaluate_choices(recs: Iterable[Recommendation], measurements: Iterable[Meas
     """For every per-workload recommendation, compare the measured throughput at its k with the
     best measured throughput of the cell (k = 0 is the baseline)."""
     measured: dict[tuple[str, int], dict[int, float]] = defaultdict(dict)
-    for m in measurements:
+    ms_list = list(measurements)
+    for m in ms_list:
         measured[(m.workload, m.concurrency)][m.k] = m.output_throughput
+    intervals: dict[tuple[str, int], dict[int, tuple[float, float] | None]] = defaultdict(dict)
+    for m in ms_list:
+        intervals[(m.workload, m.concurrency)][m.k] = m.interval
     out = []
     for r in recs:
-        if r.workload == "*":
+        if r.workload == "*" or r.k is None:
             continue
         ms = measured.get((r.workload, r.concurrency))
         if not ms:
             continue
         best_k = max(ms, key=lambda k: ms[k])
-        out.append(AccuracyCell(r.workload, r.concurrency, r.k, best_k, ms.get(r.k), ms[best_k]))
+        iv = intervals[(r.workload, r.concurrency)]
+        out.append(AccuracyCell(r.workload, r.concurrency, r.k, best_k, ms.get(r.k), ms[best_k],
+                                iv.get(r.k), iv.get(best_k), r.tie))
     return out
 
 
@@ -880,6 +1070,8 @@ class Advice:
     noise: float | None = None
     basis: str = "measured"
     cross_validation: list[CrossValidationCell] = field(default_factory=list)
+    #: --mix: workload → share of the work for "all workloads" (None: the same work from each).
+    mix: dict[str, float] | None = None
 
     @property
     def cross_validation_summary(self) -> dict[str, Any]:
@@ -934,6 +1126,9 @@ class Advice:
         def rec(r: Recommendation) -> dict[str, Any]:
             d = asdict(r)
             d["scores"] = {str(k): v for k, v in r.scores.items()}
+            d["intervals"] = {str(k): list(v) for k, v in r.intervals.items()}
+            d["batches"] = {str(k): v for k, v in r.batches.items()}
+            d["one_batch_ks"] = list(r.one_batch_ks)
             return d
 
         return {
@@ -948,6 +1143,7 @@ class Advice:
             "step_cost_fits": [dict(asdict(f), max_residual=f.max_residual) for f in self.fits],
             "recommendations": [rec(r) for r in self.recommendations],
             "basis": self.basis,
+            "mix": self.mix,
             "accuracy": [dict(asdict(a), shortfall=a.shortfall) for a in self.accuracy],
             "worst_shortfall": self.worst_shortfall,
             "cross_validation": [dict(asdict(cv), shortfall=cv.shortfall) for cv in self.cross_validation],
@@ -970,10 +1166,12 @@ def advise(
     fit_ks: Iterable[int] | None = None,
     acceptance: str = "curve",
     basis: str = "measured",
+    mix: Mapping[str, float] | None = None,
+    expected: Mapping[tuple[str, int], str] | None = None,
 ) -> Advice:
     """Run steps 1–6 on the baseline runs and the speculative runs of one family (``fit_ks``,
-    ``acceptance``: see :func:`predict_throughputs`; ``basis``: see :func:`recommend`), with the
-    half-batch cross-validation of :func:`cross_validate`.
+    ``acceptance``: see :func:`predict_throughputs`; ``basis``, ``mix``, ``expected``: see
+    :func:`recommend`), with the half-batch cross-validation of :func:`cross_validate`.
 
     Raises KChoiceError if there is no speculative run or an argument is out of range.
     """
@@ -982,8 +1180,8 @@ def advise(
         raise KChoiceError("no speculative run to advise from")
     acc = predict_acceptance_lengths(ms)
     preds, fits = predict_throughputs(ms, prior, fit_ks, acceptance)
-    recs = recommend(preds, tolerance, candidates, basis)
-    k_by_c = {r.concurrency: r.k for r in recs if r.workload == "*"}
+    recs = recommend(preds, tolerance, candidates, basis, mix=mix, expected=expected)
+    k_by_c = {r.concurrency: r.k for r in recs if r.workload == "*" and r.k is not None}
     noises = [m.noise for m in ms if m.noise is not None]
     return Advice(
         family=family,
@@ -997,7 +1195,9 @@ def advise(
         speculative_config=speculative_config_advice(base_config, k_by_c) if k_by_c else None,
         noise=statistics.median(noises) if noises else None,
         basis=basis,
-        cross_validation=cross_validate(ms, tolerance, {(r.workload, r.concurrency) for r in recs if r.workload != "*"}),
+        cross_validation=cross_validate(ms, tolerance, {(r.workload, r.concurrency) for r in recs
+                                                        if r.workload != "*" and r.k is not None}),
+        mix=None if mix is None else dict(mix),
     )
 
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specwatch.choosek import exactcurves
-from specwatch.choosek.advise import advise_sweep
+from specwatch.choosek.advise import advise_sweep, recommendation_note
 from specwatch.choosek.charts import (
     config_order,
     escape,
@@ -126,10 +126,15 @@ def render_report(doc: Mapping[str, Any], *, tolerance: float = DEFAULT_TOLERANC
                                   fmt_num(None if p.relative_error is None else p.relative_error * 100, "+.1f", " %")]
                                  for p in a.acceptance]))
         parts.append(html_table(
-            ["workload", "concurrency", "recommended k", "best k", "speedup vs baseline"],
+            ["workload", "concurrency", "recommended k", "best k", "speedup vs baseline", "batches", "note"],
             [["all workloads" if r.workload == "*" else r.workload, r.concurrency,
-              f"{r.k} (speculation off)" if r.k == 0 else r.k, r.best_k, fmt_num(r.speedup, ".2f", "×")]
+              "–" if r.k is None else (f"{r.k} (speculation off)" if r.k == 0 else r.k),
+              "–" if r.best_k is None else r.best_k, fmt_num(r.speedup, ".2f", "×"),
+              ", ".join(f"k={k}: {n}" for k, n in sorted(r.batches.items())), recommendation_note(r)]
              for r in a.recommendations]))
+        for how in sorted({r.combination for r in a.recommendations if r.workload == "*" and r.combination}):
+            parts.append(f"<p>All workloads: throughputs combined through {escape(how)} (total baseline time / total "
+                         "time at k: the harmonic mean of the per-workload speedups, weighted by baseline time).</p>")
         if a.accuracy:
             parts.append("<p>Check: measured throughput at the recommended k against the best measured k "
                          f"(worst shortfall {fmt_num(None if a.worst_shortfall is None else a.worst_shortfall * 100, '.1f', ' %')}).</p>")

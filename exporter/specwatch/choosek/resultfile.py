@@ -28,7 +28,7 @@ from specwatch.common.locks import FileLock, LockHeld
 FORMAT = 1
 #: Settings that must match between a result file and a resumed sweep.
 MEASUREMENT_KEYS = ("output_len", "num_prompts", "prompts_per_concurrency", "num_batches",
-                    "warmup_batches", "seed", "request_rate")
+                    "warmup_batches", "seed", "request_rate", "target_ci", "max_batches")
 
 
 

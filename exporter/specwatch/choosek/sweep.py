@@ -5,7 +5,9 @@ server per k (ngram, k ∈ {1, 2, 3, 4, 6, 8} by default) or per ``--speculative
 until it answers ``GET /v1/models``, records its start-up time and the KV-cache capacity it
 reports (``vllm:cache_config_info``: ``num_gpu_blocks`` × ``block_size`` tokens, summed over
 engines), runs every (workload, concurrency) cell with :func:`specwatch.bench.runner.run_bench`
-(warm-up batches first; spec-decode values from the server's ``vllm:spec_decode_*`` counters),
+(warm-up batches first; then at least ``num_batches`` measured batches and, with ``target_ci``,
+more until the 95 % interval of the cell's throughput is within ``target_ci`` of its mean or
+``max_batches`` ran; spec-decode values from the server's ``vllm:spec_decode_*`` counters),
 and stops it before the next configuration starts (one server at a time: they would share the
 CPU/GPU).
 
@@ -25,7 +27,8 @@ finished cell::
      "servers": [{"config", "k", "started_at", "startup_seconds", "kv_cache_tokens",
                   "num_gpu_blocks", "block_size", "command"}],
      "cells": [{"config", "k", "family", "workload", "max_concurrency", "finished_at",
-                "summary": <bench cell summary: output_throughput, mean_tpot_ms, …>,
+                "summary": <bench cell summary: output_throughput, mean_tpot_ms, …,
+                            output_throughput_ci95 (the 95 % interval of the throughput)>,
                 "batches": [<bench batch records>], "server_exited": <exit code, only if the
                 server died during the cell>}]}
 
@@ -73,6 +76,10 @@ DEFAULT_OUTPUT_LEN = 64
 DEFAULT_PROMPTS_PER_CONCURRENCY = 2
 DEFAULT_NUM_BATCHES = 2
 DEFAULT_WARMUP_BATCHES = 1
+#: Noise-aware cells: more measured batches until the 95 % interval of the cell's throughput is
+#: within 5 % of its mean (relative half width), at most DEFAULT_MAX_BATCHES measured batches.
+DEFAULT_TARGET_CI = 0.05
+DEFAULT_MAX_BATCHES = 6
 # --------------------------------------------------------------------------------------------
 # Configurations
 # --------------------------------------------------------------------------------------------
@@ -439,6 +446,9 @@ class SweepPlan:
     seed: int
     request_rate: float = math.inf
     dataset_path: str | None = None
+    #: Noise-aware cells (see :class:`specwatch.bench.runner.BenchConfig`): None = num_batches fixed.
+    target_ci: float | None = None
+    max_batches: int | None = None
 
     def prompts_for(self, concurrency: int) -> int:
         return self.num_prompts or max(1, self.prompts_per_concurrency * concurrency)
@@ -455,6 +465,8 @@ class SweepPlan:
             "seed": self.seed,
             "request_rate": "inf" if math.isinf(self.request_rate) else self.request_rate,
             "dataset_path": self.dataset_path,
+            "target_ci": self.target_ci,
+            "max_batches": self.max_batches,
         }
 
 
@@ -552,6 +564,20 @@ def _server_exit_code(srv: Any) -> int | None:
     return None if proc is None else proc.poll()
 
 
+def _interval_text(ci: Mapping[str, Any] | None, target: float | None) -> str:
+    """`` ± 3.1 % (95 %, 4 batches)`` for the sweep's progress line (the batches used per cell);
+    says when the target was not reached."""
+    if not ci:
+        return ""
+    n = ci.get("batches") or 0
+    rel = ci.get("relative_half_width")
+    if rel is None:
+        return " (1 batch: no interval)" if n == 1 else ""
+    missed = target is not None and rel > target
+    return f" ± {rel * 100:.1f} % (95 %, {n} batches" + (
+        f"; target {target * 100:g} % not reached" if missed else "") + ")"
+
+
 def _first_error(batches: Sequence[Mapping[str, Any]]) -> str | None:
     for b in batches:
         for e in b.get("errors") or ():
@@ -644,6 +670,7 @@ def _run_sweep(plan: SweepPlan, result_file: Path, *, template, port, host, log_
                             num_batches=plan.num_batches, warmup_batches=plan.warmup_batches,
                             request_rate=plan.request_rate, options=options, api_key=api_key,
                             equivalence=False, save_result=False, progress=progress,
+                            target_ci=plan.target_ci, max_batches=plan.max_batches,
                         )
                     except (BenchConfigError, WorkloadError) as exc:
                         raise SweepError(str(exc)) from None
@@ -677,6 +704,7 @@ def _run_sweep(plan: SweepPlan, result_file: Path, *, template, port, host, log_
                     save("running")
                     acc = summary.get("spec_decode_acceptance_rate")
                     echo(f"  {cfg.name} {wl} c={c}: {summary.get('output_throughput') or 0.0:.1f} tok/s"
+                         + _interval_text(summary.get("output_throughput_ci95"), plan.target_ci)
                          + ("" if acc is None else f", acceptance {acc:.1f} %")
                          + (f", {summary['failed']} failed" if summary.get("failed") else ""))
                     if rc is not None:

@@ -1,0 +1,101 @@
+"""scripts/verify_speedup.py (issue 23): the live-speedup check on any server — the sweep's
+--server-command template and --speculative-config, the baseline-upstream mode, the per-cell checks,
+the JSON rewritten after every cell, and one-line exit-2 errors. Runs against the sweep's stub
+server (tests/sweep_stub.py); the embedded default is run by scripts/verify_speedup.sh."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from sweep_stub import make_stub
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "verify_speedup.py"
+PROFILE = Path(__file__).resolve().parents[1] / "exporter" / "specwatch" / "data" / "cost-profiles" / \
+    "cpu-2core-smollm2-135m-vllm0.32.yaml"
+
+
+@pytest.fixture(scope="module")
+def vs():
+    spec = importlib.util.spec_from_file_location("verify_speedup", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["verify_speedup"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_judge_checks_each_cell(vs):
+    j = vs.judge(2.0, {"value": 2.2, "basis": "measured", "lower": 1.9, "upper": 2.4})
+    assert j["relative_error"] == pytest.approx(0.1) and j["within_15_percent"] and not j["wrong_side_of_1"]
+    assert j["interval_contains_ratio"] and j["interval_tight"]  # 2.4 / 1.9 = 1.26
+    j = vs.judge(0.8, {"value": 1.1, "basis": "measured", "lower": 0.7, "upper": 1.2})
+    assert j["wrong_side_of_1"] and not j["within_15_percent"] and j["interval_contains_ratio"] and not j["interval_tight"]
+    # inside 0.95-1.05 the side of 1 is not judged
+    assert vs.judge(0.97, {"value": 1.02, "basis": "profile", "lower": None, "upper": None})["wrong_side_of_1"] is False
+    # no lower/upper served (an exporter without them): those checks are None, the others still judged
+    j = vs.judge(1.5, {"value": 1.4, "basis": "measured", "lower": None, "upper": None})
+    assert j["interval_contains_ratio"] is None and j["interval_tight"] is None and j["within_15_percent"]
+    assert vs.judge(1.5, None)["within_15_percent"] is None
+
+
+def test_live_speedup_reads_the_server_k_with_lower_and_upper(vs):
+    text = "\n".join([
+        "# TYPE specwatch_speedup gauge",
+        'specwatch_speedup{upstream="spec",model_name="m",engine="0",k="2",window="5m",basis="profile"} 1.1',
+        'specwatch_speedup{upstream="spec",model_name="m",engine="0",k="4",window="1m",basis="measured"} 9.0',
+        'specwatch_speedup{upstream="spec",model_name="m",engine="0",k="4",window="5m",basis="measured"} 1.7',
+        "# TYPE specwatch_speedup_lower gauge",
+        'specwatch_speedup_lower{upstream="spec",model_name="m",engine="0",k="4",window="5m"} 1.5',
+        "# TYPE specwatch_speedup_upper gauge",
+        'specwatch_speedup_upper{upstream="spec",model_name="m",engine="0",k="4",window="5m"} 1.9',
+        "# TYPE specwatch_cost_profile_error_ratio gauge",
+        'specwatch_cost_profile_error_ratio{upstream="spec",model_name="m",engine="0",window="5m"} 1.08', ""])
+    assert vs.live_speedup(text, 4, "spec") == {"value": 1.7, "basis": "measured", "lower": 1.5, "upper": 1.9}
+    assert vs.live_speedup(text, 4, "base") is None
+    assert vs.live_speedup(text.split("# TYPE specwatch_speedup_lower")[0], 4)["lower"] is None  # tolerated absence
+    assert vs.drift(text) == 1.08
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--server-command", "nosuchprogram-xyz --port {port} {spec_args}", "--baseline-upstream"], "not found"),
+    (["--server-command", "python3 -m x {spec_args}", "--baseline-upstream"], "{port}"),
+    (["--server-command", "python3 --port {port}", "--baseline-upstream"], "{spec_args}"),
+    (["--baseline-upstream", "--server-command", "python3 --port {port} {spec_args}", "--speculative-config", "{"], "JSON"),
+    (["--concurrency", "1,x", "--baseline-upstream"], "--concurrency"),
+    ([], "--cost-profile is required"),
+])
+def test_bad_input_is_one_line_exit_2(vs, capsys, args, msg, tmp_path):
+    assert vs.main([*args, "--out", str(tmp_path / "v.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and msg in err[0], err
+    assert not (tmp_path / "v.json").exists()
+
+
+def test_baseline_upstream_mode_on_a_template_server(vs, tmp_path, monkeypatch, capsys):
+    """Both servers from the sweep's --server-command template up at once (the stub logs its starts:
+    0 = baseline, 2 = ngram k=2), each cell benched on both, the JSON written per cell."""
+    from specwatch.localvllm import server as localvllm_server
+
+    monkeypatch.setattr(localvllm_server, "LOCK_PATH", tmp_path / "vllm.lock")
+    template, log = make_stub(tmp_path, monkeypatch)
+    out = tmp_path / "v.json"
+    rc = vs.main(["--baseline-upstream", "--server-command", template, "--speculative-config",
+                  '{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_max":3}', "--workloads", "copy,explain",
+                  "--concurrency", "1", "--output-len", "8", "--prompts-per-concurrency", "1", "--out", str(out)])
+    doc = json.loads(out.read_text())
+    assert doc["mode"] == "baseline-upstream" and doc["server"]["kind"] == "template" and doc["status"] == "complete"
+    assert sorted(int(x) for x in log.read_text().split()) == [0, 2]  # both up at once, started once
+    cells = doc["cells"]
+    assert [(c["config"], c["workload"]) for c in cells] == [("ngram-k2", "copy"), ("ngram-k2", "explain")]
+    for c in cells:
+        assert c["baseline_output_throughput"] > 0 and c["output_throughput"] > 0
+        assert c["measured_ratio"] == pytest.approx(c["output_throughput"] / c["baseline_output_throughput"])
+        assert {"exporter_speedup", "drift", "within_15_percent", "wrong_side_of_1", "interval_contains_ratio",
+                "interval_tight"} <= set(c)
+    table = capsys.readouterr().out
+    assert "ngram-k2" in table and "cells within 15 %" in table
+    assert rc in (0, 1)  # the stub has no step-time histograms: the exporter may serve no measured speedup
