@@ -187,9 +187,12 @@ def start_exporter(upstreams: list[str], profile: str | None, method: str | None
 
 
 def judge(ratio: float, sp: dict[str, Any] | None) -> dict[str, Any]:
-    """The checks of one cell (see the module docstring); None where they cannot be judged."""
+    """The checks of one cell (see the module docstring); None where they cannot be judged.
+    ``passes``: within 15 %, or the interval contains the ratio with upper / lower <= 1.35, and
+    not on the wrong side of 1 (issue 22's done-when)."""
     out: dict[str, Any] = {"measured_ratio": ratio, "relative_error": None, "within_15_percent": None,
-                           "wrong_side_of_1": None, "interval_contains_ratio": None, "interval_tight": None}
+                           "wrong_side_of_1": None, "interval_contains_ratio": None, "interval_tight": None,
+                           "passes": None}
     if not sp:
         return out
     live = sp["value"]
@@ -201,6 +204,8 @@ def judge(ratio: float, sp: dict[str, Any] | None) -> dict[str, Any]:
     if lo is not None and hi is not None:
         out["interval_contains_ratio"] = lo <= ratio <= hi
         out["interval_tight"] = lo > 0 and hi / lo <= MAX_INTERVAL_RATIO
+    out["passes"] = bool((out["within_15_percent"] or (out["interval_contains_ratio"] and out["interval_tight"]))
+                         and not out["wrong_side_of_1"])
     return out
 
 
@@ -403,19 +408,30 @@ def run_paired(args, spec_cfgs, baseline, model_dir, work, out) -> list[dict[str
                     bench(spec.base_url, wl, c, args, True, work)
                     exp, url = start_exporter([f"spec={spec.base_url}", f"base={base.base_url}"], args.cost_profile,
                                               method_of(cfg), baseline_upstream="base")
+                    # with a profile, a second exporter reads the speculative server alone: its k is then
+                    # `calibrated` (live step over the profile's relative cost), judged on the same cell
+                    cal = (start_exporter([f"spec={spec.base_url}"], args.cost_profile, method_of(cfg))
+                           if args.cost_profile else None)
                     try:
                         time.sleep(1.5)
                         base_thr = bench(base.base_url, wl, c, args, False, work)
                         spec_thr = bench(spec.base_url, wl, c, args, False, work)
                         time.sleep(1.5)
                         text = scrape(url)
+                        cal_text = scrape(cal[1]) if cal else None
                     finally:
                         stop_process_group(exp, 10)
+                        if cal:
+                            stop_process_group(cal[0], 10)
                     sp = live_speedup(text, cfg.k, "spec")
                     cell = {"config": cfg.name, "k": cfg.k, "workload": wl, "concurrency": c,
                             "baseline_output_throughput": base_thr, "output_throughput": spec_thr,
                             "exporter_speedup": sp, "drift": drift(text, "spec"), "other_profile_drift": None,
                             **judge(spec_thr / base_thr, sp)}
+                    if cal_text is not None:
+                        csp = live_speedup(cal_text, cfg.k, "spec")
+                        cell["calibrated"] = {"exporter_speedup": csp, "drift": drift(cal_text, "spec"),
+                                              **judge(spec_thr / base_thr, csp)}
                     out["cells"].append(cell)
                     atomic_write_json(args.out, out)
                     print(f"  {cfg.name} {wl} c={c}: baseline {base_thr:.1f}, speculative {spec_thr:.1f} tok/s; "
@@ -439,6 +455,24 @@ def print_table(rows: list[dict[str, Any]], out_path: Path) -> int:
               f"{_yn(None if c['wrong_side_of_1'] is None else not c['wrong_side_of_1']):>6}{_yn(c['interval_tight']):>6}"
               f"{'' if ok else '  <- off'}")
     print(f"\n{len(rows) - bad}/{len(rows)} cells within 15 % and on the right side of 1; results in {out_path}")
+    cal = [c for c in rows if c.get("calibrated")]
+    if cal:
+        print("\nthe same cells, the exporter reading the speculative server alone with the profile (basis calibrated):")
+        cbad = 0
+        for c in cal:
+            j = c["calibrated"]
+            sp = j["exporter_speedup"] or {}
+            cbad += not j["passes"]
+            iv = "-" if sp.get("lower") is None or sp.get("upper") is None else f"[{sp['lower']:.2f}, {sp['upper']:.2f}]"
+            print(f"{c['config']:<16}{c['workload']:<15}{c['concurrency']:>3}{c['measured_ratio']:>8.3f}"
+                  f"{_fmt(sp.get('value'), '.3f'):>9}{str(sp.get('basis') or '-'):>11}{iv:>16}"
+                  f"{_fmt(None if j['relative_error'] is None else j['relative_error'] * 100, '.1f'):>7}%"
+                  f"{_fmt(j['drift']):>7}{_yn(j['interval_contains_ratio']):>8}{_yn(j['within_15_percent']):>6}"
+                  f"{_yn(None if j['wrong_side_of_1'] is None else not j['wrong_side_of_1']):>6}{_yn(j['interval_tight']):>6}"
+                  f"{'' if j['passes'] else '  <- off'}")
+        print(f"{len(cal) - cbad}/{len(cal)} calibrated cells within 15 % or inside a tight interval (upper/lower <= 1.35), "
+              "never on the wrong side of 1")
+        bad += cbad
     return 0 if rows and not bad else 1
 
 
