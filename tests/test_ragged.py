@@ -177,7 +177,8 @@ def test_advise_json_carries_engine_formats_for_live_curves():
     curves = {("spec", "m", "0"): (0.9, 0.85, 0.8), ("ragged", "m", "0"): (0.9, 0.1, 0.1)}
     out = live_advice(curves, (1, 64), None, 0.02, None, bases={("ragged", "m", "0"): "lower_bound"})
     by = {tuple(x["series"]): x for x in out}
-    assert by[("ragged", "m", "0")]["withheld"] == "ragged_drafts" and not by[("ragged", "m", "0")]["k_by_concurrency"]
+    rag = by[("ragged", "m", "0")]
+    assert "withheld" not in rag and not rag["k_by_concurrency"] and set(rag["withheld_by_concurrency"].values()) == {"uncertain"}
     assert by[("spec", "m", "0")]["curve_basis"] == "exact" and by[("spec", "m", "0")]["k_by_concurrency"]
 
 
@@ -354,7 +355,7 @@ def test_advise_cli_against_an_exporter_with_a_ragged_curve(tmp_path):
     assert r.exit_code == 0, r.output
     assert "basis=lower_bound" in r.output and "no k recommended" in r.output
     live = {tuple(x["series"]): x for x in _json(out)["live"]}
-    assert live[("dyn", "smollm2", "0")]["withheld"] == "ragged_drafts"
+    assert set(live[("dyn", "smollm2", "0")]["withheld_by_concurrency"].values()) == {"uncertain"}
     assert live[("dyn", "smollm2", "0")]["k_by_concurrency"] == {}
     assert live[("fixed", "smollm2", "0")]["curve_basis"] == "exact"
     assert set(live[("fixed", "smollm2", "0")]["k_by_concurrency"]) == {"1", "4"}

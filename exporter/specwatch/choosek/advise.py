@@ -35,7 +35,7 @@ from specwatch.choosek.model import DEFAULT_TOLERANCE, Advice, KChoiceError, spe
 from specwatch.choosek.resultfile import cell_problem, measurements
 from specwatch.specdecode.cost import CostModel
 from specwatch.specdecode.costprofile import CostProfile
-from specwatch.specdecode.speedup import LiveCost, recommend, speedups
+from specwatch.specdecode.speedup import LiveCost, choose, speedups
 from specwatch.choosek.variablewidth import engine_formats
 
 DEFAULT_LIVE_CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64)
@@ -415,38 +415,51 @@ def curves_from_prometheus(url: str, rule: str = "model_name:specwatch_position_
 def live_advice(curves: dict[tuple[str, ...], tuple[float, ...]], concurrencies, profile: CostProfile | None,
                 tolerance: float, base_config: dict[str, Any] | None, *, method: str | None = None,
                 drafter: str | None = None, bases: dict[tuple[str, ...], str] | None = None) -> list[dict[str, Any]]:
-    """For each curve: the speedup of every k at each number of running requests b (from the cost
-    profile's t0(b) and t(b, k): basis "profile" or "extrapolated"; without a profile the built-in
-    guess, basis "default" — :func:`specwatch.specdecode.speedup.speedups`), the recommended k per b
-    with the weakest basis it compared, and the vLLM config. A curve whose ``bases`` entry is
-    ``lower_bound`` (ragged drafts, :mod:`specwatch.specdecode.ragged`) gets no speedups and no k:
-    ``withheld`` says why. So does every curve when the profile holds no curve for ``method``/``drafter``
-    (``no_cost_curve``: measured for another drafter; the built-in guess does not stand in for it)."""
+    """For each curve: the speedup of every k, with its 95 % interval, at each number of running
+    requests b (from the cost profile's relative costs: basis "profile" or "extrapolated"; without a
+    profile the built-in guess, basis "default" — :func:`specwatch.specdecode.speedup.speedups`),
+    the k per b decided on the intervals (:func:`specwatch.specdecode.speedup.choose`; where the
+    choice differs across them, no k and ``withheld_by_concurrency`` "uncertain") with the weakest
+    basis it compared, and the vLLM config. A curve whose ``bases`` entry is ``lower_bound``
+    (ragged drafts, :mod:`specwatch.specdecode.ragged`) keeps its speedups; as its share of
+    never-drafted positions is not known here, their upper ends take every position as accepted
+    (r_i = 1), so only a choice that holds even then is served. A profile without a curve for
+    ``method``/``drafter`` gives no speedups and no k: ``withheld`` is ``no_cost_curve`` (measured
+    for another drafter; the built-in guess does not stand in for it)."""
     out = []
     no_curve = profile is not None and not profile.has_curve(method, drafter)
     for key, rates in sorted(curves.items()):
         if not rates:
             continue
         basis = (bases or {}).get(key, "exact")
-        if basis == "lower_bound" or no_curve:
+        if no_curve:
             out.append({"series": list(key), "position_acceptance_rates": list(rates), "curve_basis": basis,
-                        "withheld": "ragged_drafts" if basis == "lower_bound" else "no_cost_curve",
-                        "speedup": {}, "k_by_concurrency": {}, "basis_by_concurrency": {},
+                        "withheld": "no_cost_curve",
+                        "speedup": {}, "k_by_concurrency": {}, "basis_by_concurrency": {}, "withheld_by_concurrency": {},
                         "cost_profile": None if profile is None else profile.name, "speculative_config": None,
                         "engine_formats": None})
             continue
-        by_c, k_by_c, basis_by_c = {}, {}, {}
+        by_c, k_by_c, basis_by_c, withheld_by_c = {}, {}, {}, {}
         for c in concurrencies:
             sp = speedups(rates, LiveCost(profile=profile, running_requests_fallback=float(c), method=method,
-                                          drafter=drafter), current_k=0)
+                                          drafter=drafter, missing_ratio=1.0 if basis == "lower_bound" else 0.0),
+                          current_k=0)
             by_c[c] = sp
-            k_by_c[c], basis_by_c[c] = recommend(sp, tolerance)
+            choice = choose(sp, tolerance)
+            if choice.k is None:
+                withheld_by_c[c] = choice.reason
+            else:
+                k_by_c[c] = choice.k
+            basis_by_c[c] = choice.basis
+        config = speculative_config_advice(base_config, k_by_c) if k_by_c else None
         out.append({"series": list(key), "position_acceptance_rates": list(rates), "curve_basis": basis,
-                    "speedup": {str(c): {str(k): {"value": v.value, "basis": v.basis} for k, v in sp.items()}
-                                for c, sp in by_c.items()},
+                    "speedup": {str(c): {str(k): {"value": v.value, "lower": v.lower, "upper": v.upper, "basis": v.basis}
+                                         for k, v in sp.items()} for c, sp in by_c.items()},
                     "k_by_concurrency": {str(c): k for c, k in k_by_c.items()},
                     "basis_by_concurrency": {str(c): b for c, b in basis_by_c.items()},
+                    "withheld_by_concurrency": {str(c): r for c, r in withheld_by_c.items()},
                     "cost_profile": None if profile is None else profile.name,
-                    "speculative_config": speculative_config_advice(base_config, k_by_c),
-                    "engine_formats": engine_formats(speculative_config_advice(base_config, k_by_c), k_by_c)})
+                    "speculative_config": config,
+                    "engine_formats": engine_formats(config, k_by_c) if config else None})
     return out
+

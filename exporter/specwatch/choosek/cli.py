@@ -375,15 +375,10 @@ def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tol
                           "measured for another drafter is not this one's. Calibrate this drafter (specwatch calibrate).",
                           soft_wrap=True)
             continue
-        if item.get("withheld"):
-            name = " / ".join(x for x in item["series"] if x)
-            rates = ", ".join(f"{r:.2f}" for r in item["position_acceptance_rates"])
-            console.print(f"[bold]{name}[/bold]: per-position acceptance [{rates}] basis=lower_bound (ragged drafts: "
-                          "drafts shorter than k, undrafted positions count as rejected); no k recommended from it. "
-                          "Measure exact curves with specwatch bench against a server started with "
-                          "--per-request-spec-decode-metrics detailed.", soft_wrap=True)
-            continue
-        t = Table(title=f"{' / '.join(x for x in item['series'] if x)} (curve basis={item.get('curve_basis', 'exact')}): speedup τ(k)·t0(b)/t(b, k) from {how}")
+        t = Table(title=f"{' / '.join(x for x in item['series'] if x)} (curve basis={item.get('curve_basis', 'exact')}): "
+                        f"speedup [95 % interval] from {how}"
+                        + ("; a lower-bound curve: upper ends take every undrafted position as accepted"
+                           if item.get("curve_basis") == "lower_bound" else ""))
         t.add_column("running requests", justify="right")
         for k in range(1, kmax + 1):
             t.add_column(f"k={k}", justify="right")
@@ -391,11 +386,25 @@ def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tol
         t.add_column("basis", justify="left")
         for c in concs:
             sp = item["speedup"][str(c)]
-            t.add_row(str(c), *[f"{sp[str(k)]['value']:.2f}" + ("" if sp[str(k)]["basis"] == "profile" else
-                                f" ({sp[str(k)]['basis']})") for k in range(1, kmax + 1)],
-                      str(item["k_by_concurrency"][str(c)]), item["basis_by_concurrency"][str(c)])
+            cells = []
+            for k in range(1, kmax + 1):
+                v = sp[str(k)]
+                iv = f" [{v['lower']:.2f}-{v['upper']:.2f}]" if v.get("lower") is not None and v.get("upper") is not None else ""
+                cells.append(f"{v['value']:.2f}{iv}" + ("" if v["basis"] == "profile" else f" ({v['basis']})"))
+            k_text = (str(item["k_by_concurrency"][str(c)]) if str(c) in item["k_by_concurrency"]
+                      else f"withheld ({item['withheld_by_concurrency'].get(str(c), 'uncertain')})")
+            t.add_row(str(c), *cells, k_text, item["basis_by_concurrency"][str(c)])
         console.print(t)
-        render_config(item["speculative_config"], {int(c): k for c, k in item["k_by_concurrency"].items()}, console)
+        if item["k_by_concurrency"]:
+            render_config(item["speculative_config"], {int(c): k for c, k in item["k_by_concurrency"].items()}, console)
+        else:
+            name = " / ".join(x for x in item["series"] if x)
+            why = ("basis=lower_bound (ragged drafts: drafts shorter than k), so the upper ends count every undrafted "
+                   "position as accepted; measure exact curves with specwatch bench against a server started with "
+                   "--per-request-spec-decode-metrics detailed" if item.get("curve_basis") == "lower_bound"
+                   else "calibrate a cost profile on this server (specwatch calibrate) or run a baseline beside it")
+            console.print(f"[bold]{name}[/bold]: no k recommended: the best k differs across the intervals; {why}.",
+                          soft_wrap=True)
     if json_path:
         atomic_write_json(json_path, {"source": source, "tolerance": tolerance,
                                       "cost_profile": None if profile is None else str(cost_profile), "live": live})
