@@ -85,6 +85,9 @@ class StubState:
     step: int = 0
     metrics_served: list[str] = field(default_factory=list)
     metrics_snapshots: list[dict[str, Any]] = field(default_factory=list)
+    #: Streams the client closed before the stub finished writing them (ConnectionResetError on
+    #: write): counted here instead of aiohttp's "Error handling request" traceback in test logs.
+    client_disconnects: int = 0
 
     def counters(self) -> dict[str, Any]:
         """The spec-decode counters now (what /metrics reports)."""
@@ -193,6 +196,17 @@ class StubServer:
         return await self._stream(request, chat=True)
 
     async def _stream(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        """One streamed completion; a client that goes away mid-stream (the load generator's
+        response cap, a read timeout, Ctrl-C) ends it quietly and is counted in
+        ``state.client_disconnects``."""
+        prepared: list[web.StreamResponse] = []
+        try:
+            return await self._stream_body(request, chat, prepared)
+        except ConnectionResetError:  # aiohttp's ClientConnectionResetError: "Cannot write to closing transport"
+            self.state.client_disconnects += 1
+            return prepared[0] if prepared else web.Response(status=499)
+
+    async def _stream_body(self, request: web.Request, chat: bool, prepared: list) -> web.StreamResponse:
         c, s = self.config, self.state
         s.requests += 1
         nth = s.requests
@@ -210,6 +224,7 @@ class StubServer:
         drop = bool(c.drop_every) and nth % c.drop_every == 0
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
+        prepared.append(resp)
         obj = "chat.completion.chunk" if chat else "text_completion"
         rid = f"stub-{nth}"
         prompt_tokens = len(prompt_text(payload).split())
