@@ -113,6 +113,27 @@ def test_report_of_a_real_demo_result(demo_dir):
                                                   for rec in doc["summary"]}
 
 
+def test_equivalence_section_says_it_is_measured_and_shows_the_first_differing_token(demo_dir):
+    """Issue #25: a run with 11/12 said only "speculation changed some outputs". The section now
+    says that vLLM documents floating-point differences under batched verification, that the count
+    is this run's, and shows each differing prompt's first differing token. The real demo result
+    (12/12) with one prompt changed as the fresh-clone run saw it (word-chain-7 from character 54)."""
+    summary, benches = load_demo(demo_dir)
+    eq = summary["equivalence"]
+    p = next(x for x in eq["prompts"] if x["name"] == "word-chain-7")
+    p.update(identical=False, first_difference=54,
+             first_differing_token={"index": 12, "baseline": " lantern", "speculative": " harbor", "source": "tokenizer"})
+    eq["matched"] = 11
+    html = render_demo_report(summary, benches)
+    assert "<b>11/12</b>" in html and "speculation changed some outputs" not in html
+    assert "batched verification" in html and "can change floating-point results" in html
+    assert "this run measured" in html
+    assert "&#39; lantern&#39; → &#39; harbor&#39; (token 12)" in html, html[html.index("equivalence"):][:3000]
+    # an older result file without the field still renders (empty cell)
+    del p["first_differing_token"]
+    assert "<b>11/12</b>" in render_demo_report(summary, benches)
+
+
 def test_write_and_report_command(demo_dir):
     out = write_demo_report(demo_dir)
     assert out == demo_dir / "report.html" and len(pngs(out.read_text())) == IMAGES

@@ -47,6 +47,24 @@ class DemoReportError(ValueError):
     """The folder holds no usable demo result; the message says which file and why."""
 
 
+
+#: What the equivalence count means (issue #25): a measurement of this run, not a guarantee.
+EQUIVALENCE_NOTE = ("Speculative decoding is lossless in exact arithmetic, but vLLM documents that batched verification "
+                    "can change floating-point results (its speculative-decoding docs, &quot;lossless guarantees&quot;): greedy "
+                    "outputs with and without speculation may then part at some token and continue differently. The count "
+                    "above is what this run measured; another run may differ.")
+
+
+def differing_token_text(tok) -> str:
+    """``' climbed' → ' walked' (token 12)`` for a record's ``first_differing_token``; "" when
+    there is none (identical, or an older result file without it). Token texts are shown with
+    repr() so leading spaces and newlines are visible; ``(text)`` marks a text-level piece (the
+    server had no /tokenize)."""
+    if not isinstance(tok, dict):
+        return ""
+    where = f"token {tok['index']}" if tok.get("index") is not None else "text"
+    return f"{tok.get('baseline', '')!r} → {tok.get('speculative', '')!r} ({where})"
+
 def is_demo_summary(doc: Any) -> bool:
     """True for the document shape ``specwatch demo`` writes to ``demo-summary.json``."""
     return isinstance(doc, dict) and "specwatch_sweep_format" not in doc and {"servers", "workloads", "k"} <= set(doc)
@@ -238,10 +256,13 @@ def render_demo_report(summary: Mapping[str, Any], benches: Mapping[str, Mapping
     if eq:
         ok = eq.get("matched") == eq.get("total")
         parts.append(f"<p><b>{escape(eq.get('matched'))}/{escape(eq.get('total'))}</b> prompts produced identical greedy output "
-                     f"with and without speculation{'' if ok else ': speculation changed some outputs'}.</p>")
-        parts.append(html_table(["prompt", "identical", "first difference at", "baseline chars", "speculative chars", "error"],
+                     f"with and without speculation in this run{'' if ok else '; the others differ from the first differing token shown below'}.</p>")
+        parts.append(f"<p class='note'>{EQUIVALENCE_NOTE}</p>")
+        parts.append(html_table(["prompt", "identical", "first difference at (character)", "first differing token: baseline → speculative",
+                                 "baseline chars", "speculative chars", "error"],
                                 [[p.get("name"), "yes" if p.get("identical") else "NO",
                                   "" if p.get("first_difference") is None else p.get("first_difference"),
+                                  differing_token_text(p.get("first_differing_token")),
                                   p.get("baseline_chars"), p.get("speculative_chars"), p.get("error") or ""]
                                  for p in eq.get("prompts") or []]))
     else:
