@@ -43,6 +43,9 @@ IMAGES = {
 #: service -> image key (bench runs the exporter image, as in docker-compose.yml)
 SERVICE_IMAGES = {"vllm-cpu": "vllm-cpu", "exporter": "exporter", "bench": "exporter", "prometheus": "prometheus"}
 PROJECT_PREFIX = "specwatch-e2e-"
+#: The teardown README.md and docs/compose.md document (after ``docker compose``): every profile,
+#: whatever COMPOSE_PROFILES in .env says (tests/test_first_hour.py checks the docs say it).
+DOWN_ARGS = ("--profile", "*", "down", "-v")
 TORCH_WHEEL_GLOB = "torch-2.13.0+cpu-*.whl"
 
 
@@ -289,10 +292,10 @@ class ComposeProject:
         return (res.stdout + res.stderr)[-6000:]
 
     def down(self) -> dict[str, list[str]]:
-        """``docker compose down -v --remove-orphans`` (every profile), then force-remove anything
-        still labelled with the project. Returns what was left after ``down`` itself."""
-        self.run("down", "-v", "--remove-orphans", "--timeout", "20", check=False, timeout=300,
-                 profiles=("cpu", "bench", "gpu", "baseline"))
+        """Exactly the documented teardown, ``docker compose --profile '*' down -v``
+        (:data:`DOWN_ARGS`; no other profile flag), then force-remove anything still labelled with
+        the project. Returns what was left after ``down`` itself (the test asserts it is nothing)."""
+        self.run(*DOWN_ARGS, check=False, timeout=300, profiles=())
         left = project_resources(self.name)
         if any(left.values()):
             remove_project_resources(self.name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 
 import pytest
 
@@ -125,6 +126,29 @@ def test_runaway_response_capped_and_recorded():
     assert not o.success
     assert o.error == f"response exceeded {256 * 1024} bytes (--max-response-bytes)"
     assert o.generated_text == ""
+
+
+def test_stub_counts_a_client_that_left_instead_of_logging_a_traceback(caplog):
+    """Issue #25: the client hanging up mid-stream (here: the response cap) made aiohttp log
+    "Error handling request" with a ConnectionResetError traceback into the test log. The stub
+    now counts it (``client_disconnects``) and logs nothing."""
+    import logging
+
+    async def go(url):
+        async with OpenAIBackend(url, "stub-model", max_response_bytes=64 * 1024) as be:
+            return await be.send(COMP)
+
+    caplog.set_level(logging.DEBUG)
+    with ThreadedStub(StubConfig(k=0, flood_bytes=8 * 1024 * 1024)) as stub:
+        o = asyncio.run(go(stub.url))
+        for _ in range(100):  # the stub notices the closed transport on one of its next writes
+            if stub.state.client_disconnects:
+                break
+            time.sleep(0.05)
+    assert not o.success
+    assert stub.state.client_disconnects == 1
+    loud = [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+    assert not loud, [(r.name, r.getMessage()) for r in loud]
 
 
 def test_stalled_server_fails_on_read_timeout():

@@ -233,3 +233,24 @@ def test_metrics_linger_keeps_serving_after_a_complete_run(tmp_path):
                 proc.kill()
     assert proc.returncode == 0, out + err
     assert json.loads((tmp_path / "run.json").read_text())["status"] == "complete"
+
+
+@pytest.mark.parametrize("content", [None, "not json", "{}", "[]"], ids=["missing", "not-json", "not-a-list", "empty"])
+def test_cli_bad_sharegpt_file_is_one_line_exit_2_and_writes_no_result(content, tmp_path, monkeypatch):
+    """Issue #25: a missing ShareGPT file used to write a "failed" result file into the current
+    directory. Now the file is read before the run: one line, exit 2, nothing written (neither in
+    the current directory nor in --result-dir)."""
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / "data" / "ShareGPT.json"
+    if content is not None:
+        data.parent.mkdir()
+        data.write_text(content)
+    results = tmp_path / "results"
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    r = CliRunner().invoke(bench, ["--base-url", "http://127.0.0.1:9", "--dataset-name", "copy,sharegpt",
+                                   "--dataset-path", str(data), "--metrics-port", "0", "--no-progress",
+                                   "--result-dir", str(results)])
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: --dataset-path: ") and str(data) in lines[0], r.output
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before

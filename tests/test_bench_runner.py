@@ -176,6 +176,28 @@ def test_baseline_then_speculative_comparison_and_equivalence(tmp_path):
     assert doc["equivalence"]["matched"] == 6 and len(doc["comparison"]) == 2
 
 
+@pytest.mark.parametrize("tokenizer", [True, False], ids=["server-tokenizer", "text-only"])
+def test_equivalence_names_the_first_differing_token(tmp_path, tokenizer):
+    """Issue #25: the report said only "speculation changed some outputs". Each differing prompt
+    now carries its first differing token: from the baseline server's /tokenize + /detokenize
+    (vLLM's endpoints; the stub serves them when asked), else the piece of text there."""
+    marker = "Continue this list of words"  # the word-chain equivalence prompts
+    with ThreadedStub(StubConfig(k=0, tokenizer=tokenizer)) as base, \
+            ThreadedStub(StubConfig(k=4, diverge_marker=marker, diverge_at=5)) as spec:
+        res = run_bench(cfg(spec.url, tmp_path, baseline_url=base.url, equivalence=True,
+                            equivalence_output_len=12, workloads=("copy",)))
+    reqs = equivalence_requests(output_len=12)
+    differing = [(p, r) for p, r in zip(res.equivalence["prompts"], reqs) if not p["identical"]]
+    assert len(differing) == 6
+    for p, r in differing:
+        key = prompt_key(r.payload("stub-model"))
+        tok = p["first_differing_token"]
+        assert (tok["baseline"], tok["speculative"]) == (token_text(key, 5), token_text(key, 5, diverged=True)), tok
+        assert tok["source"] == ("tokenizer" if tokenizer else "text")
+        assert tok["index"] == (5 if tokenizer else None)
+    assert all(p["first_differing_token"] is None for p in res.equivalence["prompts"] if p["identical"])
+
+
 def test_first_difference_and_failed_prompts():
     assert first_difference("abc", "abc") is None
     assert first_difference("abc", "abd") == 2

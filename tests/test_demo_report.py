@@ -113,6 +113,80 @@ def test_report_of_a_real_demo_result(demo_dir):
                                                   for rec in doc["summary"]}
 
 
+def test_equivalence_section_says_it_is_measured_and_shows_the_first_differing_token(demo_dir):
+    """Issue #25: a run with 11/12 said only "speculation changed some outputs". The section now
+    says that vLLM documents floating-point differences under batched verification, that the count
+    is this run's, and shows each differing prompt's first differing token. The real demo result
+    (12/12) with one prompt changed as the fresh-clone run saw it (word-chain-7 from character 54)."""
+    summary, benches = load_demo(demo_dir)
+    eq = summary["equivalence"]
+    p = next(x for x in eq["prompts"] if x["name"] == "word-chain-7")
+    p.update(identical=False, first_difference=54,
+             first_differing_token={"index": 12, "baseline": " lantern", "speculative": " harbor", "source": "tokenizer"})
+    eq["matched"] = 11
+    html = render_demo_report(summary, benches)
+    assert "<b>11/12</b>" in html and "speculation changed some outputs" not in html
+    assert "batched verification" in html and "can change floating-point results" in html
+    assert "this run measured" in html
+    assert "&#39; lantern&#39; → &#39; harbor&#39; (token 12)" in html, html[html.index("equivalence"):][:3000]
+    # an older result file without the field still renders (empty cell)
+    del p["first_differing_token"]
+    assert "<b>11/12</b>" in render_demo_report(summary, benches)
+
+
+def _capture_figures(monkeypatch) -> list:
+    """Make every chart function hand its matplotlib figure to the returned list (instead of a PNG)."""
+    from specwatch.choosek import charts, demoreport
+
+    figs = []
+
+    def keep(fig):
+        figs.append(fig)
+        return "data:image/png;base64,"
+
+    monkeypatch.setattr(charts, "png_data_uri", keep)
+    monkeypatch.setattr(demoreport, "png_data_uri", keep)
+    return figs
+
+
+def test_charts_fit_the_page_unscaled_and_no_legend_covers_a_plot(demo_dir, monkeypatch):
+    """Issue #25: the demo report's bar chart of 12 cells was 38 in (3800 px) wide, shown at
+    1200 px (the page's width): labels unreadable in a 1400 px window; a legend covered its plot.
+    Every chart of the demo report (and the per-workload charts of the sweep report on the same
+    measurements) is now at most 1250 px wide at its 100 dpi, its tick labels >= 8 pt, and no
+    legend overlaps any plot area."""
+    from specwatch.choosek.charts import plot_metric_vs_concurrency
+
+    figs = _capture_figures(monkeypatch)
+    summary, benches = load_demo(demo_dir)
+    render_demo_report(summary, benches)
+    ms = demo_measurements(summary, benches)
+    plot_metric_vs_concurrency(ms, "output_throughput", "tok/s", "Output throughput")
+    # the README's demo has six workloads at two concurrencies: the same cells under six names
+    six = [dataclasses.replace(m, workload=f"{m.workload}-{i}") for i in range(6) for m in ms]
+    assert len({(m.workload, m.concurrency) for m in six}) >= 12
+    from specwatch.choosek.demoreport import plot_cells
+    plot_cells(six, "output_throughput", "output tokens/s", "Output throughput, six workloads")
+    plot_metric_vs_concurrency(six, "output_throughput", "tok/s", "Output throughput, six workloads")
+    assert len(figs) >= IMAGES + 3
+    for fig in figs:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        width_px = fig.get_tightbbox(renderer).width * 100  # inches at savefig's dpi=100
+        title = fig._suptitle.get_text() if fig._suptitle else [ax.get_title() for ax in fig.axes]
+        assert width_px <= 1250, (title, width_px)
+        plots = [ax for ax in fig.axes if ax.get_visible()]
+        for ax in plots:
+            for lab in ax.get_xticklabels() + ax.get_yticklabels():
+                if lab.get_text():
+                    assert lab.get_fontsize() >= 8, (title, lab.get_text(), lab.get_fontsize())
+        legends = list(fig.legends) + [ax.get_legend() for ax in plots if ax.get_legend() is not None]
+        for leg in legends:
+            box = leg.get_window_extent(renderer)
+            for ax in plots:
+                assert not box.overlaps(ax.get_window_extent(renderer)), (title, "legend over a plot")
+
+
 def test_write_and_report_command(demo_dir):
     out = write_demo_report(demo_dir)
     assert out == demo_dir / "report.html" and len(pngs(out.read_text())) == IMAGES

@@ -285,17 +285,81 @@ def test_is_ancestor():
     assert not realstack.is_ancestor(os.getpid())
 
 
+def _not_a_model(tmp_path: Path, kind: str) -> Path:
+    """A --model-dir value that is not a model directory: ``missing``, ``empty``, ``file``,
+    ``no-config`` (files but no config.json), ``no-weights`` (config.json only)."""
+    d = tmp_path / f"model-{kind}"
+    if kind == "empty":
+        d.mkdir()
+    elif kind == "file":
+        d.write_text("not a directory\n")
+    elif kind == "no-config":
+        d.mkdir()
+        (d / "README.md").write_text("x\n")
+    elif kind == "no-weights":
+        d.mkdir()
+        (d / "config.json").write_text("{}")
+    return d
+
+
+BAD_MODEL_DIRS = ("missing", "empty", "file", "no-config", "no-weights")
+
+
+@pytest.mark.parametrize("kind", BAD_MODEL_DIRS)
+def test_vllm_cli_rejects_a_bad_model_dir_in_one_line_before_the_lock(kind, tmp_path, monkeypatch):
+    """Issue #25: a bad --model-dir used to wait for the machine-wide lock, then print vLLM's
+    40-line "HF repo id" traceback. Now: one line naming the directory, exit 2, and neither the
+    lock nor vLLM is touched (VllmServer is never built)."""
+    from specwatch.cli import main
+    from specwatch.localvllm import cli as lvcli
+
+    built = []
+    monkeypatch.setattr(lvcli, "VllmServer", lambda *a, **kw: built.append(kw) or pytest.fail("VllmServer built"))
+    d = _not_a_model(tmp_path, kind)
+    res = CliRunner().invoke(main, ["vllm", "--model-dir", str(d), "--port", str(realstack.free_port())])
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: --model-dir: ") and str(d) in lines[0], res.output
+    assert not built
+
+
+def test_vllm_cli_accepts_a_prepared_model_dir_shape(tmp_path):
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "config.json").write_text("{}")
+    (d / "model.safetensors").write_bytes(b"")
+    assert lvserver.model_dir_problem(d) is None
+
+
+@pytest.mark.parametrize("kind", BAD_MODEL_DIRS)
+def test_vllm_server_checks_model_dir_before_taking_the_lock(kind, tmp_path):
+    """VllmServer.start() raises ModelDirError at once even while another holder has the lock
+    (it would otherwise wait for it: LockTimeout after 30 s here)."""
+    lock_path = tmp_path / "lock"
+    server = VllmServer(realstack.free_port(), model_dir=_not_a_model(tmp_path, kind), log_path=tmp_path / "v.log",
+                        lock_path=lock_path, lock_timeout=30)
+    with VllmLock(lock_path):
+        with pytest.raises(lvserver.ModelDirError, match="--model-dir: "):
+            server.start()
+    assert server.process is None
+
+
 def test_vllm_server_start_failure_reports_the_log_tail(tmp_path):
-    # A model directory that does not exist: vLLM exits during argument/config validation,
-    # before loading anything. A private lock path keeps this from waiting on the session's server.
+    # A directory shaped like a model (config.json, a weight file) that vLLM cannot load: it
+    # exits during config validation, before loading anything. A private lock path keeps this
+    # from waiting on the session's server.
+    bad = tmp_path / "broken-model"
+    bad.mkdir()
+    (bad / "config.json").write_text("{}")
+    (bad / "model.safetensors").write_bytes(b"")
     server = VllmServer(
-        realstack.free_port(), model_dir=tmp_path / "no-such-model", log_path=tmp_path / "v.log",
+        realstack.free_port(), model_dir=bad, log_path=tmp_path / "v.log",
         startup_timeout=300, lock_path=tmp_path / "lock",
     )
     with pytest.raises(VllmStartError) as exc:
         server.start()
     msg = str(exc.value)
-    assert "exited with code" in msg and "no-such-model" in msg
+    assert "exited with code" in msg and "broken-model" in msg
     assert str(tmp_path / "v.log") in msg
     assert server.process.poll() is not None
     VllmLock(tmp_path / "lock", timeout=0.5).acquire()  # stop() released it

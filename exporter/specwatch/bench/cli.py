@@ -19,7 +19,7 @@ from rich.console import Console
 
 from specwatch.bench.results import render_tables
 from specwatch.bench.runner import BenchConfig, BenchConfigError, BenchInterrupted, run_bench
-from specwatch.bench.workloads import DEFAULT_VOCAB_SIZE, WORKLOADS, WorkloadError, WorkloadOptions, parse_workloads
+from specwatch.bench.workloads import DEFAULT_VOCAB_SIZE, WORKLOADS, WorkloadError, WorkloadOptions, load_sharegpt, parse_workloads
 from specwatch.common.defaults import BENCH_METRICS_PORT, MAX_RESPONSE_BYTES, VLLM_PORT
 from specwatch.common.params import int_list
 from specwatch.common.processes import install_stop_signals
@@ -41,6 +41,13 @@ def flag_message(message: str) -> str:
     for name in sorted(FIELD_FLAGS, key=len, reverse=True):
         message = re.sub(rf"(?<![\w-]){name}\b", FIELD_FLAGS[name], message)
     return message
+
+
+class BenchInputError(click.ClickException):
+    """Bad input found before the run starts (e.g. a missing or unreadable ShareGPT file): one
+    line, exit 2, and no result file is written."""
+
+    exit_code = 2
 
 
 def _workloads(ctx: click.Context, param: click.Parameter, value: str) -> tuple[str, ...]:
@@ -111,6 +118,13 @@ def bench(workloads, concurrencies, dataset_path, output_len, ignore_eos, temper
                              metrics_port=metrics_port or None, **kw)
     except (WorkloadError, BenchConfigError) as exc:
         raise click.UsageError(flag_message(str(exc))) from None
+    if "sharegpt" in config.workloads:
+        # Read before anything runs: a missing/unreadable/empty file is one line and exit 2, and
+        # no "failed" result file lands in --result-dir (issue #25).
+        try:
+            load_sharegpt(config.options.dataset_path or "")
+        except WorkloadError as exc:
+            raise BenchInputError(f"--dataset-path: {exc}") from None
     if config.equivalence and not config.baseline_url:
         config = BenchConfig(**{**config.__dict__, "equivalence": False})
     install_stop_signals()  # SIGTERM (docker stop, timeout) ends the run like Ctrl-C: files say "interrupted"

@@ -2,7 +2,11 @@
 
 Speculative decoding is lossless in exact arithmetic, so greedy outputs should match the
 baseline's; in practice the verify step's different batch shapes change floating-point results and
-outputs can diverge (the seed saw 10/12 identical on vLLM 0.31, 12/12 on 0.32). The check sends
+outputs can diverge: vLLM's speculative-decoding documentation ("lossless guarantees") says batched
+verification and floating-point precision can make outputs differ. The count is therefore a
+measurement of one run, not a guarantee (the seed saw 10/12 identical on vLLM 0.31, 12/12 on 0.32;
+a fresh-clone run of the demo on 0.32 read 11/12). For each prompt that differs the result names
+the first differing token of both outputs (:func:`first_differing_token`). The check sends
 fixed prompts (6 copy + 6 word-chain, greedy, 128 tokens with ``ignore_eos`` — the seed's) one at a
 time to each server (concurrency 1, so batch composition cannot differ between servers), then
 compares the generated texts character by character.
@@ -10,8 +14,11 @@ compares the generated texts character by character.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Sequence
+
+import aiohttp
 
 from specwatch.bench.backend import OpenAIBackend, RequestOutcome
 from specwatch.bench.workloads import BenchRequest, equivalence_requests
@@ -28,6 +35,30 @@ def first_difference(a: str, b: str) -> int | None:
     return None
 
 
+#: Characters of context kept on each side of a text-level difference (no tokenizer reachable).
+SNIPPET_CHARS = 24
+
+
+def _piece_at(text: str, pos: int) -> str:
+    """The whitespace-delimited piece of ``text`` that holds character ``pos`` (its leading space
+    kept, as BPE tokens carry it), at most :data:`SNIPPET_CHARS` long; "" past the end."""
+    if pos >= len(text):
+        return ""
+    start = pos
+    while start > 0 and not text[start - 1].isspace() and pos - start < SNIPPET_CHARS:
+        start -= 1
+    while start > 0 and text[start - 1].isspace() and pos - start < SNIPPET_CHARS:
+        start -= 1
+    m = re.match(r"\s*\S*", text[start:])
+    return (m.group(0) if m else "")[:SNIPPET_CHARS] or text[pos:pos + 1]
+
+
+def text_difference(a: str, b: str, pos: int) -> dict[str, Any]:
+    """The first difference at character ``pos`` as the piece of each text there (the "token" when
+    no tokenizer is reachable): ``{"index": None, "baseline": …, "speculative": …, "source": "text"}``."""
+    return {"index": None, "baseline": _piece_at(a, pos), "speculative": _piece_at(b, pos), "source": "text"}
+
+
 @dataclass(frozen=True)
 class PromptComparison:
     """One prompt's result. ``identical`` is False also when either request failed (``error``)."""
@@ -38,12 +69,15 @@ class PromptComparison:
     baseline_chars: int
     speculative_chars: int
     error: str | None = None
+    #: The first differing token: ``{"index": token index or None, "baseline": text, "speculative":
+    #: text, "source": "tokenizer" (the server's /tokenize) | "text" (the piece of text there)}``.
+    first_token: dict[str, Any] | None = None
 
     def record(self) -> dict[str, Any]:
         return {
             "name": self.name, "identical": self.identical, "first_difference": self.first_difference,
             "baseline_chars": self.baseline_chars, "speculative_chars": self.speculative_chars,
-            "error": self.error,
+            "error": self.error, "first_differing_token": self.first_token,
         }
 
 
@@ -58,7 +92,8 @@ def compare_outputs(requests: Sequence[BenchRequest], baseline: Sequence[Request
             prompts.append(PromptComparison(name, False, None, len(b.generated_text), len(s.generated_text), err))
             continue
         pos = first_difference(b.generated_text, s.generated_text)
-        prompts.append(PromptComparison(name, pos is None, pos, len(b.generated_text), len(s.generated_text)))
+        prompts.append(PromptComparison(name, pos is None, pos, len(b.generated_text), len(s.generated_text),
+                                        first_token=None if pos is None else text_difference(b.generated_text, s.generated_text, pos)))
     return {
         "matched": sum(p.identical for p in prompts),
         "total": len(prompts),
@@ -71,6 +106,49 @@ async def run_sequential(backend: OpenAIBackend, requests: Sequence[BenchRequest
     return [await backend.send(r) for r in requests]
 
 
+async def _post(backend: OpenAIBackend, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
+    """POST ``body`` to ``backend``'s root + ``path``; the JSON answer, or None on any failure."""
+    try:
+        async with aiohttp.ClientSession(headers=getattr(backend, "_headers", {}),
+                                         timeout=aiohttp.ClientTimeout(total=30)) as session:
+            async with session.post(backend.base_url + path, json=body) as r:
+                if r.status != 200:
+                    return None
+                out = await r.json(content_type=None)
+                return out if isinstance(out, dict) else None
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None
+
+
+async def first_differing_token(backend: OpenAIBackend, a: str, b: str) -> dict[str, Any] | None:
+    """The first token where outputs ``a`` (baseline) and ``b`` (speculative) differ, tokenized by
+    ``backend``'s own tokenizer (vLLM's ``POST /tokenize`` and ``/detokenize``):
+    ``{"index": i, "baseline": text of a's token i, "speculative": text of b's token i,
+    "source": "tokenizer"}`` ("" for a token past the end of the shorter output). None when the
+    server has no such endpoints (then the text-level piece stays) or the token ids agree."""
+    ids = []
+    for text in (a, b):
+        got = await _post(backend, "/tokenize", {"model": backend.model, "prompt": text, "add_special_tokens": False})
+        toks = (got or {}).get("tokens")
+        if not isinstance(toks, list) or not all(isinstance(t, int) for t in toks):
+            return None
+        ids.append(toks)
+    ta, tb = ids
+    i = next((j for j, (x, y) in enumerate(zip(ta, tb)) if x != y), min(len(ta), len(tb)))
+    if i >= len(ta) and i >= len(tb):
+        return None
+    texts = []
+    for toks in (ta, tb):
+        if i >= len(toks):
+            texts.append("")
+            continue
+        got = await _post(backend, "/detokenize", {"model": backend.model, "tokens": [toks[i]]})
+        if not isinstance((got or {}).get("prompt"), str):
+            return None
+        texts.append(got["prompt"])
+    return {"index": i, "baseline": texts[0], "speculative": texts[1], "source": "tokenizer"}
+
+
 async def check_equivalence(baseline: OpenAIBackend, speculative: OpenAIBackend, *,
                             output_len: int = 128, count_per_kind: int = 6, seed: int = 0) -> dict[str, Any]:
     """Run the fixed greedy prompts on the baseline, then on the speculative server (never both
@@ -80,5 +158,10 @@ async def check_equivalence(baseline: OpenAIBackend, speculative: OpenAIBackend,
     base = await run_sequential(baseline, reqs)
     spec = await run_sequential(speculative, reqs)
     result = compare_outputs(reqs, base, spec)
+    for p, b, sp in zip(result["prompts"], base, spec):
+        if p["first_difference"] is not None and not p["error"]:
+            tok = await first_differing_token(baseline, b.generated_text, sp.generated_text)
+            if tok is not None:
+                p["first_differing_token"] = tok
     result["output_len"] = output_len
     return result

@@ -50,6 +50,26 @@ def png_data_uri(fig) -> str:
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
+#: Widest figure, inches at the PNG's 100 dpi: the report page is at most 1200 px wide, so a
+#: figure up to 12 in is shown unscaled and its 8-9 pt labels stay readable (a 6-workload row of
+#: 5.2 in subplots was 31 in, shown at 38 %).
+MAX_FIG_WIDTH_IN = 12.0
+
+
+def legend_below(fig, axes_list, fontsize: float = 8) -> None:
+    """One legend for the figure, below its axes (never over a plot): the distinct labelled
+    handles of ``axes_list``, in up to 4 columns. ``bbox_inches="tight"`` keeps it in the PNG."""
+    handles, labels = [], []
+    for ax in axes_list:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    if handles:
+        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(4, len(labels)),
+                   fontsize=fontsize, frameon=False)
+
+
 def config_order(ms: Sequence[Measurement]) -> list[tuple[str, int]]:
     seen: dict[str, int] = {}
     for m in ms:
@@ -81,8 +101,13 @@ def plot_metric_vs_concurrency(ms: Sequence[Measurement], attr: str, ylabel: str
     colors = config_colors(configs)
     if not any(getattr(m, attr) is not None for m in ms):
         return None
-    fig, axes = plt.subplots(1, len(workloads), figsize=(5.2 * len(workloads), 3.8), squeeze=False)
-    for ax, wl in zip(axes[0], workloads):
+    ncols = min(3, len(workloads))
+    nrows = -(-len(workloads) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(min(MAX_FIG_WIDTH_IN, 4.0 * ncols), 3.3 * nrows), squeeze=False)
+    flat = [ax for row in axes for ax in row]
+    for ax in flat[len(workloads):]:
+        ax.set_visible(False)
+    for ax, wl in zip(flat, workloads):
         for name, k in configs:
             pts = sorted((m.concurrency, getattr(m, attr)) for m in ms
                          if m.workload == wl and m.config == name and getattr(m, attr) is not None)
@@ -100,8 +125,9 @@ def plot_metric_vs_concurrency(ms: Sequence[Measurement], attr: str, ylabel: str
         ax.set_xlabel("max concurrency")
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
-    axes[0][-1].legend(fontsize=8, loc="best")
     fig.suptitle(title)
+    fig.tight_layout()
+    legend_below(fig, flat)
     return png_data_uri(fig)
 
 
@@ -130,8 +156,9 @@ def plot_position_acceptance(ms: Sequence[Measurement]) -> str | None:
         ax.set_ylim(0, 105)
         ax.set_title(t, fontsize=10)
         ax.grid(True, alpha=0.3)
-    axes[0].legend(fontsize=8)
     fig.suptitle("Per-position acceptance rate (largest k)")
+    fig.tight_layout()
+    legend_below(fig, [axes[0]])  # one entry per curve; it covered the left plot with 12 cells
     return png_data_uri(fig)
 
 
@@ -156,7 +183,8 @@ def plot_expected_length(ms: Sequence[Measurement]) -> str | None:
     ax.set_ylabel("tokens per verify step")
     ax.set_title("Expected acceptance length vs k (× = measured, full drafts)")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    fig.tight_layout()
+    legend_below(fig, [ax])
     return png_data_uri(fig)
 
 

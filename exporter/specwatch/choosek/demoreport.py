@@ -31,6 +31,8 @@ from specwatch.choosek.charts import (
     html_table,
     plot_expected_length,
     plot_position_acceptance,
+    MAX_FIG_WIDTH_IN,
+    legend_below,
     png_data_uri,
     pyplot,
     render_page,
@@ -46,6 +48,24 @@ ROLES = ("baseline", "speculative")
 class DemoReportError(ValueError):
     """The folder holds no usable demo result; the message says which file and why."""
 
+
+
+#: What the equivalence count means (issue #25): a measurement of this run, not a guarantee.
+EQUIVALENCE_NOTE = ("Speculative decoding is lossless in exact arithmetic, but vLLM documents that batched verification "
+                    "can change floating-point results (its speculative-decoding docs, &quot;lossless guarantees&quot;): greedy "
+                    "outputs with and without speculation may then part at some token and continue differently. The count "
+                    "above is what this run measured; another run may differ.")
+
+
+def differing_token_text(tok) -> str:
+    """``' climbed' → ' walked' (token 12)`` for a record's ``first_differing_token``; "" when
+    there is none (identical, or an older result file without it). Token texts are shown with
+    repr() so leading spaces and newlines are visible; ``(text)`` marks a text-level piece (the
+    server had no /tokenize)."""
+    if not isinstance(tok, dict):
+        return ""
+    where = f"token {tok['index']}" if tok.get("index") is not None else "text"
+    return f"{tok.get('baseline', '')!r} → {tok.get('speculative', '')!r} ({where})"
 
 def is_demo_summary(doc: Any) -> bool:
     """True for the document shape ``specwatch demo`` writes to ``demo-summary.json``."""
@@ -109,28 +129,40 @@ def plot_cells(ms: Sequence[Measurement], attr: str, ylabel: str, title: str) ->
         return None
     colors = config_colors(configs)
     by = {(m.workload, m.concurrency, m.config): getattr(m, attr) for m in ms}
-    fig, ax = plt.subplots(figsize=(max(5.5, 1.6 * len(cells) * len(configs)), 3.8))
+    # Rows of at most `per_row` cells so the figure stays within MAX_FIG_WIDTH_IN (shown unscaled
+    # on the 1200 px page: one row of 12 cells was 38 in wide, its labels unreadable).
+    cell_w = 0.7 * len(configs) + 0.4
+    per_row = max(1, min(len(cells), int((MAX_FIG_WIDTH_IN - 0.8) // cell_w)))
+    rows = [cells[i:i + per_row] for i in range(0, len(cells), per_row)]
+    top = max((v for v in by.values() if v is not None), default=1.0) * 1.15  # room for the ratio labels
+    fig, axes = plt.subplots(len(rows), 1, figsize=(max(5.5, min(MAX_FIG_WIDTH_IN, cell_w * per_row + 0.8)), 3.2 * len(rows)),
+                             squeeze=False)
     width = 0.8 / len(configs)
-    for j, (name, k) in enumerate(configs):
-        xs, ys = [], []
-        for i, (wl, c) in enumerate(cells):
-            v = by.get((wl, c, name))
-            if v is not None:
-                xs.append(i - 0.4 + width * (j + 0.5))
-                ys.append(v)
-        bars = ax.bar(xs, ys, width=width, color=colors[name], label=name + (f" (k={k})" if k else ""))
-        if k:
-            for bar, (wl, c) in zip(bars, [cl for cl in cells if by.get((*cl, name)) is not None]):
-                base = by.get((wl, c, "baseline"))
-                if base:
-                    ax.annotate(f"{bar.get_height() / base:.2f}×", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                                ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(range(len(cells)))
-    ax.set_xticklabels([f"{wl}\nc={c}" for wl, c in cells], fontsize=8)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize=8)
+    for ax, row_cells in zip((a for r in axes for a in r), rows):
+        for j, (name, k) in enumerate(configs):
+            xs, ys, cl = [], [], []
+            for i, (wl, c) in enumerate(row_cells):
+                v = by.get((wl, c, name))
+                if v is not None:
+                    xs.append(i - 0.4 + width * (j + 0.5))
+                    ys.append(v)
+                    cl.append((wl, c))
+            bars = ax.bar(xs, ys, width=width, color=colors[name], label=name + (f" (k={k})" if k else ""))
+            if k:
+                for bar, (wl, c) in zip(bars, cl):
+                    base = by.get((wl, c, "baseline"))
+                    if base:
+                        ax.annotate(f"{bar.get_height() / base:.2f}×", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                                    ha="center", va="bottom", fontsize=9)
+        ax.set_xticks(range(len(row_cells)))
+        ax.set_xticklabels([f"{wl}\nc={c}" for wl, c in row_cells], fontsize=9)
+        ax.set_xlim(-0.6, per_row - 0.4)
+        ax.set_ylim(0, top)
+        ax.set_ylabel(ylabel)
+        ax.grid(True, axis="y", alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    legend_below(fig, [axes[0][0]], fontsize=9)
     return png_data_uri(fig)
 
 
@@ -155,7 +187,6 @@ def plot_run_curve(curve: Mapping[str, Any], k: int) -> str | None:
     axes[0].set_ylabel("acceptance %")
     axes[0].set_title("per-position acceptance (whole speculative run)", fontsize=10)
     axes[0].grid(True, alpha=0.3)
-    axes[0].legend(fontsize=8)
     ks = list(range(0, len(rates) + 1))
     e = [1.0 + math.fsum(rates[:kk]) for kk in ks]
     axes[1].plot(ks, e, marker="o", label="E(k) from the curve")
@@ -168,7 +199,8 @@ def plot_run_curve(curve: Mapping[str, Any], k: int) -> str | None:
     axes[1].set_ylabel("tokens per verify step")
     axes[1].set_title("expected acceptance length E(k)", fontsize=10)
     axes[1].grid(True, alpha=0.3)
-    axes[1].legend(fontsize=8)
+    fig.tight_layout()
+    legend_below(fig, [axes[0], axes[1]])  # below the plots, never over a curve
     return png_data_uri(fig)
 
 
@@ -238,10 +270,13 @@ def render_demo_report(summary: Mapping[str, Any], benches: Mapping[str, Mapping
     if eq:
         ok = eq.get("matched") == eq.get("total")
         parts.append(f"<p><b>{escape(eq.get('matched'))}/{escape(eq.get('total'))}</b> prompts produced identical greedy output "
-                     f"with and without speculation{'' if ok else ': speculation changed some outputs'}.</p>")
-        parts.append(html_table(["prompt", "identical", "first difference at", "baseline chars", "speculative chars", "error"],
+                     f"with and without speculation in this run{'' if ok else '; the others differ from the first differing token shown below'}.</p>")
+        parts.append(f"<p class='note'>{EQUIVALENCE_NOTE}</p>")
+        parts.append(html_table(["prompt", "identical", "first difference at (character)", "first differing token: baseline → speculative",
+                                 "baseline chars", "speculative chars", "error"],
                                 [[p.get("name"), "yes" if p.get("identical") else "NO",
                                   "" if p.get("first_difference") is None else p.get("first_difference"),
+                                  differing_token_text(p.get("first_differing_token")),
                                   p.get("baseline_chars"), p.get("speculative_chars"), p.get("error") or ""]
                                  for p in eq.get("prompts") or []]))
     else:

@@ -12,7 +12,14 @@ import click
 from specwatch.common.processes import install_stop_signals, listen_error
 from specwatch.localvllm.drafters import DRAFTERS, DrafterError, derive_drafter, draft_model_config, resolve_drafter
 from specwatch.localvllm.model import GGUF_DISTRIBUTION, GGUF_FILE, SpecwatchEmbeddedError, default_model_dir, model_dir_is_complete, prepare_model
-from specwatch.localvllm.server import DEFAULT_KVCACHE_GIB, DEFAULT_MAX_MODEL_LEN, DEFAULT_PORT, DEFAULT_SERVED_MODEL_NAME, LockTimeout, VllmServer, VllmStartError, _validate_speculative_config, speculative_config_for_k
+from specwatch.localvllm.server import DEFAULT_KVCACHE_GIB, DEFAULT_MAX_MODEL_LEN, DEFAULT_PORT, DEFAULT_SERVED_MODEL_NAME, LockTimeout, ModelDirError, VllmServer, VllmStartError, model_dir_problem, _validate_speculative_config, speculative_config_for_k
+
+class ModelDirFlagError(click.ClickException):
+    """A bad --model-dir (missing, empty, not a model directory): one line, exit 2, before the
+    machine-wide vLLM lock is taken and before vLLM starts."""
+
+    exit_code = 2
+
 
 class DrafterFlagError(click.ClickException):
     """A bad --drafter (unknown name, damaged directory, other vocabulary): one line, exit 2."""
@@ -98,9 +105,11 @@ def _parse_spec_config(value: str) -> dict[str, Any]:
 @click.option("--served-model-name", default=DEFAULT_SERVED_MODEL_NAME, show_default=True)
 @click.option(
     "--model-dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),  # checked by model_dir_problem (one line), not by click
+    metavar="DIRECTORY",
     default=None,
-    help="Prepared model directory (default: prepare/reuse the embedded SmolLM2-135M-Instruct).",
+    help="Prepared model directory: config.json and weights, checked before anything starts "
+    "(default: prepare/reuse the embedded SmolLM2-135M-Instruct).",
 )
 @click.option("--max-model-len", type=click.IntRange(min=16), default=DEFAULT_MAX_MODEL_LEN, show_default=True)
 @click.option("--kv-cache-gib", type=click.IntRange(min=1), default=None,
@@ -127,6 +136,10 @@ def vllm_cmd(
 
     Extra arguments after `--` go to vLLM's server verbatim.
     """
+    if model_dir is not None:
+        problem = model_dir_problem(model_dir)
+        if problem:
+            raise ModelDirFlagError(f"--model-dir: {problem}")
     if drafter is not None and speculative_config:
         raise DrafterFlagError("--drafter and --speculative-config exclude each other")
     if drafter is not None:
@@ -172,5 +185,7 @@ def vllm_cmd(
             raise click.ClickException(f"vLLM exited with code {server.process.returncode}")
     except KeyboardInterrupt:
         status("stopping")
+    except ModelDirError as exc:
+        raise ModelDirFlagError(str(exc)) from None
     except (VllmStartError, LockTimeout) as exc:
         raise click.ClickException(str(exc)) from exc

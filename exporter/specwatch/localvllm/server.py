@@ -65,6 +65,40 @@ class LockTimeout(SpecwatchEmbeddedError):
 # --------------------------------------------------------------------------------------------
 
 
+class ModelDirError(SpecwatchEmbeddedError):
+    """``--model-dir`` / ``model_dir`` is not a model directory vLLM can load (one line)."""
+
+
+#: Weight files one of which a Hugging Face model directory holds (vLLM's loaders read these).
+MODEL_WEIGHT_GLOBS = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.gguf")
+
+
+def model_dir_problem(path: Path | str) -> str | None:
+    """Why ``path`` cannot be served as a model directory, in one line, or None when it can.
+
+    A model directory is an existing directory holding ``config.json`` and at least one weight
+    file (:data:`MODEL_WEIGHT_GLOBS`, e.g. ``model.safetensors``), as :func:`prepare_model` writes
+    it. Checked on the file system only (nothing is loaded), so that a bad directory is reported
+    before the machine-wide vLLM lock is taken and before vLLM starts (vLLM itself would take a
+    missing directory for a model hub repository id)."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        return f"{p} does not exist"
+    if not p.is_dir():
+        return f"{p} is not a directory"
+    try:
+        entries = list(p.iterdir())
+    except OSError as exc:
+        return f"{p} cannot be read ({exc.strerror or exc})"
+    if not entries:
+        return f"{p} is empty (prepare one with `specwatch prepare-model --dest {p}`)"
+    if not (p / "config.json").is_file():
+        return f"{p} is not a model directory: it has no config.json"
+    if not any(any(p.glob(g)) for g in MODEL_WEIGHT_GLOBS):
+        return f"{p} is not a model directory: it has no weight file ({', '.join(MODEL_WEIGHT_GLOBS)})"
+    return None
+
+
 def speculative_config_for_k(k: int) -> dict[str, Any] | None:
     """The default ngram speculative config with ``num_speculative_tokens = k`` (None for k = 0).
 
@@ -245,6 +279,8 @@ class VllmServer:
     ``startup_seconds``, ``log_path``, ``command``, ``process``.
 
     Raises (from ``__enter__``):
+        ModelDirError: ``model_dir`` is given and is not a model directory
+            (:func:`model_dir_problem`); raised before the lock is taken.
         VllmStartError: the process exited, or was not ready within ``startup_timeout`` s; the
             message includes the last lines of its log.
         LockTimeout: another real vLLM kept the lock.
@@ -299,7 +335,11 @@ class VllmServer:
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> VllmServer:
-        """Take the lock, start the server and wait until it is ready (see class doc)."""
+        """Check ``model_dir``, take the lock, start the server and wait until it is ready (see class doc)."""
+        if self.model_dir is not None:
+            problem = model_dir_problem(self.model_dir)
+            if problem:
+                raise ModelDirError(f"--model-dir: {problem}")
         self._lock.acquire()
         try:
             self._start_locked()
@@ -353,7 +393,7 @@ class VllmServer:
             if rc is not None:
                 raise VllmStartError(
                     f"vLLM exited with code {rc} during start-up\ncommand: {' '.join(self.command)}\n"
-                    f"log {self.log_path}:\n{_tail(self.log_path)}"
+                    + self._log_note()
                 )
             try:
                 r = requests.get(self.base_url + "/v1/models", timeout=2)
@@ -366,9 +406,15 @@ class VllmServer:
             if time.monotonic() >= deadline:
                 raise VllmStartError(
                     f"vLLM not ready on {self.base_url} after {self.startup_timeout:.0f} s\n"
-                    f"command: {' '.join(self.command)}\nlog {self.log_path}:\n{_tail(self.log_path)}"
+                    f"command: {' '.join(self.command)}\n" + self._log_note()
                 )
             time.sleep(0.5)
+
+    def _log_note(self) -> str:
+        """The log's last lines for an error message, or where the output went (the terminal)."""
+        if self.log_path is None:
+            return "its output is above (the terminal)"
+        return f"log {self.log_path}:\n{_tail(self.log_path)}"
 
     def stop(self) -> None:
         """Stop the server (SIGTERM to its process group, SIGKILL after ``stop_timeout`` s) and

@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,6 +68,8 @@ class StubConfig:
     per_request_payloads: tuple[Any, ...] = ()
     #: Choices per response (vLLM's n): tokens are streamed once per choice index 0 … n − 1.
     num_choices: int = 1
+    #: Serve vLLM's POST /tokenize and /detokenize (a token = a space-led piece of text; ids by first use).
+    tokenizer: bool = False
 
 
 @dataclass
@@ -85,6 +88,9 @@ class StubState:
     step: int = 0
     metrics_served: list[str] = field(default_factory=list)
     metrics_snapshots: list[dict[str, Any]] = field(default_factory=list)
+    #: Streams the client closed before the stub finished writing them (ConnectionResetError on
+    #: write): counted here instead of aiohttp's "Error handling request" traceback in test logs.
+    client_disconnects: int = 0
 
     def counters(self) -> dict[str, Any]:
         """The spec-decode counters now (what /metrics reports)."""
@@ -117,11 +123,15 @@ class StubServer:
     def __init__(self, config: StubConfig | None = None) -> None:
         self.config = config or StubConfig()
         self.state = StubState(per_pos=[0] * self.config.k)
+        self._vocab: dict[str, int] = {}
         self.app = web.Application()
         self.app.router.add_post("/v1/completions", self.completions)
         self.app.router.add_post("/v1/chat/completions", self.chat)
         self.app.router.add_get("/v1/models", self.models)
         self.app.router.add_get("/metrics", self.metrics)
+        if self.config.tokenizer:
+            self.app.router.add_post("/tokenize", self.tokenize)
+            self.app.router.add_post("/detokenize", self.detokenize)
 
     # ---------------------------------------------------------------- spec-decode simulation
     def _generate(self, n_tokens: int) -> tuple[list[int], list[int]]:
@@ -178,6 +188,18 @@ class StubServer:
         self.state.metrics_snapshots.append(self.state.counters())
         return web.Response(text=text, content_type="text/plain")
 
+    async def tokenize(self, request: web.Request) -> web.Response:
+        """vLLM's ``POST /tokenize`` shape: ``{"tokens": [...], "count": n}``."""
+        body = await request.json()
+        ids = [self._vocab.setdefault(p, len(self._vocab)) for p in re.findall(r"\s*\S+|\s+$", body.get("prompt", ""))]
+        return web.json_response({"tokens": ids, "count": len(ids), "max_model_len": 2048})
+
+    async def detokenize(self, request: web.Request) -> web.Response:
+        """vLLM's ``POST /detokenize`` shape: ``{"prompt": text}``."""
+        body = await request.json()
+        back = {i: p for p, i in self._vocab.items()}
+        return web.json_response({"prompt": "".join(back.get(i, "") for i in body.get("tokens", []))})
+
     async def models(self, request: web.Request) -> web.Response:
         c = self.config
         if c.models_status != 200:
@@ -193,6 +215,17 @@ class StubServer:
         return await self._stream(request, chat=True)
 
     async def _stream(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        """One streamed completion; a client that goes away mid-stream (the load generator's
+        response cap, a read timeout, Ctrl-C) ends it quietly and is counted in
+        ``state.client_disconnects``."""
+        prepared: list[web.StreamResponse] = []
+        try:
+            return await self._stream_body(request, chat, prepared)
+        except ConnectionResetError:  # aiohttp's ClientConnectionResetError: "Cannot write to closing transport"
+            self.state.client_disconnects += 1
+            return prepared[0] if prepared else web.Response(status=499)
+
+    async def _stream_body(self, request: web.Request, chat: bool, prepared: list) -> web.StreamResponse:
         c, s = self.config, self.state
         s.requests += 1
         nth = s.requests
@@ -210,6 +243,7 @@ class StubServer:
         drop = bool(c.drop_every) and nth % c.drop_every == 0
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
+        prepared.append(resp)
         obj = "chat.completion.chunk" if chat else "text_completion"
         rid = f"stub-{nth}"
         prompt_tokens = len(prompt_text(payload).split())

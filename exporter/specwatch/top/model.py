@@ -24,6 +24,16 @@ LIFETIME = "lifetime"
 #: Speedup series, newest name first: ``specwatch_speedup{k,window,basis}`` and the older
 #: ``specwatch_estimated_speedup{k,window}`` of specwatch before the cost profile (a coefficient guess).
 SPEEDUP_NAMES = ("specwatch_speedup", "specwatch_estimated_speedup")
+#: The interval of ``specwatch_speedup`` (same labels: upstream, model_name, engine, k, window, basis).
+SPEEDUP_LOWER_NAME = "specwatch_speedup_lower"
+SPEEDUP_UPPER_NAME = "specwatch_speedup_upper"
+#: Drift: how far the cost profile's step times are off this machine's (a ratio, 1 = fits;
+#: labels upstream, model_name, engine, window, basis).
+DRIFT_NAME = "specwatch_cost_profile_error_ratio"
+#: Outside this range of the drift ratio top says the profile does not fit (intervals widened).
+DRIFT_FITS = (0.8, 1.25)
+#: 1 with ``verdict`` pays | loses | cannot_tell (and ``basis``) for the server's current k.
+VERDICT_NAME = "specwatch_speculation_verdict"
 STEP_TIME_NAME = "specwatch_step_duration_seconds"
 #: Request gauges, if an exporter serves them (from vLLM's vllm:num_requests_running / _waiting;
 #: ``specwatch_running_requests{window}`` is the mean over the window's fetches).
@@ -104,6 +114,16 @@ class Speedup:
     k: int
     metric: str
     value: Value
+    #: specwatch_speedup_lower / _upper with the same labels (None: not served).
+    lower: float | None = None
+    upper: float | None = None
+
+    @property
+    def interval_text(self) -> str:
+        """``[2.05-2.60]`` when both bounds are served, else ""."""
+        if self.lower is None or self.upper is None:
+            return ""
+        return f"[{self.lower:.2f}-{self.upper:.2f}]"
 
     @property
     def basis_text(self) -> str:
@@ -129,7 +149,11 @@ class EngineView:
     ``ragged_drafts`` specwatch_ragged_drafts (1 or 0) and ``missing_ratio``
     specwatch_missing_draft_tokens_ratio (0-1); ``speedups`` :data:`SPEEDUP_NAMES`;
     ``step_time`` specwatch_step_duration_seconds (seconds); ``running``/``waiting`` request
-    counts (vLLM's gauges, from the exporter if it serves them or from the upstream itself).
+    counts (vLLM's gauges, from the exporter if it serves them or from the upstream itself),
+    ``requests_source`` where they came from (``exporter``: specwatch_running_requests, the mean
+    over the window; ``upstream``: vLLM's gauges read by ``top --upstream``; None: not served);
+    ``drift`` specwatch_cost_profile_error_ratio (its ``basis`` in ``extra``); ``verdicts``
+    (verdict, basis) of specwatch_speculation_verdict == 1 for the current k.
     """
 
     model_name: str
@@ -151,6 +175,9 @@ class EngineView:
     running: float | None = None
     waiting: float | None = None
     v0_draft_acceptance_rate: Value | None = None
+    requests_source: str | None = None
+    drift: Value | None = None
+    verdicts: tuple[tuple[str, str], ...] = ()
 
     @property
     def ceiling(self) -> int | None:
@@ -327,8 +354,16 @@ def _engine_view(get, one, up_name: str, model: str, engine: str, window: str, w
              for s in strict("specwatch_position_conditional_acceptance_rate", w)
              if s.labels.get("position", "").isdigit()}
     positions = tuple(PositionRow(p, rates.get(p), conds.get(p)) for p in sorted(set(rates) | set(conds)))
+    def bound(name: str, labels: Mapping[str, str]) -> float | None:
+        # the interval of one speedup sample: same labels exactly (k, basis, window, …)
+        for b in get(name):
+            if dict(b.labels) == dict(labels) and math.isfinite(b.value):
+                return b.value
+        return None
+
     speedups = tuple(
-        Speedup(int(s.labels["k"]), name, Value(s.value, _extra(s.labels)))
+        Speedup(int(s.labels["k"]), name, Value(s.value, _extra(s.labels)),
+                lower=bound(SPEEDUP_LOWER_NAME, s.labels), upper=bound(SPEEDUP_UPPER_NAME, s.labels))
         for name in SPEEDUP_NAMES for s in strict(name, w) if s.labels.get("k", "").isdigit())
     step = tuple(Value(s.value, _extra(s.labels)) for s in strict(STEP_TIME_NAME, w))
     k = one("specwatch_num_speculative_tokens", base)
@@ -349,6 +384,14 @@ def _engine_view(get, one, up_name: str, model: str, engine: str, window: str, w
         return Value(s[0].value, _extra(s[0].labels)) if s else None
 
     withheld = tuple(sorted({s.labels.get("reason", "") for s in strict(WITHHELD_NAME, w) if s.value == 1.0}))
+    verdicts = tuple(sorted({(s.labels.get("verdict", ""), s.labels.get("basis", "")) for s in strict(VERDICT_NAME, w)
+                             if s.value == 1.0}))
+    if running is not None or waiting is not None:
+        source = "exporter"
+    elif r2 is not None or w2 is not None:
+        source = "upstream"
+    else:
+        source = None
 
     return EngineView(
         model_name=model, engine=engine, window=use, fell_back=use != window,
@@ -366,4 +409,7 @@ def _engine_view(get, one, up_name: str, model: str, engine: str, window: str, w
         running=running if running is not None else r2,
         waiting=waiting if waiting is not None else w2,
         v0_draft_acceptance_rate=v0,
+        requests_source=source,
+        drift=windowed(DRIFT_NAME),
+        verdicts=verdicts,
     )

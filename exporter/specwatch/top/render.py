@@ -16,7 +16,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from specwatch.top.model import EngineView, TopView, UpstreamView, Value
+from specwatch.top.model import DRIFT_FITS, EngineView, PositionRow, TopView, UpstreamView, Value
 
 #: Below this many columns the bars are dropped; below MIN_WIDTH only a notice is shown.
 BAR_WIDTH_MIN = 64
@@ -34,11 +34,44 @@ def pct(v: Value | float | None) -> str:
 
 
 def _count(x: float | None) -> str:
-    return DASH if x is None else f"{x:g}"
+    """A request count: ``2`` for a whole number, ``1.5`` for a window mean (one decimal), "–"."""
+    if x is None:
+        return DASH
+    return f"{x:.0f}" if abs(x - round(x)) < 0.05 else f"{x:.1f}"
 
 
 def _labels(v: Value | None) -> str:
     return "" if v is None or not v.extra else f"[{v.label_text}]"
+
+
+def position_note(p: PositionRow) -> str:
+    """The labels of a per-position row, each distinct one once (``[basis=lower_bound]``, not
+    once for the rate and again for the conditional rate)."""
+    seen: list[str] = []
+    for v in (p.rate, p.conditional):
+        t = _labels(v)
+        if t and t not in seen:
+            seen.append(t)
+    return " ".join(seen)
+
+
+#: Note of the "requests" row per :attr:`EngineView.requests_source`.
+REQUEST_NOTES = {
+    "exporter": "mean of vllm:num_requests_running over the window (specwatch_running_requests)",
+    "upstream": "vllm:num_requests_running / _waiting, read from the upstream",
+    None: "not served for this window",
+}
+
+
+def drift_warning(e: EngineView) -> str:
+    """The warning line for a cost-profile drift outside :data:`DRIFT_FITS` ("" when it fits or
+    is not served): the profile's step times are ``max(r, 1/r)`` times off this machine's."""
+    d = e.drift
+    if d is None or DRIFT_FITS[0] <= d.value <= DRIFT_FITS[1] or d.value <= 0:
+        return ""
+    off = d.value if d.value >= 1 else 1 / d.value
+    return (f"drift {d.value:.2f}: the cost profile does not fit this machine "
+            f"(its step times are {off:.2f}x off); intervals widened")
 
 
 @dataclass(frozen=True)
@@ -79,8 +112,7 @@ def engine_rows(e: EngineView) -> list[Row]:
         rows.append(Row("output from drafts", pct(e.output_from_drafts), e.output_from_drafts.value,
                         _labels(e.output_from_drafts)))
     rows.append(Row("requests", f"running {_count(e.running)} · waiting {_count(e.waiting)}",
-                    note="not served by the exporter (--upstream reads vLLM's gauges)"
-                    if e.running is None and e.waiting is None else "vllm:num_requests_running / _waiting"))
+                    note=REQUEST_NOTES.get(e.requests_source, "")))
     if e.step_time:
         rows.append(Row("step time", ", ".join(f"{s.value * 1000:.1f} ms" for s in e.step_time),
                         note=" ".join(_labels(s) for s in e.step_time).strip()))
@@ -92,11 +124,18 @@ def engine_rows(e: EngineView) -> list[Row]:
         if kk is None or (label != "speedup at k" and kk == k):
             continue
         sp = e.speedup_at(kk)
-        if sp:
-            rows.append(Row(f"{label} = {kk}", ", ".join(f"{s.value.value:.2f}×" for s in sp),
-                            note="; ".join(s.basis_text for s in sp if s.basis_text)))
-        elif label == "speedup at k":
+        for s in sp:  # one row per basis, its interval beside it when served
+            rows.append(Row(f"{label} = {kk}", " ".join(x for x in (f"{s.value.value:.2f}×", s.interval_text) if x),
+                            note=s.basis_text))
+        if not sp and label == "speedup at k":
             rows.append(Row(f"{label} = {kk}", DASH))
+        if label == "speedup at k":
+            for verdict, basis in e.verdicts:
+                rows.append(Row(f"verdict at k = {kk}", VERDICT_TEXT.get(verdict, verdict.replace("_", " ")),
+                                note=f"basis={basis}" if basis else ""))
+    if e.drift is not None and not drift_warning(e):  # outside the range: its own warning line instead
+        rows.append(Row("cost profile drift", f"{e.drift.value:.2f}",
+                        note=f"the profile fits this machine (within {DRIFT_FITS[0]:g}-{DRIFT_FITS[1]:g}) {_labels(e.drift)}".strip()))
     if rec is not None:
         rows.append(Row("recommended k", "0 (speculation off)" if rec_k == 0 else str(rec_k),
                         note=_labels(rec) or "from the speedup estimate"))
@@ -109,11 +148,18 @@ def engine_rows(e: EngineView) -> list[Row]:
 
 #: Why the exporter withheld the recommended k, per ``reason`` label of specwatch_recommendation_withheld.
 WITHHELD_NOTES = {
-    "uncertain": "the best k differs across the speedups' intervals (see the speedup rows)",
-    "insufficient_data": "too few engine steps or drafts in the window for an interval",
-    "no_cost_curve": "the cost profile has no curve for this method/drafter: calibrate it",
-    "default_contradicted": "no cost profile, and the built-in guess disagrees with the live speedup",
     "ragged_drafts": "(an older exporter) the per-position curve is only a lower bound",
+    "uncertain": "the speedup intervals do not tell the candidates apart (an interval straddles the best)",
+    "no_cost_curve": "the cost profile has no curve for this method/drafter: no what-if speedup per k",
+    "default_contradicted": "the built-in default cost disagrees with the measured speedup: not used to pick k",
+    "insufficient_data": "too few drafts or steps in the window to decide",
+}
+
+#: Text of specwatch_speculation_verdict's ``verdict`` label (the server's current k).
+VERDICT_TEXT = {
+    "pays": "speculation pays",
+    "loses": "speculation loses (slower than without)",
+    "cannot_tell": "cannot tell (the interval straddles 1)",
 }
 
 
@@ -180,11 +226,13 @@ def render_plain(view: TopView, source: str) -> str:
         for e in u.engines:
             out.append(f"  model {e.model_name or DASH} engine {e.engine or DASH} ({_window_note(e, view)})")
             for r in engine_rows(e):
-                out.append(f"    {r.label + ':':<28}{r.text}" + (f"  {r.note}" if r.note else ""))
+                out.append(f"    {r.label + ':':<31}{r.text}" + (f"  {r.note}" if r.note else ""))
+            if drift_warning(e):
+                out.append(f"    {drift_warning(e)}")
             if e.positions:
                 out.append(f"    {'position':<10}{'acceptance':>12}{'conditional':>13}")
                 for p in e.positions:
-                    note = " ".join(x for x in (_labels(p.rate), _labels(p.conditional)) if x)
+                    note = position_note(p)
                     out.append(f"    {p.position:<10}{pct(p.rate):>12}{pct(p.conditional):>13}" + (f"  {note}" if note else ""))
     return "\n".join(out) + "\n"
 
@@ -210,15 +258,22 @@ def _engine_panel(u: UpstreamView, e: EngineView, view: TopView, width: int) -> 
     grid.add_column(no_wrap=True, min_width=max(len(r.text) for r in rows))
     if bars:
         grid.add_column(no_wrap=True, width=bar_w)
-    grid.add_column(style="dim", no_wrap=True, overflow="ellipsis")
+    grid.add_column(style="dim", overflow="fold")  # wraps: a long note is never cut at the panel edge
     for r in rows:
-        cells: list[RenderableType] = [r.label, r.text]
+        # Text, not str: "[basis=default]" would be taken for rich markup and vanish
+        cells: list[RenderableType] = [Text(r.label), Text(r.text)]
         if bars:
             cells.append(_bar(r.fraction, bar_w))
-        cells.append(r.note)
+        cells.append(Text(r.note))
         grid.add_row(*cells)
     parts: list[RenderableType] = [grid]
+    if drift_warning(e):
+        parts.append(Text(drift_warning(e), style="bold yellow"))
     if e.positions:
+        # The labels column must keep its width: shrink the two bars to what is left of the panel
+        # (borders 4, pos/r_i/cond. 3 + 6 + 6, padding 2 per column), never the labels.
+        note_w = max(len(position_note(p)) for p in e.positions)
+        pos_bar_w = max(6, min(bar_w, (width - 4 - 15 - 12 - note_w) // 2))
         pos = Table(box=None, padding=(0, 1), show_edge=False, title_justify="left",
                     title="per-position acceptance (P(0..i accepted)) and conditional (P(i | 0..i-1))"
                     if bars else None)
@@ -229,16 +284,16 @@ def _engine_panel(u: UpstreamView, e: EngineView, view: TopView, width: int) -> 
         if bars:
             pos.add_column("conditional", no_wrap=True)
         pos.add_column("cond.", justify="right")
-        pos.add_column("", style="dim")
+        pos.add_column("", style="dim", min_width=note_w, overflow="fold")
         for p in e.positions:
             row: list[RenderableType] = [str(p.position)]
             if bars:
-                row.append(_bar(None if p.rate is None else p.rate.value, bar_w, "green"))
+                row.append(_bar(None if p.rate is None else p.rate.value, pos_bar_w, "green"))
             row.append(pct(p.rate))
             if bars:
-                row.append(_bar(None if p.conditional is None else p.conditional.value, bar_w, "magenta"))
+                row.append(_bar(None if p.conditional is None else p.conditional.value, pos_bar_w, "magenta"))
             row.append(pct(p.conditional))
-            row.append(" ".join(x for x in (_labels(p.rate), _labels(p.conditional)) if x))
+            row.append(Text(position_note(p)))
             pos.add_row(*row)
         parts.append(pos)
         if e.ragged:
