@@ -359,12 +359,13 @@ def test_speedups_show_their_interval_verdict_and_drift():
     cal = next(s for s in e.speedup_at(4) if s.basis_text == "basis=calibrated")
     assert (cal.value.value, cal.lower, cal.upper) == (2.3125, 2.05, 2.6)
     default = next(s for s in e.speedup_at(4) if s.basis_text == "basis=default")
-    assert default.lower is None and default.interval_text == ""  # no interval served for it: none shown
+    # the exporter serves the built-in guess with its factor-2 interval: shown as served
+    assert default.lower is not None and default.upper / default.lower == pytest.approx(4.0) and default.interval_text
     assert e.drift.value == 2.25 and e.verdicts == (("pays", "calibrated"),)
     warning = "drift 2.25: the cost profile does not fit this machine (its step times are 2.25x off); intervals widened"
     plain = render_plain(view, "t")
     assert re.search(r"speedup at k = 4: +2\.31× \[2\.05-2\.60\] +basis=calibrated", plain), plain
-    assert re.search(r"speedup at k = 4: +\d\.\d\d× +basis=default", plain), plain
+    assert re.search(r"speedup at k = 4: +\d\.\d\d× \[[0-9.]+-[0-9.]+\] +basis=default", plain), plain
     assert re.search(r"speedup at recommended k = 2: +1\.50× \[1\.21-1\.84\] +basis=profile", plain), plain
     assert re.search(r"verdict at k = 4: +speculation pays +basis=calibrated", plain), plain
     assert plain.count(warning) == 1 and "cost profile drift" not in plain
@@ -595,10 +596,10 @@ def test_upstream_mode_takes_serves_cost_profile_flags():
              and all(lab_.get(k) == str(x) for k, x in lab.items())}
     assert bases and "default" not in bases  # the profile applies: measured / profile
     (basis, v), = bases.items()
-    assert re.search(rf"speedup at k = 4: +{v:.2f}× +basis={basis}", r.output), r.output
+    assert re.search(rf"speedup at k = 4: +{v:.2f}×( \[[0-9.]+-[0-9.]+\])? +basis={basis}", r.output), r.output
     assert f"cost profile {profile}" in r.output
     # without it: serve's built-in guess, labelled so
-    assert re.search(r"speedup at k = 4: +\S+× +basis=default", plain.output), plain.output
+    assert re.search(r"speedup at k = 4: +\S+×( \[[0-9.]+-[0-9.]+\])? +basis=default", plain.output), plain.output
     # the flags are serve's own definitions
     # (compared without whitespace: click may wrap a long word such as a series name mid-word)
     help_text = "".join(CliRunner().invoke(top, ["--help"]).output.split())
