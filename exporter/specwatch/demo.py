@@ -6,9 +6,13 @@ and alerts), then a baseline vLLM and a speculative vLLM (SmolLM2-135M, ngram) o
 given concurrencies with the load generator, whose own metrics are served on 19338 throughout.
 It ends with the baseline-vs-speculative table, the greedy-output equivalence check, the
 per-position acceptance curve with the what-if expected acceptance length for every smaller k,
-and where the result files and the Prometheus UI are; it writes ``report.html`` (plots, rendered
-by :mod:`specwatch.choosek.demoreport` with the sweep report's helpers) into the result folder and ends
-with its path. Before the load starts it says how to watch the run live (``specwatch top``).
+what Prometheus recorded, and the decision (:mod:`specwatch.choosek.demodecision`: per workload ×
+concurrency the measured ratio with its 95 % interval, pays / loses / cannot tell, the k to run,
+each with its basis, and whether the exporter's cost profile fits this machine); it writes
+``report.html`` (the decision first, then plots, rendered by :mod:`specwatch.choosek.demoreport`
+with the sweep report's helpers) into the result folder and ends with its path, or, when it keeps
+Prometheus and the exporter running, with how to stop them. Before the load starts it says how to
+watch the run live (``specwatch top``).
 
 Outputs and batches are shortened by default so the whole job takes minutes on 2 cores; the
 console says so. Every result file is rewritten after each batch, so an interrupted job keeps what
@@ -37,8 +41,8 @@ from specwatch.bench.metrics import BenchMetrics
 from specwatch.bench.results import compare, keep_names_whole, render_tables, summarize
 from specwatch.bench.runner import BenchConfig, BenchConfigError, BenchInterrupted, run_bench
 from specwatch.bench.workloads import WorkloadOptions, equivalence_requests, parse_workloads
-from specwatch.choosek.demodecision import TABLE_COLUMNS, decide, profile_fit_lines, table_rows
-from specwatch.choosek.demoreport import DemoReportError, load_demo, write_demo_report
+from specwatch.choosek.demodecision import TABLE_COLUMNS, profile_fit_lines, table_rows
+from specwatch.choosek.demoreport import DemoReportError, demo_decision, load_demo, write_demo_report
 from specwatch.common.defaults import BASELINE_VLLM_PORT, BENCH_METRICS_PORT, EXPORTER_PORT, PROMETHEUS_PORT, VLLM_PORT
 from specwatch.common.files import atomic_write_json
 from specwatch.common.processes import NotReady, install_stop_signals, listen_error, stop_process_group, wait_http
@@ -46,7 +50,7 @@ from specwatch.localvllm.drafters import DrafterError, draft_model_config, resol
 from specwatch.localvllm.model import prepare_model
 from specwatch.localvllm.server import VllmServer, speculative_config_for_k
 from specwatch.specdecode.costprofile import (EMBEDDED_CPU_DRAFTERS_PROFILE, EMBEDDED_CPU_PROFILE, EMBEDDED_TARGET_DRAFTER,
-                                              CostProfileError, load_profile)
+                                              load_profile)
 from specwatch.specdecode.derive import counters_delta, derive, sum_counters
 from specwatch.specdecode.metrics import parse_metrics
 
@@ -287,7 +291,7 @@ def demo(workloads, concurrency, k, method, drafter, output_len, num_batches, eq
 
         summary["comparison"] = compare(summarize(batches))
         atomic_write_json(summary_path, summary)
-        summary["decision"] = _decision(out, summary, k, cost_profile)
+        summary["decision"] = demo_decision(summary, load_demo(out)[1])  # the report reads this one
         atomic_write_json(summary_path, summary)
 
         console.rule("[bold]results")
@@ -342,21 +346,6 @@ def demo(workloads, concurrency, k, method, drafter, output_len, num_batches, eq
 #: Said last by an interactive demo that keeps Prometheus and the exporter up (issue 25).
 KEEP_RUNNING_HINT = ("Still running: Prometheus {prom} and the exporter {exporter} (specwatch top reads it). "
                      "Press Ctrl-C to stop them; run with --no-keep-running to exit at once.")
-
-
-def _decision(out: Path, summary: dict, k: int, cost_profile: Path) -> dict:
-    """The decision table (:mod:`specwatch.choosek.demodecision`) from the bench files in ``out``,
-    with the exporter profile's plain step t0(b) for the profile check."""
-    _, benches = load_demo(out)
-    try:
-        prof = load_profile(cost_profile)
-        plain = lambda b: prof.plain_step(b).seconds  # noqa: E731
-        name = prof.name
-    except CostProfileError:
-        plain, name = None, None
-    d = decide(benches.get("baseline"), benches.get("speculative"), k, plain_step=plain)
-    d["profile"] = {"file": str(cost_profile), "name": name}
-    return d
 
 
 def _print_decision(decision: dict) -> None:
