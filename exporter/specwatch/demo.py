@@ -41,7 +41,7 @@ from specwatch.bench.metrics import BenchMetrics
 from specwatch.bench.results import compare, keep_names_whole, render_tables, summarize
 from specwatch.bench.runner import BenchConfig, BenchConfigError, BenchInterrupted, run_bench
 from specwatch.bench.workloads import WorkloadOptions, equivalence_requests, parse_workloads
-from specwatch.choosek.demodecision import TABLE_COLUMNS, profile_fit_lines, table_rows
+from specwatch.choosek.demodecision import CHOICE_LEGEND, TABLE_COLUMNS, profile_fit_lines, table_rows
 from specwatch.choosek.demoreport import DemoReportError, demo_decision, load_demo, write_demo_report
 from specwatch.common.defaults import BASELINE_VLLM_PORT, BENCH_METRICS_PORT, EXPORTER_PORT, PROMETHEUS_PORT, VLLM_PORT
 from specwatch.common.files import atomic_write_json
@@ -357,6 +357,7 @@ def _print_decision(decision: dict) -> None:
     for row in table_rows(decision):
         t.add_row(*row)
     console.print(keep_names_whole(t))
+    console.print(f"  {CHOICE_LEGEND}", soft_wrap=True)
     for basis, how in decision.get("how", {}).items():
         console.print(f"  [bold]{basis}[/]: {how}", soft_wrap=True)
     notes = [f"  {r['workload']} c={r['concurrency']}: {r['note']}" for r in decision.get("rows") or [] if r.get("note")]

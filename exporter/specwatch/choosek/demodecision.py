@@ -363,14 +363,21 @@ def format_verdict(row: Mapping[str, Any]) -> str:
 
 
 def format_choice(row: Mapping[str, Any]) -> str:
-    """``k=3 (profile)``, ``off (calibrated)``, ``withheld: uncertain (k=3/4/4 at lower/value/upper)``."""
+    """``k=3 (profile)``, ``off (calibrated)``, ``withheld: uncertain (off/k=4/k=4; profile)`` (the k
+    at the lower ends / values / upper ends), ``withheld: no interval``; see :data:`CHOICE_LEGEND`."""
     ch = row.get("choice") or {}
     if ch.get("k") is not None:
         return f"{ch['run']} ({ch['basis']})"
     if ch.get("reason") == "uncertain":
-        return (f"withheld: uncertain ({_run(ch['at_lower'])} / {_run(ch['at_value'])} / {_run(ch['at_upper'])} "
-                f"at lower / value / upper; {ch['basis']})")
-    return "withheld: no interval (needs 2+ measured batches and server step times)"
+        return f"withheld: uncertain ({_run(ch['at_lower'])}/{_run(ch['at_value'])}/{_run(ch['at_upper'])}; {ch['basis']})"
+    return "withheld: no interval"
+
+
+#: What the "k to run" column's texts mean (printed under the table).
+CHOICE_LEGEND = ("k to run: the smallest k within 2 % of the best (off = no speculation, exactly 1), served when it is "
+                 "the same at the intervals' lower ends, values and upper ends; 'withheld: uncertain (a/b/c)' gives "
+                 "the k at each; 'withheld: no interval' needs 2 or more measured batches and the server's step "
+                 "times. The basis in brackets is the weakest of the estimates compared.")
 
 
 def table_rows(decision: Mapping[str, Any]) -> list[list[str]]:
@@ -407,6 +414,6 @@ def profile_fit_lines(fit: Sequence[Mapping[str, Any]], profile_name: str | None
     return out
 
 
-__all__ = ["BASES", "CALIBRATED", "EXTRAPOLATED", "FIT_BAND", "HOW", "MEASURED", "PROFILE", "TABLE_COLUMNS",
+__all__ = ["BASES", "CALIBRATED", "CHOICE_LEGEND", "EXTRAPOLATED", "FIT_BAND", "HOW", "MEASURED", "PROFILE", "TABLE_COLUMNS",
            "decide", "fit_line", "format_choice", "format_estimate", "format_verdict", "log_halfwidth",
            "profile_fit", "profile_fit_lines", "t975", "table_rows", "weakest"]

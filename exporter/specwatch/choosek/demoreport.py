@@ -37,7 +37,7 @@ from specwatch.choosek.charts import (
     pyplot,
     render_page,
 )
-from specwatch.choosek.demodecision import (TABLE_COLUMNS, VERDICT_TEXT, decide, format_estimate, profile_fit_lines,
+from specwatch.choosek.demodecision import (CHOICE_LEGEND, TABLE_COLUMNS, VERDICT_TEXT, decide, format_estimate, profile_fit_lines,
                                            table_rows)
 from specwatch.choosek.model import KChoiceError, Measurement
 from specwatch.common.files import atomic_write_text
@@ -303,8 +303,9 @@ def decision_section(decision: Mapping[str, Any] | None) -> list[str]:
                  f"below 1), the run's k (k={escape(decision.get('k'))}) from the server step costs, and the k to "
                  f"run, chosen only where the choice is the same at both ends of the intervals.</p>")
     parts.append(html_table(list(TABLE_COLUMNS), table_rows(decision), "decision"))
-    parts.append("<ul class='note'>" + "".join(f"<li><b>{escape(b)}</b>: {escape(t)}</li>"
-                                                for b, t in (decision.get("how") or {}).items()) + "</ul>")
+    parts.append("<ul class='note'>" + f"<li>{escape(CHOICE_LEGEND)}</li>"
+                 + "".join(f"<li><b>{escape(b)}</b>: {escape(t)}</li>" for b, t in (decision.get("how") or {}).items())
+                 + "</ul>")
     notes = [f"{r['workload']} c={r['concurrency']}: {r['note']}" for r in decision["rows"] if r.get("note")]
     if notes:
         parts.append("<ul class='note'>" + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>")
