@@ -11,7 +11,8 @@ import sys
 import pytest
 
 import realstack
-from test_demo_report import CHROMIUM, check_latency_charts_are_the_result_files, check_report_opens_in_chromium
+from test_demo_report import (CHROMIUM, check_decision_table_first, check_latency_charts_are_the_result_files,
+                              check_report_opens_in_chromium)
 
 pytestmark = [pytest.mark.realvllm, pytest.mark.prometheus]
 
@@ -35,6 +36,11 @@ def test_demo_runs_the_main_job(tmp_path):
     assert len(curve["per_position_acceptance_rate"]) == 4
     assert curve["mean_acceptance_length"] == pytest.approx(1 + sum(curve["per_position_acceptance_rate"]))
     assert summary["equivalence"]["total"] == 12
+    # it ends with a decision: one row per cell, measured ratio with an interval, a k or "off" or withheld
+    (drow,) = summary["decision"]["rows"]
+    assert drow["measured"]["basis"] == "measured" and drow["measured"]["lower"] <= row["ratio"] <= drow["measured"]["upper"]
+    assert drow["calibrated"]["basis"] == "calibrated" and drow["choice"]["run"]
+    assert "the decision: does speculation (k=4) pay here" in r.stdout and "this machine measured" in r.stdout
     # Prometheus scraped the exporter and evaluated the rules while the speculative server ran
     prom = summary["prometheus"]
     assert prom['specwatch_draft_acceptance_rate{upstream="spec",window="lifetime"}']
@@ -53,3 +59,4 @@ def test_demo_runs_the_main_job(tmp_path):
     if CHROMIUM is None:
         pytest.skip("chromium is not installed (scripts/setup.sh installs it): report.html not opened")
     assert len(check_report_opens_in_chromium(out, tmp_path)) == 6
+    assert check_decision_table_first(out, tmp_path) == 1  # the report opens with the decision

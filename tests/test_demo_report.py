@@ -9,7 +9,9 @@ import dataclasses
 import io
 import json
 import re
+import html as html_lib
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,8 @@ from click.testing import CliRunner
 
 from specwatch.choosek.demoreport import demo_measurements, is_demo_summary_file, load_demo, render_demo_report, write_demo_report
 from specwatch.choosek.cli import report
-from test_report import CHROMIUM, chromium_image_sizes
+from specwatch.choosek.demodecision import TABLE_COLUMNS, table_rows
+from test_report import CHROME_FLAGS, CHROMIUM, chromium_image_sizes
 
 DEMO = Path(__file__).parent / "fixtures" / "demo"
 IMAGES = 6  # throughput, TTFT, TPOT, whole-run curve with E(k), per-cell curve, per-cell E(k)
@@ -76,6 +79,46 @@ def check_report_opens_in_chromium(result_dir: Path, tmp_path: Path) -> list[tup
     assert len(sizes) == len(re.findall(r"<img ", html)) > 0
     assert all(w > 0 and h > 0 for w, h in sizes), sizes
     return sizes
+
+
+def chromium_first_section(result_dir: Path, tmp_path: Path) -> dict:
+    """Open ``result_dir/report.html`` in headless Chromium and return what the page shows first:
+    the first h2's text, the first table's class and cell texts (as rendered, ``innerText``), and
+    whether that table lies above every other table and image on the page (layout positions)."""
+    probe = ("<script>window.addEventListener('load', function () {"
+             "var t = document.querySelector('table'), h = document.querySelector('h2');"
+             "var top = t.getBoundingClientRect().top;"
+             "var others = Array.prototype.slice.call(document.querySelectorAll('table, img')).filter(function (e) {"
+             "return e !== t; });"
+             "var out = {h2: h.innerText, cls: t.className, above: others.every(function (e) {"
+             "return e.getBoundingClientRect().top > top; }),"
+             "head: Array.prototype.map.call(t.querySelectorAll('th'), function (c) { return c.innerText; }),"
+             "rows: Array.prototype.map.call(t.querySelectorAll('tbody tr'), function (r) {"
+             "return Array.prototype.map.call(r.cells, function (c) { return c.innerText; }); })};"
+             "var pre = document.createElement('pre'); pre.id = 'probe-out';"
+             "pre.textContent = JSON.stringify(out); document.body.appendChild(pre);});</script>")
+    page = tmp_path / "probe-decision.html"
+    page.write_text((result_dir / "report.html").read_text().replace("</body>", probe + "</body>"))
+    dom = subprocess.run(
+        [CHROMIUM, *CHROME_FLAGS, f"--user-data-dir={tmp_path / 'profile-decision'}", "--virtual-time-budget=10000",
+         "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    m = re.search(r'<pre id="probe-out">([^<]*)</pre>', dom)
+    assert m, f"probe did not run; DOM head: {dom[:300]!r}"
+    return json.loads(html_lib.unescape(m.group(1)))
+
+
+def check_decision_table_first(result_dir: Path, tmp_path: Path) -> int:
+    """report.html opens (in headless Chromium) with the decision table, above every other table
+    and image, and its cells are demo-summary.json's decision (the console's text). Returns the
+    number of rows checked."""
+    decision = json.loads((result_dir / "demo-summary.json").read_text())["decision"]
+    shown = chromium_first_section(result_dir, tmp_path)
+    assert shown["h2"].startswith("The decision") and shown["cls"] == "decision" and shown["above"], shown
+    assert shown["head"] == list(TABLE_COLUMNS)
+    expected = table_rows(decision)
+    assert shown["rows"] == expected, (shown["rows"], expected)
+    assert [r[:2] for r in shown["rows"]] == [[r["workload"], str(r["concurrency"])] for r in decision["rows"]]
+    return len(expected)
 
 
 @pytest.fixture
@@ -218,12 +261,15 @@ def test_demo_report_renders_in_headless_chromium(demo_dir, tmp_path):
     assert len(sizes) == IMAGES
     for w, h in sizes:
         assert w > 100 and h > 100
+    # it opens with the decision table, which is demo-summary.json's decision
+    summary = json.loads((demo_dir / "demo-summary.json").read_text())
+    assert check_decision_table_first(demo_dir, tmp_path) == len(summary["comparison"]) == len(summary["decision"]["rows"])
 
 
 def test_latency_charts_are_the_bench_files_values(demo_dir):
     write_demo_report(demo_dir)
     comparison = json.loads((demo_dir / "demo-summary.json").read_text())["comparison"]
-    assert check_latency_charts_are_the_result_files(demo_dir) == 2 * len(comparison) == 4  # both roles, every cell
+    assert check_latency_charts_are_the_result_files(demo_dir) == 2 * len(comparison) >= 12  # both roles, every cell
     # a report whose TTFT chart is not the bench file's values fails the check
     bench = demo_dir / "bench-baseline.json"
     doc = json.loads(bench.read_text())
@@ -241,3 +287,27 @@ def test_damaged_demo_result_is_one_line(demo_dir):
     r = CliRunner().invoke(report, [str(demo_dir / "demo-summary.json")])
     assert r.exit_code == 1 and "damaged demo result" in r.output and len(r.output.strip().splitlines()) == 1
     assert not (demo_dir / "report.html").exists()
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/setup.sh installs it)")
+def test_decision_check_fails_on_a_report_that_does_not_open_with_it(demo_dir, tmp_path):
+    """The Chromium check is not vacuous: a decision that differs from the summary's, or a report
+    whose decision table comes after the settings, fails it."""
+    out = write_demo_report(demo_dir)
+    summary_path = demo_dir / "demo-summary.json"
+    doc = json.loads(summary_path.read_text())
+    original = summary_path.read_text()
+    row = doc["decision"]["rows"][0]
+    row["choice"] = {**row["choice"], "k": 2, "run": "k=2", "reason": None, "basis": "profile"}
+    summary_path.write_text(json.dumps(doc))
+    with pytest.raises(AssertionError):
+        check_decision_table_first(demo_dir, tmp_path)
+    summary_path.write_text(original)
+    html = out.read_text()
+    start, settings = html.index("<h2 id='decision'>"), html.index("<p>Started ")
+    moved = html[:start] + html[settings:html.index("<h2>Baseline vs speculative</h2>")] + html[start:settings] \
+        + html[html.index("<h2>Baseline vs speculative</h2>"):]
+    assert moved != html and len(moved) == len(html)
+    out.write_text(moved)
+    with pytest.raises(AssertionError):
+        check_decision_table_first(demo_dir, tmp_path)

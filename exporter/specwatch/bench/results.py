@@ -519,4 +519,21 @@ def render_tables(batches: Sequence[BatchResult], equivalence: dict[str, Any] | 
                        "" if p["first_difference"] is None else str(p["first_difference"]),
                        str(p["baseline_chars"]), str(p["speculative_chars"]), (p.get("error") or "")[:80])
         tables.append(et)
+    for table in tables:
+        keep_names_whole(table)
     return tables
+
+
+#: Columns holding names (never cut to "random-…" on a narrow console, issue 25).
+NAME_COLUMNS = ("role", "workload", "prompt")
+
+
+def keep_names_whole(table: Table, names: Sequence[str] = NAME_COLUMNS) -> Table:
+    """Give the ``names`` columns of a filled rich ``table`` the width of their longest value and
+    no wrapping, so rich shrinks the other columns (their headers wrap) instead of cutting a
+    workload name such as ``random-output`` to ``random-…``. Returns the table."""
+    for col in table.columns:
+        if str(col.header) in names:
+            col.no_wrap = True
+            col.min_width = max([len(str(c)) for c in col.cells] + [col.min_width or 0])
+    return table

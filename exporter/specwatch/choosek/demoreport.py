@@ -10,7 +10,9 @@ Inputs, all written by ``specwatch demo`` into its result folder:
 - ``bench-baseline.json`` and ``bench-speculative.json``: the load generator's per-cell summaries
   (client-measured throughput, TTFT, TPOT; server counter deltas per cell).
 
-Sections: settings; output throughput baseline vs speculative by workload and concurrency; mean
+Sections: the decision table first (:mod:`specwatch.choosek.demodecision`: per workload ×
+concurrency the measured ratio with its 95 % interval, pays / loses / cannot tell, and the k to
+run, each with its basis; whether the exporter's cost profile fits this machine); settings; output throughput baseline vs speculative by workload and concurrency; mean
 TTFT and TPOT; the per-position curve with E(k) (whole run, and per cell from the sweep report's
 plots); the equivalence result; Prometheus' view. Images are embedded PNG data URIs.
 """
@@ -37,8 +39,11 @@ from specwatch.choosek.charts import (
     pyplot,
     render_page,
 )
+from specwatch.choosek.demodecision import (CHOICE_LEGEND, TABLE_COLUMNS, VERDICT_TEXT, decide, format_estimate, profile_fit_lines,
+                                           table_rows)
 from specwatch.choosek.model import KChoiceError, Measurement
 from specwatch.common.files import atomic_write_text
+from specwatch.specdecode.costprofile import EMBEDDED_CPU_PROFILE, CostProfileError, load_profile
 
 SUMMARY_FILE = "demo-summary.json"
 REPORT_FILE = "report.html"
@@ -210,10 +215,10 @@ def render_demo_report(summary: Mapping[str, Any], benches: Mapping[str, Mapping
     ms = demo_measurements(summary, benches)
     k = int(summary.get("k") or 0)
     servers = summary.get("servers") or {}
-    parts: list[str] = []
+    parts: list[str] = decision_section(demo_decision(summary, benches))
     status = summary.get("status", "complete")
     parts.append(f"<p>Started {escape(summary.get('started_at'))}; status <b>{escape(status)}</b>. Baseline (no speculation) "
-                 f"and speculative (ngram, k={k}) real vLLM servers, one after the other on the same machine, "
+                 f"and speculative ({escape(summary.get('method') or 'ngram')}, k={k}) real vLLM servers, one after the other on the same machine, "
                  f"with the same seeded workloads.</p>")
     settings = [["workloads", ", ".join(summary.get("workloads") or [])],
                 ["concurrencies", ", ".join(str(c) for c in summary.get("concurrencies") or [])],
@@ -292,6 +297,66 @@ def render_demo_report(summary: Mapping[str, Any], benches: Mapping[str, Mapping
                  "speculative server's vllm:spec_decode_* counters; E(k) for k below the run's k is computed from the "
                  "per-position curve (exact for chain drafters).</p>")
     return render_page(title, parts)
+
+
+def demo_decision(summary: Mapping[str, Any], benches: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The run's decision table: ``summary["decision"]`` as the demo wrote it, else (a result
+    folder written before the demo decided) computed from the bench files with the exporter's
+    profile named in the summary (:func:`specwatch.choosek.demodecision.decide`). None when the
+    run's k is unknown."""
+    if isinstance(summary.get("decision"), Mapping):
+        return dict(summary["decision"])
+    k = summary.get("k")
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        return None
+    prof_file = (summary.get("exporter_cost_profile") or {}).get("file") or EMBEDDED_CPU_PROFILE
+    try:
+        prof = load_profile(prof_file)
+    except CostProfileError:
+        try:  # the folder may come from another checkout: the shipped profile of the same name
+            prof = load_profile(EMBEDDED_CPU_PROFILE.parent / Path(prof_file).name)
+        except CostProfileError:
+            prof = None
+    d = decide(benches.get("baseline"), benches.get("speculative"), k,
+               plain_step=None if prof is None else (lambda b: prof.plain_step(b).seconds))
+    d["profile"] = {"file": str(prof_file), "name": None if prof is None else prof.name}
+    return d
+
+
+def decision_section(decision: Mapping[str, Any] | None) -> list[str]:
+    """The report's first section: the decision table (the cells of
+    :func:`specwatch.choosek.demodecision.table_rows`, as on the console), how each basis was
+    obtained, the per-cell notes, the what-if values per k′ and whether the exporter's cost
+    profile fits this machine."""
+    parts = ["<h2 id='decision'>The decision: does speculation pay here, and which k to run</h2>"]
+    if not decision or not decision.get("rows"):
+        parts.append("<p class='note'>No decision: no cell was measured on both servers (an interrupted demo).</p>")
+        return parts
+    parts.append("<style>table.decision td:first-child{white-space:nowrap}</style>")
+    parts.append(f"<p>Per workload and concurrency, both servers measured on this machine: the client's throughput "
+                 f"ratio with its 95 % interval and the verdict on it (pays: lower end above 1; loses: upper end "
+                 f"below 1), the run's k (k={escape(decision.get('k'))}) from the server step costs, and the k to "
+                 f"run, chosen only where the choice is the same at both ends of the intervals.</p>")
+    parts.append(html_table(list(TABLE_COLUMNS), table_rows(decision), "decision"))
+    parts.append("<ul class='note'>" + f"<li>{escape(CHOICE_LEGEND)}</li>"
+                 + "".join(f"<li><b>{escape(b)}</b>: {escape(t)}</li>" for b, t in (decision.get("how") or {}).items())
+                 + "</ul>")
+    notes = [f"{r['workload']} c={r['concurrency']}: {r['note']}" for r in decision["rows"] if r.get("note")]
+    if notes:
+        parts.append("<ul class='note'>" + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>")
+    fit = profile_fit_lines(decision.get("profile_fit") or [], (decision.get("profile") or {}).get("name"))
+    if fit:
+        parts.append("<p>" + "<br>".join(escape(x) for x in fit) + "</p>")
+    rows = []
+    for r in decision["rows"]:
+        for w in r.get("what_if") or []:
+            rows.append([r["workload"], r["concurrency"], w["k"], format_estimate(w, with_basis=False), w["basis"],
+                         VERDICT_TEXT.get(w["verdict"], w["verdict"]), fmt_num(w.get("x"), ".2f"), fmt_num(w.get("c"), ".3f")])
+    if rows:
+        parts.append("<p class='note'>Every k′ the choice compared (k = 0, off, is exactly 1):</p>")
+        parts.append(html_table(["workload", "concurrency", "k′", "speedup [95 %]", "basis", "verdict",
+                                 "drafted tokens per request-step x", "relative step cost c"], rows, "what-if"))
+    return parts
 
 
 def _pct(v: float | None) -> float | None:

@@ -1,0 +1,419 @@
+"""The demo's decision: per workload × concurrency, does speculation pay here, and which k to run.
+
+Pure: reads the two bench result documents of a ``specwatch demo`` run (``bench-baseline.json``,
+``bench-speculative.json``: :meth:`specwatch.bench.results.CellSummary.record` per cell and
+:meth:`~specwatch.bench.results.BatchResult.record` per batch) and, optionally, the plain step
+t0(b) of the cost profile the demo's exporter used; it returns plain dicts for
+``demo-summary.json`` (key ``decision``), the console and ``report.html``. Decisions are made on
+95 % intervals with :mod:`specwatch.specdecode.decision` (verdict: ``pays`` when lower > 1,
+``loses`` when upper < 1, else ``cannot_tell``; :func:`~specwatch.specdecode.decision.choose_k`).
+
+Per cell (the speculative server runs k; ``n`` measured batch pairs, batch i of both servers
+serving the same seeded prompts):
+
+- **measured** (basis ``measured``: the client's ratio, both servers live): speculative / baseline
+  output throughput (mean of the batches, the comparison table's ratio). Its interval comes from
+  the spread of the paired per-batch ratios r_i = spec_i / base_i: value × exp(± t(n−1) ×
+  sd(log r_i) / √n), Student's t at 97.5 %. One measured batch gives no interval (at concurrency
+  1 a batch is one request, so there is no per-request spread either): no verdict, and the table
+  says to run ``--num-batches 2`` or more.
+- **calibrated** (basis ``calibrated``: the run's k, every input measured on this machine):
+  τ / c with c = t_spec / t0, the server step time of the speculative cell over the baseline
+  cell's (``server_step_duration_ms``: vLLM's ITL sum / count, same workload and concurrency), and
+  τ = 1 + Δaccepted / Δrequest-steps the tokens per request-step the server emitted (so τ / c is
+  the server-side decode-speed ratio, prefill and client overhead left out). Interval: the spread
+  of the per-batch ratios τ_i / c_i, as for ``measured``.
+- **what-if k′ = 1 … k − 1** (basis ``profile`` inside the measured range of x, ``extrapolated``
+  outside it by more than :data:`X_MARGIN` of its span): τ(k′) / c(x′) with τ(k′) = 1 + s (E(k′) − 1)
+  tokens per request-step, s = Δdrafts / Δrequest-steps (the share of request-steps that carried
+  a draft; τ = 1 when nothing was drafted) and E(k′) = 1 + Σ_(j<k′) r_j from the **exact
+  per-request curve** (vLLM's ``--per-request-spec-decode-metrics detailed``; the counter curve
+  when the server returned none, which the row notes); c(x) = a + b x is a line fitted (least
+  squares) over the m workloads at this concurrency to (x, c), x = Δdraft_tokens /
+  Δrequest-steps (drafted tokens per request-step), and x′ = x × k′ / k. The fitted slope b is
+  laid through the cell's own measured (x, c): c(x′) = c + b (x′ − x), since the line's level
+  differs between workloads (their contexts differ: copy's prompts are long) while what a drafted
+  token adds is what the what-if needs; so k′ = k gives back the calibrated cost. Its log
+  half-width combines in quadrature the cell's calibrated one and the slope's:
+  t(m−2) × SE(b) × |x′ − x| / c(x′) (0 with two workloads, which the row notes). The acceptance
+  curve's own sampling error is not included (it counts every verify step of the cell).
+- **k to run** (:func:`~specwatch.specdecode.decision.choose_k` over k′ = 1 … k, the run's k
+  calibrated, the others what-if; k = 0 = "off" is exactly 1): served when the choice is the same
+  at the lower ends, the values and the upper ends, else withheld (``uncertain``). Its basis is
+  the weakest among the estimates compared.
+
+The profile check: at each concurrency the baseline's pooled step time t0 (ms, at its measured
+running requests per step b) against the profile's ``plain_step(b)``; their ratio is the drift of
+the profile on this machine (:data:`FIT_BAND` around 1 counts as fitting).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from specwatch.specdecode.decision import CANNOT_TELL, TOLERANCE, Z95, Estimate, choose_k, combine_log_halfwidths
+
+#: Bases, strongest first, spelled as the exporter and :mod:`specwatch.specdecode.decision` do.
+MEASURED = "measured"
+CALIBRATED = "calibrated"
+PROFILE = "profile"
+EXTRAPOLATED = "extrapolated"
+BASES = (MEASURED, CALIBRATED, PROFILE, EXTRAPOLATED)
+
+#: x′ within this share of the workloads' measured x span beyond either end counts as inside it.
+X_MARGIN = 0.15
+#: A profile whose plain step is within this factor of this machine's (either way) fits it.
+FIT_BAND = 1.25
+
+#: Student's t at 97.5 % (two-sided 95 %) for 1 … 30 degrees of freedom; beyond, the normal's.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+         2.045, 2.042)
+
+HOW = {
+    MEASURED: "client output throughput, speculative / baseline (mean of the measured batches); 95 % interval "
+              "from the paired per-batch ratios (batch i of both servers serves the same seeded prompts): "
+              "exp(± t(n−1) × sd(log ratio) / √n)",
+    CALIBRATED: "the run's k from server step times measured here: τ / c, c = t_spec / t0 (vLLM's step time, "
+                "speculative cell over baseline cell), τ = tokens per request-step the server emitted; "
+                "interval from the paired per-batch ratios",
+    PROFILE: "what-if k′ < k: τ(k′) = 1 + s (E(k′) − 1) from the exact per-request curve, over c(x′) = c + b (x′ − x): "
+             "the slope b of a line c = a + b x fitted over the workloads at this concurrency (x = drafted tokens "
+             "per request-step, x′ = x k′ / k) through the cell's own measured cost, x′ inside the measured range "
+             "of x; interval: the cell's calibrated one and the slope's (t, m − 2 df) in quadrature",
+    EXTRAPOLATED: "as profile, with x′ outside the range of x the line was fitted on",
+}
+
+
+def t975(df: int) -> float:
+    """Student's t quantile at 0.975 for ``df`` ≥ 1 degrees of freedom (table to 30, then 1.96).
+    Raises ValueError for df < 1."""
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
+    return _T975[df - 1] if df <= len(_T975) else Z95
+
+
+def weakest(bases: Sequence[str]) -> str:
+    """The weakest of ``bases`` (order :data:`BASES`)."""
+    return max(bases, key=BASES.index)
+
+
+def log_halfwidth(ratios: Sequence[float]) -> float | None:
+    """t(n−1) × sd(log r) / √n of positive ratios; None for fewer than two."""
+    logs = [math.log(r) for r in ratios if r is not None and math.isfinite(r) and r > 0]
+    if len(logs) < 2:
+        return None
+    return t975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        return None
+    return float(v)
+
+
+def _pos(v: Any) -> float | None:
+    x = _num(v)
+    return x if x is not None and x > 0 else None
+
+
+def _cells(doc: Mapping[str, Any] | None) -> dict[tuple[str, int], Mapping[str, Any]]:
+    return {(r["workload"], int(r["max_concurrency"])): r for r in (doc or {}).get("summary") or []
+            if isinstance(r, Mapping) and "workload" in r and "max_concurrency" in r}
+
+
+def _batches(doc: Mapping[str, Any] | None) -> dict[tuple[str, int], dict[int, Mapping[str, Any]]]:
+    out: dict[tuple[str, int], dict[int, Mapping[str, Any]]] = {}
+    for r in (doc or {}).get("batches") or []:
+        if isinstance(r, Mapping) and not r.get("warmup") and "workload" in r:
+            out.setdefault((r["workload"], int(r["max_concurrency"])), {})[int(r.get("batch_index", 0))] = r
+    return out
+
+
+def _est(e: Estimate | None) -> dict[str, Any] | None:
+    if e is None:
+        return None
+    return {"value": e.value, "lower": e.lower, "upper": e.upper, "basis": e.basis, "verdict": e.verdict}
+
+
+def _server_ratio(spec: Mapping[str, Any], base: Mapping[str, Any]) -> float | None:
+    """τ / c of one batch pair: (1 + Δaccepted / Δrequest-steps) × t0 / t_spec."""
+    t0, ts, tau = _pos(base.get("server_step_duration_ms")), _pos(spec.get("server_step_duration_ms")), _server_tau(spec)
+    if t0 is None or ts is None or tau is None:
+        return None
+    return tau * t0 / ts
+
+
+def _server_tau(rec: Mapping[str, Any]) -> float | None:
+    """Tokens per request-step the server measured at its k: 1 + Δaccepted / Δrequest-steps."""
+    steps, acc = _pos(rec.get("server_request_steps")), _num(rec.get("spec_decode_accepted_tokens"))
+    return None if steps is None or acc is None else 1.0 + acc / steps
+
+
+def _curve(spec: Mapping[str, Any]) -> tuple[list[float], str]:
+    """(E(k′) for k′ = 1 …, source): the exact per-request curve, else the counters'."""
+    pr = spec.get("spec_decode_per_request") or {}
+    exp = pr.get("expected_acceptance_lengths") if isinstance(pr, Mapping) else None
+    if isinstance(exp, Mapping) and exp and pr.get("status") in ("measured", "partial"):
+        vals = [_num(exp.get(str(i))) for i in range(1, len(exp) + 1)]
+        if all(v is not None for v in vals):
+            return [float(v) for v in vals], "exact per-request"
+    rates = spec.get("spec_decode_per_position_acceptance_rates") or []
+    out, acc = [], 1.0
+    for r in rates:
+        if _num(r) is None:
+            break
+        acc += float(r)
+        out.append(acc)
+    return out, f"counters ({spec.get('spec_decode_curve_basis') or 'exact'})"
+
+
+def fit_line(points: Sequence[tuple[float, float]]) -> dict[str, Any] | None:
+    """Least-squares line c = a + b x over (x, c) points (drafted tokens per request-step, relative
+    step cost); None with fewer than two distinct x. ``slope_halfwidth``: t(m−2) × the standard
+    error of the slope b (0 for two points: no residual to measure, see ``points``);
+    ``residual_log_sd``: sd of log(c / ĉ) (None for two points)."""
+    pts = [(x, c) for x, c in points if x is not None and c is not None]
+    xs = [x for x, _ in pts]
+    if len(pts) < 2 or max(xs) - min(xs) <= 1e-9:
+        return None
+    mx, mc = statistics.fmean(xs), statistics.fmean(c for _, c in pts)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (c - mc) for x, c in pts) / sxx
+    a = mc - b * mx
+    slope_h, res_sd = 0.0, None
+    if len(pts) > 2:
+        dof = len(pts) - 2
+        res = [c - (a + b * x) for x, c in pts]
+        slope_h = t975(dof) * math.sqrt(sum(r * r for r in res) / dof / sxx)
+        logs = [math.log(c / (a + b * x)) for x, c in pts if a + b * x > 0 and c > 0]
+        res_sd = math.sqrt(sum(r * r for r in logs) / dof) if len(logs) == len(pts) else None
+    return {"a": a, "b": b, "points": len(pts), "x_min": min(xs), "x_max": max(xs), "slope_halfwidth": slope_h,
+            "residual_log_sd": res_sd}
+
+
+def profile_fit(baseline: Mapping[str, Any] | None,
+                plain_step: Callable[[float], float] | None) -> list[dict[str, Any]]:
+    """Per concurrency: this machine's plain step (the baseline cells pooled: Σ ITL sum / Σ
+    request-steps, ms, at b = Σ request-steps / Σ engine steps) against ``plain_step(b)`` (seconds,
+    the profile's t0(b)); ``ratio`` = measured / profile (the profile's drift here), ``fits`` when
+    within :data:`FIT_BAND` either way. Empty without a profile or step times."""
+    if plain_step is None:
+        return []
+    pooled: dict[int, list[float]] = {}
+    for (_, conc), r in _cells(baseline).items():
+        s, n, e = _pos(r.get("server_itl_sum_seconds")), _pos(r.get("server_request_steps")), _pos(r.get("server_engine_steps"))
+        if s is None or n is None or e is None:
+            continue
+        acc = pooled.setdefault(conc, [0.0, 0.0, 0.0])
+        acc[0] += s
+        acc[1] += n
+        acc[2] += e
+    out = []
+    for conc in sorted(pooled):
+        s, n, e = pooled[conc]
+        b = n / e
+        measured = s / n * 1000
+        prof = plain_step(b) * 1000
+        ratio = measured / prof
+        out.append({"concurrency": conc, "running_requests": b, "measured_t0_ms": measured, "profile_t0_ms": prof,
+                    "ratio": ratio, "fits": 1 / FIT_BAND <= ratio <= FIT_BAND})
+    return out
+
+
+def decide(baseline: Mapping[str, Any] | None, speculative: Mapping[str, Any] | None, k: int, *,
+           plain_step: Callable[[float], float] | None = None, tolerance: float = TOLERANCE) -> dict[str, Any]:
+    """The decision table of a demo run (module doc) from its two bench documents and the run's
+    k (≥ 1). ``plain_step``: the exporter profile's t0(b) in seconds (for :func:`profile_fit`).
+
+    Returns ``{"k", "rows": [...], "cost_lines": {concurrency: line}, "profile_fit": [...],
+    "how": {basis: text}}``; each row: ``workload``, ``concurrency``, ``batches``, ``measured`` and
+    ``calibrated`` (value, lower, upper, basis, verdict; None when not measurable), ``note``,
+    ``cost`` (t0_ms, t_spec_ms, c, x, s, b, tau), ``curve_source``, ``what_if`` [{k, value, lower, upper,
+    basis, verdict, x, c}], ``choice`` (k, run, reason, basis, at_lower, at_value, at_upper).
+    Rows follow the speculative file's cell order; cells measured on one server only are left out.
+    Raises ValueError for k < 1."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    bcells, scells = _cells(baseline), _cells(speculative)
+    bbat, sbat = _batches(baseline), _batches(speculative)
+    keys = [key for key in scells if key in bcells]
+    cost: dict[tuple[str, int], dict[str, Any]] = {}
+    for key in keys:
+        b, s = bcells[key], scells[key]
+        t0, ts = _pos(b.get("server_step_duration_ms")), _pos(s.get("server_step_duration_ms"))
+        steps = _pos(s.get("server_request_steps"))
+        dt, dr = _num(s.get("spec_decode_draft_tokens")), _num(s.get("spec_decode_num_drafts"))
+        cost[key] = {"t0_ms": t0, "t_spec_ms": ts, "c": ts / t0 if t0 and ts else None,
+                     "x": dt / steps if steps and dt is not None else None,
+                     "s": min(1.0, dr / steps) if steps and dr is not None else None,
+                     "b": _pos(s.get("server_running_requests")), "tau": _server_tau(s)}
+    lines: dict[int, dict[str, Any] | None] = {}
+    for conc in sorted({c for _, c in keys}):
+        lines[conc] = fit_line([(cost[key]["x"], cost[key]["c"]) for key in keys if key[1] == conc])
+
+    rows = []
+    for key in keys:
+        wl, conc = key
+        b, s = bcells[key], scells[key]
+        pairs = sorted(set(bbat.get(key, {})) & set(sbat.get(key, {})))
+        notes = []
+        # measured: the client ratio
+        bt, st = _pos(b.get("output_throughput")), _pos(s.get("output_throughput"))
+        measured = None
+        if bt and st:
+            h = log_halfwidth([_pos(sbat[key][i].get("output_throughput")) / _pos(bbat[key][i].get("output_throughput"))
+                               for i in pairs if _pos(sbat[key][i].get("output_throughput"))
+                               and _pos(bbat[key][i].get("output_throughput"))])
+            if h is not None:
+                measured = Estimate.around(st / bt, h, MEASURED)
+            else:
+                notes.append(f"{len(pairs)} measured batch: no interval (run --num-batches 2 or more)")
+        ratio = st / bt if bt and st else None
+        # calibrated: the run's k from the measured step costs
+        cc = cost[key]
+        curve, source = _curve(s)
+        if not source.startswith("exact"):
+            notes.append(f"acceptance curve from the {source}, not per-request")
+        share = cc["s"] if cc["s"] is not None else 1.0
+        if share == 0:  # nothing drafted: one token per request-step at every k'
+            tau = dict.fromkeys(range(1, k + 1), 1.0)
+        else:
+            tau = {kk: 1.0 + share * (e - 1.0) for kk, e in enumerate(curve[:k], 1)}
+        calibrated = None
+        h_cal = log_halfwidth([_server_ratio(sbat[key][i], bbat[key][i]) for i in pairs])
+        tau_run = cc["tau"]
+        if cc["c"] is None or tau_run is None:
+            notes.append("no server step times: nothing calibrated")
+        elif h_cal is not None:
+            calibrated = Estimate.around(tau_run / cc["c"], h_cal, CALIBRATED)
+        # what-ifs k' < k on the cost line
+        what_if: list[dict[str, Any]] = []
+        estimates: dict[int, Estimate] = {}
+        if calibrated is not None:
+            estimates[k] = calibrated
+        line = lines.get(conc)
+        if line is None:
+            notes.append("no cost line at this concurrency (needs two workloads with different drafted tokens per step)")
+        elif line["points"] == 2:
+            notes.append("cost line through 2 workloads: no fit spread in the what-if intervals")
+        for kk in range(1, k):
+            if kk not in tau or line is None or cc["x"] is None or h_cal is None:
+                continue
+            x2 = cc["x"] * kk / k
+            c2 = cc["c"] + line["b"] * (x2 - cc["x"])  # the fitted slope through this cell's own point
+            if c2 <= 0:
+                continue
+            span = line["x_max"] - line["x_min"]
+            inside = line["x_min"] - X_MARGIN * span <= x2 <= line["x_max"] + X_MARGIN * span
+            h_line = line["slope_halfwidth"] * abs(x2 - cc["x"]) / c2
+            e = Estimate.around(tau[kk] / c2, combine_log_halfwidths([h_cal, h_line]),
+                                PROFILE if inside else EXTRAPOLATED)
+            estimates[kk] = e
+            what_if.append({"k": kk, **_est(e), "x": x2, "c": c2})
+        if calibrated is not None:
+            what_if.append({"k": k, **_est(calibrated), "x": cc["x"], "c": cc["c"]})
+        choice: dict[str, Any]
+        if estimates:
+            ch = choose_k(estimates, weakest=weakest([e.basis for e in estimates.values()]), tolerance=tolerance)
+            choice = {"k": ch.k, "run": _run(ch.k), "reason": ch.reason, "basis": ch.basis,
+                      "at_lower": ch.at_lower, "at_value": ch.at_value, "at_upper": ch.at_upper}
+        else:
+            choice = {"k": None, "run": "withheld", "reason": "no_interval", "basis": None,
+                      "at_lower": None, "at_value": None, "at_upper": None}
+        rows.append({"workload": wl, "concurrency": conc, "batches": len(pairs), "ratio": ratio,
+                     "measured": _est(measured), "calibrated": _est(calibrated), "cost": cc,
+                     "curve_source": source, "what_if": what_if, "choice": choice, "note": "; ".join(notes)})
+    return {"k": k, "rows": rows, "cost_lines": {str(c): ln for c, ln in lines.items()},
+            "profile_fit": profile_fit(baseline, plain_step), "how": dict(HOW), "tolerance": tolerance}
+
+
+def _run(k: int | None) -> str:
+    if k is None:
+        return "withheld"
+    return "off" if k == 0 else f"k={k}"
+
+
+# -- text for the console and the report ----------------------------------------------------------
+
+VERDICT_TEXT = {"pays": "pays", "loses": "loses", CANNOT_TELL: "cannot tell"}
+
+
+def _x(v: float) -> str:
+    return f"{v:.2f}" if v < 100 else f"{v:.3g}"
+
+
+def format_estimate(e: Mapping[str, Any] | None, *, with_basis: bool = True) -> str:
+    """``2.95× [2.80–3.11] measured`` (value, 95 % interval, basis); "–" for None."""
+    if not e:
+        return "–"
+    s = f"{_x(e['value'])}× [{_x(e['lower'])}–{_x(e['upper'])}]"
+    return f"{s} {e['basis']}" if with_basis else s
+
+
+def format_verdict(row: Mapping[str, Any]) -> str:
+    """The row's verdict: on the measured interval, else "cannot tell (no interval)"."""
+    m = row.get("measured")
+    if m:
+        return VERDICT_TEXT.get(m["verdict"], m["verdict"])
+    return "cannot tell (no interval)"
+
+
+def format_choice(row: Mapping[str, Any]) -> str:
+    """``k=3 (profile)``, ``off (calibrated)``, ``withheld: uncertain (off/k=4/k=4; profile)`` (the k
+    at the lower ends / values / upper ends), ``withheld: no interval``; see :data:`CHOICE_LEGEND`."""
+    ch = row.get("choice") or {}
+    if ch.get("k") is not None:
+        return f"{ch['run']} ({ch['basis']})"
+    if ch.get("reason") == "uncertain":
+        return f"withheld: uncertain ({_run(ch['at_lower'])}/{_run(ch['at_value'])}/{_run(ch['at_upper'])}; {ch['basis']})"
+    return "withheld: no interval"
+
+
+#: What the "k to run" column's texts mean (printed under the table).
+CHOICE_LEGEND = ("k to run: the smallest k within 2 % of the best (off = no speculation, exactly 1), served when it is "
+                 "the same at the intervals' lower ends, values and upper ends; 'withheld: uncertain (a/b/c)' gives "
+                 "the k at each; 'withheld: no interval' needs 2 or more measured batches and the server's step "
+                 "times. The basis in brackets is the weakest of the estimates compared.")
+
+
+def table_rows(decision: Mapping[str, Any]) -> list[list[str]]:
+    """The decision table as text cells: workload, concurrency, measured ratio [95 %] basis,
+    verdict, calibrated at k [95 %] basis, k to run (basis)."""
+    out = []
+    for r in decision.get("rows") or []:
+        m = r.get("measured")
+        mtxt = format_estimate(m) if m else (f"{r['ratio']:.2f}× (no interval) measured" if r.get("ratio") else "–")
+        out.append([r["workload"], str(r["concurrency"]), mtxt, format_verdict(r), format_estimate(r.get("calibrated")),
+                    format_choice(r)])
+    return out
+
+
+TABLE_COLUMNS = ("workload", "concurrency", "measured ratio [95 %], basis", "verdict",
+                 "run's k from step costs [95 %], basis", "k to run (basis)")
+
+
+def profile_fit_lines(fit: Sequence[Mapping[str, Any]], profile_name: str | None = None) -> list[str]:
+    """Sentences on whether the exporter's cost profile (``profile_name``) fits this machine, one
+    per concurrency (see :func:`profile_fit`), then what a misfit does to the exporter's answer."""
+    out = []
+    for f in fit:
+        out.append(f"c={f['concurrency']}: the shipped profile's plain step is {f['profile_t0_ms']:.1f} ms at "
+                   f"b={f['running_requests']:.2f}; this machine measured {f['measured_t0_ms']:.1f} ms "
+                   f"(ratio {f['ratio']:.2f}): " + ("it fits this machine." if f["fits"] else
+                                                    "it does not fit this machine."))
+    if fit and profile_name:
+        out.insert(0, f"The exporter's cost profile: {profile_name}.")
+    if any(not f["fits"] for f in fit):
+        out.append("What that does to the exporter's answer: its calibrated speedups are relative (step time over the "
+                   "profile's plain step, c = t / t0), so a uniform speed difference cancels; its intervals widen with "
+                   "the drift. The table above needs no profile: both servers were measured here.")
+    return out
+
+
+__all__ = ["BASES", "CALIBRATED", "CHOICE_LEGEND", "EXTRAPOLATED", "FIT_BAND", "HOW", "MEASURED", "PROFILE", "TABLE_COLUMNS",
+           "decide", "fit_line", "format_choice", "format_estimate", "format_verdict", "log_halfwidth",
+           "profile_fit", "profile_fit_lines", "t975", "table_rows", "weakest"]
