@@ -66,7 +66,13 @@ def legend_below(fig, axes_list, fontsize: float = 8) -> None:
                 handles.append(h)
                 labels.append(lab)
     if handles:
-        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(4, len(labels)),
+        # as many columns as fit the figure's width (about 0.55 x fontsize / 72 in per character, plus
+        # the handle), at most 4: long labels (a curve's basis, its workload) go one under the other
+        width_in = fig.get_size_inches()[0]
+        longest = max(len(lab) for lab in labels)
+        per_col = 0.6 + longest * 0.55 * fontsize / 72
+        ncol = max(1, min(4, len(labels), int(width_in // per_col)))
+        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=ncol,
                    fontsize=fontsize, frameon=False)
 
 
