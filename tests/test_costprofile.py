@@ -613,3 +613,26 @@ def test_the_mixin_reads_the_bases_and_reasons_the_exporter_serves():
     assert mixin_config.DRIFT_MEASURED_BASIS == PROFILE
     assert set(mixin_config.WITHHELD_REASONS) == {decision.REASON_UNCERTAIN, speedup.REASON_INSUFFICIENT_DATA,
                                                    speedup.REASON_NO_COST_CURVE, speedup.REASON_DEFAULT_CONTRADICTED}
+
+
+def test_the_real_capture_carries_prefill_and_context_into_the_speedup():
+    """The speedup's TTFT and context terms come from real /metrics: vllm:time_to_first_token_seconds_sum
+    and the request prompt/generation token histograms pass the exporter's line pre-filter (they did not:
+    every live speedup silently fell back to the decode-speed ratio)."""
+    from exporter_helpers import fixture, raw_value
+
+    from specwatch.specdecode.metrics import parse_metrics
+    from specwatch.specdecode.steptime import step_times
+
+    text = fixture("vllm-0.32-ngram-k4-after-traffic.txt")
+    (st,) = parse_metrics(text).steps.values()
+    t = step_times(st)
+    assert t.prefill_seconds == pytest.approx(raw_value(text, "vllm:time_to_first_token_seconds_sum"))
+    prompt = raw_value(text, "vllm:request_prompt_tokens_sum") / raw_value(text, "vllm:request_prompt_tokens_count")
+    out = raw_value(text, "vllm:request_generation_tokens_sum") / raw_value(text, "vllm:request_generation_tokens_count")
+    assert t.context_tokens == pytest.approx(prompt + out / 2)
+    p = load_profile(PROFILES / "cpu-2core-smollm2-135m-vllm0.32.yaml")
+    live = current_speedup(LiveCost(step=t, profile=p, drafted_tokens_per_step=4.0, method="ngram"), 4)
+    decode_only = t.request_decode_tokens_per_second * t.step_duration_seconds / p.cost_ratio(
+        t.running_requests_per_step, 4, "ngram", drafted_tokens_per_step=4.0, context_tokens=t.context_tokens).seconds
+    assert live.value < decode_only  # prefill time counts on both sides, so the ratio moves towards 1

@@ -233,7 +233,8 @@ _V0_EMITTED = "vllm:spec_decode_num_emitted_tokens_total"
 #: parse cost is one regular-expression scan plus the few dozen lines kept).
 _WANTED_LINE = re.compile(
     r"^(?:(?:vllm|llamacpp):(?:spec_decode_[A-Za-z0-9_]*|generation_tokens_total|num_requests_running"
-    r"|inter_token_latency_seconds_(?:sum|count)|iteration_tokens_total_count|time_to_first_token_seconds_count)"
+    r"|inter_token_latency_seconds_(?:sum|count)|iteration_tokens_total_count|time_to_first_token_seconds_(?:sum|count)"
+    r"|request_prompt_tokens_(?:sum|count)|request_generation_tokens_(?:sum|count))"
     r"|sglang:(?:spec_[A-Za-z0-9_]*|generation_tokens_total|num_requests_total|num_running_reqs)"
     r"|process_start_time_seconds)[{ \t][^\n]*",
     re.M,
