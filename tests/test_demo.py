@@ -36,10 +36,11 @@ def test_demo_runs_the_main_job(tmp_path):
     assert len(curve["per_position_acceptance_rate"]) == 4
     assert curve["mean_acceptance_length"] == pytest.approx(1 + sum(curve["per_position_acceptance_rate"]))
     assert summary["equivalence"]["total"] == 12
-    # it ends with a decision: one row per cell, measured ratio with an interval, a k or "off" or withheld
+    # it ends with a decision: one row per cell, measured ratio with an interval, always a k or "off"
     (drow,) = summary["decision"]["rows"]
     assert drow["measured"]["basis"] == "measured" and drow["measured"]["lower"] <= row["ratio"] <= drow["measured"]["upper"]
-    assert drow["calibrated"]["basis"] == "calibrated" and drow["choice"]["run"]
+    assert drow["calibrated"]["basis"] == "calibrated" and drow["choice"]["k"] is not None
+    assert drow["choice"]["run"] == ("off" if drow["choice"]["k"] == 0 else f"k={drow['choice']['k']}")
     assert "the decision: does speculation (k=4) pay here" in r.stdout and "this machine measured" in r.stdout
     # Prometheus scraped the exporter and evaluated the rules while the speculative server ran
     prom = summary["prometheus"]

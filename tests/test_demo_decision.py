@@ -19,7 +19,7 @@ from rich.table import Table
 
 from specwatch.choosek import demodecision as dd
 from specwatch.specdecode.costprofile import EMBEDDED_CPU_PROFILE, load_profile
-from specwatch.specdecode.decision import Estimate, choose_k
+from specwatch.specdecode.decision import Estimate, best_k, choose_k
 
 DEMO = Path(__file__).parent / "fixtures" / "demo"
 T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776}  # Student's t, two-sided 95 %
@@ -117,21 +117,29 @@ def test_what_ifs_use_the_exact_curve_and_the_fitted_slope(docs):
             s = _cell(spec, r["workload"], c)
             pr = s["spec_decode_per_request"]
             share = s["spec_decode_num_drafts"] / s["server_request_steps"]
+            anchor = r["measured"] or r["calibrated"]
+            exp = pr.get("expected_acceptance_lengths") or {}
+            # τ at the run's k from the same curve; the counters' where the curve stops short of k
+            tau_k = (1 + share * (exp[str(k)] - 1) if str(k) in exp else
+                     1 + s["spec_decode_accepted_tokens"] / s["server_request_steps"]) if share else 1.0
+            run = tau_k / r["cost"]["c"]
             for w in r["what_if"]:
-                if w["k"] == k:  # the run's k is the calibrated estimate
-                    assert w["basis"] == "calibrated" and w["value"] == r["calibrated"]["value"]
+                if w["k"] == k:  # the run's k is the anchor: the client ratio with its interval
+                    assert w["basis"] == anchor["basis"] == "measured" and w["value"] == anchor["value"]
                     continue
                 x2 = r["cost"]["x"] * w["k"] / k
                 c2 = r["cost"]["c"] + slope * (x2 - r["cost"]["x"])
                 e = pr["expected_acceptance_lengths"][str(w["k"])] if share else 1.0
                 assert w["x"] == pytest.approx(x2) and w["c"] == pytest.approx(c2)
-                assert w["value"] == pytest.approx((1 + share * (e - 1)) / c2)
+                assert w["value"] == pytest.approx(anchor["value"] * (1 + share * (e - 1)) / c2 / run)
+                # the interval is the anchor's widened by the slope's (never narrower)
+                assert w["upper"] / w["value"] >= anchor["upper"] / anchor["value"] * (1 - 1e-9)
                 assert w["basis"] in ("profile", "extrapolated")
                 checked += 1
     assert checked >= len(summary["workloads"])
 
 
-def test_the_k_to_run_is_choose_k_on_the_intervals(docs):
+def test_the_k_to_run_is_always_a_k_or_off_from_choose_k_on_the_intervals(docs):
     base, spec, summary = docs
     d = dd.decide(base, spec, summary["k"])
     runs = set()
@@ -139,13 +147,16 @@ def test_the_k_to_run_is_choose_k_on_the_intervals(docs):
         ests = {w["k"]: Estimate(w["value"], w["lower"], w["upper"], w["basis"]) for w in row["what_if"]}
         weakest = max((e.basis for e in ests.values()), key=["measured", "calibrated", "profile", "extrapolated"].index)
         ch = choose_k(ests, weakest=weakest)
-        assert (row["choice"]["k"], row["choice"]["reason"], row["choice"]["basis"]) == (ch.k, ch.reason, weakest)
+        got = row["choice"]
+        assert (got["k"], got["reason"], got["basis"]) == (ch.at_value, ch.reason, weakest)
+        assert got["certain"] == (ch.k is not None) == (ch.at_lower == ch.at_value == ch.at_upper)
         text = dd.format_choice(row)
-        runs.add(text.split(" ")[0])
-        if ch.k is None:
-            assert text.startswith("withheld: uncertain")
-        else:
-            assert text == ("off" if ch.k == 0 else f"k={ch.k}") + f" ({weakest})"
+        run = "off" if ch.at_value == 0 else f"k={ch.at_value}"
+        runs.add(run)
+        assert text.startswith(f"{run} ({weakest}")  # a k or off in every row, never "withheld"
+        assert ("uncertain" in text) == (not got["certain"])
+        if not got["certain"]:
+            assert f"{'off' if ch.at_lower == 0 else f'k={ch.at_lower}'}/{run}/" in text
     assert runs  # every row says something
 
 
@@ -185,17 +196,25 @@ def test_profile_fit_compares_the_measured_plain_step_with_the_shipped_profile(d
     assert dd.profile_fit(base, None) == []
 
 
-def test_one_measured_batch_gives_no_interval_and_no_k(docs):
+def test_one_measured_batch_gives_no_interval_but_still_a_k_from_the_point_values(docs):
     base, spec, summary = docs
     b1, s1 = copy.deepcopy(base), copy.deepcopy(spec)
     for doc in (b1, s1):
         doc["batches"] = [b for b in doc["batches"] if b["warmup"] or b["batch_index"] == 1]
     d = dd.decide(b1, s1, summary["k"])
+    full = {(r["workload"], r["concurrency"]): r for r in dd.decide(base, spec, summary["k"])["rows"]}
     for row in d["rows"]:
         assert row["measured"] is None and row["calibrated"] is None and row["batches"] == 1
         assert "--num-batches 2" in row["note"]
         assert dd.format_verdict(row) == "cannot tell (no interval)"
-        assert row["choice"]["k"] is None and dd.format_choice(row) == "withheld: no interval"
+        ch = row["choice"]
+        assert ch["reason"] == "no_interval" and not ch["certain"] and ch["k"] is not None
+        assert dd.format_choice(row).endswith("; no interval)")
+        # the point values: the client ratio at the run's k, the same R(k') as with an interval
+        ratio = row["ratio"]
+        rel = {w["k"]: w["relative_to_run"] for w in full[(row["workload"], row["concurrency"])]["what_if"]}
+        points = {kk: ratio * r for kk, r in rel.items()}
+        assert ch["k"] == best_k(points)
         assert dd.table_rows({"rows": [row]})[0][2].endswith("(no interval) measured")
 
 

@@ -24,23 +24,28 @@ serving the same seeded prompts):
   the server-side decode-speed ratio, prefill and client overhead left out). Interval: the spread
   of the per-batch ratios τ_i / c_i, as for ``measured``.
 - **what-if k′ = 1 … k − 1** (basis ``profile`` inside the measured range of x, ``extrapolated``
-  outside it by more than :data:`X_MARGIN` of its span): τ(k′) / c(x′) with τ(k′) = 1 + s (E(k′) − 1)
-  tokens per request-step, s = Δdrafts / Δrequest-steps (the share of request-steps that carried
-  a draft; τ = 1 when nothing was drafted) and E(k′) = 1 + Σ_(j<k′) r_j from the **exact
-  per-request curve** (vLLM's ``--per-request-spec-decode-metrics detailed``; the counter curve
-  when the server returned none, which the row notes); c(x) = a + b x is a line fitted (least
-  squares) over the m workloads at this concurrency to (x, c), x = Δdraft_tokens /
-  Δrequest-steps (drafted tokens per request-step), and x′ = x × k′ / k. The fitted slope b is
-  laid through the cell's own measured (x, c): c(x′) = c + b (x′ − x), since the line's level
-  differs between workloads (their contexts differ: copy's prompts are long) while what a drafted
-  token adds is what the what-if needs; so k′ = k gives back the calibrated cost. Its log
-  half-width combines in quadrature the cell's calibrated one and the slope's:
-  t(m−2) × SE(b) × |x′ − x| / c(x′) (0 with two workloads, which the row notes). The acceptance
-  curve's own sampling error is not included (it counts every verify step of the cell).
-- **k to run** (:func:`~specwatch.specdecode.decision.choose_k` over k′ = 1 … k, the run's k
-  calibrated, the others what-if; k = 0 = "off" is exactly 1): served when the choice is the same
-  at the lower ends, the values and the upper ends, else withheld (``uncertain``). Its basis is
-  the weakest among the estimates compared.
+  outside it by more than :data:`X_MARGIN` of its span): the run's k anchor (``measured`` when it
+  has an interval, else ``calibrated``) times R(k′) = [τ(k′) / c(x′)] / [τ(k) / c(x)], the modelled
+  speedup of k′ over the run's k. τ(k′) = 1 + s (E(k′) − 1) tokens per request-step, s = Δdrafts /
+  Δrequest-steps (the share of request-steps that carried a draft; τ = 1 when nothing was
+  drafted) and E(k′) = 1 + Σ_(j<k′) r_j from the **exact per-request curve** (vLLM's
+  ``--per-request-spec-decode-metrics detailed``; the counter curve when the server returned none,
+  which the row notes); c(x) = a + b x is a line fitted (least squares) over the m workloads at
+  this concurrency to (x, c), x = Δdraft_tokens / Δrequest-steps (drafted tokens per
+  request-step), and x′ = x × k′ / k. The fitted slope b is laid through the cell's own measured
+  (x, c): c(x′) = c + b (x′ − x), since the line's level differs between workloads (their
+  contexts differ: copy's prompts are long) while what a drafted token adds is what the what-if
+  needs. Anchoring on the client ratio keeps what the step times leave out (prefill, scheduling,
+  the client) in every k′ alike, so "which k" and "does it pay" come from one number. Its log
+  half-width combines in quadrature the anchor's and the slope's: t(m−2) × SE(b) × |x′ − x| /
+  c(x′) (0 with two workloads, which the row notes). The acceptance curve's own sampling error is
+  not included (it counts every verify step of the cell).
+- **k to run**: always a k or "off". :func:`~specwatch.specdecode.decision.choose_k` over k′ = 1 … k
+  (k = 0 = "off" is exactly 1) at the lower ends, the values and the upper ends; the k run is the
+  one at the values (the best estimate), ``certain`` when the three agree, else marked
+  ``uncertain`` with the k at each end, so a reader sees what the interval allows. With one
+  measured batch (no interval) the k comes from the point values, marked ``no_interval``. Its
+  basis is the weakest among the estimates compared.
 
 The profile check: at each concurrency the baseline's pooled step time t0 (ms, at its measured
 running requests per step b) against the profile's ``plain_step(b)``; their ratio is the drift of
@@ -54,7 +59,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from specwatch.specdecode.decision import CANNOT_TELL, TOLERANCE, Z95, Estimate, choose_k, combine_log_halfwidths
+from specwatch.specdecode.decision import CANNOT_TELL, TOLERANCE, Z95, Estimate, best_k, choose_k, combine_log_halfwidths
 
 #: Bases, strongest first, spelled as the exporter and :mod:`specwatch.specdecode.decision` do.
 MEASURED = "measured"
@@ -290,39 +295,54 @@ def decide(baseline: Mapping[str, Any] | None, speculative: Mapping[str, Any] | 
             notes.append("no server step times: nothing calibrated")
         elif h_cal is not None:
             calibrated = Estimate.around(tau_run / cc["c"], h_cal, CALIBRATED)
-        # what-ifs k' < k on the cost line
+        # the anchor for the run's k: the client ratio (both servers live) when it has an interval,
+        # else the calibrated one; what-ifs k' < k are the anchor times the modelled ratio R(k')
+        anchor = measured if measured is not None else calibrated
+        h_anchor = (math.log(anchor.upper / anchor.value) if anchor is not None else None)
         what_if: list[dict[str, Any]] = []
         estimates: dict[int, Estimate] = {}
-        if calibrated is not None:
-            estimates[k] = calibrated
+        points: dict[int, float] = {}  # point values only (no interval): one measured batch
+        if anchor is not None:
+            estimates[k] = anchor
         line = lines.get(conc)
         if line is None:
             notes.append("no cost line at this concurrency (needs two workloads with different drafted tokens per step)")
         elif line["points"] == 2:
             notes.append("cost line through 2 workloads: no fit spread in the what-if intervals")
+        run_value = anchor.value if anchor is not None else ratio
+        tau_k = tau.get(k, tau_run)  # the counters' τ where the exact curve stops short of k (ragged drafts)
         for kk in range(1, k):
-            if kk not in tau or line is None or cc["x"] is None or h_cal is None:
+            if kk not in tau or tau_k is None or line is None or cc["x"] is None or cc["c"] is None or not run_value:
                 continue
             x2 = cc["x"] * kk / k
             c2 = cc["c"] + line["b"] * (x2 - cc["x"])  # the fitted slope through this cell's own point
             if c2 <= 0:
                 continue
+            rel = (tau[kk] / c2) / (tau_k / cc["c"])  # R(k'): k' over the run's k, same curve and cost line
+            if h_anchor is None:
+                points[kk] = run_value * rel
+                continue
             span = line["x_max"] - line["x_min"]
             inside = line["x_min"] - X_MARGIN * span <= x2 <= line["x_max"] + X_MARGIN * span
             h_line = line["slope_halfwidth"] * abs(x2 - cc["x"]) / c2
-            e = Estimate.around(tau[kk] / c2, combine_log_halfwidths([h_cal, h_line]),
+            e = Estimate.around(anchor.value * rel, combine_log_halfwidths([h_anchor, h_line]),
                                 PROFILE if inside else EXTRAPOLATED)
             estimates[kk] = e
-            what_if.append({"k": kk, **_est(e), "x": x2, "c": c2})
-        if calibrated is not None:
-            what_if.append({"k": k, **_est(calibrated), "x": cc["x"], "c": cc["c"]})
+            what_if.append({"k": kk, **_est(e), "x": x2, "c": c2, "relative_to_run": rel})
+        if anchor is not None:
+            what_if.append({"k": k, **_est(anchor), "x": cc["x"], "c": cc["c"], "relative_to_run": 1.0})
         choice: dict[str, Any]
         if estimates:
             ch = choose_k(estimates, weakest=weakest([e.basis for e in estimates.values()]), tolerance=tolerance)
-            choice = {"k": ch.k, "run": _run(ch.k), "reason": ch.reason, "basis": ch.basis,
-                      "at_lower": ch.at_lower, "at_value": ch.at_value, "at_upper": ch.at_upper}
+            choice = {"k": ch.at_value, "run": _run(ch.at_value), "certain": ch.k is not None, "reason": ch.reason,
+                      "basis": ch.basis, "at_lower": ch.at_lower, "at_value": ch.at_value, "at_upper": ch.at_upper}
+        elif run_value:
+            points[k] = run_value
+            kk = best_k(points, tolerance)
+            choice = {"k": kk, "run": _run(kk), "certain": False, "reason": "no_interval", "basis": MEASURED
+                      if len(points) == 1 else PROFILE, "at_lower": None, "at_value": kk, "at_upper": None}
         else:
-            choice = {"k": None, "run": "withheld", "reason": "no_interval", "basis": None,
+            choice = {"k": None, "run": "withheld", "certain": False, "reason": "no_data", "basis": None,
                       "at_lower": None, "at_value": None, "at_upper": None}
         rows.append({"workload": wl, "concurrency": conc, "batches": len(pairs), "ratio": ratio,
                      "measured": _est(measured), "calibrated": _est(calibrated), "cost": cc,
@@ -363,21 +383,27 @@ def format_verdict(row: Mapping[str, Any]) -> str:
 
 
 def format_choice(row: Mapping[str, Any]) -> str:
-    """``k=3 (profile)``, ``off (calibrated)``, ``withheld: uncertain (off/k=4/k=4; profile)`` (the k
-    at the lower ends / values / upper ends), ``withheld: no interval``; see :data:`CHOICE_LEGEND`."""
+    """``k=3 (profile)`` when the choice is the same across the intervals; ``k=4 (profile;
+    uncertain: off/k=4/k=4)`` when it is not (the k at the lower ends / values / upper ends, the
+    one at the values run); ``off (measured; no interval)`` from point values; "–" without data.
+    See :data:`CHOICE_LEGEND`."""
     ch = row.get("choice") or {}
-    if ch.get("k") is not None:
+    if ch.get("k") is None:  # a file written before the demo always chose (withheld then)
+        return f"withheld: {ch.get('reason') or 'no data'}"
+    if ch.get("certain", ch.get("reason") is None):
         return f"{ch['run']} ({ch['basis']})"
     if ch.get("reason") == "uncertain":
-        return f"withheld: uncertain ({_run(ch['at_lower'])}/{_run(ch['at_value'])}/{_run(ch['at_upper'])}; {ch['basis']})"
-    return "withheld: no interval"
+        return (f"{ch['run']} ({ch['basis']}; uncertain: {_run(ch['at_lower'])}/{_run(ch['at_value'])}/"
+                f"{_run(ch['at_upper'])})")
+    return f"{ch['run']} ({ch['basis']}; no interval)"
 
 
 #: What the "k to run" column's texts mean (printed under the table).
-CHOICE_LEGEND = ("k to run: the smallest k within 2 % of the best (off = no speculation, exactly 1), served when it is "
-                 "the same at the intervals' lower ends, values and upper ends; 'withheld: uncertain (a/b/c)' gives "
-                 "the k at each; 'withheld: no interval' needs 2 or more measured batches and the server's step "
-                 "times. The basis in brackets is the weakest of the estimates compared.")
+CHOICE_LEGEND = ("k to run: the smallest k within 2 % of the best (off = no speculation, exactly 1), compared at the "
+                 "intervals' lower ends, values and upper ends; the k at the values is the one to run. Where the three "
+                 "differ it says 'uncertain (a/b/c)' with the k at each: measure more batches, or run the k at the "
+                 "values and watch the exporter. 'no interval': one measured batch, point values only. The basis in "
+                 "brackets is the weakest of the estimates compared.")
 
 
 def table_rows(decision: Mapping[str, Any]) -> list[list[str]]:

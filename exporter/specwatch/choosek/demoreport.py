@@ -336,7 +336,8 @@ def decision_section(decision: Mapping[str, Any] | None) -> list[str]:
     parts.append(f"<p>Per workload and concurrency, both servers measured on this machine: the client's throughput "
                  f"ratio with its 95 % interval and the verdict on it (pays: lower end above 1; loses: upper end "
                  f"below 1), the run's k (k={escape(decision.get('k'))}) from the server step costs, and the k to "
-                 f"run, chosen only where the choice is the same at both ends of the intervals.</p>")
+                 f"run: always a k or off, the best at the values, marked uncertain where the intervals' ends "
+                 f"would choose differently.</p>")
     parts.append(html_table(list(TABLE_COLUMNS), table_rows(decision), "decision"))
     parts.append("<ul class='note'>" + f"<li>{escape(CHOICE_LEGEND)}</li>"
                  + "".join(f"<li><b>{escape(b)}</b>: {escape(t)}</li>" for b, t in (decision.get("how") or {}).items())
