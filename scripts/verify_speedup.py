@@ -63,7 +63,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from specwatch.choosek.resultfile import SweepError
 from specwatch.choosek.sweep import ServerConfig, build_configs, render_command, start_server, uses_speculation
 from specwatch.common.files import atomic_write_json
-from specwatch.common.processes import free_port, stop_process_group, wait_http
+from specwatch.common.processes import free_port, install_stop_signals, stop_process_group, wait_http
 from specwatch.localvllm import server as localvllm_server
 from specwatch.localvllm.server import VllmLock, VllmServer
 
@@ -485,4 +485,7 @@ def _yn(x: bool | None) -> str:
 
 
 if __name__ == "__main__":
+    # SIGTERM/SIGHUP act like Ctrl-C: the servers, the exporter and the load hogs are stopped on the
+    # way out and the finished cells kept (status "interrupted", exit 130)
+    install_stop_signals()
     sys.exit(main())

@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import re
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -99,3 +104,57 @@ def test_baseline_upstream_mode_on_a_template_server(vs, tmp_path, monkeypatch, 
     table = capsys.readouterr().out
     assert "ngram-k2" in table and "cells within 15 %" in table
     assert rc in (0, 1)  # the stub has no step-time histograms: the exporter may serve no measured speedup
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is gone for our purposes (its parent has not reaped it yet)
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_sigterm_stops_servers_exporters_and_load_hogs_and_keeps_the_file(tmp_path, monkeypatch):
+    """Killing the check with SIGTERM (``timeout``, a closed session) stops both template servers
+    and the CPU-burning load process it started and writes the result file as "interrupted"
+    (exit 130), instead of leaving servers running."""
+    template, log = make_stub(tmp_path, monkeypatch)
+    pids = tmp_path / "pids.log"
+    out = tmp_path / "v.json"
+    wrapper = ("import runpy, sys; from pathlib import Path; import specwatch.localvllm.server as s; "
+               f"s.LOCK_PATH = Path({str(tmp_path / 'vllm.lock')!r}); sys.argv = [{str(SCRIPT)!r}] + sys.argv[1:]; "
+               f"runpy.run_path({str(SCRIPT)!r}, run_name='__main__')")
+    env = dict(os.environ, STUB_PID_LOG=str(pids))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", wrapper, "--baseline-upstream", "--server-command", template, "--speculative-config",
+         '{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_max":3}', "--workloads", "copy",
+         "--concurrency", "1", "--output-len", "4000", "--prompts-per-concurrency", "50", "--load-hog", "1",
+         "--out", str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (pids.exists() and len(pids.read_text().split()) >= 2):
+            assert proc.poll() is None, proc.stdout.read()
+            time.sleep(0.2)
+        server_pids = [int(p) for p in pids.read_text().split()]
+        assert len(server_pids) == 2 and all(_alive(p) for p in server_pids)
+        time.sleep(1.0)  # the bench is under way
+        proc.send_signal(signal.SIGTERM)
+        text, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, text[-2000:]
+    hog = [int(x) for x in re.findall(r"CPU-burning processes: pids ([\d, ]+)", text)[0].split(",")]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(p) for p in server_pids + hog):
+        time.sleep(0.2)
+    left = [p for p in server_pids + hog if _alive(p)]
+    for p in left:  # never leave them behind, even when the check fails
+        os.kill(p, signal.SIGKILL)
+    assert not left, "left running after SIGTERM"
+    doc = json.loads(out.read_text())
+    assert doc["status"] == "interrupted" and "interrupted: finished cells are in" in text
