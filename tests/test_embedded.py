@@ -181,7 +181,7 @@ def test_prepare_model_cli_reports_existing_dir(prepared_model_dir):
 def test_vllm_command_default_is_ngram_k4_on_loopback():
     cmd = vllm_command("/m", 8123)
     assert cmd[:3] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
-    opt = lambda name: cmd[cmd.index(name) + 1]  # noqa: E731
+    opt = lambda name: cmd[cmd.index(name) + 1]
     assert opt("--model") == "/m"
     assert opt("--port") == "8123"
     assert opt("--host") == "127.0.0.1"

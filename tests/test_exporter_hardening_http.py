@@ -47,7 +47,7 @@ class _Upstream(BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         mode = self.path.strip("/").split("/")[0]
         try:
             if mode == "trickle" and not _State.healed.is_set():

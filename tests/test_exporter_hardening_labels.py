@@ -246,7 +246,7 @@ class _Upstream(BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         path = self.path.split("?")[0].strip("/")
         _Upstream.hits[path] = _Upstream.hits.get(path, 0) + 1
         body = (b"[" * 200_000 + b"]" * 200_000) if path == "server_info" else _k4().encode()

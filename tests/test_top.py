@@ -271,7 +271,7 @@ def _uncertainty_series(drift: float, verdict: str = "pays", withheld: str | Non
     """The series the exporter serves with a cost profile's intervals (names and labels as the
     lead's exporter change defines them): a calibrated k = 4 speedup with its interval, a profile
     what-if at k = 2 with its interval, the drift, the verdict, and optionally a withheld reason."""
-    sp = lambda k, b: f'{LAB_1M},k="{k}",basis="{b}"'  # noqa: E731
+    sp = lambda k, b: f'{LAB_1M},k="{k}",basis="{b}"'
     out = [
         "# TYPE specwatch_speedup gauge\n"
         f"specwatch_speedup{{{sp(4, 'calibrated')}}} 2.3125\nspecwatch_speedup{{{sp(2, 'profile')}}} 1.5\n",

@@ -488,7 +488,7 @@ def render_tables(batches: Sequence[BatchResult], equivalence: dict[str, Any] | 
         pr = r.get("spec_decode_per_request")
         if r.get("spec_decode_per_position_acceptance_rates") is None and not pr:
             continue
-        curve = lambda v: "–" if not v else " / ".join("–" if x is None else f"{x:.2f}" for x in v)  # noqa: E731
+        curve = lambda v: "–" if not v else " / ".join("–" if x is None else f"{x:.2f}" for x in v)
         if pr and pr.get("status") in ("measured", "partial"):
             ra = pr.get("request_acceptance") or {}
             exact = curve(pr.get("per_position_acceptance_rates"))

@@ -178,7 +178,7 @@ class SpecwatchCollector(Collector):
         if owner:
             try:
                 self._run_round(r)
-            except Exception:  # noqa: BLE001 - a bug must not fail every later scrape
+            except Exception:  # a bug must not fail every later scrape
                 log.exception("fetch round failed")
                 fams = _Families()
                 fams.build_info.add_metric([__version__], 1.0)
@@ -209,7 +209,7 @@ class SpecwatchCollector(Collector):
                 pending.discard(fut)
                 try:
                     res = fut.result()
-                except Exception as exc:  # noqa: BLE001 - isolate the upstream, never the scrape
+                except Exception as exc:  # isolate the upstream, never the scrape
                     res = FetchResult(None, FetchError("parse", f"{type(exc).__name__}: {exc}"), 0.0)
                 on_result(futures[fut], res)
         except concurrent.futures.TimeoutError:
@@ -235,7 +235,7 @@ class SpecwatchCollector(Collector):
                     self._add_upstream(part, name, state, res.snapshot, now, wvs, costs)
                 except FetchError as exc:  # e.g. windows.TooManySeries: its own reason
                     error, part, wvs, costs = exc, None, [], []
-                except Exception as exc:  # noqa: BLE001 - isolate the upstream, never the scrape
+                except Exception as exc:  # isolate the upstream, never the scrape
                     error, part, wvs, costs = (FetchError("invalid_value", f"values not usable: {type(exc).__name__}: {exc}"),
                                                None, [], [])
             if error is not None:
