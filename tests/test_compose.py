@@ -329,7 +329,7 @@ def test_every_image_is_pinned():
         assert froms, dockerfile
         for image in froms:
             # FROM ${BASE_IMAGE}: the build argument's default (what users build on) must be pinned
-            image = re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: args[m.group(1)], image)
+            image = re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m, args=args: args[m.group(1)], image)
             _assert_pinned(image, dockerfile.name)
 
 

@@ -59,7 +59,7 @@ def assert_v1_invariants(c: dict, k: int) -> None:
     """vLLM's V1 invariants for one engine's counters with num_speculative_tokens k."""
     assert sorted(c["per_pos"]) == list(range(k)), f"positions {sorted(c['per_pos'])} != 0..{k - 1}"
     pp = [c["per_pos"][i] for i in range(k)]
-    assert all(a >= b for a, b in zip(pp, pp[1:])), f"per-position counts increase: {pp}"
+    assert all(a >= b for a, b in zip(pp, pp[1:], strict=False)), f"per-position counts increase: {pp}"
     assert sum(pp) == c["accepted"], f"sum(per_pos)={sum(pp)} != accepted={c['accepted']}"
     assert pp[0] <= c["drafts"]
     assert c["accepted"] <= c["draft_tokens"] <= c["drafts"] * k, c

@@ -71,9 +71,9 @@ def test_expected_length_monotone_and_concave_for_decreasing_curves():
     for _ in range(50):
         rates = sorted((rng.random() for _ in range(8)), reverse=True)
         e = [expected_length(rates, k) for k in range(9)]
-        assert all(b >= a for a, b in zip(e, e[1:]))
-        gains = [b - a for a, b in zip(e, e[1:])]
-        assert all(g2 <= g1 + 1e-12 for g1, g2 in zip(gains, gains[1:]))
+        assert all(b >= a for a, b in zip(e, e[1:], strict=False))
+        gains = [b - a for a, b in zip(e, e[1:], strict=False)]
+        assert all(g2 <= g1 + 1e-12 for g1, g2 in zip(gains, gains[1:], strict=False))
         assert e[8] <= 9
 
 

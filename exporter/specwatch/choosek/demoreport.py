@@ -143,7 +143,7 @@ def plot_cells(ms: Sequence[Measurement], attr: str, ylabel: str, title: str) ->
     fig, axes = plt.subplots(len(rows), 1, figsize=(max(5.5, min(MAX_FIG_WIDTH_IN, cell_w * per_row + 0.8)), 3.2 * len(rows)),
                              squeeze=False)
     width = 0.8 / len(configs)
-    for ax, row_cells in zip((a for r in axes for a in r), rows):
+    for ax, row_cells in zip((a for r in axes for a in r), rows, strict=True):
         for j, (name, k) in enumerate(configs):
             xs, ys, cl = [], [], []
             for i, (wl, c) in enumerate(row_cells):
@@ -154,7 +154,7 @@ def plot_cells(ms: Sequence[Measurement], attr: str, ylabel: str, title: str) ->
                     cl.append((wl, c))
             bars = ax.bar(xs, ys, width=width, color=colors[name], label=name + (f" (k={k})" if k else ""))
             if k:
-                for bar, (wl, c) in zip(bars, cl):
+                for bar, (wl, c) in zip(bars, cl, strict=True):
                     base = by.get((wl, c, "baseline"))
                     if base:
                         ax.annotate(f"{bar.get_height() / base:.2f}×", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
