@@ -249,7 +249,8 @@ def installs_repo_root(args: list[str]) -> bool:
 # docker compose config (Compose v2; scripts/docker_engine.sh installs it)
 # ------------------------------------------------------------------------------------------------
 
-needs_compose = pytest.mark.skipif(not compose_v2(), reason="Compose v2.20+ (`docker compose`) not installed: bash scripts/docker_engine.sh start")
+needs_compose = pytest.mark.skipif(
+    not compose_v2(), reason="Compose v2.20+ (`docker compose`) not installed: bash scripts/docker_engine.sh start")
 
 
 @needs_compose

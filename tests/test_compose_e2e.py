@@ -352,7 +352,8 @@ def test_port_already_taken_fails_clearly_and_leaves_nothing(images, tmp_path):
         try:
             res = project.run("up", "-d", "--no-build", "--pull", "never", "exporter", check=False, timeout=180)
             assert res.returncode != 0, res.stdout + res.stderr
-            assert f"127.0.0.1:{port}" in res.stderr and re.search(r"address already in use|port is already allocated", res.stderr), res.stderr
+            assert (f"127.0.0.1:{port}" in res.stderr
+                    and re.search(r"address already in use|port is already allocated", res.stderr)), res.stderr
             running = cs.docker("ps", "-q", "--filter", f"label=com.docker.compose.project={project.name}").stdout.split()
             assert not running, "a container of the failed project is running"
         finally:

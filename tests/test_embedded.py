@@ -22,7 +22,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import realstack
 from specwatch.localvllm import model as lvmodel, server as lvserver, traffic as lvtraffic
-from specwatch.localvllm.server import DEFAULT_SPECULATIVE_CONFIG, LockTimeout, VllmLock, VllmServer, VllmStartError, speculative_config_for_k, vllm_command, vllm_env
+from specwatch.localvllm.server import (
+    DEFAULT_SPECULATIVE_CONFIG,
+    LockTimeout,
+    VllmLock,
+    VllmServer,
+    VllmStartError,
+    speculative_config_for_k,
+    vllm_command,
+    vllm_env,
+)
 from specwatch.localvllm.model import model_dir_is_complete, prepare_model
 
 FIX = realstack.METRICS_FIXTURES_DIR

@@ -15,7 +15,25 @@ import pytest
 
 from specwatch.specdecode.cost import estimated_speedups, recommend_k
 from specwatch.specdecode.cost import CostModel
-from specwatch.choosek.model import KChoiceError, Measurement, ThroughputPrediction, advise, advise_from_curve, cell_scores, cross_validate, dynamic_schedule, evaluate_choices, expected_length, fit_step_cost, iid_curve, iid_expected_length, predict_acceptance_lengths, predict_throughputs, recommend, speculative_config_advice
+from specwatch.choosek.model import (
+    KChoiceError,
+    Measurement,
+    ThroughputPrediction,
+    advise,
+    advise_from_curve,
+    cell_scores,
+    cross_validate,
+    dynamic_schedule,
+    evaluate_choices,
+    expected_length,
+    fit_step_cost,
+    iid_curve,
+    iid_expected_length,
+    predict_acceptance_lengths,
+    predict_throughputs,
+    recommend,
+    speculative_config_advice,
+)
 
 
 # ------------------------------------------------------------------------------- model world

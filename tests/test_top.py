@@ -226,8 +226,10 @@ def test_basis_labels_and_new_series_names_are_shown_generically():
         "# TYPE specwatch_step_duration_seconds gauge\n"
         'specwatch_step_duration_seconds{upstream="spec",window="1m"} 0.0123\n'
     )
-    text = text.replace('specwatch_position_acceptance_rate{basis="exact",engine="0",model_name="smollm2",position="3",upstream="spec",window="1m"}',
-                        'specwatch_position_acceptance_rate{basis="lower_bound",engine="0",model_name="smollm2",position="3",upstream="spec",window="1m"}')
+    text = text.replace('specwatch_position_acceptance_rate{basis="exact",engine="0",model_name="smollm2",position="3",'
+                        'upstream="spec",window="1m"}',
+                        'specwatch_position_acceptance_rate{basis="lower_bound",engine="0",model_name="smollm2",position="3",'
+                        'upstream="spec",window="1m"}')
     text = text.replace("# HELP specwatch_recommended", extra + "# HELP specwatch_recommended")
     text = text.replace("# HELP specwatch_recommended", (
         "# TYPE specwatch_running_requests gauge\n"
@@ -681,7 +683,8 @@ class Tmux:
         self.base = ["tmux", "-L", f"specwatch-test-{os.getpid()}-{id(self)}", "-f", "/dev/null"]
         script = tmp_path / f"run-{id(self)}.sh"
         # after top exits: its exit status and the terminal mode (icanon/echo must be back on)
-        script.write_text(f"#!/bin/sh\ntrap : INT\n{command}\necho EXIT=$?\nstty -a | tr ' ' '\\n' | grep -E '^-?(icanon|echo)$' | tr '\\n' ' '\necho\nsleep 600\n")
+        script.write_text(f"#!/bin/sh\ntrap : INT\n{command}\necho EXIT=$?\n"
+                          "stty -a | tr ' ' '\\n' | grep -E '^-?(icanon|echo)$' | tr '\\n' ' '\necho\nsleep 600\n")
         script.chmod(0o755)
         env = {**os.environ, "PYTHONPATH": str(REPO / "exporter"), "TERM": "xterm-256color"}
         subprocess.run(self.base + ["new-session", "-d", "-s", "t", "-x", str(width), "-y", str(height), str(script)],

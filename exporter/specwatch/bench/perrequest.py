@@ -366,5 +366,5 @@ def collect(items: Iterable[tuple[Any, dict[str, Any]]]) -> tuple[list[RequestSp
     return good, bad
 
 
-__all__ = ["MAX_NUM_SPEC_TOKENS", "PROBLEMS", "RequestSpecDecode", "cell_status", "collect", "format_outlier", "format_problems", "exact_curve", "excerpt", "outliers", "parse_payload",
-           "summarize"]
+__all__ = ["MAX_NUM_SPEC_TOKENS", "PROBLEMS", "RequestSpecDecode", "cell_status", "collect", "format_outlier", "format_problems",
+           "exact_curve", "excerpt", "outliers", "parse_payload", "summarize"]
