@@ -10,15 +10,19 @@ the figures mostly show how each client's read pattern changes the stub's cost).
 two or more CPUs the stub is pinned to one CPU and the clients to another (``--no-pin`` to turn
 off), so neither steals the other's core. They get the same ShareGPT-format prompts in the same order
 (``specwatch/data/sharegpt_sample.json``; vLLM's client gets them pre-ordered with
-``--disable-shuffle``), the same output length (``ignore_eos``) and the same concurrency, so the stub's speed is shared and the difference is the client. Rounds alternate
-(ours first in odd rounds, vLLM's first in even ones); the medians of sustained requests/s and output tokens/s (each tool's own
-``request_throughput`` / ``output_throughput`` from its result JSON) are compared:
+``--disable-shuffle``), the same output length (``ignore_eos``) and the same concurrency, so the
+stub's speed is shared and the difference is the client. Rounds alternate (ours first in odd
+rounds, vLLM's first in even ones); the medians of sustained requests/s and output tokens/s (each
+tool's own ``request_throughput`` / ``output_throughput`` from its result JSON) are compared:
 ratio = ours / vLLM's (goal ≥ 1.0).
 
 ``vllm bench serve`` needs a tokenizer; a small word-level tokenizer is built locally with the
 ``tokenizers`` package (no download). Each client runs in a fresh subprocess.
 
-Usage: ``python scripts/bench_client.py [--concurrency 64] [--num-prompts 2000] [--output-len 256] [--rounds 3] [--stub fast|aiohttp] [--no-pin]``
+Usage::
+
+    python scripts/bench_client.py [--concurrency 64] [--num-prompts 2000] [--output-len 256]
+                                   [--rounds 3] [--stub fast|aiohttp] [--no-pin]
 """
 
 from __future__ import annotations

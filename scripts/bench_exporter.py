@@ -44,7 +44,7 @@ def serve(bodies: list[bytes]) -> tuple[ThreadingHTTPServer, int]:
         def log_message(self, *a):
             pass
 
-        def do_GET(self):  # noqa: N802
+        def do_GET(self):
             i = int(self.path.strip("/").split("/")[0])
             body = bodies[i % len(bodies)]
             self.send_response(200)

@@ -60,7 +60,7 @@ def start_upstream() -> tuple[ThreadingHTTPServer, str]:
         def log_message(self, *a):
             pass
 
-        def do_GET(self):  # noqa: N802
+        def do_GET(self):
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
             self.send_header("Content-Length", str(len(body)))

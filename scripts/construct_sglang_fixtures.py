@@ -42,8 +42,10 @@ def body(scenario: str, gauges: dict[int, dict[str, float]], counters: dict | No
         ("gen_throughput", "The generation throughput (token/s)."),
         ("spec_accept_length", "Mean acceptance length of speculative decoding (accepted drafts + bonus token per forward)."),
         ("spec_accept_rate", "Speculative acceptance rate (`accepted drafts / proposed drafts` in batch)."),
-        ("spec_cap_length", "Mean DSpark confidence-scheduled verify window per verify step, incl the bonus slot (0 when no cap is scheduled)."),
-        ("spec_block_accept_length", "Mean uncapped full-block accept length per verify step (accept + cap-trimmed drafts; exact only in DSpark cap-accept mode)."),
+        ("spec_cap_length",
+         "Mean DSpark confidence-scheduled verify window per verify step, incl the bonus slot (0 when no cap is scheduled)."),
+        ("spec_block_accept_length",
+         "Mean uncapped full-block accept length per verify step (accept + cap-trimmed drafts; exact only in DSpark cap-accept mode)."),
         ("spec_num_steps", "Currently active speculative_num_steps."),
         ("spec_num_draft_tokens", "Currently active speculative_num_draft_tokens (decouples from steps under topk>1)."),
         ("fwd_occupancy", "Forward pass GPU occupancy percentage."),
@@ -52,7 +54,8 @@ def body(scenario: str, gauges: dict[int, dict[str, float]], counters: dict | No
         labels = dict(model_name=MODEL, engine_type="unified", tp_rank="0", pp_rank="0", moe_ep_rank="0", dp_rank=str(dp))
         for n, v in values.items():
             g[n].labels(**labels).set(v)
-    gen = Counter("sglang:generation_tokens_total", "Number of generation tokens processed.", labelnames=TOK + ["is_streaming"], registry=reg)
+    gen = Counter("sglang:generation_tokens_total", "Number of generation tokens processed.", labelnames=TOK + ["is_streaming"],
+                  registry=reg)
     fin = Counter("sglang:num_requests_total", "Number of requests processed.", labelnames=TOK + ["is_streaming"], registry=reg)
     ver = Counter("sglang:spec_verify_calls_total", "Number of speculative decoding verification calls.", labelnames=TOK, registry=reg)
     Counter("sglang:prompt_tokens_total", "Number of prefill tokens processed.", labelnames=TOK + ["is_streaming"], registry=reg)

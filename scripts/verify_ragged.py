@@ -52,7 +52,7 @@ def free_port() -> int:
 
 
 class _Quiet(WSGIRequestHandler):
-    def log_message(self, *a):  # noqa: D401
+    def log_message(self, *a):
         pass
 
 

@@ -331,7 +331,7 @@ def _server(cfg: ServerConfig, args, model_dir, work: Path, *, lock: bool = True
     manager. ``lock=False`` (template) / ``lock_path`` (embedded): the caller holds the
     machine-wide vLLM lock for both servers of the baseline-upstream mode."""
     log = work / f"{cfg.name}.log"
-    status = lambda m: print(f"  {m}", flush=True)  # noqa: E731
+    status = lambda m: print(f"  {m}", flush=True)
     if args.server_command is None and lock_path is not None:
         return VllmServer(free_port(), model_dir=model_dir, speculative_config=cfg.speculative_config, log_path=log,
                           startup_timeout=args.startup_timeout, on_status=status, lock_path=lock_path)

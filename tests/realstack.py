@@ -248,8 +248,8 @@ class PrometheusProcess:
             "--web.enable-lifecycle",
             *self.extra_args,
         ]
-        self._log = open(self.log_path, "wb")
-        self.process = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        with open(self.log_path, "wb") as log:  # prometheus holds its own copy of the descriptor
+            self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + self.timeout
         while True:
             if self.process.poll() is not None:
@@ -278,9 +278,6 @@ class PrometheusProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=10)
-        if getattr(self, "_log", None) is not None:
-            self._log.close()
-            self._log = None
         shutil.rmtree(self.storage, ignore_errors=True)
 
 

@@ -312,7 +312,7 @@ def test_outliers_name_their_batch_and_csv_has_basis_and_exact_curve(tmp_path):
     assert "batch 0 #1 low 0.00" in text and "batch 1 #1 low 0.00" in text and "problems: none" in text
     rows = list(csv.DictReader(next(tmp_path.glob("*.csv")).open()))
     assert len(rows) == 2
-    for row, b in zip(rows, doc["batches"]):
+    for row, b in zip(rows, doc["batches"], strict=True):
         assert row["spec_decode_curve_basis"] == b["spec_decode_curve_basis"] == "exact"
         assert float(row["spec_decode_missing_draft_tokens_ratio"]) == b["spec_decode_missing_draft_tokens_ratio"]
         exact = [float(x) for x in row["spec_decode_exact_per_position_acceptance_rates"].split(";")]

@@ -43,7 +43,8 @@ def _check_files(out: Path, min_batches: int, killed: bool = False) -> dict:
     """Both files are complete documents holding every finished batch. After a SIGKILL the two
     may differ by the one batch whose files were being rewritten (JSON first, then CSV)."""
     doc = json.loads((out / "run.json").read_text())  # always a complete JSON document
-    rows = list(csv.DictReader(open(out / "run.csv", newline="")))
+    with open(out / "run.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
     assert len(doc["batches"]) >= min_batches
     assert all(b["completed"] == 2 for b in doc["batches"])
     json_idx = [b["batch_index"] for b in doc["batches"]]

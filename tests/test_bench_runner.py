@@ -37,7 +37,7 @@ def test_spec_decode_deltas_equal_counter_differences(tmp_path):
     for i, b in enumerate(res.batches):
         before, after = snaps[2 * i], snaps[2 * i + 1]
         d = {k: after[k] - before[k] for k in ("drafts", "draft_tokens", "accepted", "generation_tokens")}
-        pp = [a - c for a, c in zip(after["per_pos"], before["per_pos"])]
+        pp = [a - c for a, c in zip(after["per_pos"], before["per_pos"], strict=True)]
         rec = b.record()
         assert d["drafts"] > 0
         assert rec["spec_decode_num_drafts"] == d["drafts"]
@@ -91,7 +91,8 @@ def test_result_files_written_per_batch_and_complete(tmp_path):
         assert k in b
     assert b["total_output_tokens"] == 30 and b["output_throughput"] == pytest.approx(30 / b["duration"])
     assert len(doc["summary"]) == 1 and doc["summary"][0]["num_batches"] == 2
-    rows = list(csv.DictReader(open(tmp_path / "run.csv", newline="")))
+    with open(tmp_path / "run.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
     assert len(rows) == 3 and rows[2]["workload"] == "copy"
     assert float(rows[2]["output_throughput"]) == pytest.approx(doc["batches"][2]["output_throughput"])
     assert res.json_path == tmp_path / "run.json"
@@ -165,7 +166,7 @@ def test_baseline_then_speculative_comparison_and_equivalence(tmp_path):
     eq = res.equivalence
     assert eq["total"] == 12 and eq["matched"] == 6
     reqs = equivalence_requests(output_len=12)
-    for p, r in zip(eq["prompts"], reqs):
+    for p, r in zip(eq["prompts"], reqs, strict=True):
         if r.workload == "copy":
             assert p["identical"] and p["first_difference"] is None
         else:
@@ -187,7 +188,7 @@ def test_equivalence_names_the_first_differing_token(tmp_path, tokenizer):
         res = run_bench(cfg(spec.url, tmp_path, baseline_url=base.url, equivalence=True,
                             equivalence_output_len=12, workloads=("copy",)))
     reqs = equivalence_requests(output_len=12)
-    differing = [(p, r) for p, r in zip(res.equivalence["prompts"], reqs) if not p["identical"]]
+    differing = [(p, r) for p, r in zip(res.equivalence["prompts"], reqs, strict=True) if not p["identical"]]
     assert len(differing) == 6
     for p, r in differing:
         key = prompt_key(r.payload("stub-model"))

@@ -102,7 +102,8 @@ def test_random_words():
 
 def test_sharegpt_loader_and_requests(tmp_path):
     items = load_sharegpt(SAMPLE)
-    raw = json.loads(open(SAMPLE, encoding="utf-8").read())
+    with open(SAMPLE, encoding="utf-8") as f:
+        raw = json.loads(f.read())
     assert len(items) == len(raw) - 2  # the single-turn and gpt-first entries are skipped
     reqs = build_requests("sharegpt", 30, opts())  # more requests than conversations: reused
     prompts = {i.prompt: i for i in items}

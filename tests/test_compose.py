@@ -249,7 +249,8 @@ def installs_repo_root(args: list[str]) -> bool:
 # docker compose config (Compose v2; scripts/docker_engine.sh installs it)
 # ------------------------------------------------------------------------------------------------
 
-needs_compose = pytest.mark.skipif(not compose_v2(), reason="Compose v2.20+ (`docker compose`) not installed: bash scripts/docker_engine.sh start")
+needs_compose = pytest.mark.skipif(
+    not compose_v2(), reason="Compose v2.20+ (`docker compose`) not installed: bash scripts/docker_engine.sh start")
 
 
 @needs_compose
@@ -329,7 +330,7 @@ def test_every_image_is_pinned():
         assert froms, dockerfile
         for image in froms:
             # FROM ${BASE_IMAGE}: the build argument's default (what users build on) must be pinned
-            image = re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: args[m.group(1)], image)
+            image = re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m, args=args: args[m.group(1)], image)
             _assert_pinned(image, dockerfile.name)
 
 

@@ -352,7 +352,8 @@ def test_port_already_taken_fails_clearly_and_leaves_nothing(images, tmp_path):
         try:
             res = project.run("up", "-d", "--no-build", "--pull", "never", "exporter", check=False, timeout=180)
             assert res.returncode != 0, res.stdout + res.stderr
-            assert f"127.0.0.1:{port}" in res.stderr and re.search(r"address already in use|port is already allocated", res.stderr), res.stderr
+            assert (f"127.0.0.1:{port}" in res.stderr
+                    and re.search(r"address already in use|port is already allocated", res.stderr)), res.stderr
             running = cs.docker("ps", "-q", "--filter", f"label=com.docker.compose.project={project.name}").stdout.split()
             assert not running, "a container of the failed project is running"
         finally:
@@ -442,7 +443,7 @@ def test_recording_rules_evaluate_on_the_cpu_vllm(stack):
     results = {}
     with cs.BackgroundTraffic(stack.vllm_url, SERVED, max_seconds=300):
         for record in checks:
-            results[record] = cs.wait_for(f"{record} has data", lambda: cs.query(stack.prom_url, record), 180)
+            results[record] = cs.wait_for(f"{record} has data", lambda record=record: cs.query(stack.prom_url, record), 180)
     for record, (lo, hi) in checks.items():
         for series in results[record]:
             v = float(series["value"][1])
@@ -488,7 +489,7 @@ def test_dashboard_queries_return_data_from_the_composed_prometheus(stack, bench
         if (dashboard, panel["title"]) in EXPECTED_EMPTY:
             assert not has, f"{panel['title']} has data now: drop it from EXPECTED_EMPTY"
             continue
-        for t, r in zip(panel["targets"], results):
+        for t, r in zip(panel["targets"], results, strict=True):
             if not _finite(r) and BASELINE_SELECTOR not in t["expr"]:
                 empty.append(f"{panel['title']} [{t['refId']}]: {t['expr']}")
     assert not empty, "queries without data:\n" + "\n".join(empty)
@@ -524,7 +525,7 @@ def test_restart_of_vllm_under_traffic(stack):
     assert reads[-1]["up"] == 1
     # its copies of vLLM's counters went down once (the restart) and otherwise never
     seen = [r for r in reads if r["up"] == 1]
-    falls = [(a["accepted"], b["accepted"]) for a, b in zip(seen, seen[1:]) if b["accepted"] < a["accepted"]]
+    falls = [(a["accepted"], b["accepted"]) for a, b in zip(seen, seen[1:], strict=False) if b["accepted"] < a["accepted"]]
     assert len(falls) == 1, f"expected one drop of specwatch_accepted_tokens_total across the restart, got {falls}"
     # every windowed ratio in range at every read, before, across and after the restart
     for r in reads:

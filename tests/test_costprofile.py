@@ -297,7 +297,8 @@ def test_calibrate_from_a_real_sweep(tmp_path):
             continue
         base = cells[("baseline", wl, conc)]
         curve = next(c for c in p.speculative if c.k == int(cfg[-1]))
-        pt = next(pt for pt in curve.points if pt.workload == wl and pt.running_requests == pytest.approx(s["server_running_requests"], abs=1e-4))
+        pt = next(pt for pt in curve.points
+                  if pt.workload == wl and pt.running_requests == pytest.approx(s["server_running_requests"], abs=1e-4))
         assert pt.cost_ratio == pytest.approx(s["server_step_duration_ms"] / base["server_step_duration_ms"], abs=1e-3)
         assert pt.drafted_tokens_per_step == pytest.approx(s["spec_decode_draft_tokens"] / s["server_request_steps"], abs=1e-3)
     assert {(c.method, c.k) for c in p.speculative} == {("ngram", 2), ("ngram", 4), ("draft_model", 3)}

@@ -29,7 +29,7 @@ FIXTURES = ROOT / "tests" / "fixtures" / "metrics"
 RULES = sorted((ROOT / "prometheus" / "rules").glob("*.yml"))
 if str(DASHBOARDS) not in sys.path:
     sys.path.insert(0, str(DASHBOARDS))
-import promql  # noqa: E402  (dashboards/promql.py)
+import promql  # dashboards/promql.py
 
 SPECWATCH = Path(sys.executable).parent / "specwatch"
 
@@ -100,7 +100,7 @@ def rule_refs() -> tuple[dict[str, set[str]], set[str]]:
 class _Body(http.server.BaseHTTPRequestHandler):
     body = b""
 
-    def do_GET(self):  # noqa: N802 (http.server API)
+    def do_GET(self):  # http.server API
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4")
         self.send_header("Content-Length", str(len(self.body)))

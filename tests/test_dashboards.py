@@ -44,7 +44,7 @@ def _load_generate():
 
 
 generate = _load_generate()
-import promql  # noqa: E402  (dashboards/promql.py, on sys.path after _load_generate)
+import promql  # dashboards/promql.py, on sys.path after _load_generate
 
 EXPECTED_UIDS = {
     "speculative-decoding.json": "specwatch-spec-decode",

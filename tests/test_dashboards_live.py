@@ -114,12 +114,10 @@ def stack(real_vllm, copy_traffic, prometheus_server, tmp_path_factory):
 
     work = tmp_path_factory.mktemp("live-dashboards")
     procs: list[subprocess.Popen] = []
-    logs = []
 
     def spawn(name, args):
-        log = open(work / f"{name}.log", "w")
-        logs.append(log)
-        p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=work)
+        with open(work / f"{name}.log", "w") as log:  # the child holds its own copy of the descriptor
+            p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=work)
         procs.append(p)
         return p
 
@@ -180,8 +178,6 @@ def stack(real_vllm, copy_traffic, prometheus_server, tmp_path_factory):
     finally:
         for p in reversed(procs):
             _stop(p)
-        for log in logs:
-            log.close()
 
 
 def _query_range(prom_url: str, expr: str, start: float, end: float) -> list[dict]:
@@ -220,7 +216,7 @@ def test_panel_returns_data(stack, dashboard, title):
         assert not has_data, f"{title} has data now: drop it from EXPECTED_EMPTY"
         return
     assert has_data, f"{dashboard}: panel {title!r} returned no data: {[t['expr'] for t in panel['targets']]}"
-    for t, r in zip(panel["targets"], results):  # and each target on its own, unless it is a baseline one
+    for t, r in zip(panel["targets"], results, strict=True):  # and each target on its own, unless it is a baseline one
         # (or the withheld-recommendation target, which has samples only while the recommended k is withheld:
         # an uncertain choice, too little data in the window)
         if 'role="baseline"' not in t["expr"] and "specwatch_recommendation_withheld" not in t["expr"]:

@@ -16,7 +16,7 @@ LBL = {"upstream": "d", "model_name": "smollm2", "engine": "0"}
 
 
 def _raw(text):
-    v = lambda n, **kw: raw_value(text, "vllm:spec_decode_" + n, **kw)  # noqa: E731
+    v = lambda n, **kw: raw_value(text, "vllm:spec_decode_" + n, **kw)
     return (v("num_drafts_total"), v("num_draft_tokens_total"), v("num_accepted_tokens_total"),
             [v("num_accepted_tokens_per_pos_total", position=i) for i in range(3)])
 
@@ -33,7 +33,7 @@ def test_lifetime_values_match_the_raw_counters():
     drafts, tokens, accepted, pos = _raw(fixture(AFTER))
     assert drafts > 0 and tokens == 3 * drafts  # a draft model always proposes k tokens
     reg, _, _ = make_exporter({"d": fixture(AFTER)})
-    get = lambda name, **kw: series(reg, name, **LBL, window="lifetime", **kw)  # noqa: E731
+    get = lambda name, **kw: series(reg, name, **LBL, window="lifetime", **kw)
     assert list(get("specwatch_draft_acceptance_rate").values()) == [pytest.approx(accepted / tokens)]
     assert list(get("specwatch_mean_acceptance_length").values()) == [pytest.approx(1 + accepted / drafts)]
     for i in range(3):

@@ -22,7 +22,15 @@ from tokenizers import Tokenizer, models
 from specwatch.cli import main
 from specwatch.common.processes import free_port
 from specwatch.localvllm import cli as lvcli, server as lvserver
-from specwatch.localvllm.drafters import DRAFTERS, DrafterError, check_drafter_dir, derive_drafter, draft_model_config, drafter_dir, resolve_drafter
+from specwatch.localvllm.drafters import (
+    DRAFTERS,
+    DrafterError,
+    check_drafter_dir,
+    derive_drafter,
+    draft_model_config,
+    drafter_dir,
+    resolve_drafter,
+)
 from specwatch.localvllm.model import default_model_dir, model_dir_is_complete
 
 

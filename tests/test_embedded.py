@@ -22,7 +22,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import realstack
 from specwatch.localvllm import model as lvmodel, server as lvserver, traffic as lvtraffic
-from specwatch.localvllm.server import DEFAULT_SPECULATIVE_CONFIG, LockTimeout, VllmLock, VllmServer, VllmStartError, speculative_config_for_k, vllm_command, vllm_env
+from specwatch.localvllm.server import (
+    DEFAULT_SPECULATIVE_CONFIG,
+    LockTimeout,
+    VllmLock,
+    VllmServer,
+    VllmStartError,
+    speculative_config_for_k,
+    vllm_command,
+    vllm_env,
+)
 from specwatch.localvllm.model import model_dir_is_complete, prepare_model
 
 FIX = realstack.METRICS_FIXTURES_DIR
@@ -59,7 +68,7 @@ def assert_v1_invariants(c: dict, k: int) -> None:
     """vLLM's V1 invariants for one engine's counters with num_speculative_tokens k."""
     assert sorted(c["per_pos"]) == list(range(k)), f"positions {sorted(c['per_pos'])} != 0..{k - 1}"
     pp = [c["per_pos"][i] for i in range(k)]
-    assert all(a >= b for a, b in zip(pp, pp[1:])), f"per-position counts increase: {pp}"
+    assert all(a >= b for a, b in zip(pp, pp[1:], strict=False)), f"per-position counts increase: {pp}"
     assert sum(pp) == c["accepted"], f"sum(per_pos)={sum(pp)} != accepted={c['accepted']}"
     assert pp[0] <= c["drafts"]
     assert c["accepted"] <= c["draft_tokens"] <= c["drafts"] * k, c
@@ -181,7 +190,7 @@ def test_prepare_model_cli_reports_existing_dir(prepared_model_dir):
 def test_vllm_command_default_is_ngram_k4_on_loopback():
     cmd = vllm_command("/m", 8123)
     assert cmd[:3] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
-    opt = lambda name: cmd[cmd.index(name) + 1]  # noqa: E731
+    opt = lambda name: cmd[cmd.index(name) + 1]
     assert opt("--model") == "/m"
     assert opt("--port") == "8123"
     assert opt("--host") == "127.0.0.1"

@@ -259,7 +259,8 @@ def test_restart_without_process_start_time_of_a_server_without_speculation():
     nospec = fixture("vllm-0.32-nospec-after-traffic.txt")
     before = drop_lines(nospec, r"^process_start_time_seconds")
     after = add_to(before, {f"vllm:generation_tokens_total{L}": -raw_value(before, "vllm:generation_tokens_total") + 10.0})
-    after = re.sub(r"^(vllm:(?:inter_token_latency_seconds|iteration_tokens_total|time_to_first_token_seconds)_(?:count|sum)\{[^}]*\}) \S+$",
+    after = re.sub(r"^(vllm:(?:inter_token_latency_seconds|iteration_tokens_total|time_to_first_token_seconds)"
+                   r"_(?:count|sum)\{[^}]*\}) \S+$",
                    r"\1 1.0", after, flags=re.M)
     reg, fetcher, clock = make_exporter({"s": before}, windows=("5m",))
     scrape(reg)

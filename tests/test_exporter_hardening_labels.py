@@ -246,7 +246,7 @@ class _Upstream(BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         path = self.path.split("?")[0].strip("/")
         _Upstream.hits[path] = _Upstream.hits.get(path, 0) + 1
         body = (b"[" * 200_000 + b"]" * 200_000) if path == "server_info" else _k4().encode()
@@ -381,8 +381,8 @@ def test_loader_failures_are_one_line_not_a_traceback(tmp_path, case):
     (lambda d: d["speculative"][0].__setitem__("method", "ngram\x00"), "speculative[0].method"),
     (lambda d: d["speculative"][0].__setitem__("points", [{"running_requests": float(i), "step_seconds": 0.03}
                                                           for i in range(10_001)]), "10000 step points"),
-], ids=["long-name", "surrogate-name", "surrogate-drafter", "long-model", "list-hardware", "int-served-model", "nested-provenance", "nul-method",
-        "10001-points"])
+], ids=["long-name", "surrogate-name", "surrogate-drafter", "long-model", "list-hardware", "int-served-model", "nested-provenance",
+        "nul-method", "10001-points"])
 def test_profile_strings_are_typed_and_bounded_and_points_capped(mutate, needle):
     """Item 5: 200,000 points started in 29 s and served a 20 MB exposition; a 10 MB name became a
     10 MB label. Now strings are typed and bounded and the points capped, naming the field."""

@@ -26,7 +26,7 @@ class _Upstream(BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
 
-    def do_GET(self):  # noqa: N802
+    def do_GET(self):
         mode = self.path.strip("/").split("/")[0]
         body = fixture("vllm-0.32-ngram-k4-after-traffic.txt").encode()
         if mode == "500":

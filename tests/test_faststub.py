@@ -60,7 +60,7 @@ async def _send_all(url: str, reqs: list[BenchRequest]):
 def test_client_reads_completions_and_chat_streams(fast_stub):
     reqs = [_req(i, "chat" if i % 2 else "completions", n=5 + i) for i in range(40)]
     outs = asyncio.run(_send_all(fast_stub, reqs))
-    for r, o in zip(reqs, outs):
+    for r, o in zip(reqs, outs, strict=True):
         assert o.success, o.error
         assert o.output_tokens == r.max_tokens and o.tokens_from_usage
         assert o.chunks == r.max_tokens  # one content event per token; chat's role-only chunk not counted

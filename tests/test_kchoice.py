@@ -15,7 +15,25 @@ import pytest
 
 from specwatch.specdecode.cost import estimated_speedups, recommend_k
 from specwatch.specdecode.cost import CostModel
-from specwatch.choosek.model import KChoiceError, Measurement, ThroughputPrediction, advise, advise_from_curve, cell_scores, cross_validate, dynamic_schedule, evaluate_choices, expected_length, fit_step_cost, iid_curve, iid_expected_length, predict_acceptance_lengths, predict_throughputs, recommend, speculative_config_advice
+from specwatch.choosek.model import (
+    KChoiceError,
+    Measurement,
+    ThroughputPrediction,
+    advise,
+    advise_from_curve,
+    cell_scores,
+    cross_validate,
+    dynamic_schedule,
+    evaluate_choices,
+    expected_length,
+    fit_step_cost,
+    iid_curve,
+    iid_expected_length,
+    predict_acceptance_lengths,
+    predict_throughputs,
+    recommend,
+    speculative_config_advice,
+)
 
 
 # ------------------------------------------------------------------------------- model world
@@ -71,9 +89,9 @@ def test_expected_length_monotone_and_concave_for_decreasing_curves():
     for _ in range(50):
         rates = sorted((rng.random() for _ in range(8)), reverse=True)
         e = [expected_length(rates, k) for k in range(9)]
-        assert all(b >= a for a, b in zip(e, e[1:]))
-        gains = [b - a for a, b in zip(e, e[1:])]
-        assert all(g2 <= g1 + 1e-12 for g1, g2 in zip(gains, gains[1:]))
+        assert all(b >= a for a, b in zip(e, e[1:], strict=False))
+        gains = [b - a for a, b in zip(e, e[1:], strict=False)]
+        assert all(g2 <= g1 + 1e-12 for g1, g2 in zip(gains, gains[1:], strict=False))
         assert e[8] <= 9
 
 

@@ -109,11 +109,11 @@ def run_exporter(vllm_url: str, port: int, log_path: Path):
     sample per scrape and takes the newest sample at or before now − 1m as a window's baseline,
     so a sample taken before the warm-up would put the warm-up into the window (the window then
     reaches back to that sample, by design)."""
-    log = open(log_path, "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "specwatch", "serve", "--upstream", f"{UPSTREAM}={vllm_url}",
-         "--window", WINDOW, "--listen-address", f"127.0.0.1:{port}"],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    with open(log_path, "wb") as log:  # the exporter holds its own copy of the descriptor
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "specwatch", "serve", "--upstream", f"{UPSTREAM}={vllm_url}",
+             "--window", WINDOW, "--listen-address", f"127.0.0.1:{port}"],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for("the exporter to answer", lambda: proc.poll() is None and requests.get(url + "/", timeout=5).ok, 60)
@@ -125,7 +125,6 @@ def run_exporter(vllm_url: str, port: int, log_path: Path):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
-        log.close()
 
 
 def test_recorded_values_agree_with_exporter_windows(real_vllm, copy_traffic, prometheus_server, free_port, tmp_path):
@@ -165,12 +164,12 @@ def _measure(real_vllm, copy_traffic, prometheus_server, exporter, tmp_path, mod
     copy_traffic(n=4, concurrency=4, max_tokens=96)
     after = wait_for("vLLM idle with stable counters", lambda: _stable(real_vllm, model), 60)
     burst = {key: after[key] - before[key] for key in ("drafts", "draft_tokens", "accepted")}
-    burst["per_pos"] = [a - b for a, b in zip(after["per_pos"], before["per_pos"])]
+    burst["per_pos"] = [a - b for a, b in zip(after["per_pos"], before["per_pos"], strict=True)]
     assert burst["drafts"] > 0 and burst["accepted"] > 0, burst
     # the zero-point clamp of rate() cannot differ between series (module doc)
     for key in ("drafts", "draft_tokens", "accepted"):
         assert before[key] >= 0.05 * burst[key], (key, before, burst)
-    for b0, d in zip(before["per_pos"], burst["per_pos"]):
+    for b0, d in zip(before["per_pos"], burst["per_pos"], strict=True):
         assert b0 >= 0.05 * d, (before, burst)
 
     # 4. Prometheus scraped the final counters, then evaluated the rules after that scrape.
@@ -236,7 +235,7 @@ def _measure(real_vllm, copy_traffic, prometheus_server, exporter, tmp_path, mod
 
     for level, sel in (("model_name", f'model_name="{model}"'),
                        ("upstream_engine", f'upstream="{UPSTREAM}", model_name="{model}", engine="0"')):
-        def rec(metric, extra_label=None):
+        def rec(metric, extra_label=None, *, level=level, sel=sel):
             name = f"{level}:specwatch_{metric}:ratio_rate{WINDOW}"
             try:
                 got = prom.by_label(f"{name}{{{sel}}}", extra_label) if extra_label else prom.one(f"{name}{{{sel}}}")
@@ -259,7 +258,7 @@ def _measure(real_vllm, copy_traffic, prometheus_server, exporter, tmp_path, mod
         for key in prom_vals:
             got, exp_w, dir_ = prom_vals[key], exporter_vals[key], direct[key]
             if isinstance(got, list):
-                for i, (g, e, d) in enumerate(zip(got, exp_w, dir_)):
+                for i, (g, e, d) in enumerate(zip(got, exp_w, dir_, strict=True)):
                     assert close(g, e) and close(g, d), f"{level} {key}[{i}]: prometheus {g}, exporter {e}, vLLM Δ {d}"
             else:
                 assert close(got, exp_w) and close(got, dir_), f"{level} {key}: prometheus {got}, exporter {exp_w}, vLLM Δ {dir_}"

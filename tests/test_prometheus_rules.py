@@ -31,7 +31,8 @@ RULES = PROM / "rules" / "specwatch-rules.yml"
 ALERTS = PROM / "rules" / "specwatch-alerts.yml"
 UNIT_TESTS = sorted((PROM / "tests").glob("*.yml"))
 PROMTOOL = shutil.which("promtool")
-needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (apt-get install prometheus; scripts/setup.sh does it)")
+needs_promtool = pytest.mark.skipif(
+    PROMTOOL is None, reason="promtool not installed (apt-get install prometheus; scripts/setup.sh does it)")
 pytestmark = pytest.mark.prometheus
 
 
@@ -298,7 +299,8 @@ def test_speedup_alerts_read_the_configured_exporter_window(tmp_path):
                 {"series": f'specwatch_cost_profile_error_ratio{{{lab}, window="5m", basis="profile"}}', "values": "1x40"},
             ],
             "promql_expr_test": [
-                {"expr": 'ALERTS{alertstate="firing", alertname=~"SpecwatchSpeculationNetNegative|SpecwatchCostProfileDrift"}', "eval_time": "30m",
+                {"expr": 'ALERTS{alertstate="firing", alertname=~"SpecwatchSpeculationNetNegative|SpecwatchCostProfileDrift"}',
+                 "eval_time": "30m",
                  "exp_samples": [
                      {"labels": 'ALERTS{alertname="SpecwatchSpeculationNetNegative", alertstate="firing", severity="warning", '
                                 'job="specwatch", upstream="u", model_name="m", engine="0"}', "value": 1},

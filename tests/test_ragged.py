@@ -108,7 +108,7 @@ def test_exact_curve_equals_counters_when_drafts_are_full():
     """Constructed full drafts: the product of conditional rates equals Δper_pos / Δdrafts."""
     reqs = [perrequest.RequestSpecDecode(0, (0, 1, 2, 3, 3, 1), (3,) * 6, 3),
             perrequest.RequestSpecDecode(1, (2, 0, 3, 1), (3,) * 4, 3)]
-    steps = [(a, d) for r in reqs for a, d in zip(r.accepted, r.drafted)]
+    steps = [(a, d) for r in reqs for a, d in zip(r.accepted, r.drafted, strict=True)]
     counters = [sum(1 for a, _ in steps if a > j) / len(steps) for j in range(3)]
     assert perrequest.exact_curve(reqs)["per_position_acceptance_rates"] == pytest.approx(counters)
 

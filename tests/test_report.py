@@ -240,7 +240,11 @@ def _invoke_with_fifo_reader(cmd, args, fifo):
 
     os.mkfifo(fifo)
     got: list[str] = []
-    reader = threading.Thread(target=lambda: got.append(open(fifo).read()))
+    def read():  # blocks until the command opens the FIFO for writing, returns at its close
+        with open(fifo) as f:
+            got.append(f.read())
+
+    reader = threading.Thread(target=read)
     reader.start()
     r = CliRunner().invoke(cmd, args)
     reader.join(20)

@@ -168,7 +168,7 @@ def test_serve_reads_server_info_over_http_from_the_configured_host_only():
               "/server_info?config_format=json": json.dumps(SERVER_INFO).encode()}
 
     class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 (http.server API)
+        def do_GET(self):  # http.server API
             seen.append(self.path)
             body = bodies.get(self.path)
             self.send_response(200 if body else 404)

@@ -138,7 +138,8 @@ def test_build_configs():
     assert [(c.name, c.k) for c in cfgs] == [("baseline", 0), ("ngram-k1", 1), ("ngram-k4", 4)]
     assert cfgs[2].speculative_config["prompt_lookup_max"] == 5
     assert cfgs[1].family == cfgs[2].family != ""
-    spec = build_configs((), ('{"method":"ngram","num_speculative_tokens":2}', '{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_max":3}'), False)
+    spec = build_configs((), ('{"method":"ngram","num_speculative_tokens":2}',
+                              '{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_max":3}'), False)
     assert [c.name for c in spec] == ["ngram-k2", "ngram-k2-2"]
     for bad in ('{"method":"ngram"}', "[1]", "{nope", '{"num_speculative_tokens":2}'):
         with pytest.raises(SweepError):

@@ -336,7 +336,7 @@ def test_stop_process_group_from_another_thread_leaves_signals_alone(tmp_path):
     def run() -> None:
         try:
             stop_process_group(p, 10)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
 
     try:

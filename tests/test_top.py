@@ -226,8 +226,10 @@ def test_basis_labels_and_new_series_names_are_shown_generically():
         "# TYPE specwatch_step_duration_seconds gauge\n"
         'specwatch_step_duration_seconds{upstream="spec",window="1m"} 0.0123\n'
     )
-    text = text.replace('specwatch_position_acceptance_rate{basis="exact",engine="0",model_name="smollm2",position="3",upstream="spec",window="1m"}',
-                        'specwatch_position_acceptance_rate{basis="lower_bound",engine="0",model_name="smollm2",position="3",upstream="spec",window="1m"}')
+    text = text.replace('specwatch_position_acceptance_rate{basis="exact",engine="0",model_name="smollm2",position="3",'
+                        'upstream="spec",window="1m"}',
+                        'specwatch_position_acceptance_rate{basis="lower_bound",engine="0",model_name="smollm2",position="3",'
+                        'upstream="spec",window="1m"}')
     text = text.replace("# HELP specwatch_recommended", extra + "# HELP specwatch_recommended")
     text = text.replace("# HELP specwatch_recommended", (
         "# TYPE specwatch_running_requests gauge\n"
@@ -271,7 +273,7 @@ def _uncertainty_series(drift: float, verdict: str = "pays", withheld: str | Non
     """The series the exporter serves with a cost profile's intervals (names and labels as the
     lead's exporter change defines them): a calibrated k = 4 speedup with its interval, a profile
     what-if at k = 2 with its interval, the drift, the verdict, and optionally a withheld reason."""
-    sp = lambda k, b: f'{LAB_1M},k="{k}",basis="{b}"'  # noqa: E731
+    sp = lambda k, b: f'{LAB_1M},k="{k}",basis="{b}"'
     out = [
         "# TYPE specwatch_speedup gauge\n"
         f"specwatch_speedup{{{sp(4, 'calibrated')}}} 2.3125\nspecwatch_speedup{{{sp(2, 'profile')}}} 1.5\n",
@@ -681,7 +683,8 @@ class Tmux:
         self.base = ["tmux", "-L", f"specwatch-test-{os.getpid()}-{id(self)}", "-f", "/dev/null"]
         script = tmp_path / f"run-{id(self)}.sh"
         # after top exits: its exit status and the terminal mode (icanon/echo must be back on)
-        script.write_text(f"#!/bin/sh\ntrap : INT\n{command}\necho EXIT=$?\nstty -a | tr ' ' '\\n' | grep -E '^-?(icanon|echo)$' | tr '\\n' ' '\necho\nsleep 600\n")
+        script.write_text(f"#!/bin/sh\ntrap : INT\n{command}\necho EXIT=$?\n"
+                          "stty -a | tr ' ' '\\n' | grep -E '^-?(icanon|echo)$' | tr '\\n' ' '\necho\nsleep 600\n")
         script.chmod(0o755)
         env = {**os.environ, "PYTHONPATH": str(REPO / "exporter"), "TERM": "xterm-256color"}
         subprocess.run(self.base + ["new-session", "-d", "-s", "t", "-x", str(width), "-y", str(height), str(script)],

@@ -218,18 +218,21 @@ def demo(workloads, concurrency, k, method, drafter, output_len, num_batches, eq
     cost_profile, cost_drafter = exporter_cost_options(method, drafter_label)
     summary["exporter_cost_profile"] = {"file": str(cost_profile), "drafter": cost_drafter}
     try:
-        exporter = subprocess.Popen(
-            [sys.executable, "-m", "specwatch", "serve",
-             "--upstream", f"spec=http://127.0.0.1:{SPEC_PORT},method={method}"
-             + (f",drafter={cost_drafter}" if cost_drafter else ""),
-             "--upstream", f"baseline=http://127.0.0.1:{BASELINE_PORT}", "--window", "1m", "--window", "5m",
-             "--listen-address", f"127.0.0.1:{EXPORTER_PORT}", "--cost-profile", str(cost_profile)],
-            stdout=open(logs / "exporter.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
+        # each child writes its log through its own copy of the descriptor: ours is closed once it started
+        with open(logs / "exporter.log", "w") as log:
+            exporter = subprocess.Popen(
+                [sys.executable, "-m", "specwatch", "serve",
+                 "--upstream", f"spec=http://127.0.0.1:{SPEC_PORT},method={method}"
+                 + (f",drafter={cost_drafter}" if cost_drafter else ""),
+                 "--upstream", f"baseline=http://127.0.0.1:{BASELINE_PORT}", "--window", "1m", "--window", "5m",
+                 "--listen-address", f"127.0.0.1:{EXPORTER_PORT}", "--cost-profile", str(cost_profile)],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         procs.append(exporter)
-        prom = subprocess.Popen(
-            [prom_bin, f"--config.file={prom_cfg}", f"--storage.tsdb.path={out / 'prometheus-data'}",
-             f"--web.listen-address=127.0.0.1:{PROM_PORT}", "--web.enable-lifecycle"],
-            stdout=open(logs / "prometheus.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
+        with open(logs / "prometheus.log", "w") as log:
+            prom = subprocess.Popen(
+                [prom_bin, f"--config.file={prom_cfg}", f"--storage.tsdb.path={out / 'prometheus-data'}",
+                 f"--web.listen-address=127.0.0.1:{PROM_PORT}", "--web.enable-lifecycle"],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         procs.append(prom)
         _wait_http(f"http://127.0.0.1:{EXPORTER_PORT}/", 30, exporter, "the exporter")
         _wait_http(f"http://127.0.0.1:{PROM_PORT}/-/ready", 60, prom, "Prometheus")

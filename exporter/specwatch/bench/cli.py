@@ -59,27 +59,34 @@ def _workloads(ctx: click.Context, param: click.Parameter, value: str) -> tuple[
 
 @click.command("bench", context_settings={"show_default": True})
 @click.option("--base-url", default=f"http://127.0.0.1:{VLLM_PORT}", help="Root URL of the (speculative) vLLM server.")
-@click.option("--baseline-url", default=None, help="Root URL of a baseline server: the same run is made against it first, then the table compares both.")
-@click.option("--role", type=click.Choice(["speculative", "baseline"]), default="speculative", help="Role label of --base-url when no --baseline-url is given.")
+@click.option("--baseline-url", default=None,
+              help="Root URL of a baseline server: the same run is made against it first, then the table compares both.")
+@click.option("--role", type=click.Choice(["speculative", "baseline"]), default="speculative",
+              help="Role label of --base-url when no --baseline-url is given.")
 @click.option("--model", default=None, help="Model name (default: first id of GET /v1/models).")
 @click.option("--served-model-name", default=None, help="Name sent in the request's model field (default: --model).")
 @click.option("--dataset-name", "workloads", default="copy", callback=_workloads,
               help=f"Comma-separated workloads: {', '.join(WORKLOADS)}.")
 @click.option("--dataset-path", default=None, type=click.Path(dir_okay=False), help="ShareGPT-format JSON file for the sharegpt workload.")
-@click.option("--max-concurrency", "concurrencies", default="1", callback=int_list(1, dedupe=False), help="Comma-separated concurrencies, e.g. 1,8,32.")
+@click.option("--max-concurrency", "concurrencies", default="1", callback=int_list(1, dedupe=False),
+              help="Comma-separated concurrencies, e.g. 1,8,32.")
 @click.option("--num-prompts", type=click.IntRange(min=1), default=None, help="Requests per batch (default: the concurrency).")
 @click.option("--num-batches", type=click.IntRange(min=1), default=3, help="Measured batches per workload and concurrency.")
-@click.option("--warmup-batches", type=click.IntRange(min=0), default=1, help="Warm-up batches before them (recorded, excluded from results).")
+@click.option("--warmup-batches", type=click.IntRange(min=0), default=1,
+              help="Warm-up batches before them (recorded, excluded from results).")
 @click.option("--request-rate", type=float, default=math.inf, help="Requests per second (Poisson arrivals); inf sends all at once.")
-@click.option("--output-len", type=click.IntRange(min=1), default=None, help="Output tokens per request (default: the workload's: 256, or natural end for chat).")
+@click.option("--output-len", type=click.IntRange(min=1), default=None,
+              help="Output tokens per request (default: the workload's: 256, or natural end for chat).")
 @click.option("--ignore-eos/--no-ignore-eos", default=None, help="Override the workload's ignore_eos.")
 @click.option("--temperature", type=click.FloatRange(min=0.0), default=None, help="Override the workload's temperature.")
 @click.option("--seed", type=int, default=0, help="Seed of prompt sampling (same prompts on every server).")
 @click.option("--input-len", "prompt_words", type=click.IntRange(min=1), default=200, help="Words / token ids per generated prompt.")
-@click.option("--vocab-size", type=click.IntRange(min=2), default=DEFAULT_VOCAB_SIZE, help="Vocabulary size for random-output token ids (SmolLM2: 49152).")
+@click.option("--vocab-size", type=click.IntRange(min=2), default=DEFAULT_VOCAB_SIZE,
+              help="Vocabulary size for random-output token ids (SmolLM2: 49152).")
 @click.option("--api-key", envvar="OPENAI_API_KEY", default=None, show_default=False, show_envvar=True,
               help="Bearer token for the servers (never written to results or logs).")
-@click.option("--metrics-port", type=click.IntRange(min=0, max=65535), default=DEFAULT_METRICS_PORT, help="Serve specwatch_bench_* metrics here (0: off).")
+@click.option("--metrics-port", type=click.IntRange(min=0, max=65535), default=DEFAULT_METRICS_PORT,
+              help="Serve specwatch_bench_* metrics here (0: off).")
 @click.option("--metrics-linger", type=click.FloatRange(min=0.0), default=0.0,
               help="Seconds to keep serving --metrics-port after the run completes, so Prometheus scrapes the last batch.")
 @click.option("--metrics-url", default=None, help="Where to read the server's Prometheus metrics (default <base-url>/metrics).")

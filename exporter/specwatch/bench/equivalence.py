@@ -27,7 +27,7 @@ from specwatch.bench.workloads import BenchRequest, equivalence_requests
 def first_difference(a: str, b: str) -> int | None:
     """Index of the first character where ``a`` and ``b`` differ; ``min(len)`` when one is a
     strict prefix of the other; None when identical."""
-    for i, (x, y) in enumerate(zip(a, b)):
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return i
     if len(a) != len(b):
@@ -85,7 +85,7 @@ def compare_outputs(requests: Sequence[BenchRequest], baseline: Sequence[Request
                     speculative: Sequence[RequestOutcome]) -> dict[str, Any]:
     """Compare outcomes pairwise; returns ``{"matched", "total", "prompts": [...]}`` (JSON-ready)."""
     prompts = []
-    for req, b, s in zip(requests, baseline, speculative):
+    for req, b, s in zip(requests, baseline, speculative, strict=True):
         name = f"{req.workload}-{req.index}"
         err = "; ".join(f"{role}: {o.error}" for role, o in (("baseline", b), ("speculative", s)) if not o.success)
         if err:
@@ -134,7 +134,7 @@ async def first_differing_token(backend: OpenAIBackend, a: str, b: str) -> dict[
             return None
         ids.append(toks)
     ta, tb = ids
-    i = next((j for j, (x, y) in enumerate(zip(ta, tb)) if x != y), min(len(ta), len(tb)))
+    i = next((j for j, (x, y) in enumerate(zip(ta, tb, strict=False)) if x != y), min(len(ta), len(tb)))
     if i >= len(ta) and i >= len(tb):
         return None
     texts = []
@@ -158,7 +158,7 @@ async def check_equivalence(baseline: OpenAIBackend, speculative: OpenAIBackend,
     base = await run_sequential(baseline, reqs)
     spec = await run_sequential(speculative, reqs)
     result = compare_outputs(reqs, base, spec)
-    for p, b, sp in zip(result["prompts"], base, spec):
+    for p, b, sp in zip(result["prompts"], base, spec, strict=True):
         if p["first_difference"] is not None and not p["error"]:
             tok = await first_differing_token(baseline, b.generated_text, sp.generated_text)
             if tok is not None:

@@ -186,7 +186,7 @@ def _parse(payload: Any, *, index: int, success: bool, n: Any, output_tokens: An
             return "inconsistent"
     if len(acc) != len(dra):
         return "unequal_lengths"
-    if any(a > d for a, d in zip(acc, dra)):
+    if any(a > d for a, d in zip(acc, dra, strict=True)):
         return "accepted_gt_drafted"
     if any(d > k for d in dra):
         return "inconsistent"
@@ -212,7 +212,7 @@ def exact_curve(reqs: Sequence[RequestSpecDecode]) -> dict[str, Any]:
     reached = [0] * k  # steps with a >= j and d > j
     passed = [0] * k   # steps with a > j
     for r in reqs:
-        for a, d in zip(r.accepted, r.drafted):
+        for a, d in zip(r.accepted, r.drafted, strict=True):
             for j in range(d):
                 drafted[j] += 1
                 if a >= j:
@@ -366,5 +366,5 @@ def collect(items: Iterable[tuple[Any, dict[str, Any]]]) -> tuple[list[RequestSp
     return good, bad
 
 
-__all__ = ["MAX_NUM_SPEC_TOKENS", "PROBLEMS", "RequestSpecDecode", "cell_status", "collect", "format_outlier", "format_problems", "exact_curve", "excerpt", "outliers", "parse_payload",
-           "summarize"]
+__all__ = ["MAX_NUM_SPEC_TOKENS", "PROBLEMS", "RequestSpecDecode", "cell_status", "collect", "format_outlier", "format_problems",
+           "exact_curve", "excerpt", "outliers", "parse_payload", "summarize"]

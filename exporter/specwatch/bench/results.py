@@ -207,7 +207,7 @@ class BatchResult:
             "output_throughput": self.output_throughput,
             "total_token_throughput": (self.total_input_tokens + self.total_output_tokens) / d if d > 0 else 0.0,
         }
-        for kind, vals in zip(LATENCY_KINDS, (self.ttfts, self.tpots, self.itls, self.e2els)):
+        for kind, vals in zip(LATENCY_KINDS, (self.ttfts, self.tpots, self.itls, self.e2els), strict=True):
             rec.update(latency_stats(kind, vals))
         rec.update(self.spec.record())
         pr = self.per_request()
@@ -299,7 +299,7 @@ class CellSummary:
             "output_throughput_per_batch": [b.output_throughput for b in bs],
             "output_throughput_ci95": throughput_interval([b.output_throughput for b in bs]),
         }
-        for kind, attr in zip(LATENCY_KINDS, ("ttfts", "tpots", "itls", "e2els")):
+        for kind, attr in zip(LATENCY_KINDS, ("ttfts", "tpots", "itls", "e2els"), strict=True):
             rec.update(latency_stats(kind, (v for b in bs for v in getattr(b, attr))))
         spec = self.spec
         rec.update(spec.record())
@@ -488,7 +488,7 @@ def render_tables(batches: Sequence[BatchResult], equivalence: dict[str, Any] | 
         pr = r.get("spec_decode_per_request")
         if r.get("spec_decode_per_position_acceptance_rates") is None and not pr:
             continue
-        curve = lambda v: "–" if not v else " / ".join("–" if x is None else f"{x:.2f}" for x in v)  # noqa: E731
+        curve = lambda v: "–" if not v else " / ".join("–" if x is None else f"{x:.2f}" for x in v)
         if pr and pr.get("status") in ("measured", "partial"):
             ra = pr.get("request_acceptance") or {}
             exact = curve(pr.get("per_position_acceptance_rates"))

@@ -372,7 +372,7 @@ def curves_from_exporter(text: str, window: str,
                 key = (s.labels.get("upstream", ""), s.labels.get("model_name", ""), s.labels.get("engine", ""))
                 found[s.labels.get("window", "")][key][int(s.labels["position"])] = s.value
                 found_basis[s.labels.get("window", "")][key] = s.labels.get("basis", "exact")
-    except Exception as exc:  # noqa: BLE001 - the parser raises ValueError, KeyError, IndexError… on garbage
+    except Exception as exc:  # the parser raises ValueError, KeyError, IndexError… on garbage
         head = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
         raise KChoiceError(f"not Prometheus exposition text ({head})") from None
     chosen_window = window if found.get(window) else "lifetime"

@@ -61,7 +61,7 @@ def legend_below(fig, axes_list, fontsize: float = 8) -> None:
     handles of ``axes_list``, in up to 4 columns. ``bbox_inches="tight"`` keeps it in the PNG."""
     handles, labels = [], []
     for ax in axes_list:
-        for h, lab in zip(*ax.get_legend_handles_labels()):
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
             if lab not in labels:
                 handles.append(h)
                 labels.append(lab)
@@ -113,13 +113,13 @@ def plot_metric_vs_concurrency(ms: Sequence[Measurement], attr: str, ylabel: str
     flat = [ax for row in axes for ax in row]
     for ax in flat[len(workloads):]:
         ax.set_visible(False)
-    for ax, wl in zip(flat, workloads):
+    for ax, wl in zip(flat, workloads, strict=False):
         for name, k in configs:
             pts = sorted((m.concurrency, getattr(m, attr)) for m in ms
                          if m.workload == wl and m.config == name and getattr(m, attr) is not None)
             if not pts:
                 continue
-            xs, ys = zip(*pts)
+            xs, ys = zip(*pts, strict=True)
             ax.plot(xs, ys, marker="o", color=colors[name], linewidth=2.2 if k == 0 else 1.5,
                     label=name, zorder=3 if k == 0 else 2)
         concs = sorted({m.concurrency for m in ms})
@@ -156,7 +156,7 @@ def plot_position_acceptance(ms: Sequence[Measurement]) -> str | None:
                      label=curve_label(wl, c, m))
         axes[1].plot(pos, [x * 100 for x in cond], marker="s", linestyle=":" if lower else "--", color=cmap(i % 10),
                      label=curve_label(wl, c, m))
-    for ax, t in zip(axes, ("unconditional: P(positions 0..i all accepted)", "conditional: P(i accepted | 0..i-1 accepted)")):
+    for ax, t in zip(axes, ("unconditional: P(positions 0..i all accepted)", "conditional: P(i accepted | 0..i-1 accepted)"), strict=True):
         ax.set_xlabel("draft position i (0-based)")
         ax.set_ylabel("acceptance %")
         ax.set_ylim(0, 105)
@@ -181,7 +181,7 @@ def plot_expected_length(ms: Sequence[Measurement]) -> str | None:
     for i, sr in enumerate(series):
         ax.plot(sr["ks"], sr["values"], color=cmap(i % 10), linestyle="--" if sr["lower_bound"] else "-", label=sr["label"])
         if sr["measured"]:
-            mk, mv = zip(*sr["measured"])
+            mk, mv = zip(*sr["measured"], strict=True)
             ax.scatter(mk, mv, color=cmap(i % 10), marker="x", s=50, zorder=3)
     kmax = max(len(sr["ks"]) - 1 for sr in series)
     ax.plot([0, kmax], [1, kmax + 1], color="grey", linestyle=":", label="every draft accepted (k + 1)")

@@ -17,8 +17,26 @@ from rich.table import Table
 
 from specwatch.bench.workloads import WORKLOADS
 from specwatch.choosek.variablewidth import engine_formats
-from specwatch.choosek.advise import DEFAULT_LIVE_CONCURRENCIES, advise_sweep, curves_from_exporter, curves_from_prometheus, live_advice, make_console, render_advice, render_config, request_failure
-from specwatch.choosek.calibrate import CalibrationError, load_forward_json, num_positions, profile_from_forward, profile_from_live, profile_from_sweep, sample_live
+from specwatch.choosek.advise import (
+    DEFAULT_LIVE_CONCURRENCIES,
+    advise_sweep,
+    curves_from_exporter,
+    curves_from_prometheus,
+    live_advice,
+    make_console,
+    render_advice,
+    render_config,
+    request_failure,
+)
+from specwatch.choosek.calibrate import (
+    CalibrationError,
+    load_forward_json,
+    num_positions,
+    profile_from_forward,
+    profile_from_live,
+    profile_from_sweep,
+    sample_live,
+)
 from specwatch.choosek.drafterstudy import family_labels, pick_drafters, picks_json, render_picks
 from specwatch.choosek.demoreport import DemoReportError, is_demo_summary_file, write_demo_report
 from specwatch.choosek.model import DEFAULT_TOLERANCE, KChoiceError, parse_mix
@@ -27,8 +45,33 @@ from specwatch.choosek.model import DEFAULT_TOLERANCE, KChoiceError, parse_mix
 #: intervals, ties, batches and the all-workloads combination (``combination``, ``mix``).
 ADVISE_FORMAT = 2
 from specwatch.choosek.report import render_report
-from specwatch.choosek.resultfile import DAMAGED_FILE_ERRORS, SweepError, check_dir_writable, check_writable, damaged_file_message, failed_cells, load_result, measurements
-from specwatch.choosek.sweep import DEFAULT_CONCURRENCIES, DEFAULT_KS, DEFAULT_MAX_BATCHES, DEFAULT_NUM_BATCHES, DEFAULT_OUTPUT_LEN, DEFAULT_PROMPTS_PER_CONCURRENCY, DEFAULT_TARGET_CI, DEFAULT_WARMUP_BATCHES, DEFAULT_WORKLOADS, SweepPlan, build_configs, check_dataset, render_command, run_sweep, uses_speculation
+from specwatch.choosek.resultfile import (
+    DAMAGED_FILE_ERRORS,
+    SweepError,
+    check_dir_writable,
+    check_writable,
+    damaged_file_message,
+    failed_cells,
+    load_result,
+    measurements,
+)
+from specwatch.choosek.sweep import (
+    DEFAULT_CONCURRENCIES,
+    DEFAULT_KS,
+    DEFAULT_MAX_BATCHES,
+    DEFAULT_NUM_BATCHES,
+    DEFAULT_OUTPUT_LEN,
+    DEFAULT_PROMPTS_PER_CONCURRENCY,
+    DEFAULT_TARGET_CI,
+    DEFAULT_WARMUP_BATCHES,
+    DEFAULT_WORKLOADS,
+    SweepPlan,
+    build_configs,
+    check_dataset,
+    render_command,
+    run_sweep,
+    uses_speculation,
+)
 from specwatch.common.files import atomic_write_json, atomic_write_text, same_file
 from specwatch.common.params import int_list
 from specwatch.common.processes import install_stop_signals
@@ -134,7 +177,8 @@ def _drafter_models(drafters, server_command, model_dir) -> list[tuple[str, str]
 @click.option("--concurrency", "concurrencies", default=",".join(map(str, DEFAULT_CONCURRENCIES)), show_default=True, callback=int_list(1),
               help="Comma-separated max concurrencies.")
 @click.option("--output-len", type=click.IntRange(min=1), default=DEFAULT_OUTPUT_LEN, show_default=True, help="Output tokens per request.")
-@click.option("--num-prompts", type=click.IntRange(min=1), default=None, help="Requests per batch (default: --prompts-per-concurrency × concurrency).")
+@click.option("--num-prompts", type=click.IntRange(min=1), default=None,
+              help="Requests per batch (default: --prompts-per-concurrency × concurrency).")
 @click.option("--prompts-per-concurrency", type=click.IntRange(min=1), default=DEFAULT_PROMPTS_PER_CONCURRENCY, show_default=True)
 @click.option("--num-batches", type=click.IntRange(min=1), default=DEFAULT_NUM_BATCHES, show_default=True,
               help="Measured batches per cell (the minimum: see --target-ci).")
@@ -152,7 +196,8 @@ def _drafter_models(drafters, server_command, model_dir) -> list[tuple[str, str]
 @click.option("--port", type=click.IntRange(1, 65535), default=None, help="Server port (default: a free port for each server).")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--model-dir", default=None, help="Embedded vLLM: the prepared model directory (default: prepare it).")
-@click.option("--startup-timeout", type=click.FloatRange(min=0, min_open=True), default=900.0, show_default=True, help="Seconds to wait for each server.")
+@click.option("--startup-timeout", type=click.FloatRange(min=0, min_open=True), default=900.0, show_default=True,
+              help="Seconds to wait for each server.")
 @click.option("--lock/--no-lock", default=True, show_default=True,
               help="Hold flock /tmp/specwatch-vllm.lock while a template server runs (the embedded one always does).")
 @click.option("--api-key", envvar=["SPECWATCH_API_KEY", "OPENAI_API_KEY"], default=None, show_envvar=True,

@@ -12,7 +12,8 @@ Inputs, all written by ``specwatch demo`` into its result folder:
 
 Sections: the decision table first (:mod:`specwatch.choosek.demodecision`: per workload ×
 concurrency the measured ratio with its 95 % interval, pays / loses / cannot tell, and the k to
-run, each with its basis; whether the exporter's cost profile fits this machine); settings; output throughput baseline vs speculative by workload and concurrency; mean
+run, each with its basis; whether the exporter's cost profile fits this machine); settings; output throughput baseline vs
+speculative by workload and concurrency; mean
 TTFT and TPOT; the per-position curve with E(k) (whole run, and per cell from the sweep report's
 plots); the equivalence result; Prometheus' view. Images are embedded PNG data URIs.
 """
@@ -143,7 +144,7 @@ def plot_cells(ms: Sequence[Measurement], attr: str, ylabel: str, title: str) ->
     fig, axes = plt.subplots(len(rows), 1, figsize=(max(5.5, min(MAX_FIG_WIDTH_IN, cell_w * per_row + 0.8)), 3.2 * len(rows)),
                              squeeze=False)
     width = 0.8 / len(configs)
-    for ax, row_cells in zip((a for r in axes for a in r), rows):
+    for ax, row_cells in zip((a for r in axes for a in r), rows, strict=True):
         for j, (name, k) in enumerate(configs):
             xs, ys, cl = [], [], []
             for i, (wl, c) in enumerate(row_cells):
@@ -154,7 +155,7 @@ def plot_cells(ms: Sequence[Measurement], attr: str, ylabel: str, title: str) ->
                     cl.append((wl, c))
             bars = ax.bar(xs, ys, width=width, color=colors[name], label=name + (f" (k={k})" if k else ""))
             if k:
-                for bar, (wl, c) in zip(bars, cl):
+                for bar, (wl, c) in zip(bars, cl, strict=True):
                     base = by.get((wl, c, "baseline"))
                     if base:
                         ax.annotate(f"{bar.get_height() / base:.2f}×", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
@@ -218,7 +219,8 @@ def render_demo_report(summary: Mapping[str, Any], benches: Mapping[str, Mapping
     parts: list[str] = decision_section(demo_decision(summary, benches))
     status = summary.get("status", "complete")
     parts.append(f"<p>Started {escape(summary.get('started_at'))}; status <b>{escape(status)}</b>. Baseline (no speculation) "
-                 f"and speculative ({escape(summary.get('method') or 'ngram')}, k={k}) real vLLM servers, one after the other on the same machine, "
+                 f"and speculative ({escape(summary.get('method') or 'ngram')}, k={k}) real vLLM servers, one after the other "
+                 "on the same machine, "
                  f"with the same seeded workloads.</p>")
     settings = [["workloads", ", ".join(summary.get("workloads") or [])],
                 ["concurrencies", ", ".join(str(c) for c in summary.get("concurrencies") or [])],
@@ -275,7 +277,8 @@ def render_demo_report(summary: Mapping[str, Any], benches: Mapping[str, Mapping
     if eq:
         ok = eq.get("matched") == eq.get("total")
         parts.append(f"<p><b>{escape(eq.get('matched'))}/{escape(eq.get('total'))}</b> prompts produced identical greedy output "
-                     f"with and without speculation in this run{'' if ok else '; the others differ from the first differing token shown below'}.</p>")
+                     "with and without speculation in this run"
+                     f"{'' if ok else '; the others differ from the first differing token shown below'}.</p>")
         parts.append(f"<p class='note'>{EQUIVALENCE_NOTE}</p>")
         parts.append(html_table(["prompt", "identical", "first difference at (character)", "first differing token: baseline → speculative",
                                  "baseline chars", "speculative chars", "error"],

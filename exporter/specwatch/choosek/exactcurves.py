@@ -63,8 +63,8 @@ def render_html(doc: Mapping[str, Any]) -> str:
              "undrafted positions count as rejected. Exact curve: from vLLM's per-request per_step_accepted / "
              "per_step_drafted (--per-request-spec-decode-metrics detailed): c_j = P(position j accepted | positions "
              "0..j-1 accepted and j drafted), r_j = c_0 × … × c_j; D_j is the number of verify steps that drafted position "
-             "j (c_j is estimated on those of them whose positions 0..j-1 were accepted). Problems: requests left out of the exact curve, by reason; outliers by batch and "
-             "request index.</p>"]
+             "j (c_j is estimated on those of them whose positions 0..j-1 were accepted). Problems: requests left out of the "
+             "exact curve, by reason; outliers by batch and request index.</p>"]
     head = ["configuration", "workload", "c", "counter curve", "counter basis", "exact curve r_j",
             "exact conditional c_j", "steps drafting position j (D_j)", "exact E(k)", "requests",
             "per-request acceptance p5 / p50 / p95", "draft lengths (steps)", "problems", "outliers"]

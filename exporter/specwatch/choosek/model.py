@@ -497,14 +497,14 @@ def fit_step_cost(runs: Sequence[Measurement], prior: CostModel | None = None) -
     if len(pts) >= 2 and max(xs) - min(xs) > 1e-9:
         mx, mt = statistics.fmean(xs), statistics.fmean(ts)
         sxx = math.fsum((x - mx) ** 2 for x in xs)
-        slope = math.fsum((x - mx) * (t - mt) for x, t in zip(xs, ts)) / sxx
+        slope = math.fsum((x - mx) * (t - mt) for x, t in zip(xs, ts, strict=True)) / sxx
         if slope < 0:  # verifying more tokens never makes a step cheaper: treat as flat
             slope, intercept = 0.0, mt
         else:
             intercept = mt - slope * mx
         if intercept <= 0:  # keep T₀ physical: refit through a small positive intercept
             intercept = min(ts) * 0.5
-            slope = max(0.0, math.fsum((t - intercept) * x for x, t in zip(xs, ts)) / math.fsum(x * x for x in xs))
+            slope = max(0.0, math.fsum((t - intercept) * x for x, t in zip(xs, ts, strict=True)) / math.fsum(x * x for x in xs))
         return StepCostFit(wl, c, intercept, slope, "least-squares", pts, base_t)
     per_tok = prior.step_cost_per_draft_token + prior.step_cost_per_draft_token_per_running_request * c
     k, x, t = pts[-1]
@@ -607,7 +607,7 @@ def predict_throughputs(
         fits.append(fit)
         ceff = src.effective_concurrency
 
-        def from_curve(k: int) -> tuple[float, float]:
+        def from_curve(k: int, *, f: float = f, rates: Sequence[float] = rates, dbar: float = dbar) -> tuple[float, float]:
             return 1.0 + f * math.fsum(rates[:k]), f * min(float(k), dbar)
 
         # measured mode: ratio measured / curve at the k that were run, interpolated in k for the

@@ -139,15 +139,17 @@ def render_report(doc: Mapping[str, Any], *, tolerance: float = DEFAULT_TOLERANC
             parts.append("<p>Check: measured throughput at the recommended k against the best measured k "
                          f"(worst shortfall {fmt_num(None if a.worst_shortfall is None else a.worst_shortfall * 100, '.1f', ' %')}).</p>")
             parts.append(html_table(["workload", "concurrency", "picked k", "best measured k", "picked tok/s", "best tok/s", "shortfall"],
-                                    [[x.workload, x.concurrency, x.picked_k, x.best_k, fmt_num(x.picked_throughput), fmt_num(x.best_throughput),
-                                      fmt_num(None if x.shortfall is None else x.shortfall * 100, ".1f", " %")] for x in a.accuracy]))
+                                    [[x.workload, x.concurrency, x.picked_k, x.best_k, fmt_num(x.picked_throughput),
+                                      fmt_num(x.best_throughput), fmt_num(None if x.shortfall is None else x.shortfall * 100, ".1f", " %")]
+                                     for x in a.accuracy]))
         cv = a.cross_validation_summary
         if cv["n"]:
             parts.append(f"<p>Cross-validation (k picked on half of each cell's batches, judged on the other half): "
                          f"within 3 % of that half's best in {cv['within_3_percent']} of {cv['n']} picks, worst shortfall "
                          f"{cv['worst_shortfall'] * 100:.1f} %.</p>")
         if a.speculative_config is None:
-            parts.append("<p><b>vLLM:</b> speculation does not pay at any measured concurrency: run without <code>--speculative-config</code>.</p>")
+            parts.append("<p><b>vLLM:</b> speculation does not pay at any measured concurrency: run without "
+                         "<code>--speculative-config</code>.</p>")
         else:
             parts.append("<p><b>vLLM flag:</b></p><pre>--speculative-config '"
                          + escape(json.dumps(a.speculative_config, separators=(",", ":"))) + "'</pre>")

@@ -25,7 +25,7 @@ def parse_duration(text: str) -> float:
     m = _DURATION_RE.match(text)
     if not m or not any(m.groups()):
         raise ValueError(f"not a Prometheus duration: {text!r} (e.g. 15s, 5m, 1h30m)")
-    return sum(int(g) * unit for g, unit in zip(m.groups(), _DURATION_UNITS) if g)
+    return sum(int(g) * unit for g, unit in zip(m.groups(), _DURATION_UNITS, strict=True) if g)
 
 
 def parse_int_list(text: str, what: str) -> tuple[int, ...]:

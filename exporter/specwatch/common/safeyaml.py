@@ -110,7 +110,7 @@ def load_yaml_file(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES, what
         raise YamlFileError(f"{p}: the {what} is not UTF-8 text (byte {exc.start})") from None
     try:
         _check_events(text, p, what)
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 - a safe loader (CSafeLoader/SafeLoader)
+        return yaml.load(text, Loader=_Loader)  # a safe loader (CSafeLoader/SafeLoader)
     except YamlFileError:
         raise
     except yaml.YAMLError as exc:
@@ -121,5 +121,5 @@ def load_yaml_file(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES, what
     except ValueError as exc:  # e.g. an integer longer than Python's int-string limit
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise YamlFileError(f"{p}: a value of the {what} cannot be read: {first}") from None
-    except Exception as exc:  # noqa: BLE001 - any other loader failure is one line too
+    except Exception as exc:  # any other loader failure is one line too
         raise YamlFileError(f"{p}: the {what} cannot be read: {type(exc).__name__}: {exc}"[:300]) from None

@@ -178,7 +178,7 @@ class SpecwatchCollector(Collector):
         if owner:
             try:
                 self._run_round(r)
-            except Exception:  # noqa: BLE001 - a bug must not fail every later scrape
+            except Exception:  # a bug must not fail every later scrape
                 log.exception("fetch round failed")
                 fams = _Families()
                 fams.build_info.add_metric([__version__], 1.0)
@@ -209,7 +209,7 @@ class SpecwatchCollector(Collector):
                 pending.discard(fut)
                 try:
                     res = fut.result()
-                except Exception as exc:  # noqa: BLE001 - isolate the upstream, never the scrape
+                except Exception as exc:  # isolate the upstream, never the scrape
                     res = FetchResult(None, FetchError("parse", f"{type(exc).__name__}: {exc}"), 0.0)
                 on_result(futures[fut], res)
         except concurrent.futures.TimeoutError:
@@ -235,7 +235,7 @@ class SpecwatchCollector(Collector):
                     self._add_upstream(part, name, state, res.snapshot, now, wvs, costs)
                 except FetchError as exc:  # e.g. windows.TooManySeries: its own reason
                     error, part, wvs, costs = exc, None, [], []
-                except Exception as exc:  # noqa: BLE001 - isolate the upstream, never the scrape
+                except Exception as exc:  # isolate the upstream, never the scrape
                     error, part, wvs, costs = (FetchError("invalid_value", f"values not usable: {type(exc).__name__}: {exc}"),
                                                None, [], [])
             if error is not None:
@@ -546,56 +546,232 @@ class _Families:
         U, E, W = ["upstream"], ["upstream", "model_name", "engine"], ["window"]
         src = "vllm:spec_decode_num_"
         self.up = GaugeMetricFamily("specwatch_up", "1 if the last fetch and parse of the upstream's /metrics worked, else 0.", labels=U)
-        self.duration = GaugeMetricFamily("specwatch_scrape_duration_seconds", "Time to fetch and parse the upstream's /metrics, seconds.", labels=U)
-        self.enabled = GaugeMetricFamily("specwatch_spec_decode_enabled", "1 if the upstream exports speculative-decoding metrics, 0 if it runs without speculation.", labels=U)
-        self.info = GaugeMetricFamily("specwatch_upstream_info", "Schema of the upstream's spec-decode metrics (v1, v1-early, v0, llamacpp, sglang, none); always 1.", labels=U + ["schema"])
+        self.duration = GaugeMetricFamily(
+            "specwatch_scrape_duration_seconds",
+            "Time to fetch and parse the upstream's /metrics, seconds.",
+            labels=U)
+        self.enabled = GaugeMetricFamily(
+            "specwatch_spec_decode_enabled",
+            "1 if the upstream exports speculative-decoding metrics, 0 if it runs without speculation.",
+            labels=U)
+        self.info = GaugeMetricFamily(
+            "specwatch_upstream_info",
+            "Schema of the upstream's spec-decode metrics (v1, v1-early, v0, llamacpp, sglang, none); always 1.",
+            labels=U + ["schema"])
         self.build_info = GaugeMetricFamily("specwatch_build_info", "specwatch version; always 1.", labels=["version"])
-        self.fetch_errors = CounterMetricFamily("specwatch_upstream_fetch_errors", "Failed fetches of the upstream's /metrics since the exporter started, by reason.", labels=U + ["reason"])
-        self.violations = CounterMetricFamily("specwatch_invariant_violations", "Scrapes whose counters broke a vLLM invariant (sum of per-position = accepted, per-position non-increasing, accepted <= draft tokens <= drafts x k); derived values are withheld then.", labels=U + ["invariant"])
-        self.drafts = CounterMetricFamily("specwatch_drafts", f"Verify steps that carried draft tokens; copy of {src}drafts_total.", labels=E)
-        self.draft_tokens = CounterMetricFamily("specwatch_draft_tokens", f"Draft tokens proposed; copy of {src}draft_tokens_total.", labels=E)
-        self.accepted = CounterMetricFamily("specwatch_accepted_tokens", f"Draft tokens accepted (bonus token excluded); copy of {src}accepted_tokens_total.", labels=E)
-        self.accepted_per_pos = CounterMetricFamily("specwatch_accepted_tokens_per_position", f"Drafts whose first position+1 tokens were all accepted; copy of {src}accepted_tokens_per_pos_total.", labels=E + ["position"])
-        self.generation = CounterMetricFamily("specwatch_generation_tokens", "All output tokens; copy of vllm:generation_tokens_total.", labels=E)
-        self.k = GaugeMetricFamily("specwatch_num_speculative_tokens", "num_speculative_tokens (k), inferred from the number of position labels of the per-position counter.", labels=E)
-        self.acceptance_rate = GaugeMetricFamily("specwatch_draft_acceptance_rate", "Draft acceptance rate, 0-1: increase(accepted_tokens) / increase(draft_tokens) over the window.", labels=E + W)
-        self.mean_length = GaugeMetricFamily("specwatch_mean_acceptance_length", "Mean acceptance length, tokens per verify step (bonus included): 1 + increase(accepted_tokens) / increase(drafts); SGLang: (increase(sglang:generation_tokens_total) - increase(sglang:num_requests_total)) / increase(sglang:spec_verify_calls_total).", labels=E + W)
-        self.pos_rate = GaugeMetricFamily("specwatch_position_acceptance_rate", "Per-position acceptance rate r_i, 0-1: increase(accepted_per_pos[i]) / increase(drafts); basis=exact when every draft carried k tokens (k x drafts - draft_tokens <= max(1, 0.5% of drafts)), lower_bound when drafts were ragged (undrafted positions count as rejected).", labels=E + ["position"] + W + ["basis"])
-        self.pos_cond = GaugeMetricFamily("specwatch_position_conditional_acceptance_rate", "Conditional per-position acceptance, 0-1: r_i / r_(i-1), r_(-1) = 1; basis as for specwatch_position_acceptance_rate.", labels=E + ["position"] + W + ["basis"])
-        self.expected = GaugeMetricFamily("specwatch_expected_acceptance_length", "What-if mean acceptance length at num_speculative_tokens=k: 1 + sum of r_i for i < k (tokens per step); basis as for specwatch_position_acceptance_rate.", labels=E + ["k"] + W + ["basis"])
-        self.tokens_per_draft = GaugeMetricFamily("specwatch_draft_tokens_per_draft", "Effective k: increase(draft_tokens) / increase(drafts).", labels=E + W)
-        self.from_drafts = GaugeMetricFamily("specwatch_output_from_drafts_ratio", "Share of output tokens that came from accepted drafts, 0-1: increase(accepted_tokens) / increase(vllm:generation_tokens_total).", labels=E + W)
-        self.speedup = GaugeMetricFamily("specwatch_speedup", "Speedup at num_speculative_tokens=k vs no speculation, as a ratio of request time for the same output (prefill included), with how it was obtained: basis=measured (the server's k, both sides live: a baseline upstream's decode speed and TTFT), calibrated (the server's k: its live step over the cost profile's relative cost c = t/t0 at the live running requests, drafted tokens per step and context), profile (what-if k: tau(k) and c(k) from the profile), extrapolated (outside the profile's b, x or k), default (no profile: a built-in guess). Interval: specwatch_speedup_lower/upper.", labels=E + ["k"] + W + ["basis"])
-        self.speedup_lower = GaugeMetricFamily("specwatch_speedup_lower", "Lower end of the 95% interval of specwatch_speedup (same labels): from the live sample (engine steps), the cost profile's recorded spread, its drift, a model mismatch, extrapolation; a forward-only profile reaches down 11.2x (docs/cost.md).", labels=E + ["k"] + W + ["basis"])
-        self.speedup_upper = GaugeMetricFamily("specwatch_speedup_upper", "Upper end of the 95% interval of specwatch_speedup (same labels); for a lower-bound (ragged) curve every never-drafted position counted as accepted.", labels=E + ["k"] + W + ["basis"])
-        self.verdict = GaugeMetricFamily("specwatch_speculation_verdict", "Does speculation pay at the server's k, decided on the interval: verdict=pays (specwatch_speedup_lower > 1), loses (specwatch_speedup_upper < 1), cannot_tell; basis of the speedup; always 1.", labels=E + W + ["basis", "verdict"])
-        self.recommended = GaugeMetricFamily("specwatch_recommended_num_speculative_tokens", f"k with the best specwatch_speedup (smallest within {TOLERANCE * 100:g}%); 0 = turn speculation off; served only when the same k wins at the lower ends, the values and the upper ends of the intervals; basis = the weakest basis among the speedups compared.", labels=E + W + ["basis"])
-        self.ragged = GaugeMetricFamily("specwatch_ragged_drafts", "1 when drafts in the window carried fewer than k tokens beyond rounding (k x increase(drafts) - increase(draft_tokens) > max(1, 0.5% of increase(drafts))): per-position, conditional and what-if series are then lower bounds; else 0.", labels=E + W)
-        self.missing_ratio = GaugeMetricFamily("specwatch_missing_draft_tokens_ratio", "Share of the k x drafts draft positions never drafted, 0-1: (k x increase(drafts) - increase(draft_tokens)) / (k x increase(drafts)).", labels=E + W)
-        self.withheld = GaugeMetricFamily("specwatch_recommendation_withheld", "1 when no recommended k is served for the window, with the reason: uncertain (the best k differs across the speedups' intervals), insufficient_data (too few engine steps or drafts), no_cost_curve (the cost profile has no curve for the upstream's method and drafter; no what-if speedups either), default_contradicted (no profile and the built-in guess at the server's k is more than 25% off its live speedup; no what-if speedups either).", labels=E + W + ["reason"])
-        self.drift = GaugeMetricFamily("specwatch_cost_profile_error_ratio", "Drift: live step duration / the cost profile's step time t0(b, context) x c(b, k, x) at the live running requests per step, context, drafted tokens per step x and the server's k (k = 0: the plain step); 1 = the profile describes this machine, 2 = this machine is 2x slower; basis=profile for a k the profile measured inside its range, else extrapolated.", labels=E + W + ["basis"])
-        self.predicted_step = GaugeMetricFamily("specwatch_cost_profile_predicted_step_duration_seconds", "The cost profile's step time t(b, k) at the live running requests per step b and the server's k, seconds.", labels=E + W)
-        self.profile_applied = GaugeMetricFamily("specwatch_cost_profile_applied", "1 if the cost profile was measured for this model (its served_model_name matches or is unset), else 0 (it is still applied, with a much wider interval).", labels=E + W)
-        self.profile_info = GaugeMetricFamily("specwatch_cost_profile_info", "The configured cost profile and its provenance; always 1.", labels=["profile", "source", "hardware", "model", "served_model_name", "vllm_version", "forward_only"])
-        self.profile_step = GaugeMetricFamily("specwatch_cost_profile_step_seconds", "Step times of the configured cost profile, seconds: method none, k 0 = the plain step t0(b); else t(b, k) of that method and drafter.", labels=["method", "drafter", "k", "running_requests"])
-        self.v0_rate = GaugeMetricFamily("specwatch_v0_draft_acceptance_rate", "vLLM V0 gauge vllm:spec_decode_draft_acceptance_rate (most recent interval; V0 counts accepted tokens after a rejection too).", labels=["upstream", "model_name"])
-        self.fetches = CounterMetricFamily("specwatch_upstream_fetches", "Fetches of the upstream's /metrics started since the exporter started (concurrent scrapes share one fetch per --min-fetch-interval).", labels=U)
+        self.fetch_errors = CounterMetricFamily(
+            "specwatch_upstream_fetch_errors",
+            "Failed fetches of the upstream's /metrics since the exporter started, by reason.",
+            labels=U + ["reason"])
+        self.violations = CounterMetricFamily(
+            "specwatch_invariant_violations",
+            "Scrapes whose counters broke a vLLM invariant (sum of per-position = accepted, per-position non-increasing, accepted <= "
+            "draft tokens <= drafts x k); derived values are withheld then.",
+            labels=U + ["invariant"])
+        self.drafts = CounterMetricFamily(
+            "specwatch_drafts",
+            f"Verify steps that carried draft tokens; copy of {src}drafts_total.",
+            labels=E)
+        self.draft_tokens = CounterMetricFamily(
+            "specwatch_draft_tokens",
+            f"Draft tokens proposed; copy of {src}draft_tokens_total.",
+            labels=E)
+        self.accepted = CounterMetricFamily(
+            "specwatch_accepted_tokens",
+            f"Draft tokens accepted (bonus token excluded); copy of {src}accepted_tokens_total.",
+            labels=E)
+        self.accepted_per_pos = CounterMetricFamily(
+            "specwatch_accepted_tokens_per_position",
+            f"Drafts whose first position+1 tokens were all accepted; copy of {src}accepted_tokens_per_pos_total.",
+            labels=E + ["position"])
+        self.generation = CounterMetricFamily(
+            "specwatch_generation_tokens",
+            "All output tokens; copy of vllm:generation_tokens_total.",
+            labels=E)
+        self.k = GaugeMetricFamily(
+            "specwatch_num_speculative_tokens",
+            "num_speculative_tokens (k), inferred from the number of position labels of the per-position counter.",
+            labels=E)
+        self.acceptance_rate = GaugeMetricFamily(
+            "specwatch_draft_acceptance_rate",
+            "Draft acceptance rate, 0-1: increase(accepted_tokens) / increase(draft_tokens) over the window.",
+            labels=E + W)
+        self.mean_length = GaugeMetricFamily(
+            "specwatch_mean_acceptance_length",
+            "Mean acceptance length, tokens per verify step (bonus included): 1 + increase(accepted_tokens) / increase(drafts); SGLang: "
+            "(increase(sglang:generation_tokens_total) - increase(sglang:num_requests_total)) / increase(sglang:spec_verify_calls_total).",
+            labels=E + W)
+        self.pos_rate = GaugeMetricFamily(
+            "specwatch_position_acceptance_rate",
+            "Per-position acceptance rate r_i, 0-1: increase(accepted_per_pos[i]) / increase(drafts); basis=exact when every draft "
+            "carried k tokens (k x drafts - draft_tokens <= max(1, 0.5% of drafts)), lower_bound when drafts were ragged (undrafted "
+            "positions count as rejected).",
+            labels=E + ["position"] + W + ["basis"])
+        self.pos_cond = GaugeMetricFamily(
+            "specwatch_position_conditional_acceptance_rate",
+            "Conditional per-position acceptance, 0-1: r_i / r_(i-1), r_(-1) = 1; basis as for specwatch_position_acceptance_rate.",
+            labels=E + ["position"] + W + ["basis"])
+        self.expected = GaugeMetricFamily(
+            "specwatch_expected_acceptance_length",
+            "What-if mean acceptance length at num_speculative_tokens=k: 1 + sum of r_i for i < k (tokens per step); basis as for "
+            "specwatch_position_acceptance_rate.",
+            labels=E + ["k"] + W + ["basis"])
+        self.tokens_per_draft = GaugeMetricFamily(
+            "specwatch_draft_tokens_per_draft",
+            "Effective k: increase(draft_tokens) / increase(drafts).",
+            labels=E + W)
+        self.from_drafts = GaugeMetricFamily(
+            "specwatch_output_from_drafts_ratio",
+            "Share of output tokens that came from accepted drafts, 0-1: increase(accepted_tokens) / "
+            "increase(vllm:generation_tokens_total).",
+            labels=E + W)
+        self.speedup = GaugeMetricFamily(
+            "specwatch_speedup",
+            "Speedup at num_speculative_tokens=k vs no speculation, as a ratio of request time for the same output (prefill included), "
+            "with how it was obtained: basis=measured (the server's k, both sides live: a baseline upstream's decode speed and TTFT), "
+            "calibrated (the server's k: its live step over the cost profile's relative cost c = t/t0 at the live running requests, "
+            "drafted tokens per step and context), profile (what-if k: tau(k) and c(k) from the profile), extrapolated (outside the "
+            "profile's b, x or k), default (no profile: a built-in guess). Interval: specwatch_speedup_lower/upper.",
+            labels=E + ["k"] + W + ["basis"])
+        self.speedup_lower = GaugeMetricFamily(
+            "specwatch_speedup_lower",
+            "Lower end of the 95% interval of specwatch_speedup (same labels): from the live sample (engine steps), the cost profile's "
+            "recorded spread, its drift, a model mismatch, extrapolation; a forward-only profile reaches down 11.2x (docs/cost.md).",
+            labels=E + ["k"] + W + ["basis"])
+        self.speedup_upper = GaugeMetricFamily(
+            "specwatch_speedup_upper",
+            "Upper end of the 95% interval of specwatch_speedup (same labels); for a lower-bound (ragged) curve every never-drafted "
+            "position counted as accepted.",
+            labels=E + ["k"] + W + ["basis"])
+        self.verdict = GaugeMetricFamily(
+            "specwatch_speculation_verdict",
+            "Does speculation pay at the server's k, decided on the interval: verdict=pays (specwatch_speedup_lower > 1), loses "
+            "(specwatch_speedup_upper < 1), cannot_tell; basis of the speedup; always 1.",
+            labels=E + W + ["basis", "verdict"])
+        self.recommended = GaugeMetricFamily(
+            "specwatch_recommended_num_speculative_tokens",
+            f"k with the best specwatch_speedup (smallest within {TOLERANCE * 100:g}%); 0 = turn speculation off; served only when the "
+            "same k wins at the lower ends, the values and the upper ends of the intervals; basis = the weakest basis among the speedups "
+            "compared.",
+            labels=E + W + ["basis"])
+        self.ragged = GaugeMetricFamily(
+            "specwatch_ragged_drafts",
+            "1 when drafts in the window carried fewer than k tokens beyond rounding (k x increase(drafts) - increase(draft_tokens) > "
+            "max(1, 0.5% of increase(drafts))): per-position, conditional and what-if series are then lower bounds; else 0.",
+            labels=E + W)
+        self.missing_ratio = GaugeMetricFamily(
+            "specwatch_missing_draft_tokens_ratio",
+            "Share of the k x drafts draft positions never drafted, 0-1: (k x increase(drafts) - increase(draft_tokens)) / (k x "
+            "increase(drafts)).",
+            labels=E + W)
+        self.withheld = GaugeMetricFamily(
+            "specwatch_recommendation_withheld",
+            "1 when no recommended k is served for the window, with the reason: uncertain (the best k differs across the speedups' "
+            "intervals), insufficient_data (too few engine steps or drafts), no_cost_curve (the cost profile has no curve for the "
+            "upstream's method and drafter; no what-if speedups either), default_contradicted (no profile and the built-in guess at the "
+            "server's k is more than 25% off its live speedup; no what-if speedups either).",
+            labels=E + W + ["reason"])
+        self.drift = GaugeMetricFamily(
+            "specwatch_cost_profile_error_ratio",
+            "Drift: live step duration / the cost profile's step time t0(b, context) x c(b, k, x) at the live running requests per step, "
+            "context, drafted tokens per step x and the server's k (k = 0: the plain step); 1 = the profile describes this machine, 2 = "
+            "this machine is 2x slower; basis=profile for a k the profile measured inside its range, else extrapolated.",
+            labels=E + W + ["basis"])
+        self.predicted_step = GaugeMetricFamily(
+            "specwatch_cost_profile_predicted_step_duration_seconds",
+            "The cost profile's step time t(b, k) at the live running requests per step b and the server's k, seconds.",
+            labels=E + W)
+        self.profile_applied = GaugeMetricFamily(
+            "specwatch_cost_profile_applied",
+            "1 if the cost profile was measured for this model (its served_model_name matches or is unset), else 0 (it is still applied, "
+            "with a much wider interval).",
+            labels=E + W)
+        self.profile_info = GaugeMetricFamily(
+            "specwatch_cost_profile_info",
+            "The configured cost profile and its provenance; always 1.",
+            labels=["profile", "source", "hardware", "model", "served_model_name", "vllm_version", "forward_only"])
+        self.profile_step = GaugeMetricFamily(
+            "specwatch_cost_profile_step_seconds",
+            "Step times of the configured cost profile, seconds: method none, k 0 = the plain step t0(b); else t(b, k) of that method and "
+            "drafter.",
+            labels=["method", "drafter", "k", "running_requests"])
+        self.v0_rate = GaugeMetricFamily(
+            "specwatch_v0_draft_acceptance_rate",
+            "vLLM V0 gauge vllm:spec_decode_draft_acceptance_rate (most recent interval; V0 counts accepted tokens after a rejection too).",
+            labels=["upstream", "model_name"])
+        self.fetches = CounterMetricFamily(
+            "specwatch_upstream_fetches",
+            "Fetches of the upstream's /metrics started since the exporter started (concurrent scrapes share one fetch per "
+            "--min-fetch-interval).",
+            labels=U)
         itl, it = "vllm:inter_token_latency_seconds", "vllm:iteration_tokens_total"
-        self.step_duration = GaugeMetricFamily("specwatch_step_duration_seconds", f"Mean engine-step time a running request sees, seconds (drafting, verify, sampling, scheduling): increase({itl}_sum) / increase({itl}_count) over the window.", labels=E + W)
-        self.steps_per_second = GaugeMetricFamily("specwatch_engine_steps_per_second", f"Engine steps per second: increase({it}_count) / window span (exporter clock).", labels=E + W)
-        self.running = GaugeMetricFamily("specwatch_running_requests", "Mean of vllm:num_requests_running over the exporter's fetches in the window.", labels=E + W)
-        self.running_per_step = GaugeMetricFamily("specwatch_running_requests_per_step", f"Running requests an engine step served, b: increase({itl}_count) / increase({it}_count) over the window (step-weighted; the b at which cost profiles are read).", labels=E + W)
-        self.decode_speed = GaugeMetricFamily("specwatch_request_decode_tokens_per_second", f"Output tokens per second a running request gets after its first token: increase(vllm:generation_tokens_total - vllm:time_to_first_token_seconds_count) / increase({itl}_sum).", labels=E + W)
+        self.step_duration = GaugeMetricFamily(
+            "specwatch_step_duration_seconds",
+            f"Mean engine-step time a running request sees, seconds (drafting, verify, sampling, scheduling): increase({itl}_sum) / "
+            f"increase({itl}_count) over the window.",
+            labels=E + W)
+        self.steps_per_second = GaugeMetricFamily(
+            "specwatch_engine_steps_per_second",
+            f"Engine steps per second: increase({it}_count) / window span (exporter clock).",
+            labels=E + W)
+        self.running = GaugeMetricFamily(
+            "specwatch_running_requests",
+            "Mean of vllm:num_requests_running over the exporter's fetches in the window.",
+            labels=E + W)
+        self.running_per_step = GaugeMetricFamily(
+            "specwatch_running_requests_per_step",
+            f"Running requests an engine step served, b: increase({itl}_count) / increase({it}_count) over the window (step-weighted; the "
+            "b at which cost profiles are read).",
+            labels=E + W)
+        self.decode_speed = GaugeMetricFamily(
+            "specwatch_request_decode_tokens_per_second",
+            "Output tokens per second a running request gets after its first token: increase(vllm:generation_tokens_total - "
+            f"vllm:time_to_first_token_seconds_count) / increase({itl}_sum).",
+            labels=E + W)
         sgl, per = "SGLang", ["upstream", "model_name", "rank"]
-        self.sgl_gen = CounterMetricFamily("specwatch_sglang_generation_tokens", f"{sgl}: output tokens of finished requests; copy of sglang:generation_tokens_total summed over is_streaming and other labels.", labels=E)
-        self.sgl_fin = CounterMetricFamily("specwatch_sglang_finished_requests", f"{sgl}: finished requests; copy of sglang:num_requests_total summed over is_streaming and other labels.", labels=E)
-        self.sgl_verify = CounterMetricFamily("specwatch_sglang_verify_calls", f"{sgl}: verify steps of finished requests; copy of sglang:spec_verify_calls_total. Mean acceptance length across instances = sum(increase(generation_tokens) - increase(finished_requests)) / sum(increase(verify_calls)).", labels=E)
-        self.sgl_rate = GaugeMetricFamily("specwatch_sglang_spec_accept_rate", f"{sgl} gauge sglang:spec_accept_rate passed through: accepted drafts / (verify steps x the configured draft width) of the last logged batch; wrong under adaptive speculation (the width varies); a most-recent value: cannot be windowed or summed.", labels=per)
-        self.sgl_length = GaugeMetricFamily("specwatch_sglang_spec_accept_length", f"{sgl} gauge sglang:spec_accept_length passed through: tokens per verify step (bonus included) of the last logged batch; cannot be windowed or summed (specwatch_mean_acceptance_length is the windowed one).", labels=per)
-        self.sgl_gauge = GaugeMetricFamily("specwatch_sglang_spec_value", f"{sgl} speculative gauges passed through (spec_num_steps, spec_num_draft_tokens: the active configuration; spec_cap_length, spec_block_accept_length); most-recent values.", labels=per + ["gauge"])
-        self.method_info = GaugeMetricFamily("specwatch_speculative_method_info", "Speculative method and drafter of the upstream as the operator stated them, with where: source=upstream_flag (the upstream's own ,method=/,drafter= options of --upstream) or flag (the exporter-wide --speculative-method/--drafter), server_info (the server's own dev-mode /server_info, read with ,server_info=on); vLLM publishes neither on /metrics nor on /v1/models; always 1.", labels=U + ["method", "drafter", "source"])
-        self.not_derivable = GaugeMetricFamily("specwatch_not_derivable", "A specwatch series this upstream's /metrics cannot give, with the reason; always 1.", labels=U + ["series", "reason"])
-        self.v0_efficiency = GaugeMetricFamily("specwatch_v0_spec_decode_efficiency", "vLLM V0 gauge vllm:spec_decode_efficiency = emitted / (draft_tokens / k x (k+1)).", labels=["upstream", "model_name"])
+        self.sgl_gen = CounterMetricFamily(
+            "specwatch_sglang_generation_tokens",
+            f"{sgl}: output tokens of finished requests; copy of sglang:generation_tokens_total summed over is_streaming and other labels.",
+            labels=E)
+        self.sgl_fin = CounterMetricFamily(
+            "specwatch_sglang_finished_requests",
+            f"{sgl}: finished requests; copy of sglang:num_requests_total summed over is_streaming and other labels.",
+            labels=E)
+        self.sgl_verify = CounterMetricFamily(
+            "specwatch_sglang_verify_calls",
+            f"{sgl}: verify steps of finished requests; copy of sglang:spec_verify_calls_total. Mean acceptance length across instances = "
+            "sum(increase(generation_tokens) - increase(finished_requests)) / sum(increase(verify_calls)).",
+            labels=E)
+        self.sgl_rate = GaugeMetricFamily(
+            "specwatch_sglang_spec_accept_rate",
+            f"{sgl} gauge sglang:spec_accept_rate passed through: accepted drafts / (verify steps x the configured draft width) of the "
+            "last logged batch; wrong under adaptive speculation (the width varies); a most-recent value: cannot be windowed or summed.",
+            labels=per)
+        self.sgl_length = GaugeMetricFamily(
+            "specwatch_sglang_spec_accept_length",
+            f"{sgl} gauge sglang:spec_accept_length passed through: tokens per verify step (bonus included) of the last logged batch; "
+            "cannot be windowed or summed (specwatch_mean_acceptance_length is the windowed one).",
+            labels=per)
+        self.sgl_gauge = GaugeMetricFamily(
+            "specwatch_sglang_spec_value",
+            f"{sgl} speculative gauges passed through (spec_num_steps, spec_num_draft_tokens: the active configuration; spec_cap_length, "
+            "spec_block_accept_length); most-recent values.",
+            labels=per + ["gauge"])
+        self.method_info = GaugeMetricFamily(
+            "specwatch_speculative_method_info",
+            "Speculative method and drafter of the upstream as the operator stated them, with where: source=upstream_flag (the upstream's "
+            "own ,method=/,drafter= options of --upstream) or flag (the exporter-wide --speculative-method/--drafter), server_info (the "
+            "server's own dev-mode /server_info, read with ,server_info=on); vLLM publishes neither on /metrics nor on /v1/models; always "
+            "1.",
+            labels=U + ["method", "drafter", "source"])
+        self.not_derivable = GaugeMetricFamily(
+            "specwatch_not_derivable",
+            "A specwatch series this upstream's /metrics cannot give, with the reason; always 1.",
+            labels=U + ["series", "reason"])
+        self.v0_efficiency = GaugeMetricFamily(
+            "specwatch_v0_spec_decode_efficiency",
+            "vLLM V0 gauge vllm:spec_decode_efficiency = emitted / (draft_tokens / k x (k+1)).",
+            labels=["upstream", "model_name"])
 
     def merge(self, other: "_Families") -> None:
         """Append ``other``'s samples (one upstream's, built apart so a failure drops them all);

@@ -111,7 +111,7 @@ def parse_server_info(text: str) -> SpeculativeInfo | None:
         raise FetchError("parse", f"/server_info: {exc}") from None
     except RecursionError:
         raise FetchError("parse", "/server_info: JSON nested too deeply") from None
-    except Exception as exc:  # noqa: BLE001 - whatever the body holds, one failed read
+    except Exception as exc:  # whatever the body holds, one failed read
         raise FetchError("parse", f"/server_info: {type(exc).__name__}: {exc}") from None
 
 
@@ -371,7 +371,7 @@ class AsyncHttpRunner(FetchRunner):
             error = FetchError("timeout", f"no complete answer within {budget:.3g} s")
         except FetchError as exc:
             error = exc
-        except Exception as exc:  # noqa: BLE001 - a bad /server_info never fails the upstream
+        except Exception as exc:  # a bad /server_info never fails the upstream
             error = FetchError("parse", f"/server_info: {type(exc).__name__}: {exc}")
         self._server_info_done(upstream, time.monotonic(), info, error)
 
@@ -389,7 +389,7 @@ class AsyncHttpRunner(FetchRunner):
 
         try:
             asyncio.run_coroutine_threadsafe(_close(), self._loop).result(timeout=2)
-        except Exception:  # noqa: BLE001 - best effort at shutdown
+        except Exception:  # best effort at shutdown
             pass
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._parse_pool.shutdown(wait=False, cancel_futures=True)
@@ -420,7 +420,7 @@ class ThreadRunner(FetchRunner):
             try:  # the injected fetcher, asked for the upstream's own /server_info URL
                 info = parse_server_info(self._fetch(Upstream(upstream.name + "#server_info", upstream.server_info_url),
                                                      self.timeout_seconds, SERVER_INFO_MAX_BYTES))
-            except Exception as exc:  # noqa: BLE001 - never fails the upstream
+            except Exception as exc:  # never fails the upstream
                 error = exc
             self._server_info_done(upstream, now, info, error)
         return self._with_server_info(upstream, result)

@@ -248,7 +248,7 @@ class Listener:
                 self._send(conn, _simple_response(head, _REASONS[head].lower()))
                 return
             self._serve(conn, head)
-        except Exception:  # noqa: BLE001 - one bad connection never stops the listener
+        except Exception:  # one bad connection never stops the listener
             log.debug("connection failed", exc_info=True)
         finally:
             try:
@@ -284,7 +284,7 @@ class Listener:
             return
         try:
             head, body = self._run_app(method, path, query, headers)
-        except Exception as exc:  # noqa: BLE001 - answer 500, never a silent close
+        except Exception as exc:  # answer 500, never a silent close
             log.warning("%s %s failed: %s: %s; answered HTTP 500", method, clip(path, 100), type(exc).__name__,
                         clip(str(exc), 200))
             head, body = b"", _simple_response(500, "internal error: see the exporter's log")

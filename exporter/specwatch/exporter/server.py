@@ -62,7 +62,7 @@ def _render_self_metrics(rnd, encoder) -> bytes:
         if fam.name in SELF_METRICS:
             try:
                 parts.append(encoder(_Families([fam])))
-            except Exception:  # noqa: BLE001 - leave out what cannot be rendered
+            except Exception:  # leave out what cannot be rendered
                 continue
     if not parts:
         info = GaugeMetricFamily("specwatch_build_info", "specwatch version; always 1.", labels=["version"])
@@ -109,7 +109,7 @@ def render_round(collector: SpecwatchCollector, accept: str, accept_encoding: st
             status = 200
             try:
                 body = encoder(rnd)
-            except Exception as exc:  # noqa: BLE001 - answer 500 with the self-metrics, never a silent close
+            except Exception as exc:  # answer 500 with the self-metrics, never a silent close
                 log.warning("the /metrics exposition could not be rendered (%s: %s); answering HTTP 500 with the "
                             "self-metrics", type(exc).__name__, clip(str(exc), 200))
                 status, body = 500, _render_self_metrics(rnd, encoder)

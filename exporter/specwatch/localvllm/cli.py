@@ -11,8 +11,27 @@ import click
 
 from specwatch.common.processes import install_stop_signals, listen_error
 from specwatch.localvllm.drafters import DRAFTERS, DrafterError, derive_drafter, draft_model_config, resolve_drafter
-from specwatch.localvllm.model import GGUF_DISTRIBUTION, GGUF_FILE, SpecwatchEmbeddedError, default_model_dir, model_dir_is_complete, prepare_model
-from specwatch.localvllm.server import DEFAULT_KVCACHE_GIB, DEFAULT_MAX_MODEL_LEN, DEFAULT_PORT, DEFAULT_SERVED_MODEL_NAME, LockTimeout, ModelDirError, VllmServer, VllmStartError, model_dir_problem, _validate_speculative_config, speculative_config_for_k
+from specwatch.localvllm.model import (
+    GGUF_DISTRIBUTION,
+    GGUF_FILE,
+    SpecwatchEmbeddedError,
+    default_model_dir,
+    model_dir_is_complete,
+    prepare_model,
+)
+from specwatch.localvllm.server import (
+    DEFAULT_KVCACHE_GIB,
+    DEFAULT_MAX_MODEL_LEN,
+    DEFAULT_PORT,
+    DEFAULT_SERVED_MODEL_NAME,
+    LockTimeout,
+    ModelDirError,
+    VllmServer,
+    VllmStartError,
+    model_dir_problem,
+    _validate_speculative_config,
+    speculative_config_for_k,
+)
 
 class ModelDirFlagError(click.ClickException):
     """A bad --model-dir (missing, empty, not a model directory): one line, exit 2, before the

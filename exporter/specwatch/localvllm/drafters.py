@@ -189,7 +189,7 @@ def _vocabulary_difference(drafter: Path, target: Path) -> str | None:
         return f"added token id {i}: {a.added.get(i)!r} in the drafter, {b.added.get(i)!r} in the target (content, special)"
     if a.merges != b.merges:
         am, bm = a.merges or (), b.merges or ()
-        first = next((n for n, (x, y) in enumerate(zip(am, bm)) if x != y), min(len(am), len(bm)))
+        first = next((n for n, (x, y) in enumerate(zip(am, bm, strict=False)) if x != y), min(len(am), len(bm)))
         return f"same tokens but other BPE merges ({len(am)} vs {len(bm)} merges, first difference at merge {first})"
     return None
 

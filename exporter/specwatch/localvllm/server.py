@@ -14,6 +14,7 @@ Pieces:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -318,7 +319,6 @@ class VllmServer:
         self._lock = VllmLock(Path(lock_path), timeout=lock_timeout, on_wait=self.on_status, note=self.base_url)
         self._log_arg = log_path
         self.log_path: Path | None = None
-        self._log_fh = None
         self.process: subprocess.Popen | None = None
         self.command: list[str] = []
         self.startup_seconds: float | None = None
@@ -362,27 +362,28 @@ class VllmServer:
             host=self.host,
             max_model_len=self.max_model_len,
         )
-        if self._log_arg == "-":
-            out = None
-        else:
-            if self._log_arg is None:
-                fd, name = tempfile.mkstemp(prefix=f"specwatch-vllm-{self.port}-", suffix=".log")
-                os.close(fd)
-                self.log_path = Path(name)
+        with contextlib.ExitStack() as files:
+            if self._log_arg == "-":
+                out = None
             else:
-                self.log_path = Path(self._log_arg)
-                self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            self._log_fh = open(self.log_path, "ab")
-            out = self._log_fh
-        t0 = time.monotonic()
-        self.process = subprocess.Popen(
-            self.command,
-            stdout=out,
-            stderr=subprocess.STDOUT if out is not None else None,
-            stdin=subprocess.DEVNULL,
-            env=vllm_env(self.kvcache_gib),
-            start_new_session=True,
-        )
+                if self._log_arg is None:
+                    fd, name = tempfile.mkstemp(prefix=f"specwatch-vllm-{self.port}-", suffix=".log")
+                    os.close(fd)
+                    self.log_path = Path(name)
+                else:
+                    self.log_path = Path(self._log_arg)
+                    self.log_path.parent.mkdir(parents=True, exist_ok=True)
+                # vLLM writes its log through its own copy of the descriptor: ours is closed once it started
+                out = files.enter_context(open(self.log_path, "ab"))
+            t0 = time.monotonic()
+            self.process = subprocess.Popen(
+                self.command,
+                stdout=out,
+                stderr=subprocess.STDOUT if out is not None else None,
+                stdin=subprocess.DEVNULL,
+                env=vllm_env(self.kvcache_gib),
+                start_new_session=True,
+            )
         self._wait_ready(t0)
         self.startup_seconds = time.monotonic() - t0
 
@@ -423,9 +424,6 @@ class VllmServer:
             # the whole process group: vLLM's engine-core child sits in it too
             stop_process_group(self.process, self.stop_timeout)
         finally:
-            if self._log_fh is not None:
-                self._log_fh.close()
-                self._log_fh = None
             self._lock.release()
 
     def __enter__(self) -> VllmServer:

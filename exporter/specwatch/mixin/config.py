@@ -102,9 +102,9 @@ class MixinConfig:
             if not isinstance(value, str) or not _SELECTOR_RE.match(value):
                 raise ValueError(f"{name} must be label matchers like 'job=\"vllm\"', got {value!r}")
         durations = {}
-        for name in ("rate_window", "scrape_interval", "net_negative_for", "exporter_window", "cost_profile_drift_for", "acceptance_history_window",
-                     "acceptance_collapse_for", "upstream_down_for", "upstream_down_lookback", "spec_decode_lookback",
-                     "spec_decode_missing_for", "exporter_down_for", "invariant_window", "invariant_for"):
+        for name in ("rate_window", "scrape_interval", "net_negative_for", "exporter_window", "cost_profile_drift_for",
+                     "acceptance_history_window", "acceptance_collapse_for", "upstream_down_for", "upstream_down_lookback",
+                     "spec_decode_lookback", "spec_decode_missing_for", "exporter_down_for", "invariant_window", "invariant_for"):
             try:
                 durations[name] = parse_duration(getattr(self, name))
             except ValueError as exc:

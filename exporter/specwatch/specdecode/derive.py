@@ -34,7 +34,7 @@ def is_reset(before: SpecDecodeCounters, after: SpecDecodeCounters) -> bool:
     if len(before.accepted_per_position) != len(after.accepted_per_position):
         return True
     return any(
-        a is not None and b is not None and a < b for a, b in zip(_fields(after), _fields(before))
+        a is not None and b is not None and a < b for a, b in zip(_fields(after), _fields(before), strict=True)
     )
 
 
@@ -57,7 +57,7 @@ def counters_delta(before: SpecDecodeCounters, after: SpecDecodeCounters) -> Spe
         draft_tokens=after.draft_tokens - before.draft_tokens,
         accepted_tokens=after.accepted_tokens - before.accepted_tokens,
         accepted_per_position=tuple(
-            a - b for a, b in zip(after.accepted_per_position, before.accepted_per_position)
+            a - b for a, b in zip(after.accepted_per_position, before.accepted_per_position, strict=True)
         ),
         generation_tokens=sub(after.generation_tokens, before.generation_tokens),
     )
@@ -79,7 +79,7 @@ def add_counters(a: SpecDecodeCounters, b: SpecDecodeCounters) -> SpecDecodeCoun
         drafts=plus(a.drafts, b.drafts),
         draft_tokens=a.draft_tokens + b.draft_tokens,
         accepted_tokens=a.accepted_tokens + b.accepted_tokens,
-        accepted_per_position=tuple(x + y for x, y in zip(pa, pb)),
+        accepted_per_position=tuple(x + y for x, y in zip(pa, pb, strict=True)),
         generation_tokens=plus(a.generation_tokens, b.generation_tokens),
     )
 
@@ -202,7 +202,7 @@ def check_invariants(c: SpecDecodeCounters, k: int | None = None) -> list[str]:
     if pp:
         if not (le(sum(pp), c.accepted_tokens) and le(c.accepted_tokens, sum(pp))):
             bad.append("per_position_sum_equals_accepted")
-        if any(not le(b, a) for a, b in zip(pp, pp[1:])):
+        if any(not le(b, a) for a, b in zip(pp, pp[1:], strict=False)):
             bad.append("per_position_non_increasing")
         if c.drafts is not None and not le(pp[0], c.drafts):
             bad.append("first_position_at_most_drafts")

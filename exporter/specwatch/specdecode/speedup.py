@@ -488,5 +488,6 @@ def answer(rates: Sequence[float], cost: LiveCost, current_k: int) -> WindowAnsw
 
 
 __all__ = ["CALIBRATED", "DEFAULT", "EXTRAPOLATED", "MEASURED", "PROFILE", "Drift", "LiveCost", "Speedup",
-           "REASON_DEFAULT_CONTRADICTED", "REASON_INSUFFICIENT_DATA", "REASON_NO_COST_CURVE", "WindowAnswer", "answer", "choose", "current_speedup", "default_contradicted", "drift", "measured_speedup",
-           "profile_error_ratio", "recommend", "speedups", "upper_rates"]
+           "REASON_DEFAULT_CONTRADICTED", "REASON_INSUFFICIENT_DATA", "REASON_NO_COST_CURVE", "WindowAnswer", "answer", "choose",
+           "current_speedup", "default_contradicted", "drift", "measured_speedup", "profile_error_ratio", "recommend", "speedups",
+           "upper_rates"]
