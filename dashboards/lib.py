@@ -17,6 +17,9 @@ defaults are overridden in one place:
 Recorded series aggregated above the instance level (``model_name:*``, ``upstream_engine:*``)
 carry no ``instance`` label; the queries on them cannot honour ``$instance``.
 :func:`lint_exclusions` lists those targets in grafana/dashboard-linter's ``.lint`` format.
+
+This directory is imported as one package (``specwatch.mixin.dashboards.load_package``): sources
+use ``from .lib import ...``, and this module imports ``.promql``.
 """
 
 from __future__ import annotations
@@ -560,7 +563,7 @@ def lint_exclusions(rendered: Sequence[dict], cfg: MixinConfig = DEFAULT_CONFIG)
     level without an ``instance`` label (``INSTANCELESS_LEVELS``); shapes: ``{"exclusions":
     {"target-instance-rule": {"reason": str, "entries": [{"dashboard", "panel", "reason"}]}}}``.
     """
-    from promql import selectors  # dashboards/promql.py (sibling module)
+    from .promql import selectors  # dashboards/promql.py (sibling module)
 
     entries = []
     prefixes = tuple(f"{lvl}:" for lvl in INSTANCELESS_LEVELS)

@@ -22,6 +22,8 @@ lock is held by an ancestor process of this pytest (a driver that started vLLM, 
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -89,6 +91,17 @@ def free_port() -> int:
 @pytest.fixture(scope="session")
 def fixtures_dir():
     return realstack.FIXTURES_DIR
+
+
+@pytest.fixture
+def mixin_root(tmp_path) -> Path:
+    """A copy of the repository's dashboards/ and prometheus/ in a temp dir: a root to run
+    ``python -m specwatch.mixin.generate --root`` on without touching the checkout."""
+    repo = Path(__file__).resolve().parents[1]
+    root = tmp_path / "repo"
+    for d in ("dashboards", "prometheus"):
+        shutil.copytree(repo / d, root / d, ignore=shutil.ignore_patterns("__pycache__"))
+    return root
 
 
 def pytest_collection_modifyitems(config, items):

@@ -75,8 +75,9 @@ NOT_CORE = ("rich", "psutil", "matplotlib", "jinja2", "markupsafe", "grafanalib"
 
 
 def test_the_core_dependencies_are_all_that_serve_needs():
-    """docs/development.md and pyproject.toml: the core (no extra) runs `specwatch serve` and the
-    rules generator. Run both with every extra-only package made unimportable."""
+    """docs/development.md and pyproject.toml: the core (no extra) runs `specwatch serve` and imports
+    the mixin's generator (running it renders the dashboards: the mixin extra, see
+    tests/test_mixin_generate.py). Check both with every extra-only package made unimportable."""
     block = ("import sys\n"
              "class _Block:\n"
              f"    names = {NOT_CORE!r}\n"

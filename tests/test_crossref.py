@@ -23,13 +23,13 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from specwatch.mixin.dashboards import load_module
+
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARDS = ROOT / "dashboards"
 FIXTURES = ROOT / "tests" / "fixtures" / "metrics"
 RULES = sorted((ROOT / "prometheus" / "rules").glob("*.yml"))
-if str(DASHBOARDS) not in sys.path:
-    sys.path.insert(0, str(DASHBOARDS))
-import promql  # dashboards/promql.py
+promql = load_module(DASHBOARDS, "promql")  # dashboards/promql.py, imported as the generator imports it
 
 SPECWATCH = Path(sys.executable).parent / "specwatch"
 

@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import re
 import shutil
@@ -29,22 +28,15 @@ from pathlib import Path
 import pytest
 import yaml
 
+from specwatch.mixin.config import DEFAULT_CONFIG
+from specwatch.mixin.dashboards import load_module, render_dashboards
+
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARDS = ROOT / "dashboards"
 GENERATED = DASHBOARDS / "generated"
+SHIM = DASHBOARDS / "generate.py"
 
-
-def _load_generate():
-    spec = importlib.util.spec_from_file_location("specwatch_dashboards_generate", DASHBOARDS / "generate.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    if str(DASHBOARDS) not in sys.path:
-        sys.path.insert(0, str(DASHBOARDS))
-    return module
-
-
-generate = _load_generate()
-import promql  # dashboards/promql.py, on sys.path after _load_generate
+promql = load_module(DASHBOARDS, "promql")  # dashboards/promql.py, imported as the generator imports it
 
 EXPECTED_UIDS = {
     "speculative-decoding.json": "specwatch-spec-decode",
@@ -83,7 +75,7 @@ LABEL_FUNCTIONS = ("label_names", "label_values", "metrics", "query_result")
 # ------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def rendered() -> dict[str, str]:
-    return generate.render_all()
+    return render_dashboards(DEFAULT_CONFIG, DASHBOARDS)
 
 
 @pytest.fixture(scope="module")
@@ -338,23 +330,42 @@ CONFIGURED_RULES = {"target-job-rule": rule_target_job, "target-instance-rule": 
 # ------------------------------------------------------------------------------------------------
 # CI: generated == committed
 # ------------------------------------------------------------------------------------------------
+def _shim(*args: str) -> subprocess.CompletedProcess:
+    """``python dashboards/generate.py ARGS`` (the shim of the mixin's generator), from elsewhere
+    than the repository root (the shim finds it from its own path)."""
+    return subprocess.run([sys.executable, str(SHIM), *args], capture_output=True, text=True, timeout=300,
+                          cwd=ROOT / "tests")
+
+
 def test_generated_json_is_up_to_date(tmp_path):
-    """Regenerate into a temp dir and compare with dashboards/generated/ byte for byte."""
-    generate.write(tmp_path)
+    """Render into a temp dir (the shim's ``--out``: the dashboards only) and compare with
+    dashboards/generated/ byte for byte."""
+    r = _shim("--out", str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
     produced = sorted(p.name for p in tmp_path.iterdir())
     committed = sorted(p.name for p in GENERATED.iterdir())
-    assert produced == committed, "run: python dashboards/generate.py"
+    assert produced == committed, "run: python -m specwatch.mixin.generate"
     for name in produced:
         assert (tmp_path / name).read_text() == (GENERATED / name).read_text(), (
-            f"dashboards/generated/{name} differs from its source; run: python dashboards/generate.py")
-    assert generate.check(GENERATED) == []
+            f"dashboards/generated/{name} differs from its source; run: python -m specwatch.mixin.generate")
+    r = _shim("--check", "--out", str(GENERATED))
+    assert r.returncode == 0 and "up to date" in r.stdout, r.stdout + r.stderr
 
 
-def test_check_reports_a_stale_file(tmp_path):
-    generate.write(tmp_path)
+def test_check_reports_a_stale_and_a_stray_file(tmp_path):
+    """The shim's ``--check --out DIR`` names a hand-edited file (with its diff) and a JSON no
+    source renders; writing repairs the one and removes the other."""
+    assert _shim("--out", str(tmp_path)).returncode == 0
     victim = tmp_path / "load-test.json"
     victim.write_text(victim.read_text().replace("specwatch-load-test", "edited-by-hand"))
-    assert generate.check(tmp_path) == ["load-test.json: differs from its source"]
+    (tmp_path / "gone.json").write_text("{}\n")
+    r = _shim("--check", "--out", str(tmp_path))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "out of date: dashboards/generated/load-test.json" in r.stderr
+    assert "not generated: dashboards/generated/gone.json" in r.stderr
+    assert "edited-by-hand" in r.stdout  # the diff
+    assert _shim("--out", str(tmp_path)).returncode == 0
+    assert victim.read_text() == (GENERATED / "load-test.json").read_text() and not (tmp_path / "gone.json").exists()
 
 
 def test_every_source_has_generated_json():
@@ -380,7 +391,7 @@ def test_linter_rule_with_exclusions(dashboards, lint_config, name, rule):
 def test_lint_exclusions_are_justified(dashboards, lint_config):
     """Only target-instance-rule is excluded, and only for panels that select a recorded series of a
     level without an instance label; every excluded panel exists."""
-    import lib
+    lib = load_module(DASHBOARDS, "lib")
 
     assert set(lint_config["exclusions"]) == {"target-instance-rule"}
     entries = lint_config["exclusions"]["target-instance-rule"]["entries"]
@@ -687,16 +698,16 @@ def test_dashboard_provider_points_at_generated_mount():
 
 def test_dashboards_follow_the_mixin_config(tmp_path):
     """One config for rules, alerts and dashboards: a selector and a window set in the YAML given to
-    ``python -m specwatch.mixin.generate --config`` reach every dashboard's queries through
-    ``dashboards/generate.py --config``, and the defaults' selector is gone from them."""
-    from specwatch.mixin.config import DEFAULT_CONFIG, load_config
+    ``python -m specwatch.mixin.generate --config`` reach every dashboard's queries, and the
+    defaults' selector is gone from them; the shim refuses a missing config file in one line."""
+    from specwatch.mixin.config import load_config
 
     cfg_file = tmp_path / "mixin.yml"
     cfg_file.write_text("vllm_selector: 'job=\"prod-vllm\"'\nexporter_selector: 'job=\"prod-specwatch\"'\nrate_window: 10m\n")
     cfg = load_config(cfg_file)
     assert cfg.vllm_selector == 'job="prod-vllm"' and cfg != DEFAULT_CONFIG
-    files = generate.render_all(cfg=cfg)
-    default_files = generate.render_all()
+    files = render_dashboards(cfg, DASHBOARDS)
+    default_files = render_dashboards(DEFAULT_CONFIG, DASHBOARDS)
     for name in ("speculative-decoding.json", "load-test.json", "choosing-k.json"):
         assert files[name] != default_files[name], name
         exprs = [t["expr"] for p in json.loads(files[name])["panels"] for t in p.get("targets", []) if "expr" in t]
@@ -704,6 +715,5 @@ def test_dashboards_follow_the_mixin_config(tmp_path):
         text = "\n".join(exprs)
         assert "prod-vllm" in text or "prod-specwatch" in text, name
         assert DEFAULT_CONFIG.vllm_selector not in text and DEFAULT_CONFIG.exporter_selector not in text, name
-    r = subprocess.run([sys.executable, str(DASHBOARDS / "generate.py"), "--config", str(tmp_path / "missing.yml")],
-                       capture_output=True, text=True, timeout=120)
+    r = _shim("--config", str(tmp_path / "missing.yml"))
     assert r.returncode == 2 and "missing.yml" in r.stderr and "Traceback" not in r.stderr

@@ -180,52 +180,51 @@ def test_sidecar_arguments_are_valid_serve_flags():
     assert r.returncode == (0 if m.group(1) == "1" else 3), r  # --once: 3 when every upstream is down
 
 
-def test_generate_check_covers_the_kubernetes_files(tmp_path):
-    assert any(k.startswith("kubernetes/operator/") for k in render_all(MixinConfig()))
-    out = tmp_path / "prometheus"
-    shutil.copytree(PROM, out)
+def generate(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "specwatch.mixin.generate", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+def test_generate_check_covers_the_kubernetes_files(mixin_root):
+    assert any(k.startswith("prometheus/kubernetes/operator/") for k in render_all(MixinConfig(), REPO))
+    out = mixin_root / "prometheus"
     pm = out / "kubernetes" / "operator" / "podmonitor-vllm.yaml"
     pm.write_text(pm.read_text().replace("interval: 15s", "interval: 30s"))
     (out / "kubernetes" / "dashboards_out" / "load-test.json").unlink()
-    r = subprocess.run([sys.executable, "-m", "specwatch.mixin.generate", "--check", "--out-dir", str(out)],
-                       capture_output=True, text=True)
+    r = generate("--check", "--root", str(mixin_root))
     assert r.returncode == 1
     assert "kubernetes/operator/podmonitor-vllm.yaml" in r.stderr and "kubernetes/dashboards_out/load-test.json" in r.stderr
-    subprocess.run([sys.executable, "-m", "specwatch.mixin.generate", "--out-dir", str(out)], check=True,
-                   capture_output=True)
+    assert generate("--root", str(mixin_root)).returncode == 0
     assert pm.read_text() == (K8S / "operator" / "podmonitor-vllm.yaml").read_text()
 
 
 def test_committed_kubernetes_and_mixin_outputs_are_up_to_date():
     """The fast tier's check (no promtool) that prometheus/ as committed, Kubernetes and mixin
     outputs included, is exactly what the generator writes, with no stray file beside them."""
-    r = subprocess.run([sys.executable, "-m", "specwatch.mixin.generate", "--check"], capture_output=True, text=True)
+    r = generate("--check")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr
     assert "up to date" in r.stdout
-    files = render_all(MixinConfig())
-    assert {"kubernetes/prometheus_rules.yaml", "kubernetes/prometheus_alerts.yaml",
-            "kubernetes/operator/prometheusrule.yaml"} <= set(files)
-    assert any(k.startswith("kubernetes/dashboards_out/") for k in files)
+    files = render_all(MixinConfig(), REPO)
+    assert {"prometheus/kubernetes/prometheus_rules.yaml", "prometheus/kubernetes/prometheus_alerts.yaml",
+            "prometheus/kubernetes/operator/prometheusrule.yaml"} <= set(files)
+    assert any(k.startswith("prometheus/kubernetes/dashboards_out/") for k in files)
 
 
-def test_generate_check_finds_stray_files_in_the_generated_directories(tmp_path):
-    """A file left in prometheus/kubernetes/ (a renamed object, a dashboard no longer generated)
-    fails --check by name; regenerating removes it."""
-    out = tmp_path / "prometheus"
-    shutil.copytree(PROM, out)
-    strays = [out / "kubernetes" / "operator" / "podmonitor-old.yaml", out / "kubernetes" / "dashboards_out" / "gone.json",
-              out / "kubernetes" / "extra" / "notes.txt"]
+def test_generate_check_finds_stray_files_in_the_generated_directories(mixin_root):
+    """A file left in prometheus/kubernetes/ or dashboards/generated/ (a renamed object, a dashboard
+    no longer generated) fails --check by name; regenerating removes it."""
+    k8s, dash = mixin_root / "prometheus" / "kubernetes", mixin_root / "dashboards" / "generated"
+    strays = [k8s / "operator" / "podmonitor-old.yaml", k8s / "dashboards_out" / "gone.json", k8s / "extra" / "notes.txt",
+              dash / "gone.json"]
     for p in strays:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text("{}\n")
-    r = subprocess.run([sys.executable, "-m", "specwatch.mixin.generate", "--check", "--out-dir", str(out)],
-                       capture_output=True, text=True)
+    r = generate("--check", "--root", str(mixin_root))
     assert r.returncode == 1, r.stdout + r.stderr
     for p in strays:
-        assert p.relative_to(out).as_posix() in r.stderr
-    w = subprocess.run([sys.executable, "-m", "specwatch.mixin.generate", "--out-dir", str(out)], capture_output=True,
-                       text=True, check=True)
+        assert p.relative_to(mixin_root).as_posix() in r.stderr
+    w = generate("--root", str(mixin_root))
+    assert w.returncode == 0, w.stderr
     assert not any(p.exists() for p in strays) and w.stdout.count("removed ") == len(strays)
-    r = subprocess.run([sys.executable, "-m", "specwatch.mixin.generate", "--check", "--out-dir", str(out)],
-                       capture_output=True, text=True)
+    r = generate("--check", "--root", str(mixin_root))
     assert r.returncode == 0, r.stdout + r.stderr

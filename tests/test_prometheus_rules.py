@@ -72,23 +72,28 @@ def test_unit_tests_exist():
 
 # ----------------------------------------------------------------------------- generated files
 def test_committed_files_are_generated():
-    r = subprocess.run([sys.executable, "-m", "specwatch.mixin.generate", "--check"], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "specwatch.mixin.generate", "--check"], capture_output=True, text=True,
+                       cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_generate_check_detects_a_hand_edit(tmp_path):
-    out = tmp_path / "prometheus"
+def test_generate_check_detects_a_hand_edit(tmp_path, mixin_root):
+    """Also through the deprecated --out-dir (the prometheus/ files in another directory)."""
+    out = tmp_path / "prometheus-elsewhere"
     shutil.copytree(PROM, out)
     rules = out / "rules" / "specwatch-rules.yml"
     rules.write_text(rules.read_text().replace("ratio_rate5m", "ratio_rate5m_edited", 1))
-    r = subprocess.run([sys.executable, "-m", "specwatch.mixin.generate", "--check", "--out-dir", str(out)],
-                       capture_output=True, text=True)
+    under_root = mixin_root / "prometheus" / "rules" / "specwatch-rules.yml"
+    under_root.write_text("# not looked at with --out-dir\n")
+    cmd = [sys.executable, "-m", "specwatch.mixin.generate", "--root", str(mixin_root), "--out-dir", str(out)]
+    r = subprocess.run([*cmd, "--check"], capture_output=True, text=True)
     assert r.returncode == 1
-    assert "rules/specwatch-rules.yml" in r.stderr
+    assert "rules/specwatch-rules.yml" in r.stderr and "--out-dir is deprecated" in r.stderr
     assert "ratio_rate5m_edited" in r.stdout  # the diff
-    # regenerating repairs it
-    subprocess.run([sys.executable, "-m", "specwatch.mixin.generate", "--out-dir", str(out)], check=True, capture_output=True)
+    # regenerating repairs it, there and not under the root
+    subprocess.run(cmd, check=True, capture_output=True)
     assert rules.read_text() == RULES.read_text()
+    assert under_root.read_text() == "# not looked at with --out-dir\n"
 
 
 def test_generated_header_and_one_comment_per_rule():

@@ -1,5 +1,6 @@
-"""specwatch's monitoring mixin: Prometheus recording rules, alerts and configuration generated
-from one MixinConfig (config.py). ``python -m specwatch.mixin.generate`` writes prometheus/."""
+"""specwatch's monitoring mixin: Prometheus recording rules, alerts and configuration, Kubernetes
+objects and Grafana dashboards generated from one MixinConfig (config.py).
+``python -m specwatch.mixin.generate`` writes prometheus/ and dashboards/generated/."""
 
 from specwatch.mixin.config import DEFAULT_CONFIG, MixinConfig
 

@@ -1,7 +1,8 @@
 """The ONE configuration source of the specwatch monitoring mixin.
 
 Recording rules (rules.py), alerts (alerts.py), the Prometheus configuration (generate.py) and
-the Grafana dashboards (dashboards/, written by another module) all read their selectors, rate
+the Grafana dashboards (the repository's dashboards/*.dashboard.py, rendered by dashboards.py for
+the same generator run) all read their selectors, rate
 window, scrape interval and thresholds from a MixinConfig. (Cost figures come from the exporter's
 cost profile, never from here: see specwatch.specdecode.costprofile.) Nothing
 else spells ``job="..."`` or a window.

@@ -6,8 +6,9 @@ MixinConfig as the plain Prometheus files (selectors, windows, thresholds come f
 ``prometheus_rules.yaml``, ``prometheus_alerts.yaml``, ``dashboards_out/*.json``
     The layout of the monitoring-mixins project (what ``mixtool generate all`` writes), for
     kube-prometheus and other tools that take a mixin's output. The rule files are the same text
-    as ``prometheus/rules/``; the dashboards are copies of ``dashboards/generated/`` (rendered by
-    ``dashboards/generate.py``, whose own ``--check`` keeps them current).
+    as ``prometheus/rules/``; the dashboards are the same text as ``dashboards/generated/*.json``:
+    the generator renders them once from its MixinConfig and passes them in (nothing is copied
+    from ``dashboards/generated/``, which may hold another config's output).
 ``operator/prometheusrule.yaml``
     A ``monitoring.coreos.com/v1`` PrometheusRule holding every recording rule and alert.
 ``operator/podmonitor-vllm.yaml``
@@ -28,8 +29,8 @@ selectors (which must be plain ``job="NAME"`` matchers, as for prometheus.yml).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import yaml
 
@@ -40,7 +41,6 @@ from specwatch.mixin.config import MixinConfig, job_name
 from specwatch.mixin.rules import rule_groups
 
 KUBERNETES_DIR = "kubernetes"
-DASHBOARDS_GENERATED = Path(__file__).resolve().parents[3] / "dashboards" / "generated"
 OPERATOR_API = "monitoring.coreos.com/v1"
 
 
@@ -159,21 +159,21 @@ def sidecar_patch(opts: KubernetesOptions = KubernetesOptions()) -> dict:
     return {"spec": {"template": {"spec": {"containers": [sidecar_container(opts)]}}}}
 
 
-def render_kubernetes(cfg: MixinConfig, rules_text: str, alerts_text: str,
-                      opts: KubernetesOptions = KubernetesOptions(),
-                      dashboards_dir: Path = DASHBOARDS_GENERATED) -> dict[str, str]:
+def render_kubernetes(cfg: MixinConfig, rules_text: str, alerts_text: str, dashboards: Mapping[str, str],
+                      opts: KubernetesOptions = KubernetesOptions()) -> dict[str, str]:
     """Every Kubernetes file: path relative to prometheus/ -> text. ``rules_text``/``alerts_text``
-    are the plain rule files (the mixin layout uses them as they are). Raises ValueError if a
-    selector is not a plain job matcher, FileNotFoundError if there are no generated dashboards."""
+    are the plain rule files and ``dashboards`` the dashboard JSON files (``<name>.json`` -> text),
+    all rendered from ``cfg``; the mixin layout uses them as they are. Raises ValueError if a
+    selector is not a plain job matcher, if ``dashboards`` holds no ``*.json`` or one that is not
+    valid JSON."""
     k = KUBERNETES_DIR
     out = {f"{k}/prometheus_rules.yaml": rules_text, f"{k}/prometheus_alerts.yaml": alerts_text}
-    dashboards = sorted(dashboards_dir.glob("*.json"))
-    if not dashboards:
-        raise FileNotFoundError(f"no generated dashboards in {dashboards_dir}: run dashboards/generate.py")
-    for path in dashboards:
-        text = path.read_text()
-        json.loads(text)  # a copy of valid JSON only
-        out[f"{k}/dashboards_out/{path.name}"] = text
+    names = sorted(name for name in dashboards if name.endswith(".json"))
+    if not names:
+        raise ValueError("no dashboards to put in dashboards_out/")
+    for name in names:
+        json.loads(dashboards[name])  # valid JSON only (json.JSONDecodeError is a ValueError)
+        out[f"{k}/dashboards_out/{name}"] = dashboards[name]
     out[f"{k}/operator/prometheusrule.yaml"] = _yaml(
         prometheus_rule(cfg, opts),
         "PrometheusRule: every specwatch recording rule and alert. Its labels must match your Prometheus' ruleSelector.")
