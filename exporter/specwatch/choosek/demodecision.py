@@ -59,6 +59,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from specwatch.specdecode.derive import expected_lengths
 from specwatch.specdecode.decision import CANNOT_TELL, TOLERANCE, Z95, Estimate, best_k, choose_k, combine_log_halfwidths
 
 #: Bases, strongest first, spelled as the exporter and :mod:`specwatch.specdecode.decision` do.
@@ -166,14 +167,12 @@ def _curve(spec: Mapping[str, Any]) -> tuple[list[float], str]:
         vals = [_num(exp.get(str(i))) for i in range(1, len(exp) + 1)]
         if all(v is not None for v in vals):
             return [float(v) for v in vals], "exact per-request"
-    rates = spec.get("spec_decode_per_position_acceptance_rates") or []
-    out, acc = [], 1.0
-    for r in rates:
+    rates = []
+    for r in spec.get("spec_decode_per_position_acceptance_rates") or []:
         if _num(r) is None:
             break
-        acc += float(r)
-        out.append(acc)
-    return out, f"counters ({spec.get('spec_decode_curve_basis') or 'exact'})"
+        rates.append(float(r))
+    return list(expected_lengths(tuple(rates))), f"counters ({spec.get('spec_decode_curve_basis') or 'exact'})"
 
 
 def fit_line(points: Sequence[tuple[float, float]]) -> dict[str, Any] | None:
