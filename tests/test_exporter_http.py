@@ -60,9 +60,24 @@ class _Upstream(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """The upstream stub's server: a client that hangs up mid-body (the exporter's deadline or
+    size cap, by design) is counted in ``client_disconnects``, not printed as a traceback into
+    the test log (issue #25)."""
+
+    daemon_threads = True
+    client_disconnects = 0
+
+    def handle_error(self, request, client_address):
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            type(self).client_disconnects += 1
+            return
+        super().handle_error(request, client_address)
+
+
 @pytest.fixture(scope="module")
 def upstream_url():
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
+    srv = _QuietServer(("127.0.0.1", 0), _Upstream)
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()
     yield f"http://127.0.0.1:{srv.server_address[1]}"
@@ -93,6 +108,20 @@ def test_bad_upstreams_raise_fetch_error(upstream_url, mode, reason, timeout):
     with pytest.raises(FetchError) as ei:
         http_fetch(Upstream("u", f"{upstream_url}/{mode}/metrics"), timeout, 1 << 20)
     assert ei.value.reason == reason
+
+
+def test_a_client_hanging_up_mid_body_prints_no_traceback(upstream_url, capfd):
+    """The stub upstream of these tests counts a client that left (here: the exporter's 0.3 s
+    deadline on a dripped body) instead of printing socketserver's traceback (issue #25)."""
+    before = _QuietServer.client_disconnects
+    with pytest.raises(FetchError):
+        http_fetch(Upstream("u", f"{upstream_url}/drip/metrics"), 0.3, 1 << 20)
+    deadline = time.monotonic() + 30  # the stub notices on one of its next writes
+    while _QuietServer.client_disconnects == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _QuietServer.client_disconnects > before
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "BrokenPipeError" not in err and "ConnectionResetError" not in err
 
 
 def test_dripped_body_hits_the_total_deadline(upstream_url):

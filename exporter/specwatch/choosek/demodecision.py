@@ -86,10 +86,11 @@ HOW = {
     CALIBRATED: "the run's k from server step times measured here: τ / c, c = t_spec / t0 (vLLM's step time, "
                 "speculative cell over baseline cell), τ = tokens per request-step the server emitted; "
                 "interval from the paired per-batch ratios",
-    PROFILE: "what-if k′ < k: τ(k′) = 1 + s (E(k′) − 1) from the exact per-request curve, over c(x′) = c + b (x′ − x): "
-             "the slope b of a line c = a + b x fitted over the workloads at this concurrency (x = drafted tokens "
-             "per request-step, x′ = x k′ / k) through the cell's own measured cost, x′ inside the measured range "
-             "of x; interval: the cell's calibrated one and the slope's (t, m − 2 df) in quadrature",
+    PROFILE: "what-if k′ < k: the run's k anchor (the measured ratio; the calibrated one without an interval) times "
+             "R(k′) = [τ(k′) / c(x′)] / [τ(k) / c(x)], τ(k′) = 1 + s (E(k′) − 1) from the exact per-request curve, "
+             "c(x′) = c + b (x′ − x): the slope b of a line c = a + b x fitted over the workloads at this concurrency "
+             "(x = drafted tokens per request-step, x′ = x k′ / k) through the cell's own measured cost, x′ inside "
+             "the measured range of x; interval: the anchor's and the slope's (t, m − 2 df) in quadrature",
     EXTRAPOLATED: "as profile, with x′ outside the range of x the line was fitted on",
 }
 
