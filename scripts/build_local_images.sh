@@ -18,6 +18,9 @@
 #   index: DIR is served read-only on 127.0.0.1 (port $SPECWATCH_TORCH_INDEX_PORT, default 39181,
 #   or a free one when that is taken) for the duration of the build, and
 #   the build runs with --network host so pip inside it reaches that address (TORCH_INDEX_URL).
+#   Without the flag the wheel is looked for in $SPECWATCH_TORCH_WHEEL_DIR, then in the host pip's
+#   find-links directories (`pip config list`, $PIP_FIND_LINKS), then /opt/wheels; the first that
+#   holds torch-2.13.0+cpu-*.whl is used (said on stderr), else PyTorch's CPU index.
 # --label KEY=VALUE: added to every image built (e.g. for pruning the test's old images).
 # --timings FILE: append "name seconds" lines, one per image built.
 # Build logs: $SPECWATCH_BUILD_LOG_DIR (default /tmp/specwatch-image-builds)/build-NAME.log.
@@ -53,6 +56,18 @@ done
 if [ -n "$wheel_dir" ]; then
   compgen -G "$wheel_dir/torch-2.13.0+cpu-*.whl" >/dev/null \
     || { echo "build_local_images.sh: no torch-2.13.0+cpu-*.whl in $wheel_dir" >&2; exit 2; }
+else
+  # the wheel the host's own set-up used, when there is one (a host without PyTorch's index)
+  cands=("${SPECWATCH_TORCH_WHEEL_DIR:-}")
+  pip_links="$( { python3 -m pip config list 2>/dev/null || true; } | sed -n "s/^[^=]*find-links='\(.*\)'$/\1/p")"
+  for d in ${PIP_FIND_LINKS:-} $pip_links /opt/wheels; do cands+=("${d#file://}"); done
+  for d in "${cands[@]}"; do
+    if [ -n "$d" ] && [ -d "$d" ] && compgen -G "$d/torch-2.13.0+cpu-*.whl" >/dev/null; then
+      wheel_dir="$d"
+      echo "[images] torch 2.13.0+cpu from the local wheel in $wheel_dir (pass --torch-wheel-dir to choose)" >&2
+      break
+    fi
+  done
 fi
 export DOCKER_BUILDKIT=0
 log_dir="${SPECWATCH_BUILD_LOG_DIR:-/tmp/specwatch-image-builds}"
@@ -64,9 +79,14 @@ timed_build() {  # NAME docker-build-args...
   shift
   local logf="$log_dir/build-$name.log"
   log "building $name (log: $logf)"
-  if ! docker build "${labels[@]}" "$@" >"$logf" 2>&1; then
+  # --force-rm: a failed step's intermediate container is removed too (the classic builder keeps it)
+  if ! docker build --force-rm "${labels[@]}" "$@" >"$logf" 2>&1; then
     tail -n 30 "$logf" >&2
     echo "build_local_images.sh: building $name failed (last lines above; full log $logf)" >&2
+    if grep -q "torch" "$logf" && [ -z "$wheel_dir" ]; then
+      echo "build_local_images.sh: torch 2.13.0+cpu comes from PyTorch's CPU index (download.pytorch.org); without" \
+           "it, pass --torch-wheel-dir DIR with a torch-2.13.0+cpu-*.whl" >&2
+    fi
     exit 1
   fi
   log "built $name in $((SECONDS - t0)) s"

@@ -819,15 +819,41 @@ def test_live_view_upstream_mode_leaves_no_log_line_behind(tmp_path):
 
 
 @pytest.mark.skipif(TMUX is None, reason="tmux is not installed (scripts/setup.sh installs it)")
-def test_live_view_with_no_exporter_is_one_line_and_leaves_the_terminal_alone(tmp_path, free_port):
+def test_live_view_waits_for_an_exporter_that_is_not_up_yet(tmp_path, free_port):
+    """Issue #25: started before the demo's exporter is up (as the README suggests, in a second
+    terminal), the live view says it cannot read the exporter and waits, instead of exiting; when
+    the exporter answers, its values appear; q leaves the terminal as it was."""
+    text = two_scrapes({"spec": _partial_counters(fixture(K4_AFTER))}, {"spec": fixture(K4_AFTER)})
+    rate = pct(value(text, "specwatch_draft_acceptance_rate", upstream="spec", window="1m"))
     t = Tmux(tmp_path, _top_cmd("--exporter", f"http://127.0.0.1:{free_port}", "--timeout", "1"))
+    srv = None
+    try:
+        s = t.wait_for(r"source unreachable")
+        assert "cannot read the exporter" in s and "waiting for it" in s and "Traceback" not in s and "EXIT=" not in s
+        srv = BodyServer(text, port=free_port)
+        t.wait_for(re.escape(rate))
+        t.keys("q")
+        assert "EXIT=0" in t.wait_for(r"EXIT=\d+")
+    finally:
+        t.kill()
+        if srv is not None:
+            srv.stop()
+
+
+@pytest.mark.skipif(TMUX is None, reason="tmux is not installed (scripts/setup.sh installs it)")
+def test_live_view_of_a_non_specwatch_url_is_one_line_and_leaves_the_terminal_alone(tmp_path):
+    """An address that answers with something else than a specwatch exporter fails fast, one
+    line, before the screen is taken over."""
+    srv = BodyServer("<html>not an exporter</html>", content_type="text/html")
+    t = Tmux(tmp_path, _top_cmd("--exporter", srv.url, "--timeout", "1"))
     try:
         s = t.wait_for(r"EXIT=\d+\s*\n.*(icanon|echo)")  # the stty line too: the slice below drops two lines
         assert "EXIT=1" in s
         errors = [line for line in s.splitlines() if line.strip()][:-2]  # before EXIT= and the stty line
-        assert len(errors) == 1 and "cannot read the exporter" in errors[0] and "Traceback" not in s
+        assert len(errors) == 1 and srv.url in errors[0] and "Traceback" not in s
     finally:
         t.kill()
+        srv.stop()
 
 
 @pytest.mark.skipif(TMUX is None, reason="tmux is not installed (scripts/setup.sh installs it)")

@@ -227,16 +227,24 @@ def _run_once(source, window: str) -> None:
         sys.exit(1)
 
 
+#: Failure kinds of a first read that the live view waits out (the exporter may still be starting,
+#: e.g. ``specwatch demo`` takes its first half-minute to start it): the screen says so and polls.
+WAIT_FOR = ("connect", "timeout")
+
+
 def _run_live(source, window: str, interval: float) -> None:
-    try:  # fail fast, before taking over the screen, when the exporter is not there at all
+    first_error = None
+    try:  # fail fast, before taking over the screen, when the address answers with something else
         first = source.fetch()
     except SourceError as exc:
-        raise TopError(str(exc)) from None
+        if getattr(exc, "reason", None) not in WAIT_FOR:
+            raise TopError(str(exc)) from None
+        first, first_error = None, f"{exc} (waiting for it: q quits)"
     install_stop_signals()  # SIGTERM/SIGHUP act like Ctrl-C: the finally blocks restore the terminal
     console = Console()
     tracker = ErrorTracker()
     poller = Poller(source, interval)
-    poller.latest = (first, None, time.time())
+    poller.latest = (first, first_error, time.time())
     fd = sys.stdin.fileno()
     view: TopView | None = None
     try:

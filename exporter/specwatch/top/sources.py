@@ -30,7 +30,13 @@ MAX_BODY_BYTES = 16 * 1024 * 1024
 
 
 class SourceError(Exception):
-    """The source could not be read; ``str()`` is one line saying what and where."""
+    """The source could not be read; ``str()`` is one line saying what and where. ``reason``: the
+    fetch's failure kind (:class:`specwatch.exporter.collector.FetchError`'s, e.g. ``connect``:
+    nothing answers at the address yet) or None when the answer itself was wrong."""
+
+    def __init__(self, message: str, reason: str | None = None):
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -65,7 +71,8 @@ class ExporterSource:
         try:
             text = http_fetch(self._upstream, self.timeout, MAX_BODY_BYTES)
         except FetchError as exc:
-            raise SourceError(f"cannot read the exporter at {self.metrics_url}: {exc.reason}: {exc}") from None
+            raise SourceError(f"cannot read the exporter at {self.metrics_url}: {exc.reason}: {exc}",
+                              reason=exc.reason) from None
         try:
             samples = parse_exposition(text)
             check_specwatch(samples)
