@@ -182,6 +182,11 @@ class BenchBatch(_Measured):
     total_token_throughput: float | None = jfield("total_token_throughput", _NUM)
     errors: tuple[BatchError, ...] | None = jfield("errors", ListOf(Rec(BatchError)))
 
+    @classmethod
+    def from_json(cls, data: Any, where: str | None = None) -> BenchBatch:
+        """A batch record alone (as :meth:`specwatch.bench.results.BatchResult.record` gives it)."""
+        return read_document(cls, data, where, "bench batch record", BenchRecordError)
+
     def first_error(self) -> str | None:
         """The text of the batch's first kept error (None without one)."""
         return next((e.error for e in self.errors or () if e.error), None)

@@ -123,6 +123,11 @@ class SweepConfig(JsonRecord):
     keys: tuple[str, ...] | None = record_field(default=None)
 
     @property
+    def has_speculative_config(self) -> bool:
+        """The file gives the configuration's ``speculative_config`` (null for the baseline)."""
+        return self.keys is None or "speculative_config" in self.keys
+
+    @property
     def variable_width(self) -> bool:
         """The configuration runs vLLM's dynamic table (``num_speculative_tokens_per_batch_size``)."""
         return bool((self.speculative_config or {}).get("num_speculative_tokens_per_batch_size"))

@@ -276,6 +276,13 @@ class JsonRecord:
         extra = {k: v for k, v in data.items() if k not in known}
         return cls(**values, extra=extra, keys=tuple(data))  # type: ignore[call-arg]
 
+    def with_keys(self: R, *json_keys: str) -> R:
+        """The record, with ``json_keys`` written even when their fields are unset (appended, in this
+        order, to the keys it was read with; a record built in code writes every key anyway)."""
+        if self.keys is None:
+            return self
+        return dataclasses.replace(self, keys=self.keys + tuple(k for k in json_keys if k not in self.keys))
+
     def to_json(self) -> dict[str, Any]:
         """The JSON object of the record: the keys it was read with, in their order (fields changed
         since then with their new values, fields set since then added), else (a record built in
