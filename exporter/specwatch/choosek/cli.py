@@ -337,8 +337,9 @@ def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tol
                           "them again):[/yellow]")
             for line in left_out:
                 console.print(f"  {line}", markup=False, highlight=False)
+        ms = measurements(doc)
         if fit_k is not None:
-            run_ks = {m.k for m in measurements(doc) if m.k > 0}
+            run_ks = {m.k for m in ms if m.k > 0}
             missing = [k for k in fit_k if k not in run_ks]
             if missing:
                 raise click.ClickException(
@@ -346,7 +347,7 @@ def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tol
                     f"(runs at k = {', '.join(map(str, sorted(run_ks))) or 'none'})")
         try:
             advices = advise_sweep(doc, tolerance=tolerance, candidates=candidates, prior=cost, acceptance=acceptance,
-                                   fit_ks=fit_k, basis=basis, mix=mix_weights)
+                                   fit_ks=fit_k, basis=basis, mix=mix_weights, measured=ms)
         except KChoiceError as exc:
             raise click.ClickException(str(exc)) from None
         except SweepError:
@@ -498,7 +499,7 @@ def report(result_file: Path, output: Path | None, tolerance: float, candidates:
                                  "(give another --output)", param_hint="--output")
     check_writable(out, "--output")
     try:
-        text = render_report(doc, tolerance=tolerance, candidates=candidates, basis=basis, title=title)
+        text = render_report(doc, tolerance=tolerance, candidates=candidates, basis=basis, title=title, measured=usable)
     except KChoiceError as exc:
         raise click.ClickException(f"{result_file}: {exc}") from None
     except SweepError:
