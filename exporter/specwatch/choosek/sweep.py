@@ -15,8 +15,8 @@ Servers come from the embedded vLLM (:mod:`specwatch.localvllm.server`, the defa
 ``flock /tmp/specwatch-vllm.lock`` while it runs) or from a command template
 (``--server-command 'vllm serve MODEL --port {port} {spec_args}'``) for a GPU host.
 
-Results: one JSON document (``specwatch_sweep_format`` 1) rewritten atomically after every
-finished cell::
+Results: one JSON document (``specwatch_sweep_format`` 1; held and written as its typed record,
+:class:`specwatch.choosek.records.SweepResult`) rewritten atomically after every finished cell::
 
     {"specwatch_sweep_format": 1,
      "status": "running" | "complete" | "incomplete" | "interrupted" | "failed",

@@ -33,7 +33,12 @@ class RecordError(ValueError):
 
 
 class _Bad(Exception):
-    """Internal: what is wrong, relative to the document (turned into the record's error)."""
+    """Internal: what is wrong, relative to the document (turned into the record's error);
+    ``field``: (path, key) when the value under that key is of the wrong kind."""
+
+    def __init__(self, message: str, field: tuple[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def field_text(path: str, key: str) -> str:
@@ -68,7 +73,7 @@ class Kind:
         return v
 
     def bad(self, path: str, key: str, required: bool = False) -> _Bad:
-        return _Bad(f"{field_text(path, key)} is {'missing or ' if required else ''}not {self.what}")
+        return _Bad(f"{field_text(path, key)} is {'missing or ' if required else ''}not {self.what}", (path, key))
 
 
 class Str(Kind):
@@ -270,7 +275,7 @@ class JsonRecord:
             try:
                 values[name] = kind.read(v, path, key)
             except _Bad as exc:
-                if meta["required"] and not isinstance(kind, (Rec, ListOf)) and "out of range" not in str(exc):
+                if meta["required"] and exc.field == (path, key):  # say "missing or not …" as for a missing key
                     raise kind.bad(path, key, required=True) from None
                 raise
         extra = {k: v for k, v in data.items() if k not in known}
@@ -315,7 +320,7 @@ class JsonRecord:
 
 
 def record_field(**kw: Any) -> Any:
-    """The two bookkeeping fields every record declares last: ``extra`` and ``keys``."""
+    """The two bookkeeping fields every record declares: ``extra`` and ``keys``."""
     return dataclasses.field(**kw, compare=False, repr=False)
 
 
