@@ -58,7 +58,7 @@ class _Quiet(WSGIRequestHandler):
 
 def start_exporter(upstream: str):
     from specwatch.exporter.config import build_config
-    from specwatch.exporter.server import make_app, make_registry
+    from specwatch.exporter.app import make_app, make_registry
 
     cfg = build_config([f"spec={upstream}"], ["1m"])
     reg = make_registry(cfg)

@@ -192,7 +192,7 @@ def test_a_render_failure_is_answered_500_with_the_self_metrics(caplog):
     connection without an answer (curl: Empty reply). Now: HTTP 500 with the self-metrics, and a
     warning."""
     from specwatch.exporter.listener import Listener
-    from specwatch.exporter.server import make_app
+    from specwatch.exporter.app import make_app
 
     reg, coll = _bad_label_exporter()
     httpd = Listener("127.0.0.1", 0, make_app(coll.config, reg))

@@ -313,7 +313,7 @@ def test_landing_page_says_when_the_recommendation_is_withheld():
     from exporter_helpers import make_exporter
     from prometheus_client import generate_latest
 
-    from specwatch.exporter.server import make_app
+    from specwatch.exporter.app import make_app
 
     reg, _, _ = make_exporter({"spec": (PERREQ / "dynamic-c4.metrics.txt").read_text()})
 

@@ -27,7 +27,7 @@ from prometheus_client.exposition import ThreadingWSGIServer
 
 import realstack
 from exporter_helpers import FetchError, fixture, make_exporter, raw_samples, raw_value, real_fixtures
-from specwatch.exporter.server import make_app
+from specwatch.exporter.app import make_app
 from specwatch.top.cli import top
 from specwatch.top.model import build_view, parse_exposition
 from specwatch.top.render import MIN_WIDTH, engine_rows, pct, render_live, render_plain

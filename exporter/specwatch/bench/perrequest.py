@@ -45,6 +45,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
+from specwatch.specdecode.derive import expected_lengths
+
 #: Reasons a request contributes nothing to the exact curve, as counted per cell.
 PROBLEMS = {
     "missing": "successful request without metrics.speculative_decoding (server without per-request metrics)",
@@ -227,10 +229,7 @@ def exact_curve(reqs: Sequence[RequestSpecDecode]) -> dict[str, Any]:
             break
         prod *= c
         rates.append(prod)
-    exp, acc = {}, 1.0
-    for i, r in enumerate(rates, start=1):
-        acc += r
-        exp[str(i)] = acc
+    exp = {str(i): e for i, e in enumerate(expected_lengths(tuple(rates)), start=1)}
     return {"num_spec_tokens": max((r.k for r in reqs), default=0), "max_draft_length": k,
             "drafted_steps_per_position": drafted,
             "conditional_per_position_acceptance_rates": cond, "per_position_acceptance_rates": rates,

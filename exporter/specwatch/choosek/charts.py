@@ -16,14 +16,13 @@ from __future__ import annotations
 import base64
 import html
 import io
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jinja2
 import markupsafe
 
-from specwatch.choosek.model import Measurement
+from specwatch.choosek.model import Measurement, expected_length
 from specwatch.choosek.records import ServerStart
 
 BASELINE_COLOR = "black"
@@ -263,7 +262,7 @@ def expected_length_series(ms: Sequence[Measurement]) -> list[dict[str, Any]]:
         out.append({"workload": wl, "concurrency": c, "source_k": m.k, "basis": m.curve_basis, "lower_bound": lower,
                     "label": f"{wl} c={c}: " + ("lower bound from" if lower else "predicted from")
                              + f" k={m.k} ({CURVE_BASIS_LABELS.get(m.curve_basis, m.curve_basis)})",
-                    "ks": ks, "values": [1.0 + math.fsum(m.position_rates[:k]) for k in ks], "measured": meas})
+                    "ks": ks, "values": [expected_length(m.position_rates, k) for k in ks], "measured": meas})
     return out
 
 

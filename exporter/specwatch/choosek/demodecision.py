@@ -61,6 +61,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from specwatch.bench.records import BenchBatch, BenchCell, BenchResult
+from specwatch.specdecode.derive import expected_lengths
 from specwatch.specdecode.decision import CANNOT_TELL, TOLERANCE, Z95, Estimate, best_k, choose_k, combine_log_halfwidths
 
 #: Bases, strongest first, spelled as the exporter and :mod:`specwatch.specdecode.decision` do.
@@ -166,13 +167,12 @@ def _curve(spec: BenchCell) -> tuple[list[float], str]:
     exact = None if spec.per_request is None else spec.per_request.expected_lengths()
     if exact:
         return exact, "exact per-request"
-    out, acc = [], 1.0
+    rates = []
     for r in spec.per_position_acceptance_rates or ():
         if _num(r) is None:
             break
-        acc += float(r)
-        out.append(acc)
-    return out, f"counters ({spec.curve_basis or 'exact'})"
+        rates.append(float(r))
+    return list(expected_lengths(tuple(rates))), f"counters ({spec.curve_basis or 'exact'})"
 
 
 def fit_line(points: Sequence[tuple[float, float]]) -> dict[str, Any] | None:

@@ -86,6 +86,7 @@ from typing import Any
 from specwatch.choosek.measurement import KChoiceError, Measurement
 from specwatch.specdecode.cost import estimated_speedups, recommend_k
 from specwatch.specdecode.cost import CostModel
+from specwatch.specdecode.derive import expected_lengths
 
 __all__ = [
     "AccuracyCell",
@@ -153,7 +154,7 @@ def expected_length(rates: Sequence[float], k: int) -> float:
     """
     if k < 0 or k > len(rates):
         raise KChoiceError(f"k={k} outside 0..{len(rates)} (the curve has {len(rates)} positions)")
-    return 1.0 + math.fsum(rates[:k])
+    return expected_lengths(tuple(rates[:k]))[-1] if k else 1.0  # the one E(k): specdecode.derive
 
 
 # --------------------------------------------------------------------------------------------

@@ -504,14 +504,8 @@ class _CostInputs:
 
 
 def _step_of(wv: WindowValues) -> StepTimes | None:
-    s = wv.step
-    if s is None or s.request_steps is None:
-        return None
-    return StepTimes(step_duration_seconds=s.step_duration_seconds, running_requests_per_step=s.running_requests_per_step,
-                     request_decode_tokens_per_second=s.request_decode_tokens_per_second,
-                     engine_steps=s.engine_steps or 0.0, request_steps=s.request_steps, decode_tokens=s.decode_tokens,
-                     itl_seconds=s.itl_seconds, prefill_seconds=s.prefill_seconds, first_tokens=s.first_tokens,
-                     context_tokens=s.context_tokens)
+    """The window's :class:`StepTimes` (computed once, by :func:`specwatch.specdecode.steptime.step_times_of`)."""
+    return None if wv.step is None else wv.step.times
 
 
 def _add_profile(f: "_Families", profile: CostProfile | None) -> None:

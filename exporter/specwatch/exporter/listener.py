@@ -1,7 +1,7 @@
 """The exporter's own HTTP listener, hardened against floods and slow clients.
 
 A small HTTP/1.1 server (one request per connection, ``Connection: close``) that runs a WSGI app
-(:func:`specwatch.exporter.server.make_app`). Limits, all enforced by the clock or by counters:
+(:func:`specwatch.exporter.app.make_app`). Limits, all enforced by the clock or by counters:
 
 - at most ``max_connections`` connections still *sending their request head* (line and headers;
   one thread each). A new connection beyond that evicts the one that has waited longest for its

@@ -55,10 +55,10 @@ from __future__ import annotations
 import bisect
 from array import array
 from collections import OrderedDict, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from specwatch.exporter.fetching import FetchError
-from specwatch.specdecode.steptime import context_tokens
+from specwatch.specdecode.steptime import StepTimes, step_times_of
 from specwatch.specdecode.metrics import SglangCounters, SpecDecodeCounters, UpstreamSnapshot
 
 Key = tuple[str, str]  # (model_name, engine)
@@ -80,39 +80,35 @@ class TooManySeries(FetchError):
         super().__init__("too_many_series", message)
 
 
+#: The :class:`~specwatch.specdecode.steptime.StepTimes` fields a :class:`StepValues` reads through.
+_STEP_TIME_FIELDS = frozenset(f.name for f in fields(StepTimes))
+
+
 @dataclass(frozen=True)
 class StepValues:
     """Live engine-step values of one (upstream, model_name, engine) over one window (vLLM V1
-    histograms; each ``None`` when its denominator is zero or its families are absent):
+    histograms; each ``None`` when its denominator is zero or its families are absent).
 
-    - ``step_duration_seconds`` = Δ ``vllm:inter_token_latency_seconds_sum`` / Δ ``…_count``:
-      mean engine-step time a running request sees (drafting, verify, sampling, scheduling);
+    ``times``: the :class:`~specwatch.specdecode.steptime.StepTimes` of the window's counter
+    increases, computed by :func:`specwatch.specdecode.steptime.step_times_of` (the one
+    implementation of the step-time formulas: step duration = Δ ITL sum / Δ ITL count, b = Δ ITL
+    count / Δ iteration count, decode speed, request-steps, context per request, …); None without
+    an ITL count. Its fields read through (``values.step_duration_seconds`` is
+    ``values.times.step_duration_seconds``, None without ``times``). Two values only a window has:
+
     - ``engine_steps_per_second`` = Δ ``vllm:iteration_tokens_total_count`` / Δt (exporter clock);
-    - ``running_requests`` = mean of ``vllm:num_requests_running`` over the window's fetches;
-    - ``request_decode_tokens_per_second`` = Δ(``vllm:generation_tokens_total`` −
-      ``vllm:time_to_first_token_seconds_count``) / Δ ITL sum: output tokens per second a running
-      request gets after its first token (steps that drafted nothing included);
-    - ``running_requests_per_step`` = Δ ITL count / Δ iteration count: the batch b a decode step
-      served, step-weighted (idle time does not dilute it); the b at which cost profiles are read;
-    - ``request_steps`` = Δ ITL count (request-steps; the denominator of the draft share);
-    - ``engine_steps`` = Δ iteration count; ``decode_tokens`` = Δ(generation − first tokens);
-      ``itl_seconds`` = Δ ITL sum; ``prefill_seconds`` = Δ ``vllm:time_to_first_token_seconds_sum``;
-      ``first_tokens`` = Δ TTFT count; ``context_tokens`` (see
-      :func:`specwatch.specdecode.steptime.context_tokens`): the inputs of the speedup model.
+    - ``running_requests`` = mean of ``vllm:num_requests_running`` over the window's fetches.
     """
 
-    step_duration_seconds: float | None = None
+    times: StepTimes | None = None
     engine_steps_per_second: float | None = None
     running_requests: float | None = None
-    request_decode_tokens_per_second: float | None = None
-    running_requests_per_step: float | None = None
-    request_steps: float | None = None
-    engine_steps: float | None = None
-    decode_tokens: float | None = None
-    itl_seconds: float | None = None
-    prefill_seconds: float | None = None
-    first_tokens: float | None = None
-    context_tokens: float | None = None
+
+    def __getattr__(self, name: str):
+        if name in _STEP_TIME_FIELDS:
+            times = self.__dict__.get("times")
+            return None if times is None else getattr(times, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -406,22 +402,14 @@ class WindowEngine:
             )
         step = None
         if steps:
-            itl_sum, itl_count, ttft, gen = d("itl_sum"), d("itl_count"), d("ttft_count"), d("gen")
             iters = d("iter_count")
-            decode = None if gen is None or ttft is None else gen - ttft
             step = StepValues(
-                step_duration_seconds=_ratio(itl_sum, itl_count),
+                times=step_times_of(itl_sum=d("itl_sum"), itl_count=d("itl_count"), iteration_count=iters,
+                                    ttft_count=d("ttft_count"), generation_tokens=d("gen"), ttft_sum=d("ttft_sum"),
+                                    prompt_tokens_sum=d("prompt_sum"), prompt_requests=d("prompt_n"),
+                                    output_tokens_sum=d("out_sum"), output_requests=d("out_n")),
                 engine_steps_per_second=_ratio(iters, span),
                 running_requests=_ratio(d("running_sum"), fetches_d),
-                request_decode_tokens_per_second=_ratio(decode, itl_sum),
-                running_requests_per_step=_ratio(itl_count, iters),
-                request_steps=itl_count,
-                engine_steps=iters,
-                decode_tokens=decode,
-                itl_seconds=itl_sum,
-                prefill_seconds=d("ttft_sum"),
-                first_tokens=ttft,
-                context_tokens=context_tokens(d("prompt_sum"), d("prompt_n"), d("out_sum"), d("out_n")),
             )
         sgl = None
         if sglang:

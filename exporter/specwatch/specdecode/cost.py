@@ -20,8 +20,9 @@ import math
 from dataclasses import dataclass
 from typing import Protocol
 
-from specwatch.specdecode.costprofile import DEFAULT_COST_PER_DRAFT_TOKEN, DEFAULT_COST_PER_DRAFT_TOKEN_PER_RUNNING_REQUEST
-from specwatch.specdecode.decision import TOLERANCE, best_k
+from specwatch.specdecode.costprofile import (DEFAULT_COST_PER_DRAFT_TOKEN, DEFAULT_COST_PER_DRAFT_TOKEN_PER_RUNNING_REQUEST,
+                                             guess_cost_ratio)
+from specwatch.specdecode.decision import TOLERANCE, best_of
 from specwatch.specdecode.derive import expected_lengths
 
 DEFAULT_STEP_COST_PER_DRAFT_TOKEN = DEFAULT_COST_PER_DRAFT_TOKEN
@@ -80,10 +81,8 @@ def step_cost_factor(k: float, running_requests: float, cfg: CostCoefficients | 
     for name, value in (("k", k), ("running_requests", running_requests)):
         if not math.isfinite(value) or value < 0:
             raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return 1.0 + k * (
-        cfg.step_cost_per_draft_token
-        + cfg.step_cost_per_draft_token_per_running_request * running_requests
-    )
+    return guess_cost_ratio(k, running_requests, cfg.step_cost_per_draft_token,
+                            cfg.step_cost_per_draft_token_per_running_request)
 
 
 def estimated_speedup(
@@ -126,11 +125,6 @@ def recommend_k(speedups: dict[int, float], tolerance: float = TOLERANCE) -> int
     """The k with the highest estimated speedup, preferring the smallest k within ``tolerance``
     (relative) of the best, so noise does not buy extra draft tokens; 0 means speculation off.
     Only the k in ``speedups`` compete (pass ``0: 1.0`` for "off", as :func:`estimated_speedups`
-    does); with k = 0 among them this is :func:`specwatch.specdecode.decision.best_k`.
+    does): :func:`specwatch.specdecode.decision.best_of`, the one tie rule.
     Raises ValueError when ``speedups`` is empty."""
-    if not speedups:
-        raise ValueError("no speedups to choose from")
-    if 0 in speedups:
-        return best_k(speedups, tolerance)
-    best = max(speedups.values())
-    return min(k for k, v in speedups.items() if v >= best * (1.0 - tolerance))
+    return best_of(speedups, tolerance)

@@ -395,13 +395,21 @@ class CostProfile:
         return yaml.safe_dump(self.to_dict(), sort_keys=False, allow_unicode=True, width=110)
 
 
+def guess_cost_ratio(k: float, b: float, per_draft_token: float, per_draft_token_per_running_request: float) -> float:
+    """The one formula of the coefficient guess c(k, b) = 1 + k (a + s b) (a = ``per_draft_token``,
+    s = ``per_draft_token_per_running_request``), used by :func:`default_step_cost_ratio` (the
+    built-in coefficients) and by :func:`specwatch.specdecode.cost.step_cost_factor` (fitted ones).
+    Callers validate their inputs."""
+    return 1.0 + k * (per_draft_token + per_draft_token_per_running_request * b)
+
+
 def default_step_cost_ratio(k: float, b: float) -> float:
     """The built-in guess c(k, b) = 1 + k (0.05 + 0.02 b) (basis :data:`DEFAULT`), for when no
     profile is configured. Raises ValueError for negative or non-finite k or b."""
     for name, v in (("k", k), ("running_requests", b)):
         if not math.isfinite(v) or v < 0:
             raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
-    return 1.0 + k * (DEFAULT_COST_PER_DRAFT_TOKEN + DEFAULT_COST_PER_DRAFT_TOKEN_PER_RUNNING_REQUEST * b)
+    return guess_cost_ratio(k, b, DEFAULT_COST_PER_DRAFT_TOKEN, DEFAULT_COST_PER_DRAFT_TOKEN_PER_RUNNING_REQUEST)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -95,17 +95,25 @@ def combine_log_halfwidths(parts: Sequence[float]) -> float:
     return math.sqrt(sum(h * h for h in parts))
 
 
-def best_k(values: Mapping[int, float], tolerance: float = TOLERANCE) -> int:
-    """The k with the highest value, k = 0 (off, exactly 1) included, the smallest k within
-    ``tolerance`` (relative) of the best winning. Raises ValueError when ``values`` is empty or a
-    tolerance is outside [0, 1)."""
+def best_of(values: Mapping[int, float], tolerance: float = TOLERANCE) -> int:
+    """The k with the highest value among ``values`` only (no implicit "off"), the smallest k
+    within ``tolerance`` (relative) of the best winning: the one tie rule of every k choice.
+    Raises ValueError when ``values`` is empty or a tolerance is outside [0, 1)."""
     if not values:
         raise ValueError("no speedups to choose from")
     if not 0.0 <= tolerance < 1.0:
         raise ValueError(f"tolerance must be in [0, 1), got {tolerance!r}")
-    cands = {0: 1.0, **dict(values)}
-    top = max(cands.values())
-    return min(k for k, v in cands.items() if v >= top * (1.0 - tolerance))
+    top = max(values.values())
+    return min(k for k, v in values.items() if v >= top * (1.0 - tolerance))
+
+
+def best_k(values: Mapping[int, float], tolerance: float = TOLERANCE) -> int:
+    """The k with the highest value, k = 0 (off, exactly 1) included, the smallest k within
+    ``tolerance`` (relative) of the best winning (:func:`best_of` over ``{0: 1.0, **values}``).
+    Raises ValueError when ``values`` is empty or a tolerance is outside [0, 1)."""
+    if not values:
+        raise ValueError("no speedups to choose from")
+    return best_of({0: 1.0, **dict(values)}, tolerance)
 
 
 @dataclass(frozen=True)
@@ -141,4 +149,4 @@ def choose_k(estimates: Mapping[int, Estimate], *, weakest: str, tolerance: floa
 
 
 __all__ = ["CANNOT_TELL", "Choice", "Estimate", "LOSES", "PAYS", "REASON_UNCERTAIN", "TOLERANCE", "VERDICTS", "Z95",
-           "best_k", "choose_k", "combine_log_halfwidths", "verdict"]
+           "best_k", "best_of", "choose_k", "combine_log_halfwidths", "verdict"]

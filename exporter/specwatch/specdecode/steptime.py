@@ -111,19 +111,43 @@ class StepTimes:
 def step_times(delta: StepCounters) -> StepTimes:
     """:class:`StepTimes` from a complete counter increase (:func:`minus`, or :func:`sum_step_counters`
     of increases)."""
+    times = step_times_of(itl_sum=delta.itl_sum, itl_count=delta.itl_count, iteration_count=delta.iteration_count,
+                          ttft_count=delta.ttft_count, generation_tokens=delta.generation_tokens,
+                          ttft_sum=delta.ttft_sum, prompt_tokens_sum=delta.prompt_tokens_sum,
+                          prompt_requests=delta.prompt_requests, output_tokens_sum=delta.output_tokens_sum,
+                          output_requests=delta.output_requests)
+    assert times is not None  # a complete increase has an ITL count
+    return times
+
+
+def step_times_of(*, itl_sum: float | None, itl_count: float | None, iteration_count: float | None,
+                  ttft_count: float | None, generation_tokens: float | None, ttft_sum: float | None = None,
+                  prompt_tokens_sum: float | None = None, prompt_requests: float | None = None,
+                  output_tokens_sum: float | None = None, output_requests: float | None = None) -> StepTimes | None:
+    """The one implementation of the step-time formulas (module doc) over counter increases Δ, any
+    of which may be None (a family the upstream does not export: that value is None). Used by
+    :func:`step_times` (complete increases: bench, sweep, calibrate) and by the exporter's windows
+    (:mod:`specwatch.exporter.windows`). None when there is no Δ ITL count (no request-steps to
+    divide by); ``engine_steps`` is 0 when the iteration histogram is absent."""
+    if itl_count is None:
+        return None
+    decode = None if generation_tokens is None or ttft_count is None else generation_tokens - ttft_count
     return StepTimes(
-        step_duration_seconds=_ratio(delta.itl_sum, delta.itl_count),
-        running_requests_per_step=_ratio(delta.itl_count, delta.iteration_count),
-        request_decode_tokens_per_second=_ratio(delta.generation_tokens - delta.ttft_count, delta.itl_sum),
-        engine_steps=delta.iteration_count,
-        request_steps=delta.itl_count,
-        decode_tokens=delta.generation_tokens - delta.ttft_count,
-        itl_seconds=delta.itl_sum,
-        prefill_seconds=delta.ttft_sum,
-        first_tokens=delta.ttft_count,
-        context_tokens=context_tokens(delta.prompt_tokens_sum, delta.prompt_requests, delta.output_tokens_sum,
-                                      delta.output_requests),
+        step_duration_seconds=_ratio_or_none(itl_sum, itl_count),
+        running_requests_per_step=_ratio_or_none(itl_count, iteration_count),
+        request_decode_tokens_per_second=_ratio_or_none(decode, itl_sum),
+        engine_steps=iteration_count if iteration_count is not None else 0.0,
+        request_steps=itl_count,
+        decode_tokens=decode,
+        itl_seconds=itl_sum,
+        prefill_seconds=ttft_sum,
+        first_tokens=ttft_count,
+        context_tokens=context_tokens(prompt_tokens_sum, prompt_requests, output_tokens_sum, output_requests),
     )
+
+
+def _ratio_or_none(num: float | None, den: float | None) -> float | None:
+    return None if num is None or den is None else _ratio(num, den)
 
 
 def context_tokens(prompt_sum: float | None, prompt_n: float | None, output_sum: float | None,
