@@ -36,6 +36,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from specwatch.bench.records import BenchResult
 from specwatch.common.processes import free_port, wait_http
 
 PY = sys.executable
@@ -121,9 +122,9 @@ def run_ours(url: str, dataset: Path, out: Path, conc: int, n: int, out_len: int
     r = subprocess.run([PY, *args], capture_output=True, text=True, preexec_fn=_client_preexec)
     if r.returncode != 0:
         raise RuntimeError(f"specwatch bench failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
-    b = json.loads(out.read_text())["batches"][0]
-    return {"request_throughput": b["request_throughput"], "output_throughput": b["output_throughput"],
-            "completed": b["completed"], "failed": b["failed"], "duration": b["duration"]}
+    b = BenchResult.load(out).batches[0]
+    return {"request_throughput": b.request_throughput, "output_throughput": b.output_throughput,
+            "completed": b.completed, "failed": b.failed, "duration": b.duration}
 
 
 def rounds(url: str, tok: Path | None, dataset: Path, a: argparse.Namespace, model: str) -> tuple[list, list]:

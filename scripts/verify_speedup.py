@@ -46,7 +46,6 @@ the vLLM lock).
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import shutil
 import subprocess
@@ -60,6 +59,7 @@ from typing import Any
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from specwatch.bench.records import BenchResult
 from specwatch.choosek.resultfile import SweepError
 from specwatch.choosek.sweep import ServerConfig, build_configs, render_command, start_server, uses_speculation
 from specwatch.common.files import atomic_write_json
@@ -112,10 +112,10 @@ def bench(base_url: str, workload: str, conc: int, args, warmup: bool, result_di
         return None
     new = [p for p in result_dir.glob("*.json") if p not in before] or list(result_dir.glob("*.json"))
     newest = max(new, key=lambda p: p.stat().st_mtime)
-    doc = json.loads(newest.read_text())
-    for c in doc.get("summary") or []:
-        if c.get("workload") == workload and int(c.get("max_concurrency", 0)) == conc:
-            return float(c["output_throughput"])
+    doc = BenchResult.load(newest)
+    for c in doc.cells:
+        if c.workload == workload and c.max_concurrency == conc and c.output_throughput is not None:
+            return float(c.output_throughput)
     raise RuntimeError(f"no cell in {newest}")
 
 

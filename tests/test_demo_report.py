@@ -152,8 +152,8 @@ def test_report_of_a_real_demo_result(demo_dir):
     assert f"mean acceptance length {curve['mean_acceptance_length']:.2f}" in html
     # one measurement per (role, workload, concurrency) cell of the bench files
     ms = demo_measurements(summary, benches)
-    assert {(m.config, m.workload) for m in ms} == {(role, rec["workload"]) for role, doc in benches.items()
-                                                  for rec in doc["summary"]}
+    assert {(m.config, m.workload) for m in ms} == {(role, rec.workload) for role, doc in benches.items()
+                                                  for rec in doc.cells}
 
 
 def test_equivalence_section_says_it_is_measured_and_shows_the_first_differing_token(demo_dir):

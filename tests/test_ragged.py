@@ -404,8 +404,8 @@ def test_report_section_shows_counter_and_exact_curves_side_by_side():
                "spec_decode_per_request": perrequest.summarize(*perrequest.collect(items))}
     old = {"spec_decode_per_position_acceptance_rates": [0.9, 0.8], "spec_decode_curve_basis": "exact",
            "spec_decode_per_request": perrequest.summarize(*perrequest.collect([(None, {"index": 0})]))}
-    doc = {"cells": [{"config": "dyn", "workload": "copy", "max_concurrency": 4, "summary": summary},
-                     {"config": "old", "workload": "copy", "max_concurrency": 4, "summary": old}]}
+    doc = {"cells": [{"config": "dyn", "k": 3, "workload": "copy", "max_concurrency": 4, "summary": summary},
+                     {"config": "old", "k": 3, "workload": "copy", "max_concurrency": 4, "summary": old}]}
     page = exactcurves.render_html(doc)
     assert "1.00 / 0.00 / 0.00" in page and "lower_bound" in page  # counters, ragged
     assert "1.00 / 1.00 / 1.00" in page and "E(3)=4.00" in page    # exact per request
@@ -579,7 +579,7 @@ def test_report_section_shows_conditional_rates_sample_sizes_and_readable_proble
     pr = perrequest.summarize(*perrequest.collect(items))
     clean = perrequest.summarize(*perrequest.collect(_real("dynamic-c4")[1]))
     trunc = perrequest.summarize(*perrequest.collect([(p, {**c, "success": False}) for p, c in _real("dynamic-c4")[1]]))
-    doc = {"cells": [{"config": "dyn", "workload": "copy", "max_concurrency": 4,
+    doc = {"cells": [{"config": "dyn", "k": 3, "workload": "copy", "max_concurrency": 4,
                       "summary": {"spec_decode_per_position_acceptance_rates": [1.0, 0.005, 0.005],
                                   "spec_decode_curve_basis": "lower_bound", "spec_decode_per_request": s}}
                      for s in (pr, clean, trunc)]}

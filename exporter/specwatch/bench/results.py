@@ -40,6 +40,7 @@ from typing import Any, Iterable, Sequence
 from rich.table import Table
 
 from specwatch.bench import perrequest
+from specwatch.bench.records import BenchCell
 from specwatch.common.files import atomic_write_text
 from specwatch.specdecode.derive import derive, sum_counters
 from specwatch.specdecode.metrics import SpecDecodeCounters, StepCounters
@@ -442,6 +443,10 @@ class ResultWriter:
 # Console.
 
 
+def _percent(rate: float | None) -> float | None:
+    return None if rate is None else rate * 100
+
+
 def _fmt(v: float | None, spec: str = ".1f", suffix: str = "") -> str:
     return "–" if v is None else f"{v:{spec}}{suffix}"
 
@@ -461,14 +466,14 @@ def render_tables(batches: Sequence[BatchResult], equivalence: dict[str, Any] | 
     for col in ("role", "workload", "concurrency", "batches", "ok/failed", "tok/s",
                 "TTFT med ms", "TPOT med ms", "ITL p99 ms", "E2E p90 s", "acceptance", "acc. length"):
         t.add_column(col, justify="left" if col in ("role", "workload") else "right")
-    for c in cells:
-        r = c.record()
+    records = [BenchCell.from_json(c.record()) for c in cells]
+    for c, r in zip(cells, records, strict=True):
         t.add_row(
-            c.role, c.workload, str(c.max_concurrency), str(r["num_batches"]),
-            f"{r['completed']}/{r['failed']}", _fmt(r["output_throughput"]),
-            _fmt(r["median_ttft_ms"]), _fmt(r["median_tpot_ms"], ".2f"), _fmt(r["p99_itl_ms"]),
-            _fmt(None if r["p90_e2el_ms"] is None else r["p90_e2el_ms"] / 1000, ".2f"),
-            _fmt(r["spec_decode_acceptance_rate"], ".1f", " %"), _fmt(r["spec_decode_acceptance_length"], ".2f"),
+            c.role, c.workload, str(c.max_concurrency), str(r.num_batches),
+            f"{r.completed}/{r.failed}", _fmt(r.output_throughput),
+            _fmt(r.median_ttft_ms), _fmt(r.median_tpot_ms, ".2f"), _fmt(r.p99_itl_ms),
+            _fmt(None if r.p90_e2el_ms is None else r.p90_e2el_ms / 1000, ".2f"),
+            _fmt(_percent(r.acceptance_rate), ".1f", " %"), _fmt(r.acceptance_length, ".2f"),
         )
     tables.append(t)
     rows = compare(cells)
@@ -483,25 +488,24 @@ def render_tables(batches: Sequence[BatchResult], equivalence: dict[str, Any] | 
                        _fmt(r["spec_decode_acceptance_length"], ".2f"))
         tables.append(ct)
     exact_rows = []
-    for c in cells:
-        r = c.record()
-        pr = r.get("spec_decode_per_request")
-        if r.get("spec_decode_per_position_acceptance_rates") is None and not pr:
+    for c, r in zip(cells, records, strict=True):
+        pr = r.per_request
+        if r.per_position_acceptance_rates is None and pr is None:
             continue
         curve = lambda v: "–" if not v else " / ".join("–" if x is None else f"{x:.2f}" for x in v)
-        if pr and pr.get("status") in ("measured", "partial"):
-            ra = pr.get("request_acceptance") or {}
-            exact = curve(pr.get("per_position_acceptance_rates"))
+        if pr is not None and pr.has_exact_curve:
+            ra = pr.request_acceptance or {}
+            exact = curve(pr.per_position_acceptance_rates)
             dist = " / ".join(f"{ra[p]:.2f}" for p in ("p5", "p50", "p95")) if ra else "–"
-            outs = pr.get("outliers") or []
-            extra = (f"{pr.get('num_outliers', 0)} outliers" + (": " + "; ".join(perrequest.format_outlier(o) for o in outs[:3])
-                                                               if outs else "")
-                     + f"; problems: {perrequest.format_problems(pr.get('problems'))}")
+            outs = pr.outliers or ()
+            extra = (f"{pr.num_outliers or 0} outliers" + (": " + "; ".join(perrequest.format_outlier(o) for o in outs[:3])
+                                                          if outs else "")
+                     + f"; problems: {perrequest.format_problems(pr.problems)}")
         else:
-            exact, dist = _NO_EXACT.get(pr.get("status") if pr else None, "not returned by the server"), "–"
-            extra = f"problems: {perrequest.format_problems(pr.get('problems'))}" if pr else ""
-        exact_rows.append((c.role, c.workload, str(c.max_concurrency), curve(r.get("spec_decode_per_position_acceptance_rates")),
-                           str(r.get("spec_decode_curve_basis") or "–"), exact, dist, extra))
+            exact, dist = _NO_EXACT.get(None if pr is None else pr.status, "not returned by the server"), "–"
+            extra = f"problems: {perrequest.format_problems(pr.problems)}" if pr is not None else ""
+        exact_rows.append((c.role, c.workload, str(c.max_concurrency), curve(r.per_position_acceptance_rates),
+                           str(r.curve_basis or "–"), exact, dist, extra))
     if exact_rows:
         xt = Table(title="per-position acceptance: counters vs exact per-request (vLLM --per-request-spec-decode-metrics detailed)")
         for col in ("role", "workload", "concurrency", "counters", "basis", "exact (drafted positions)",

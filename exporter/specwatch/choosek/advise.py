@@ -22,6 +22,7 @@ import json
 import math
 import sys
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import click
@@ -32,7 +33,8 @@ from rich.table import Table
 
 from specwatch.choosek import model as kchoice
 from specwatch.choosek.model import DEFAULT_TOLERANCE, Advice, KChoiceError, speculative_config_advice
-from specwatch.choosek.resultfile import cell_problem, measurements
+from specwatch.choosek.records import SweepResult
+from specwatch.choosek.resultfile import measurements
 from specwatch.specdecode.cost import CostModel
 from specwatch.specdecode.costprofile import CostProfile
 from specwatch.specdecode.speedup import LiveCost, choose, speedups
@@ -46,19 +48,20 @@ DEFAULT_LIVE_CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64)
 # --------------------------------------------------------------------------------------------
 
 
-def expected_rows(doc: dict[str, Any], family: str, ms) -> dict[tuple[str, int], str]:
+def expected_rows(doc: SweepResult | Mapping[str, Any], family: str, ms) -> dict[tuple[str, int], str]:
     """Every (workload, concurrency) a family's advice must have a row for — each cell the sweep
     measured for the family or for the baseline, finished or not — with the reason to show when it
-    cannot be scored: the family's cells there failed (:func:`specwatch.choosek.resultfile.cell_problem`),
+    cannot be scored: the family's cells there failed (:meth:`specwatch.choosek.records.SweepCell.problem`),
     only ran a dynamic table, or the family was not measured there."""
-    fam_cells = [c for c in doc.get("cells", []) if c.get("k", 0) > 0 and c.get("family", "") == family]
-    base_cells = [c for c in doc.get("cells", []) if c.get("k") == 0]
+    rec = SweepResult.coerce(doc)
+    fam_cells = [c for c in rec.cells if c.k > 0 and (c.family or "") == family]
+    base_cells = [c for c in rec.cells if c.k == 0]
     out: dict[tuple[str, int], str] = {}
     name = _family_name(family)
     for c in fam_cells + base_cells:
-        key = (c["workload"], int(c["max_concurrency"]))
-        here = [x for x in fam_cells if (x["workload"], int(x["max_concurrency"])) == key]
-        problems = [f"{x['config']}: {cell_problem(x)}" for x in here if cell_problem(x)]
+        key = (c.workload, int(c.max_concurrency))
+        here = [x for x in fam_cells if (x.workload, int(x.max_concurrency)) == key]
+        problems = [f"{x.config}: {x.problem()}" for x in here if x.problem()]
         runs = [m for m in ms if (m.workload, m.concurrency) == key and m.k > 0]
         if problems and not runs:
             out[key] = "not scored: " + "; ".join(problems) + " (resume the sweep to measure it again)"
@@ -79,15 +82,18 @@ def _family_name(family: str) -> str:
     return str(d.get("method") or ("draft model" if d.get("model") else "speculative")) if isinstance(d, dict) else family
 
 
-def advise_sweep(doc: dict[str, Any], *, tolerance: float = DEFAULT_TOLERANCE, candidates: str = "measured",
+def advise_sweep(doc: SweepResult | Mapping[str, Any], *, tolerance: float = DEFAULT_TOLERANCE, candidates: str = "measured",
                  prior: CostModel | None = None, fit_ks=None, acceptance: str = "measured",
-                 basis: str = "measured", mix: dict[str, float] | None = None) -> list[Advice]:
-    """One :class:`specwatch.choosek.model.Advice` per speculative family of a sweep result document,
-    each with the baseline runs and a row for every (workload, concurrency) measured for it or the
-    baseline (:func:`expected_rows`); ``mix``: workload → share of the work for "all workloads"
-    (:func:`specwatch.choosek.model.recommend`). Raises KChoiceError if the sweep has no usable
-    speculative run."""
-    ms = measurements(doc)
+                 basis: str = "measured", mix: dict[str, float] | None = None,
+                 measured: Sequence[kchoice.Measurement] | None = None) -> list[Advice]:
+    """One :class:`specwatch.choosek.model.Advice` per speculative family of a sweep result (its
+    record, or a parsed document), each with the baseline runs and a row for every (workload,
+    concurrency) measured for it or the baseline (:func:`expected_rows`); ``mix``: workload → share
+    of the work for "all workloads" (:func:`specwatch.choosek.model.recommend`); ``measured``: the
+    sweep's :func:`specwatch.choosek.resultfile.measurements` when the caller has them already.
+    Raises KChoiceError if the sweep has no usable speculative run."""
+    rec = SweepResult.coerce(doc)
+    ms = list(measurements(rec) if measured is None else measured)
     base = [m for m in ms if m.k == 0]
     fams: dict[str, list] = defaultdict(list)
     for m in ms:
@@ -95,19 +101,20 @@ def advise_sweep(doc: dict[str, Any], *, tolerance: float = DEFAULT_TOLERANCE, c
             fams[m.family].append(m)
     if not fams:
         raise KChoiceError("the sweep has no finished speculative cell yet")
-    configs = {c["name"]: c for c in doc.get("configs", [])}
+    configs = rec.configs_by_name()
     out = []
     for fam, spec in fams.items():
         base_cfg = None
         for m in spec:
-            sc = (configs.get(m.config) or {}).get("speculative_config")
+            cfg = configs.get(m.config)
+            sc = cfg.speculative_config if cfg is not None else None
             if sc:
                 base_cfg = {k: v for k, v in sc.items() if k != "num_speculative_tokens"}
                 break
         try:
             out.append(kchoice.advise(base + spec, tolerance=tolerance, prior=prior, candidates=candidates,
                                       base_config=base_cfg, family=fam, fit_ks=fit_ks, acceptance=acceptance,
-                                      basis=basis, mix=mix, expected=expected_rows(doc, fam, spec)))
+                                      basis=basis, mix=mix, expected=expected_rows(rec, fam, spec)))
         except KChoiceError as exc:
             if len(fams) == 1:
                 raise

@@ -37,7 +37,8 @@ from typing import Any
 
 import requests
 
-from specwatch.choosek.resultfile import cell_problem, measurements
+from specwatch.choosek.records import SweepCell, SweepResult
+from specwatch.choosek.resultfile import measurements
 from specwatch.specdecode.costprofile import (
     CostProfile,
     CostProfileError,
@@ -80,33 +81,36 @@ def method_of(spec: Mapping[str, Any] | None) -> tuple[str, str | None]:
 SPREAD_FLOOR = 0.03
 
 
-def _cell_fields(cell: Mapping[str, Any]) -> dict[str, Any] | None:
+def _cell_fields(cell: SweepCell) -> dict[str, Any] | None:
     """The per-cell inputs of a format-2 point, from a sweep cell's summary and batches: b, step
     seconds, context per running request, drafted tokens per request-step, mean TTFT and the
     measured batches' step times (server histograms). None when the cell has no server step time."""
-    s = cell.get("summary") or {}
-    step_ms, b = s.get("server_step_duration_ms"), s.get("server_running_requests")
-    if not step_ms or not b or cell_problem(cell):
+    s = cell.summary
+    if s is None:
         return None
-    done = s.get("completed") or 0
+    step_ms, b = s.server_step_duration_ms, s.server_running_requests
+    if not step_ms or not b or cell.problem():
+        return None
+    done = s.completed or 0
     ctx = None
-    if done and s.get("total_input_tokens") is not None and s.get("total_output_tokens") is not None:
-        ctx = (s["total_input_tokens"] + s["total_output_tokens"] / 2.0) / done
-    steps = s.get("server_request_steps")
+    if done and s.total_input_tokens is not None and s.total_output_tokens is not None:
+        ctx = (s.total_input_tokens + s.total_output_tokens / 2.0) / done
+    steps = s.server_request_steps
     x = None
-    if int(cell.get("k") or 0) > 0 and steps and s.get("spec_decode_draft_tokens") is not None:
-        x = s["spec_decode_draft_tokens"] / steps
-    batches = [bt.get("server_step_duration_ms") for bt in cell.get("batches") or ()
-               if not bt.get("warmup") and bt.get("server_step_duration_ms")]
-    return {"b": float(b), "t": step_ms / 1000.0, "ctx": ctx, "x": x, "ttft": s.get("mean_ttft_ms"),
-            "batches": [v / 1000.0 for v in batches], "workload": str(cell.get("workload"))}
+    if int(cell.k or 0) > 0 and steps and s.draft_tokens is not None:
+        x = s.draft_tokens / steps
+    batches = [bt.server_step_duration_ms for bt in cell.batches or ()
+               if not bt.warmup and bt.server_step_duration_ms]
+    return {"b": float(b), "t": step_ms / 1000.0, "ctx": ctx, "x": x, "ttft": s.mean_ttft_ms,
+            "batches": [v / 1000.0 for v in batches], "workload": str(cell.workload)}
 
 
 def _rel_sd(values: Sequence[float]) -> float | None:
     return statistics.stdev(values) / statistics.fmean(values) if len(values) >= 2 else None
 
 
-def profile_from_sweep(doc: Mapping[str, Any], *, name: str, source_path: str, provenance: Mapping[str, Any] | None = None) -> CostProfile:
+def profile_from_sweep(doc: SweepResult | Mapping[str, Any], *, name: str, source_path: str,
+                       provenance: Mapping[str, Any] | None = None) -> CostProfile:
     """A format-2 cost profile from a sweep result document (see the module doc): one plain point
     per baseline cell (workload × concurrency: b, context, t0) and one speculative point per
     speculative cell with its relative cost c = t / t0 against the baseline cell of the same
@@ -115,9 +119,10 @@ def profile_from_sweep(doc: Mapping[str, Any], *, name: str, source_path: str, p
     of their baselines (at least :data:`SPREAD_FLOOR`).
 
     Raises CalibrationError when the sweep has no finished baseline cell or no step times."""
-    ms = measurements(doc)  # validates the document's shape
-    cells = [c for c in doc.get("cells", []) if isinstance(c, Mapping)]
-    base_cells = {(c.get("workload"), c.get("max_concurrency")): c for c in cells if int(c.get("k") or 0) == 0}
+    rec = SweepResult.coerce(doc)
+    ms = measurements(rec)
+    cells = rec.cells
+    base_cells = {(c.workload, c.max_concurrency): c for c in cells if c.k == 0}
     if not base_cells:
         raise CalibrationError(f"{source_path}: no finished baseline (k = 0) cell: the plain step time t0(b) needs "
                                "a sweep with --baseline")
@@ -128,19 +133,19 @@ def profile_from_sweep(doc: Mapping[str, Any], *, name: str, source_path: str, p
     plain = [StepPoint(f["b"], f["t"], f["ctx"], workload=f["workload"]) for f in base.values()]
     plain_sds = [sd for f in base.values() if (sd := _rel_sd(f["batches"])) is not None]
     plain_spread = max(SPREAD_FLOOR, math.sqrt(statistics.fmean(v * v for v in plain_sds))) if plain_sds else None
-    configs = {c["name"]: c for c in doc.get("configs", [])}
+    configs = rec.configs_by_name()
     curves = []
-    for cfg_name in dict.fromkeys(c.get("config") for c in cells if int(c.get("k") or 0) > 0):
+    for cfg_name in dict.fromkeys(c.config for c in cells if c.k > 0):
         pts, sds = [], []
         k = None
         for c in cells:
-            if c.get("config") != cfg_name:
+            if c.config != cfg_name:
                 continue
             f = _cell_fields(c)
-            fb = base.get((c.get("workload"), c.get("max_concurrency")))
+            fb = base.get((c.workload, c.max_concurrency))
             if f is None or fb is None:
                 continue
-            k = int(c["k"])
+            k = int(c.k)
             prefill = f["ttft"] / fb["ttft"] if f["ttft"] and fb["ttft"] else None
             pts.append(StepPoint(f["b"], f["t"], f["ctx"], f["x"] if f["x"] is not None else float(k), f["t"] / fb["t"],
                                  prefill, f["workload"]))
@@ -150,18 +155,19 @@ def profile_from_sweep(doc: Mapping[str, Any], *, name: str, source_path: str, p
         if not pts or k is None:
             continue
         spread = max(SPREAD_FLOOR, math.sqrt(statistics.fmean(v * v for v in sds))) if sds else None
-        cfg = configs.get(cfg_name) or {}
-        method, drafter = method_of(cfg.get("speculative_config"))
-        if drafter is not None and isinstance(cfg.get("drafter"), str) and cfg["drafter"]:
+        cfg = configs.get(cfg_name)
+        method, drafter = method_of(None if cfg is None else cfg.speculative_config)
+        label = None if cfg is None else cfg.drafter
+        if drafter is not None and isinstance(label, str) and label:
             # the sweep's own name for it (`specwatch sweep --drafter close`): the name the demo and
             # `specwatch serve --drafter` use, not a machine's local path
-            drafter = cfg["drafter"]
+            drafter = label
         elif drafter is not None and "/" in drafter:
             # a draft model directory: its last component (a machine's local path names nothing
             # on another machine; `specwatch serve --drafter` states the same name)
             drafter = Path(drafter).name or drafter
         curves.append(SpeculativeCurve(method, drafter, k, tuple(pts), spread))
-    server = doc.get("server") or {}
+    embedded = rec.server is not None and rec.server.kind == "embedded"
     workloads = sorted({m.workload for m in ms})
     how = (f"specwatch sweep {source_path}: {', '.join(workloads)} at concurrency "
            f"{', '.join(map(str, sorted({m.concurrency for m in ms})))}; step time and running requests per step "
@@ -171,9 +177,9 @@ def profile_from_sweep(doc: Mapping[str, Any], *, name: str, source_path: str, p
            "batch-to-batch relative standard deviations")
     prov = {
         "hardware": machine_description(),
-        "model": "SmolLM2-135M-Instruct (embedded)" if server.get("kind") == "embedded" else "unknown (set --model)",
-        "served_model_name": "smollm2" if server.get("kind") == "embedded" else None,
-        "vllm_version": _installed_vllm_version() if server.get("kind") == "embedded" else None,
+        "model": "SmolLM2-135M-Instruct (embedded)" if embedded else "unknown (set --model)",
+        "served_model_name": "smollm2" if embedded else None,
+        "vllm_version": _installed_vllm_version() if embedded else None,
         "source": "sweep",
         "how": how,
         "forward_only": False,

@@ -23,6 +23,7 @@ import jinja2
 import markupsafe
 
 from specwatch.choosek.model import Measurement, expected_length
+from specwatch.choosek.records import ServerStart
 
 BASELINE_COLOR = "black"
 
@@ -193,16 +194,17 @@ def plot_expected_length(ms: Sequence[Measurement]) -> str | None:
     return png_data_uri(fig)
 
 
-def plot_servers(servers: Mapping[str, Mapping[str, Any]], order: Sequence[tuple[str, int]]) -> str | None:
-    """Bars of start-up time (s) and KV-cache capacity (tokens) per configuration."""
+def plot_servers(servers: Mapping[str, ServerStart], order: Sequence[tuple[str, int]]) -> str | None:
+    """Bars of start-up time (s) and KV-cache capacity (tokens) per configuration (the latest
+    server start of each, :meth:`specwatch.choosek.records.SweepResult.servers_by_config`)."""
     plt = pyplot()
     names = [n for n, _ in order if n in servers] or list(servers)
     if not names:
         return None
     colors = config_colors([(n, dict(order).get(n, 1)) for n in names])
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
-    st = [servers[n].get("startup_seconds") or 0 for n in names]
-    kv = [servers[n].get("kv_cache_tokens") or 0 for n in names]
+    st = [servers[n].startup_seconds or 0 for n in names]
+    kv = [servers[n].kv_cache_tokens or 0 for n in names]
     axes[0].bar(names, st, color=[colors[n] for n in names])
     axes[0].set_ylabel("seconds")
     axes[0].set_title("start-up time (process start to /v1/models ready)", fontsize=10)

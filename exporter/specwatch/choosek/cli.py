@@ -46,13 +46,12 @@ from specwatch.choosek.model import DEFAULT_TOLERANCE, KChoiceError, parse_mix
 ADVISE_FORMAT = 2
 from specwatch.choosek.report import render_report
 from specwatch.choosek.resultfile import (
-    DAMAGED_FILE_ERRORS,
+    ARITHMETIC_ERRORS,
     SweepError,
     check_dir_writable,
     check_writable,
     damaged_file_message,
-    failed_cells,
-    load_result,
+    load_sweep,
     measurements,
 )
 from specwatch.choosek.sweep import (
@@ -69,7 +68,7 @@ from specwatch.choosek.sweep import (
     build_configs,
     check_dataset,
     render_command,
-    run_sweep,
+    run_sweep_record,
     uses_speculation,
 )
 from specwatch.common.files import atomic_write_json, atomic_write_text, same_file
@@ -247,16 +246,16 @@ def sweep(result_file, ks, spec_configs, drafters, baseline, workloads, dataset_
          f"concurrency: {', '.join(map(str, concs))}; results: {result_file}")
     install_stop_signals()
     try:
-        doc = run_sweep(plan, result_file, template=server_command, port=port, host=host, log_dir=log_dir,
+        doc = run_sweep_record(plan, result_file, template=server_command, port=port, host=host, log_dir=log_dir,
                         startup_timeout=startup_timeout, lock=lock, api_key=api_key, model_dir=model_dir,
                         progress=progress, echo=echo)
     except KeyboardInterrupt:
         echo(f"interrupted: finished cells are in {result_file}; run the same command to resume", err=True)
         sys.exit(130)
-    if doc["status"] == "incomplete":
+    if doc.status == "incomplete":
         names = {c.name for c in configs}
-        bad = failed_cells({"cells": [c for c in doc["cells"] if c["config"] in names and c["workload"] in wls
-                                      and c["max_concurrency"] in concs]})
+        bad = doc.only_cells([c for c in doc.cells if c.config in names and c.workload in wls
+                              and c.max_concurrency in concs]).failed_cells()
         raise click.ClickException(
             f"sweep incomplete: {_plural(len(bad), 'cell')} had failed requests ({'; '.join(bad[:3])}"
             f"{'; …' if len(bad) > 3 else ''}); they are kept in {result_file} but not used by advise/report; "
@@ -324,23 +323,23 @@ def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tol
     if result_file is not None:
         if json_path is not None and same_file(json_path, result_file):
             raise click.BadParameter("is the sweep result itself: writing it would destroy the sweep", param_hint="--json")
-        doc = load_result(result_file)
+        doc = load_sweep(result_file)
         mix_weights = None
         if mix is not None:
-            sweep_wls = list(dict.fromkeys([*((doc.get("settings") or {}).get("workloads") or []),
-                                            *(c["workload"] for c in doc["cells"])]))
+            sweep_wls = doc.workloads()
             try:
                 mix_weights = parse_mix(mix, sweep_wls)
             except KChoiceError as exc:
                 raise FlagError(str(exc)) from None
-        left_out = failed_cells(doc)
+        left_out = doc.failed_cells()
         if left_out:
             console.print(f"[yellow]left out: {len(left_out)} cell(s) with failed requests (resume the sweep to measure "
                           "them again):[/yellow]")
             for line in left_out:
                 console.print(f"  {line}", markup=False, highlight=False)
+        ms = measurements(doc)
         if fit_k is not None:
-            run_ks = {m.k for m in measurements(doc) if m.k > 0}
+            run_ks = {m.k for m in ms if m.k > 0}
             missing = [k for k in fit_k if k not in run_ks]
             if missing:
                 raise click.ClickException(
@@ -348,13 +347,15 @@ def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tol
                     f"(runs at k = {', '.join(map(str, sorted(run_ks))) or 'none'})")
         try:
             advices = advise_sweep(doc, tolerance=tolerance, candidates=candidates, prior=cost, acceptance=acceptance,
-                                   fit_ks=fit_k, basis=basis, mix=mix_weights)
+                                   fit_ks=fit_k, basis=basis, mix=mix_weights, measured=ms)
         except KChoiceError as exc:
             raise click.ClickException(str(exc)) from None
-        except DAMAGED_FILE_ERRORS as exc:
+        except SweepError:
+            raise
+        except ARITHMETIC_ERRORS as exc:
             raise click.ClickException(damaged_file_message(result_file, exc)) from None
-        if doc.get("status") != "complete":
-            console.print(f"[yellow]note: the sweep's status is {doc.get('status')!r}: advice from the cells finished so far[/yellow]")
+        if doc.status != "complete":
+            console.print(f"[yellow]note: the sweep's status is {doc.status!r}: advice from the cells finished so far[/yellow]")
 
         labels = family_labels(doc)
         for a in advices:
@@ -482,15 +483,15 @@ def report(result_file: Path, output: Path | None, tolerance: float, candidates:
             raise click.ClickException(f"cannot write {out}: {exc.strerror or exc}") from None
         click.echo(f"report written: {written} ({written.stat().st_size // 1024} KiB)")
         return
-    doc = load_result(result_file)
+    doc = load_sweep(result_file)
     try:
         usable = measurements(doc)
     except KChoiceError as exc:
         raise click.ClickException(f"{result_file}: {exc}") from None
     if not usable:
-        left_out = failed_cells(doc)
+        left_out = doc.failed_cells()
         raise click.ClickException(
-            f"{result_file} has no finished cell yet (status {doc.get('status')!r}): nothing to report; run or resume "
+            f"{result_file} has no finished cell yet (status {doc.status!r}): nothing to report; run or resume "
             "specwatch sweep first" + (f". Left out for failed requests: {'; '.join(left_out)}" if left_out else ""))
     out = output or result_file.with_suffix(".html")
     if same_file(out, result_file):
@@ -498,10 +499,12 @@ def report(result_file: Path, output: Path | None, tolerance: float, candidates:
                                  "(give another --output)", param_hint="--output")
     check_writable(out, "--output")
     try:
-        text = render_report(doc, tolerance=tolerance, candidates=candidates, basis=basis, title=title)
+        text = render_report(doc, tolerance=tolerance, candidates=candidates, basis=basis, title=title, measured=usable)
     except KChoiceError as exc:
         raise click.ClickException(f"{result_file}: {exc}") from None
-    except DAMAGED_FILE_ERRORS as exc:
+    except SweepError:
+        raise
+    except ARITHMETIC_ERRORS as exc:
         raise click.ClickException(damaged_file_message(result_file, exc)) from None
     try:
         atomic_write_text(out, text)
@@ -563,7 +566,7 @@ def calibrate(sweep_file, baseline_url, spec_url, duration, interval, forward_fi
     console = make_console()
     try:
         if sweep_file is not None:
-            doc = load_result(sweep_file)
+            doc = load_sweep(sweep_file)
             profile = profile_from_sweep(doc, name=name, source_path=str(sweep_file), provenance=prov)
         elif forward_file is not None:
             if not method or not hardware or not model:
@@ -594,7 +597,9 @@ def calibrate(sweep_file, baseline_url, spec_url, duration, interval, forward_fi
             profile = profile_from_live(samples, k=k, method=method, drafter=drafter, name=name, provenance=prov)
     except (CalibrationError, CostProfileError) as exc:
         raise click.ClickException(str(exc)) from None
-    except DAMAGED_FILE_ERRORS as exc:
+    except click.ClickException:  # a SweepError (an unreadable or damaged sweep), a usage error
+        raise
+    except ARITHMETIC_ERRORS as exc:
         raise click.ClickException(damaged_file_message(sweep_file, exc)) from None
     atomic_write_text(output, profile.dumps())
     render_profile(profile, console)

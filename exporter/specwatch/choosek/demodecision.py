@@ -1,8 +1,9 @@
 """The demo's decision: per workload × concurrency, does speculation pay here, and which k to run.
 
-Pure: reads the two bench result documents of a ``specwatch demo`` run (``bench-baseline.json``,
-``bench-speculative.json``: :meth:`specwatch.bench.results.CellSummary.record` per cell and
-:meth:`~specwatch.bench.results.BatchResult.record` per batch) and, optionally, the plain step
+Pure: reads the two bench results of a ``specwatch demo`` run (``bench-baseline.json``,
+``bench-speculative.json``, as :class:`specwatch.bench.records.BenchResult` records or their parsed
+documents: a :class:`~specwatch.bench.records.BenchCell` per cell and a
+:class:`~specwatch.bench.records.BenchBatch` per batch) and, optionally, the plain step
 t0(b) of the cost profile the demo's exporter used; it returns plain dicts for
 ``demo-summary.json`` (key ``decision``), the console and ``report.html``. Decisions are made on
 95 % intervals with :mod:`specwatch.specdecode.decision` (verdict: ``pays`` when lower > 1,
@@ -59,6 +60,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from specwatch.bench.records import BenchBatch, BenchCell, BenchResult
 from specwatch.specdecode.derive import expected_lengths
 from specwatch.specdecode.decision import CANNOT_TELL, TOLERANCE, Z95, Estimate, best_k, choose_k, combine_log_halfwidths
 
@@ -127,17 +129,18 @@ def _pos(v: Any) -> float | None:
     return x if x is not None and x > 0 else None
 
 
-def _cells(doc: Mapping[str, Any] | None) -> dict[tuple[str, int], Mapping[str, Any]]:
-    return {(r["workload"], int(r["max_concurrency"])): r for r in (doc or {}).get("summary") or []
-            if isinstance(r, Mapping) and "workload" in r and "max_concurrency" in r}
+#: A bench result: its record, a parsed document (read into the record), or None (no file).
+BenchDoc = BenchResult | Mapping[str, Any] | None
 
 
-def _batches(doc: Mapping[str, Any] | None) -> dict[tuple[str, int], dict[int, Mapping[str, Any]]]:
-    out: dict[tuple[str, int], dict[int, Mapping[str, Any]]] = {}
-    for r in (doc or {}).get("batches") or []:
-        if isinstance(r, Mapping) and not r.get("warmup") and "workload" in r:
-            out.setdefault((r["workload"], int(r["max_concurrency"])), {})[int(r.get("batch_index", 0))] = r
-    return out
+def _cells(doc: BenchDoc) -> dict[tuple[str, int], BenchCell]:
+    rec = BenchResult.coerce(doc)
+    return {} if rec is None else rec.cells_by_key()
+
+
+def _batches(doc: BenchDoc) -> dict[tuple[str, int], dict[int, BenchBatch]]:
+    rec = BenchResult.coerce(doc)
+    return {} if rec is None else rec.batches_by_key()
 
 
 def _est(e: Estimate | None) -> dict[str, Any] | None:
@@ -146,34 +149,31 @@ def _est(e: Estimate | None) -> dict[str, Any] | None:
     return {"value": e.value, "lower": e.lower, "upper": e.upper, "basis": e.basis, "verdict": e.verdict}
 
 
-def _server_ratio(spec: Mapping[str, Any], base: Mapping[str, Any]) -> float | None:
+def _server_ratio(spec: BenchBatch, base: BenchBatch) -> float | None:
     """τ / c of one batch pair: (1 + Δaccepted / Δrequest-steps) × t0 / t_spec."""
-    t0, ts, tau = _pos(base.get("server_step_duration_ms")), _pos(spec.get("server_step_duration_ms")), _server_tau(spec)
+    t0, ts, tau = _pos(base.server_step_duration_ms), _pos(spec.server_step_duration_ms), _server_tau(spec)
     if t0 is None or ts is None or tau is None:
         return None
     return tau * t0 / ts
 
 
-def _server_tau(rec: Mapping[str, Any]) -> float | None:
+def _server_tau(rec: BenchCell | BenchBatch) -> float | None:
     """Tokens per request-step the server measured at its k: 1 + Δaccepted / Δrequest-steps."""
-    steps, acc = _pos(rec.get("server_request_steps")), _num(rec.get("spec_decode_accepted_tokens"))
+    steps, acc = _pos(rec.server_request_steps), _num(rec.accepted_tokens)
     return None if steps is None or acc is None else 1.0 + acc / steps
 
 
-def _curve(spec: Mapping[str, Any]) -> tuple[list[float], str]:
+def _curve(spec: BenchCell) -> tuple[list[float], str]:
     """(E(k′) for k′ = 1 …, source): the exact per-request curve, else the counters'."""
-    pr = spec.get("spec_decode_per_request") or {}
-    exp = pr.get("expected_acceptance_lengths") if isinstance(pr, Mapping) else None
-    if isinstance(exp, Mapping) and exp and pr.get("status") in ("measured", "partial"):
-        vals = [_num(exp.get(str(i))) for i in range(1, len(exp) + 1)]
-        if all(v is not None for v in vals):
-            return [float(v) for v in vals], "exact per-request"
+    exact = None if spec.per_request is None else spec.per_request.expected_lengths()
+    if exact:
+        return exact, "exact per-request"
     rates = []
-    for r in spec.get("spec_decode_per_position_acceptance_rates") or []:
+    for r in spec.per_position_acceptance_rates or ():
         if _num(r) is None:
             break
         rates.append(float(r))
-    return list(expected_lengths(tuple(rates))), f"counters ({spec.get('spec_decode_curve_basis') or 'exact'})"
+    return list(expected_lengths(tuple(rates))), f"counters ({spec.curve_basis or 'exact'})"
 
 
 def fit_line(points: Sequence[tuple[float, float]]) -> dict[str, Any] | None:
@@ -200,7 +200,7 @@ def fit_line(points: Sequence[tuple[float, float]]) -> dict[str, Any] | None:
             "residual_log_sd": res_sd}
 
 
-def profile_fit(baseline: Mapping[str, Any] | None,
+def profile_fit(baseline: BenchDoc,
                 plain_step: Callable[[float], float] | None) -> list[dict[str, Any]]:
     """Per concurrency: this machine's plain step (the baseline cells pooled: Σ ITL sum / Σ
     request-steps, ms, at b = Σ request-steps / Σ engine steps) against ``plain_step(b)`` (seconds,
@@ -210,7 +210,7 @@ def profile_fit(baseline: Mapping[str, Any] | None,
         return []
     pooled: dict[int, list[float]] = {}
     for (_, conc), r in _cells(baseline).items():
-        s, n, e = _pos(r.get("server_itl_sum_seconds")), _pos(r.get("server_request_steps")), _pos(r.get("server_engine_steps"))
+        s, n, e = _pos(r.server_itl_sum_seconds), _pos(r.server_request_steps), _pos(r.server_engine_steps)
         if s is None or n is None or e is None:
             continue
         acc = pooled.setdefault(conc, [0.0, 0.0, 0.0])
@@ -229,7 +229,7 @@ def profile_fit(baseline: Mapping[str, Any] | None,
     return out
 
 
-def decide(baseline: Mapping[str, Any] | None, speculative: Mapping[str, Any] | None, k: int, *,
+def decide(baseline: BenchDoc, speculative: BenchDoc, k: int, *,
            plain_step: Callable[[float], float] | None = None, tolerance: float = TOLERANCE) -> dict[str, Any]:
     """The decision table of a demo run (module doc) from its two bench documents and the run's
     k (≥ 1). ``plain_step``: the exporter profile's t0(b) in seconds (for :func:`profile_fit`).
@@ -249,13 +249,13 @@ def decide(baseline: Mapping[str, Any] | None, speculative: Mapping[str, Any] | 
     cost: dict[tuple[str, int], dict[str, Any]] = {}
     for key in keys:
         b, s = bcells[key], scells[key]
-        t0, ts = _pos(b.get("server_step_duration_ms")), _pos(s.get("server_step_duration_ms"))
-        steps = _pos(s.get("server_request_steps"))
-        dt, dr = _num(s.get("spec_decode_draft_tokens")), _num(s.get("spec_decode_num_drafts"))
+        t0, ts = _pos(b.server_step_duration_ms), _pos(s.server_step_duration_ms)
+        steps = _pos(s.server_request_steps)
+        dt, dr = _num(s.draft_tokens), _num(s.num_drafts)
         cost[key] = {"t0_ms": t0, "t_spec_ms": ts, "c": ts / t0 if t0 and ts else None,
                      "x": dt / steps if steps and dt is not None else None,
                      "s": min(1.0, dr / steps) if steps and dr is not None else None,
-                     "b": _pos(s.get("server_running_requests")), "tau": _server_tau(s)}
+                     "b": _pos(s.server_running_requests), "tau": _server_tau(s)}
     lines: dict[int, dict[str, Any] | None] = {}
     for conc in sorted({c for _, c in keys}):
         lines[conc] = fit_line([(cost[key]["x"], cost[key]["c"]) for key in keys if key[1] == conc])
@@ -267,12 +267,12 @@ def decide(baseline: Mapping[str, Any] | None, speculative: Mapping[str, Any] | 
         pairs = sorted(set(bbat.get(key, {})) & set(sbat.get(key, {})))
         notes = []
         # measured: the client ratio
-        bt, st = _pos(b.get("output_throughput")), _pos(s.get("output_throughput"))
+        bt, st = _pos(b.output_throughput), _pos(s.output_throughput)
         measured = None
         if bt and st:
-            h = log_halfwidth([_pos(sbat[key][i].get("output_throughput")) / _pos(bbat[key][i].get("output_throughput"))
-                               for i in pairs if _pos(sbat[key][i].get("output_throughput"))
-                               and _pos(bbat[key][i].get("output_throughput"))])
+            h = log_halfwidth([_pos(sbat[key][i].output_throughput) / _pos(bbat[key][i].output_throughput)
+                               for i in pairs if _pos(sbat[key][i].output_throughput)
+                               and _pos(bbat[key][i].output_throughput)])
             if h is not None:
                 measured = Estimate.around(st / bt, h, MEASURED)
             else:

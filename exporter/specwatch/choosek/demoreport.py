@@ -40,8 +40,9 @@ from specwatch.choosek.charts import (
     pyplot,
     render_page,
 )
-from specwatch.choosek.demodecision import (CHOICE_LEGEND, TABLE_COLUMNS, VERDICT_TEXT, decide, format_estimate, profile_fit_lines,
-                                           table_rows)
+from specwatch.bench.records import BenchRecordError, BenchResult
+from specwatch.choosek.demodecision import (CHOICE_LEGEND, TABLE_COLUMNS, VERDICT_TEXT, BenchDoc, decide, format_estimate,
+                                           profile_fit_lines, table_rows)
 from specwatch.choosek.model import KChoiceError, Measurement
 from specwatch.common.files import atomic_write_text
 from specwatch.specdecode.costprofile import EMBEDDED_CPU_PROFILE, CostProfileError, load_profile
@@ -86,11 +87,12 @@ def is_demo_summary_file(path: Path) -> bool:
         return False
 
 
-def load_demo(result_dir: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """(``demo-summary.json``, {role: bench result document}) of a demo result folder. A bench file
+def load_demo(result_dir: Path) -> tuple[dict[str, Any], dict[str, BenchResult]]:
+    """(``demo-summary.json``, {role: bench result record}) of a demo result folder. A bench file
     is looked up in the folder by its name (the folder may have moved since). Raises
-    :class:`DemoReportError` when the summary is missing or not a demo summary; a missing bench
-    file is left out (an interrupted demo)."""
+    :class:`DemoReportError` when the summary is missing or not a demo summary, or a bench file is
+    damaged (the message names the file and the field); a missing or unparsable bench file is left
+    out (an interrupted demo)."""
     path = result_dir / SUMMARY_FILE
     try:
         summary = json.loads(path.read_text(encoding="utf-8"))
@@ -104,22 +106,28 @@ def load_demo(result_dir: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any
     for role in ROLES:
         name = Path((summary.get("servers", {}).get(role) or {}).get("result_file") or f"bench-{role}.json").name
         try:
-            benches[role] = json.loads((result_dir / name).read_text(encoding="utf-8"))
+            data = json.loads((result_dir / name).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
+        try:
+            benches[role] = BenchResult.from_json(data, str(result_dir / name))
+        except BenchRecordError as exc:
+            raise DemoReportError(str(exc)) from None
     return summary, benches
 
 
-def demo_measurements(summary: Mapping[str, Any], benches: Mapping[str, Mapping[str, Any]]) -> list[Measurement]:
+def demo_measurements(summary: Mapping[str, Any], benches: Mapping[str, BenchDoc]) -> list[Measurement]:
     """One :class:`Measurement` per (role, workload, concurrency) cell with a throughput: config
-    ``baseline`` (k = 0) or ``speculative`` (k = the demo's k)."""
+    ``baseline`` (k = 0) or ``speculative`` (k = the demo's k). ``benches``: role → bench result
+    record (or its parsed document)."""
     out = []
     for role, doc in benches.items():
         k = 0 if role == "baseline" else int(summary.get("k") or 0)
-        for rec in doc.get("summary") or []:
+        rec = BenchResult.coerce(doc)
+        for cell in () if rec is None else rec.cells:
             try:
-                out.append(Measurement.from_record(rec, config=role, k=k))
-            except (KChoiceError, KeyError, TypeError, ValueError):
+                out.append(Measurement.from_cell(cell, config=role, k=k))
+            except KChoiceError:
                 continue  # a cell without a successful request: nothing to plot
     return out
 
@@ -210,7 +218,7 @@ def plot_run_curve(curve: Mapping[str, Any], k: int) -> str | None:
     return png_data_uri(fig)
 
 
-def render_demo_report(summary: Mapping[str, Any], benches: Mapping[str, Mapping[str, Any]],
+def render_demo_report(summary: Mapping[str, Any], benches: Mapping[str, BenchDoc],
                        title: str = "specwatch demo report") -> str:
     """The HTML text of ``report.html`` for a demo result (see the module docstring)."""
     ms = demo_measurements(summary, benches)
@@ -302,7 +310,7 @@ def render_demo_report(summary: Mapping[str, Any], benches: Mapping[str, Mapping
     return render_page(title, parts)
 
 
-def demo_decision(summary: Mapping[str, Any], benches: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+def demo_decision(summary: Mapping[str, Any], benches: Mapping[str, BenchDoc]) -> dict[str, Any] | None:
     """The run's decision table: ``summary["decision"]`` as the demo wrote it, else (a result
     folder written before the demo decided) computed from the bench files with the exporter's
     profile named in the summary (:func:`specwatch.choosek.demodecision.decide`). None when the

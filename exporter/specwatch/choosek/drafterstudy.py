@@ -30,29 +30,30 @@ from specwatch.choosek.charts import (
     pyplot,
 )
 from specwatch.choosek.model import Advice, Measurement, family_of
-from specwatch.choosek.resultfile import SweepError, load_result, measurements
+from specwatch.choosek.records import SweepResult
+from specwatch.choosek.resultfile import SweepError, load_sweep, measurements
 
 
-def drafter_labels(doc: Mapping[str, Any]) -> dict[str, str]:
+def drafter_labels(doc: SweepResult | Mapping[str, Any]) -> dict[str, str]:
     """Configuration name → drafter label, for the ``method: draft_model`` configurations of a
-    sweep result document (others are left out)."""
+    sweep result (its record, or a parsed document; others are left out)."""
     out: dict[str, str] = {}
-    for c in doc.get("configs", []) or []:
-        sc = c.get("speculative_config") or {}
-        if not isinstance(sc, Mapping) or sc.get("method") != "draft_model":
+    for c in SweepResult.coerce(doc).configs:
+        sc = c.speculative_config or {}
+        if sc.get("method") != "draft_model":
             continue
-        label = c.get("drafter")
+        label = c.drafter
         if not isinstance(label, str) or not label:
             label = str(sc.get("model", "?")).rstrip("/").rsplit("/", 1)[-1]
-        out[c["name"]] = label
+        out[c.name] = label
     return out
 
 
-def family_labels(doc: Mapping[str, Any]) -> dict[str, str]:
+def family_labels(doc: SweepResult | Mapping[str, Any]) -> dict[str, str]:
     """Speculative family (config JSON without k) → drafter label, for draft_model families."""
-    labels = drafter_labels(doc)
-    return {family_of(c.get("speculative_config")): labels[c["name"]]
-            for c in doc.get("configs", []) or [] if c["name"] in labels}
+    rec = SweepResult.coerce(doc)
+    labels = drafter_labels(rec)
+    return {family_of(c.speculative_config): labels[c.name] for c in rec.configs if c.name in labels}
 
 
 @dataclass(frozen=True)
@@ -215,13 +216,14 @@ def plot_acceptance_vs_k(ms: Sequence[Measurement], labels: Mapping[str, str]) -
     return png_data_uri(fig)
 
 
-def report_sections(doc: Mapping[str, Any], ms: Sequence[Measurement], advices: Sequence[Advice],
+def report_sections(doc: SweepResult | Mapping[str, Any], ms: Sequence[Measurement], advices: Sequence[Advice],
                     tolerance: float) -> list[str]:
     """HTML parts of the report's "Drafters" section (empty when the sweep has no draft_model
     configuration): per drafter, throughput / TPOT / TTFT against concurrency with one line per k
     and the baseline in black, and its per-position acceptance at its largest k (the general
     section's per-position chart mixes drafters); acceptance against k per drafter; the document's table at k = 3
     (or the k nearest it that was run); the drafter-and-k picks."""
+    doc = SweepResult.coerce(doc)
     labels = drafter_labels(doc)
     if not labels or not any(m.config in labels for m in ms):
         return []
@@ -271,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("usage: python -m specwatch.choosek.drafterstudy RESULT_FILE [K]", file=sys.stderr)
         return 2
     try:
-        doc = load_result(args[0])
+        doc = load_sweep(args[0])
     except SweepError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 2

@@ -1,11 +1,11 @@
 """Exact per-request curves beside the counter-based ones, for ``specwatch report`` (and any text).
 
-Reads the cell records of a sweep result (``cells[].summary``, from
-:meth:`specwatch.bench.results.CellSummary.record`): the counter-based curve
-``spec_decode_per_position_acceptance_rates`` with its ``spec_decode_curve_basis`` (exact /
-lower_bound, :mod:`specwatch.specdecode.ragged`) and the per-request record
-``spec_decode_per_request`` (:mod:`specwatch.bench.perrequest`: exact curve, per-request
-acceptance distribution, draft lengths, outliers, problems).
+Reads the typed cell summaries of a sweep result (:class:`specwatch.bench.records.BenchCell` of
+each :class:`specwatch.choosek.records.SweepCell`): the counter-based curve
+(``per_position_acceptance_rates``) with its ``curve_basis`` (exact / lower_bound,
+:mod:`specwatch.specdecode.ragged`) and the per-request record (``per_request``,
+:mod:`specwatch.bench.perrequest`: exact curve, per-request acceptance distribution, draft
+lengths, outliers, problems).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specwatch.bench.perrequest import format_outlier, format_problems
+from specwatch.choosek.records import SweepResult
 
 #: Why a cell has no exact curve, by the per-request record's status
 #: (:func:`specwatch.bench.perrequest.cell_status`).
@@ -35,23 +36,24 @@ def _curve(vals: Sequence[Any] | None) -> str:
     return " / ".join("–" if v is None else f"{float(v):.2f}" for v in vals)
 
 
-def cell_rows(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """One row per speculative cell: config, workload, concurrency, the counter curve and basis,
-    and the per-request record (None when the server did not return per-request metrics)."""
+def cell_rows(doc: SweepResult | Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per speculative cell of a sweep result (its record, or a parsed document): config,
+    workload, concurrency, the counter curve and basis, and the per-request record
+    (:class:`specwatch.bench.records.PerRequest`; None when the server did not return per-request
+    metrics)."""
     out = []
-    for cell in doc.get("cells", []) or []:
-        s = cell.get("summary") or {}
-        if not isinstance(s, Mapping) or not s.get("spec_decode_per_position_acceptance_rates"):
+    for cell in SweepResult.coerce(doc).cells:
+        s = cell.summary
+        if s is None or not s.per_position_acceptance_rates:
             continue
-        out.append({"config": cell.get("config"), "workload": cell.get("workload"),
-                    "concurrency": cell.get("max_concurrency"),
-                    "counter_rates": s.get("spec_decode_per_position_acceptance_rates"),
-                    "counter_basis": s.get("spec_decode_curve_basis") or "exact (not labelled: older result)",
-                    "per_request": s.get("spec_decode_per_request")})
+        out.append({"config": cell.config, "workload": cell.workload, "concurrency": cell.max_concurrency,
+                    "counter_rates": s.per_position_acceptance_rates,
+                    "counter_basis": s.curve_basis or "exact (not labelled: older result)",
+                    "per_request": s.per_request})
     return out
 
 
-def render_html(doc: Mapping[str, Any]) -> str:
+def render_html(doc: SweepResult | Mapping[str, Any]) -> str:
     """The report section: a table of counter vs exact curves per cell, then per-request
     distributions, draft lengths, problems and outliers. Empty string without speculative cells."""
     rows = cell_rows(doc)
@@ -71,28 +73,26 @@ def render_html(doc: Mapping[str, Any]) -> str:
     body = []
     for r in rows:
         pr = r["per_request"]
-        status = pr.get("status") if isinstance(pr, Mapping) else None
-        if status not in ("measured", "partial"):
+        status = None if pr is None else pr.status
+        if pr is None or not pr.has_exact_curve:
             why = NO_EXACT_CURVE.get(status, "server did not return per-request metrics")
-            problems = pr.get("problems") if isinstance(pr, Mapping) else None
             body.append([r["config"], r["workload"], r["concurrency"], _curve(r["counter_rates"]), r["counter_basis"],
-                         why, "–", "–", "–", "–" if status is None else f"{pr.get('requests')} ({status})", "–", "–",
-                         format_problems(problems), "–"])
+                         why, "–", "–", "–", "–" if status is None else f"{pr.requests} ({status})", "–", "–",
+                         format_problems(None if pr is None else pr.problems), "–"])
             continue
-        ra = pr.get("request_acceptance") or {}
-        e = pr.get("expected_acceptance_lengths") or {}
-        outs = pr.get("outliers") or []
+        ra = pr.request_acceptance or {}
+        outs = pr.outliers or ()
         body.append([
             r["config"], r["workload"], r["concurrency"], _curve(r["counter_rates"]), r["counter_basis"],
-            _curve(pr.get("per_position_acceptance_rates")),
-            _curve(pr.get("conditional_per_position_acceptance_rates")),
-            " / ".join(str(n) for n in pr.get("drafted_steps_per_position") or ()) or "–",
-            " / ".join(f"E({k})={float(v):.2f}" for k, v in e.items()) or "–",
-            f"{pr.get('requests')} ({pr.get('status')})",
+            _curve(pr.per_position_acceptance_rates),
+            _curve(pr.conditional_per_position_acceptance_rates),
+            " / ".join(str(n) for n in pr.drafted_steps_per_position or ()) or "–",
+            " / ".join(f"E({k})={v:.2f}" for k, v in pr.format_expected()) or "–",
+            f"{pr.requests} ({pr.status})",
             " / ".join(f"{float(ra[p]):.2f}" for p in ("p5", "p50", "p95")) if ra else "–",
-            ", ".join(f"{d}: {n}" for d, n in (pr.get("draft_length_histogram") or {}).items()) or "–",
-            format_problems(pr.get("problems")),
-            "; ".join(format_outlier(o) for o in outs[:5]) + (f" (+{pr['num_outliers'] - 5})" if pr.get("num_outliers", 0) > 5 else "")
+            ", ".join(f"{d}: {n}" for d, n in (pr.draft_length_histogram or {}).items()) or "–",
+            format_problems(pr.problems),
+            "; ".join(format_outlier(o) for o in outs[:5]) + (f" (+{pr.num_outliers - 5})" if (pr.num_outliers or 0) > 5 else "")
             if outs else "none",
         ])
     parts.append("<table class='exact'><tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"

@@ -36,7 +36,8 @@ from specwatch.choosek.charts import (
 )
 from specwatch.choosek.drafterstudy import report_sections
 from specwatch.choosek.model import DEFAULT_TOLERANCE, Advice, KChoiceError, Measurement
-from specwatch.choosek.resultfile import failed_cells, measurements, servers_by_config
+from specwatch.choosek.records import SweepResult
+from specwatch.choosek.resultfile import measurements
 
 
 def comparison_rows(ms: Sequence[Measurement]) -> tuple[list[str], list[list[str]]]:
@@ -55,32 +56,36 @@ def comparison_rows(ms: Sequence[Measurement]) -> tuple[list[str], list[list[str
     return head, rows
 
 
-def render_report(doc: Mapping[str, Any], *, tolerance: float = DEFAULT_TOLERANCE, candidates: str = "measured",
-                  title: str = "specwatch sweep report", basis: str = "measured") -> str:
-    """The HTML text of the report for a sweep result document (see the module docstring)."""
-    ms = measurements(doc)
-    servers = servers_by_config(doc)
-    order = config_order(ms) or [(c["name"], c["k"]) for c in doc.get("configs", [])]
-    settings = doc.get("settings", {})
+def render_report(doc: SweepResult | Mapping[str, Any], *, tolerance: float = DEFAULT_TOLERANCE, candidates: str = "measured",
+                  title: str = "specwatch sweep report", basis: str = "measured",
+                  measured: Sequence[Measurement] | None = None) -> str:
+    """The HTML text of the report for a sweep result (its record, or a parsed document; see the
+    module docstring). ``measured``: its :func:`specwatch.choosek.resultfile.measurements` when the
+    caller has them already (the document is read into measurements once)."""
+    rec = SweepResult.coerce(doc)
+    ms = list(measurements(rec) if measured is None else measured)
+    servers = rec.servers_by_config()
+    order = config_order(ms) or [(c.name, c.k) for c in rec.configs]
+    settings = rec.settings.items() if rec.settings is not None else []
+    server_kind = rec.server.kind if rec.server is not None and rec.server.kind is not None else "?"
     parts = []
     parts.append(
-        f"<p>Status <b>{escape(doc.get('status'))}</b>; created {escape(doc.get('created_at'))}, updated {escape(doc.get('updated_at'))}; "
-        f"server: {escape((doc.get('server') or {}).get('kind', '?'))}. {len(ms)} measured cells.</p>"
+        f"<p>Status <b>{escape(rec.status)}</b>; created {escape(rec.created_at)}, updated {escape(rec.updated_at)}; "
+        f"server: {escape(server_kind)}. {len(ms)} measured cells.</p>"
     )
-    left_out = failed_cells(doc)
+    left_out = rec.failed_cells()
     if left_out:
         parts.append(f"<p class='note'>Left out: {len(left_out)} cell(s) with failed requests (resume the sweep to "
                      "measure them again): " + "; ".join(escape(x) for x in left_out) + ".</p>")
     parts.append(html_table(["setting", "value"], [[k, json.dumps(v) if isinstance(v, (list, dict)) else v]
-                                                  for k, v in settings.items()], "settings"))
+                                                  for k, v in settings], "settings"))
 
     parts.append("<h2>Servers</h2>")
     srows = []
     for name, k in order:
-        s = servers.get(name, {})
-        srows.append([name, k, fmt_num(s.get("startup_seconds")), s.get("kv_cache_tokens") if s.get("kv_cache_tokens") is not None else "–",
-                      s.get("num_gpu_blocks") if s.get("num_gpu_blocks") is not None else "–",
-                      s.get("block_size") if s.get("block_size") is not None else "–"])
+        s = servers.get(name)
+        kv = (None, None, None) if s is None else (s.kv_cache_tokens, s.num_gpu_blocks, s.block_size)
+        srows.append([name, k, fmt_num(None if s is None else s.startup_seconds), *("–" if v is None else v for v in kv)])
     parts.append(html_table(["configuration", "k", "start-up s", "KV capacity tokens", "num_gpu_blocks", "block_size"], srows))
     parts.append(html_figure(plot_servers(servers, order), "Start-up time and KV-cache capacity per configuration"))
 
@@ -100,7 +105,7 @@ def render_report(doc: Mapping[str, Any], *, tolerance: float = DEFAULT_TOLERANC
     parts.append("<h2>Acceptance</h2>")
     parts.append(html_figure(plot_position_acceptance(ms), "Per-position acceptance rate of the largest k"))
     parts.append(html_figure(plot_expected_length(ms), "Expected acceptance length against k"))
-    parts.append(exactcurves.render_html(doc))
+    parts.append(exactcurves.render_html(rec))
 
     parts.append("<h2>Comparison</h2>")
     head, rows = comparison_rows(ms)
@@ -108,7 +113,7 @@ def render_report(doc: Mapping[str, Any], *, tolerance: float = DEFAULT_TOLERANC
 
     parts.append("<h2>Advice</h2>")
     try:
-        advices: list[Advice] = advise_sweep(dict(doc), tolerance=tolerance, candidates=candidates, basis=basis)
+        advices: list[Advice] = advise_sweep(rec, tolerance=tolerance, candidates=candidates, basis=basis, measured=ms)
     except KChoiceError as exc:
         advices = []
         parts.append(f"<p class='note'>No advice: {escape(exc)}</p>")
@@ -153,7 +158,7 @@ def render_report(doc: Mapping[str, Any], *, tolerance: float = DEFAULT_TOLERANC
         else:
             parts.append("<p><b>vLLM flag:</b></p><pre>--speculative-config '"
                          + escape(json.dumps(a.speculative_config, separators=(",", ":"))) + "'</pre>")
-    parts.extend(report_sections(doc, ms, advices, tolerance))
+    parts.extend(report_sections(rec, ms, advices, tolerance))
     parts.append("<p class='note'>Generated by specwatch report. Throughputs are means over the measured batches of each cell "
                  "(warm-up excluded); spec-decode values come from the servers' vllm:spec_decode_* counters.</p>")
     return render_page(title, parts)

@@ -15,8 +15,8 @@ Servers come from the embedded vLLM (:mod:`specwatch.localvllm.server`, the defa
 ``flock /tmp/specwatch-vllm.lock`` while it runs) or from a command template
 (``--server-command 'vllm serve MODEL --port {port} {spec_args}'``) for a GPU host.
 
-Results: one JSON document (``specwatch_sweep_format`` 1) rewritten atomically after every
-finished cell::
+Results: one JSON document (``specwatch_sweep_format`` 1; held and written as its typed record,
+:class:`specwatch.choosek.records.SweepResult`) rewritten atomically after every finished cell::
 
     {"specwatch_sweep_format": 1,
      "status": "running" | "complete" | "incomplete" | "interrupted" | "failed",
@@ -61,7 +61,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from specwatch.bench.runner import BenchConfig, BenchConfigError, BenchInterrupted, run_bench
 from specwatch.bench.workloads import WorkloadError, WorkloadOptions, load_sharegpt
 from specwatch.choosek.model import family_of
-from specwatch.choosek.resultfile import FORMAT, MEASUREMENT_KEYS, SweepError, _now, cell_key, cell_problem, load_result, result_file_lock
+from specwatch.bench.records import BenchBatch, BenchCell, ThroughputInterval
+from specwatch.choosek.records import ServerSource, ServerStart, SweepCell, SweepConfig, SweepResult, SweepSettings
+from specwatch.choosek.resultfile import SweepError, _now, cell_key, load_sweep, result_file_lock
 from specwatch.common.files import atomic_write_json, log_tail
 from specwatch.common.processes import free_port, listen_error, stop_process_group
 from specwatch.localvllm import server as localvllm_server
@@ -488,70 +490,47 @@ def _canonical(spec: Any) -> str:
     return json.dumps(spec, sort_keys=True, separators=(",", ":"))
 
 
-def _describe_server(info: Mapping[str, Any]) -> str:
-    if info.get("kind") == "embedded":
-        return "the embedded vLLM"
-    return f"--server-command {info.get('command_template')!r}"
-
-
-def _merge_doc(path: Path, plan: SweepPlan, server_info: Mapping[str, Any]) -> dict[str, Any]:
+def _merge_doc(path: Path, plan: SweepPlan, server_info: ServerSource) -> SweepResult:
     """The result document to continue: a new one, or the one in ``path`` extended by ``plan``.
     Raises SweepError (nothing written) when ``path`` is not a sweep result or was measured
     differently: other measurement settings or ShareGPT file, another server command template,
     or another speculative config under a configuration name of ``plan``. Only what stored cells
     were measured with counts: a file whose first attempt measured nothing (a typo in the command,
     a busy port) or a configuration without cells takes the new settings."""
+    new = SweepSettings.read(plan.settings())
     if path.exists():
-        doc = load_result(path)
-        measured_configs = {c["config"] for c in doc.get("cells", [])}
+        doc = load_sweep(path)
+        measured_configs = {c.config for c in doc.cells}
         if not measured_configs:  # nothing measured yet: start over with this run's settings
-            doc["settings"] = {}
-            doc["server"] = dict(server_info)
-            doc["configs"] = []
-        old = doc.get("settings") or {}
-        new = plan.settings()
-        diff = [k for k in MEASUREMENT_KEYS if k in old and old[k] != new[k]]
-        if old.get("dataset_path") and new["dataset_path"] and old["dataset_path"] != new["dataset_path"]:
-            diff.append("dataset_path")
+            doc = doc.replace(settings=SweepSettings.read({}), server=server_info, configs=()).with_keys(
+                "settings", "server", "configs")
+        old = doc.settings or SweepSettings.read({})
+        diff = old.differences(new)
         if diff:
             raise SweepError(
-                f"{path} was measured with different settings ({', '.join(f'{k}: {old[k]!r} vs {new[k]!r}' for k in diff)}); "
+                f"{path} was measured with different settings ({', '.join(f'{k}: {o!r} vs {n!r}' for k, o, n in diff)}); "
                 "use another --result-file or the same options"
             )
-        old_server = doc.get("server") or {}
-        if old_server.get("kind") and (old_server.get("kind"), old_server.get("command_template")) != (
-                server_info["kind"], server_info["command_template"]):
-            raise SweepError(f"{path} was measured with {_describe_server(old_server)}, this run uses "
-                             f"{_describe_server(server_info)}; use another --result-file or the same server")
+        old_server = doc.server
+        if old_server is not None and old_server.kind and (old_server.kind, old_server.command_template) != (
+                server_info.kind, server_info.command_template):
+            raise SweepError(f"{path} was measured with {old_server.describe()}, this run uses "
+                             f"{server_info.describe()}; use another --result-file or the same server")
         # a configuration without cells takes the new definition
-        doc["configs"] = [c for c in doc.get("configs", []) if c["name"] in measured_configs]
-        old_cfgs = {c["name"]: c for c in doc["configs"]}
+        kept = tuple(c for c in doc.configs if c.name in measured_configs)
+        old_cfgs = {c.name: c for c in kept}
         for c in plan.configs:
             o = old_cfgs.get(c.name)
-            if o is not None and "speculative_config" in o and _canonical(o["speculative_config"]) != _canonical(c.speculative_config):
-                raise SweepError(f"{path} measured {c.name} with speculative config {_canonical(o['speculative_config'])}, "
+            if o is not None and o.has_speculative_config and _canonical(o.speculative_config) != _canonical(c.speculative_config):
+                raise SweepError(f"{path} measured {c.name} with speculative config {_canonical(o.speculative_config)}, "
                                  f"this run asks for {_canonical(c.speculative_config)}; use another --result-file or the "
                                  "same --speculative-config/--k")
         # extend the lists of workloads/concurrencies/configs; keep what is there
-        doc["settings"] = {**old, **new,
-                           "workloads": list(dict.fromkeys([*old.get("workloads", []), *new["workloads"]])),
-                           "concurrencies": sorted(set(old.get("concurrencies", [])) | set(new["concurrencies"])),
-                           "dataset_path": new["dataset_path"] or old.get("dataset_path")}
-        doc["configs"] = doc.get("configs", []) + [c.to_dict() for c in plan.configs if c.name not in old_cfgs]
-        doc.setdefault("servers", [])
-        doc["resumed_at"] = doc.get("resumed_at", []) + [_now()]
-        return doc
-    return {
-        "specwatch_sweep_format": FORMAT,
-        "status": "running",
-        "created_at": _now(),
-        "updated_at": _now(),
-        "settings": plan.settings(),
-        "server": dict(server_info),
-        "configs": [c.to_dict() for c in plan.configs],
-        "servers": [],
-        "cells": [],
-    }
+        added = tuple(SweepConfig.read(c.to_dict()) for c in plan.configs if c.name not in old_cfgs)
+        return doc.replace(settings=old.extended(new), configs=kept + added,
+                           resumed_at=(*(doc.resumed_at or ()), _now())).with_keys("settings", "configs", "servers", "resumed_at")
+    return SweepResult(status="running", created_at=_now(), updated_at=_now(), settings=new, server=server_info,
+                       configs=tuple(SweepConfig.read(c.to_dict()) for c in plan.configs))
 
 
 def _plural(n: int, word: str) -> str:
@@ -564,26 +543,18 @@ def _server_exit_code(srv: Any) -> int | None:
     return None if proc is None else proc.poll()
 
 
-def _interval_text(ci: Mapping[str, Any] | None, target: float | None) -> str:
+def _interval_text(ci: ThroughputInterval | None, target: float | None) -> str:
     """`` ± 3.1 % (95 %, 4 batches)`` for the sweep's progress line (the batches used per cell);
     says when the target was not reached."""
-    if not ci:
+    if ci is None:
         return ""
-    n = ci.get("batches") or 0
-    rel = ci.get("relative_half_width")
+    n = ci.batches or 0
+    rel = ci.relative_half_width
     if rel is None:
         return " (1 batch: no interval)" if n == 1 else ""
     missed = target is not None and rel > target
     return f" ± {rel * 100:.1f} % (95 %, {n} batches" + (
         f"; target {target * 100:g} % not reached" if missed else "") + ")"
-
-
-def _first_error(batches: Sequence[Mapping[str, Any]]) -> str | None:
-    for b in batches:
-        for e in b.get("errors") or ():
-            if isinstance(e, dict) and e.get("error"):
-                return " ".join(str(e["error"]).split())[:200]
-    return None
 
 
 def run_sweep(
@@ -610,6 +581,16 @@ def run_sweep(
     sweep writing the same file) and KeyboardInterrupt (after writing the file with status
     "interrupted").
     """
+    return run_sweep_record(plan, result_file, template=template, port=port, host=host, log_dir=log_dir,
+                            startup_timeout=startup_timeout, lock=lock, api_key=api_key, model_dir=model_dir,
+                            progress=progress, echo=echo).to_json()
+
+
+def run_sweep_record(plan: SweepPlan, result_file: Path, *, template: str | None = None, port: int | None = None,
+                     host: str = "127.0.0.1", log_dir: Path | None = None, startup_timeout: float = 900.0, lock: bool = True,
+                     api_key: str | None = None, model_dir: str | None = None, progress: bool = True,
+                     echo=print) -> SweepResult:
+    """:func:`run_sweep`, returning the result as its record (:class:`specwatch.choosek.records.SweepResult`)."""
     with result_file_lock(Path(result_file)):
         return _run_sweep(plan, Path(result_file), template=template, port=port, host=host, log_dir=log_dir,
                           startup_timeout=startup_timeout, lock=lock, api_key=api_key, model_dir=model_dir,
@@ -617,20 +598,20 @@ def run_sweep(
 
 
 def _run_sweep(plan: SweepPlan, result_file: Path, *, template, port, host, log_dir, startup_timeout, lock, api_key,
-               model_dir, progress, echo) -> dict[str, Any]:
+               model_dir, progress, echo) -> SweepResult:
     result_file = Path(result_file)
     log_dir = Path(log_dir) if log_dir else result_file.with_name(result_file.stem + "-logs")
     check_dataset(plan.workloads, plan.dataset_path)
-    server_info = {"kind": "template" if template else "embedded",
-                   "command_template": None if template is None else shlex.join(redact_argv(shlex.split(template)))}
+    server_info = ServerSource.read({"kind": "template" if template else "embedded",
+                                     "command_template": None if template is None else shlex.join(redact_argv(shlex.split(template)))})
     doc = _merge_doc(result_file, plan, server_info)
-    done = {cell_key(c["config"], c["workload"], c["max_concurrency"]) for c in doc["cells"] if not cell_problem(c)}
+    done = {c.key for c in doc.cells if not c.problem()}
     options = WorkloadOptions(output_len=plan.output_len, seed=plan.seed, dataset_path=plan.dataset_path)
 
     def save(status: str) -> None:
-        doc["status"] = status
-        doc["updated_at"] = _now()
-        atomic_write_json(result_file, doc)
+        nonlocal doc
+        doc = doc.replace(status=status, updated_at=_now())
+        atomic_write_json(result_file, doc.to_json())
 
     def server_died(cfg: ServerConfig, rc: int, log_path: Path, when: str) -> SweepError:
         return SweepError(f"{cfg.name}: the server exited with code {rc} {when}; the sweep stops "
@@ -654,7 +635,7 @@ def _run_sweep(plan: SweepPlan, result_file: Path, *, template, port, host, log_
                 start = {"config": cfg.name, "k": cfg.k, "started_at": _now(),
                          "startup_seconds": srv.startup_seconds, "command": redact_argv(srv.command),
                          "log": str(log_path), **kv}
-                doc["servers"].append(start)
+                doc = doc.replace(servers=(*doc.servers, ServerStart.read(start)))
                 save("running")
                 kvs = "unknown" if kv["kv_cache_tokens"] is None else f"{kv['kv_cache_tokens']} tokens"
                 echo(f"{cfg.name}: ready in {srv.startup_seconds:.1f} s, KV-cache capacity {kvs}")
@@ -681,41 +662,36 @@ def _run_sweep(plan: SweepPlan, result_file: Path, *, template, port, host, log_
                     cells = res.summary()
                     if not cells:
                         raise SweepError(f"{cfg.name} {wl} c={c}: no measured batch")
-                    summary = cells[0].record()
-                    batches = [b.record() for b in res.batches]
-                    failed = any(b.get("failed") for b in batches)
+                    summary = BenchCell.from_json(cells[0].record())
+                    batches = tuple(BenchBatch.from_json(b.record()) for b in res.batches)
+                    failed = any(b.failed for b in batches)
                     if failed and _server_exit_code(srv) is None:
                         try:  # failures from a dying server: give it a moment to finish exiting
                             srv.process.wait(timeout=1.0)
                         except (subprocess.TimeoutExpired, AttributeError):
                             pass
                     rc = _server_exit_code(srv)
-                    cell = {"config": cfg.name, "k": cfg.k, "family": cfg.family, "workload": wl,
-                            "max_concurrency": c, "finished_at": _now(), "summary": summary, "batches": batches}
-                    if rc is not None:
-                        cell["server_exited"] = rc
-                    key = cell_key(cfg.name, wl, c)  # a re-measured cell replaces the old record
-                    doc["cells"] = [x for x in doc["cells"]
-                                    if cell_key(x["config"], x["workload"], x["max_concurrency"]) != key]
-                    doc["cells"].append(cell)
-                    problem = cell_problem(cell)
+                    cell = SweepCell(config=cfg.name, k=cfg.k, family=cfg.family, workload=wl, max_concurrency=c,
+                                     finished_at=_now(), summary=summary, batches=batches, server_exited=rc)
+                    doc = doc.with_cell(cell)  # a re-measured cell replaces the old record
+                    problem = cell.problem()
                     if not problem:
-                        done.add(key)
+                        done.add(cell.key)
                     save("running")
-                    acc = summary.get("spec_decode_acceptance_rate")
-                    echo(f"  {cfg.name} {wl} c={c}: {summary.get('output_throughput') or 0.0:.1f} tok/s"
-                         + _interval_text(summary.get("output_throughput_ci95"), plan.target_ci)
-                         + ("" if acc is None else f", acceptance {acc:.1f} %")
-                         + (f", {summary['failed']} failed" if summary.get("failed") else ""))
+                    acc = summary.acceptance_rate
+                    echo(f"  {cfg.name} {wl} c={c}: {summary.output_throughput or 0.0:.1f} tok/s"
+                         + _interval_text(summary.output_throughput_ci95, plan.target_ci)
+                         + ("" if acc is None else f", acceptance {acc * 100:.1f} %")
+                         + (f", {summary.failed} failed" if summary.failed else ""))
                     if rc is not None:
                         raise server_died(cfg, rc, log_path, f"during {wl} c={c}")
+                    err = cell.first_error()
                     if problem:
-                        err = _first_error(batches)
                         echo(f"  warning: {cfg.name} {wl} c={c}: {problem}" + (f" (first error: {err})" if err else "")
                              + "; the cell is kept but not used by advise/report, and a resumed sweep measures it again")
                     elif failed:  # only warm-up requests failed
                         echo(f"  warning: {cfg.name} {wl} c={c}: warm-up requests failed"
-                             + (f" (first error: {_first_error(batches)})" if _first_error(batches) else ""))
+                             + (f" (first error: {err})" if err else ""))
         planned = {cell_key(cfg.name, wl, c) for cfg in plan.configs for wl in plan.workloads for c in plan.concurrencies}
         save("complete" if planned <= done else "incomplete")
     except KeyboardInterrupt:

@@ -1,0 +1,272 @@
+"""The bench result file as typed records: the only module that reads a bench document's fields.
+
+``specwatch bench`` writes ``<stem>.json`` (:class:`specwatch.bench.results.ResultWriter`,
+``specwatch_bench_format`` 1; a document without the key is format 1): the run's ``config``,
+``status``, ``error``, ``started_at``, every batch (``batches``: :class:`BenchBatch`), the
+per-cell summaries (``summary``: :class:`BenchCell`), the baseline/speculative ``comparison``
+rows and the ``equivalence`` check. The per-cell summary is also what a sweep stores for each of
+its cells (:mod:`specwatch.choosek.records`).
+
+Field names and units are those of :mod:`specwatch.bench.results` (``vllm bench serve``'s where
+they exist). Inside a record the acceptance rate is a fraction 0–1 (``acceptance_rate``); the
+file stores it in percent (``spec_decode_acceptance_rate``), converted here and nowhere else.
+:meth:`BenchResult.from_json` / :meth:`BenchResult.to_json` round-trip every file a specwatch
+version wrote (``from_json(x).to_json() == x``; unknown keys are kept).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specwatch.common.records import (Anything, Bool, Int, JsonRecord, ListOf, Num, Obj, Percent, Rec, RecordError, Str, jfield,
+                                      read_document, read_json_file, record_field)
+
+FORMAT = 1
+#: Formats this reader accepts.
+READABLE_FORMATS = (1,)
+FORMAT_KEY = "specwatch_bench_format"
+
+_NUM, _STR, _ANY, _OBJ = Num(), Str(), Anything(), Obj()
+
+
+class BenchRecordError(RecordError):
+    """A bench result file (or document) that cannot be read: the message names it and the field."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ThroughputInterval(JsonRecord):
+    """``output_throughput_ci95``: the 95 % interval of a cell's throughput over its measured
+    batches (:func:`specwatch.bench.results.throughput_interval`)."""
+
+    batches: int | None = jfield("batches", Int())
+    mean: float | None = jfield("mean", _NUM)
+    low: float | None = jfield("low", _NUM)
+    high: float | None = jfield("high", _NUM)
+    relative_half_width: float | None = jfield("relative_half_width", _NUM)
+    extra: Mapping[str, Any] = record_field(default_factory=dict)
+    keys: tuple[str, ...] | None = record_field(default=None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PerRequest(JsonRecord):
+    """``spec_decode_per_request``: the exact per-request summary of a cell or batch
+    (:func:`specwatch.bench.perrequest.summarize`; a batch keeps ``status``, ``requests`` and
+    ``problems``). ``problems``, ``request_acceptance``, ``draft_length_histogram`` and
+    ``outliers`` are :mod:`specwatch.bench.perrequest`'s own documents, kept verbatim."""
+
+    status: str | None = jfield("status", _STR)
+    source: str | None = jfield("source", _STR)
+    requests: int | None = jfield("requests", Int())
+    problems: Mapping[str, Any] | None = jfield("problems", _OBJ)
+    per_position_acceptance_rates: tuple[float | None, ...] | None = jfield(
+        "per_position_acceptance_rates", ListOf(_NUM, nullable_items=True))
+    conditional_per_position_acceptance_rates: tuple[float | None, ...] | None = jfield(
+        "conditional_per_position_acceptance_rates", ListOf(_NUM, nullable_items=True))
+    drafted_steps_per_position: tuple[float, ...] | None = jfield("drafted_steps_per_position", ListOf(_NUM))
+    #: E(k) by k as text ("1", "2", …), as the file writes it.
+    expected_acceptance_lengths: Mapping[str, Any] | None = jfield("expected_acceptance_lengths", _OBJ)
+    request_acceptance: Mapping[str, Any] | None = jfield("request_acceptance", _OBJ)
+    draft_length_histogram: Mapping[str, Any] | None = jfield("draft_length_histogram", _OBJ)
+    num_outliers: int | None = jfield("num_outliers", Int())
+    outliers: tuple[Any, ...] | None = jfield("outliers", ListOf(_ANY))
+    extra: Mapping[str, Any] = record_field(default_factory=dict)
+    keys: tuple[str, ...] | None = record_field(default=None)
+
+    @property
+    def has_exact_curve(self) -> bool:
+        """The cell's exact curve was measured (status ``measured`` or ``partial``)."""
+        return self.status in ("measured", "partial")
+
+    def expected_lengths(self) -> list[float] | None:
+        """E(k′) for k′ = 1, 2, … from ``expected_acceptance_lengths`` when the exact curve was
+        measured and every value is a number; else None."""
+        exp = self.expected_acceptance_lengths
+        if not exp or not self.has_exact_curve:
+            return None
+        vals = [exp.get(str(i)) for i in range(1, len(exp) + 1)]
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+            return None
+        return [float(v) for v in vals]
+
+    def format_expected(self) -> list[tuple[str, float]]:
+        """(k as text, E(k)) pairs as stored (for display)."""
+        return [(k, float(v)) for k, v in (self.expected_acceptance_lengths or {}).items()]
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Measured(JsonRecord):
+    """The fields a batch and a cell summary share: latencies (ms), spec-decode values over the
+    interval (counter deltas) and the server's step counters (``server_*``)."""
+
+    role: str | None = jfield("role", _STR)
+    workload: str | None = jfield("workload", _STR)
+    max_concurrency: int | None = jfield("max_concurrency", Int())
+    duration: float | None = jfield("duration", _NUM)
+    completed: float | None = jfield("completed", _NUM)
+    failed: float | None = jfield("failed", _NUM)
+    total_input_tokens: float | None = jfield("total_input_tokens", _NUM)
+    total_output_tokens: float | None = jfield("total_output_tokens", _NUM)
+    request_throughput: float | None = jfield("request_throughput", _NUM)
+    output_throughput: float | None = jfield("output_throughput", _NUM)
+    mean_ttft_ms: float | None = jfield("mean_ttft_ms", _NUM)
+    median_ttft_ms: float | None = jfield("median_ttft_ms", _NUM)
+    std_ttft_ms: float | None = jfield("std_ttft_ms", _NUM)
+    p90_ttft_ms: float | None = jfield("p90_ttft_ms", _NUM)
+    p99_ttft_ms: float | None = jfield("p99_ttft_ms", _NUM)
+    mean_tpot_ms: float | None = jfield("mean_tpot_ms", _NUM)
+    median_tpot_ms: float | None = jfield("median_tpot_ms", _NUM)
+    std_tpot_ms: float | None = jfield("std_tpot_ms", _NUM)
+    p90_tpot_ms: float | None = jfield("p90_tpot_ms", _NUM)
+    p99_tpot_ms: float | None = jfield("p99_tpot_ms", _NUM)
+    mean_itl_ms: float | None = jfield("mean_itl_ms", _NUM)
+    median_itl_ms: float | None = jfield("median_itl_ms", _NUM)
+    std_itl_ms: float | None = jfield("std_itl_ms", _NUM)
+    p90_itl_ms: float | None = jfield("p90_itl_ms", _NUM)
+    p99_itl_ms: float | None = jfield("p99_itl_ms", _NUM)
+    mean_e2el_ms: float | None = jfield("mean_e2el_ms", _NUM)
+    median_e2el_ms: float | None = jfield("median_e2el_ms", _NUM)
+    std_e2el_ms: float | None = jfield("std_e2el_ms", _NUM)
+    p90_e2el_ms: float | None = jfield("p90_e2el_ms", _NUM)
+    p99_e2el_ms: float | None = jfield("p99_e2el_ms", _NUM)
+    server_metrics_schema: str | None = jfield("server_metrics_schema", _STR)
+    metrics_error: str | None = jfield("metrics_error", _STR)
+    #: Δaccepted / Δdraft_tokens, 0–1 (the file: ``spec_decode_acceptance_rate`` in percent).
+    acceptance_rate: float | None = jfield("spec_decode_acceptance_rate", Percent())
+    acceptance_length: float | None = jfield("spec_decode_acceptance_length", _NUM)
+    num_drafts: float | None = jfield("spec_decode_num_drafts", _NUM)
+    draft_tokens: float | None = jfield("spec_decode_draft_tokens", _NUM)
+    accepted_tokens: float | None = jfield("spec_decode_accepted_tokens", _NUM)
+    per_position_acceptance_rates: tuple[float, ...] | None = jfield("spec_decode_per_position_acceptance_rates", ListOf(_NUM))
+    conditional_per_position_acceptance_rates: tuple[float | None, ...] | None = jfield(
+        "spec_decode_conditional_per_position_acceptance_rates", ListOf(_NUM, nullable_items=True))
+    num_speculative_tokens: float | None = jfield("spec_decode_num_speculative_tokens", _NUM)
+    generation_tokens: float | None = jfield("spec_decode_generation_tokens", _NUM)
+    output_from_drafts_ratio: float | None = jfield("spec_decode_output_from_drafts_ratio", _NUM)
+    #: ``exact`` / ``lower_bound`` (:mod:`specwatch.specdecode.ragged`); None in older files.
+    curve_basis: str | None = jfield("spec_decode_curve_basis", _STR)
+    missing_draft_tokens_ratio: float | None = jfield("spec_decode_missing_draft_tokens_ratio", _NUM)
+    server_step_duration_ms: float | None = jfield("server_step_duration_ms", _NUM)
+    server_running_requests: float | None = jfield("server_running_requests", _NUM)
+    server_request_decode_tokens_per_second: float | None = jfield("server_request_decode_tokens_per_second", _NUM)
+    server_engine_steps: float | None = jfield("server_engine_steps", _NUM)
+    server_request_steps: float | None = jfield("server_request_steps", _NUM)
+    server_itl_sum_seconds: float | None = jfield("server_itl_sum_seconds", _NUM)
+    per_request: PerRequest | None = jfield("spec_decode_per_request", Rec(PerRequest))
+    extra: Mapping[str, Any] = record_field(default_factory=dict)
+    keys: tuple[str, ...] | None = record_field(default=None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchError(JsonRecord):
+    """One kept error of a batch (``errors[i]``): ``error`` is its one-line text."""
+
+    error: str | None = jfield("error", _STR)
+    extra: Mapping[str, Any] = record_field(default_factory=dict)
+    keys: tuple[str, ...] | None = record_field(default=None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchBatch(_Measured):
+    """One batch (``batches[i]``, :meth:`specwatch.bench.results.BatchResult.record`)."""
+
+    batch_index: int | None = jfield("batch_index", Int())
+    warmup: bool | None = jfield("warmup", Bool())
+    started_at: str | None = jfield("started_at", _STR)
+    #: Requests per second, or the text "inf" (all at once), as the file writes it.
+    request_rate: Any = jfield("request_rate", _ANY)
+    num_prompts: float | None = jfield("num_prompts", _NUM)
+    output_tokens_from_usage: bool | None = jfield("output_tokens_from_usage", Bool())
+    total_token_throughput: float | None = jfield("total_token_throughput", _NUM)
+    errors: tuple[BatchError, ...] | None = jfield("errors", ListOf(Rec(BatchError)))
+
+    @classmethod
+    def from_json(cls, data: Any, where: str | None = None) -> BenchBatch:
+        """A batch record alone (as :meth:`specwatch.bench.results.BatchResult.record` gives it)."""
+        return read_document(cls, data, where, "bench batch record", BenchRecordError)
+
+    def first_error(self) -> str | None:
+        """The text of the batch's first kept error (None without one)."""
+        return next((e.error for e in self.errors or () if e.error), None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchCell(_Measured):
+    """One cell's summary (``summary[i]``, :meth:`specwatch.bench.results.CellSummary.record`):
+    the measured (non-warm-up) batches of one (role, workload, concurrency), pooled."""
+
+    num_batches: float | None = jfield("num_batches", _NUM)
+    output_throughput_pooled: float | None = jfield("output_throughput_pooled", _NUM)
+    output_throughput_per_batch: tuple[float | None, ...] | None = jfield(
+        "output_throughput_per_batch", ListOf(_NUM, nullable_items=True))
+    output_throughput_ci95: ThroughputInterval | None = jfield("output_throughput_ci95", Rec(ThroughputInterval))
+
+    @classmethod
+    def from_json(cls, data: Any, where: str | None = None) -> BenchCell:
+        """A cell summary alone (as :meth:`specwatch.bench.results.CellSummary.record` gives it)."""
+        return read_document(cls, data, where, "bench cell summary", BenchRecordError)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchResult(JsonRecord):
+    """A bench result document (``<stem>.json`` of ``specwatch bench``)."""
+
+    format: int = jfield(FORMAT_KEY, Int(), nullable=False, default=FORMAT)
+    status: str | None = jfield("status", _STR)
+    error: str | None = jfield("error", _STR)
+    started_at: str | None = jfield("started_at", _STR)
+    #: The run's settings (:meth:`specwatch.bench.runner.BenchConfig.record`, secrets left out), verbatim.
+    config: Mapping[str, Any] | None = jfield("config", _OBJ)
+    batches: tuple[BenchBatch, ...] = jfield("batches", ListOf(Rec(BenchBatch)), default=())
+    cells: tuple[BenchCell, ...] = jfield("summary", ListOf(Rec(BenchCell)), default=())
+    #: :func:`specwatch.bench.results.compare`'s rows (derived from the cells), verbatim.
+    comparison: tuple[Any, ...] | None = jfield("comparison", ListOf(_ANY))
+    #: :mod:`specwatch.bench.equivalence`'s check (None when it did not run), verbatim.
+    equivalence: Mapping[str, Any] | None = jfield("equivalence", _OBJ)
+    extra: Mapping[str, Any] = record_field(default_factory=dict)
+    keys: tuple[str, ...] | None = record_field(default=None)
+
+    @classmethod
+    def from_json(cls, data: Any, where: str | None = None) -> BenchResult:
+        """The record of a parsed bench document; ``where`` names it in errors (the file).
+        Raises BenchRecordError for a document of the wrong shape or an unknown format."""
+        if isinstance(data, Mapping) and FORMAT_KEY in data and data[FORMAT_KEY] not in READABLE_FORMATS:
+            raise BenchRecordError(f"{where or 'the document'} is not a specwatch bench result of format "
+                                   f"{', '.join(map(str, READABLE_FORMATS))} ({FORMAT_KEY}: {data[FORMAT_KEY]!r})")
+        return read_document(cls, data, where, "bench result", BenchRecordError)
+
+    @classmethod
+    def load(cls, path: str | Path) -> BenchResult:
+        """Read a bench result file. Raises BenchRecordError (one line naming the file and the field)."""
+        return cls.from_json(read_json_file(path, "bench result", BenchRecordError), str(path))
+
+    def measured_batches(self) -> list[BenchBatch]:
+        """The batches that are not warm-up."""
+        return [b for b in self.batches if not b.warmup]
+
+    def cells_by_key(self) -> dict[tuple[str, int], BenchCell]:
+        """(workload, concurrency) → cell summary (cells without both keys left out)."""
+        return {(c.workload, int(c.max_concurrency)): c for c in self.cells
+                if c.workload is not None and c.max_concurrency is not None}
+
+    def batches_by_key(self) -> dict[tuple[str, int], dict[int, BenchBatch]]:
+        """(workload, concurrency) → {batch index: measured batch}."""
+        out: dict[tuple[str, int], dict[int, BenchBatch]] = {}
+        for b in self.measured_batches():
+            if b.workload is None or b.max_concurrency is None:
+                continue
+            out.setdefault((b.workload, int(b.max_concurrency)), {})[int(b.batch_index or 0)] = b
+        return out
+
+    @classmethod
+    def coerce(cls, doc: BenchResult | Mapping[str, Any] | None, where: str | None = None) -> BenchResult | None:
+        """``doc`` as a record: a record as it is, a parsed document read with :meth:`from_json`."""
+        if doc is None or isinstance(doc, BenchResult):
+            return doc
+        return cls.from_json(doc, where)
+
+
+__all__ = ["BatchError", "BenchBatch", "BenchCell", "BenchRecordError", "BenchResult", "FORMAT", "FORMAT_KEY", "PerRequest",
+           "ThroughputInterval"]

@@ -1,0 +1,275 @@
+"""The sweep result file as typed records: the only module that reads a sweep document's fields.
+
+Format ``specwatch_sweep_format`` 1 (written by :mod:`specwatch.choosek.sweep`, documented field
+by field there and in ``docs/choosing-k.md``)::
+
+    {"specwatch_sweep_format": 1, "status", "created_at", "updated_at",
+     "settings": SweepSettings, "server": ServerSource, "configs": [SweepConfig],
+     "servers": [ServerStart], "cells": [SweepCell], "resumed_at": [time, …] (after a resume)}
+
+A cell's ``summary`` and ``batches`` are the bench's own records
+(:class:`specwatch.bench.records.BenchCell`, :class:`specwatch.bench.records.BenchBatch`).
+:meth:`SweepResult.load` reads a file (one-line errors naming the file and the field),
+:meth:`SweepResult.to_json` writes what :meth:`SweepResult.from_json` read, byte for byte
+(unknown keys are kept), and is what the sweep writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from specwatch.bench.records import BenchBatch, BenchCell
+from specwatch.common.records import (Anything, Int, JsonRecord, ListOf, Num, Obj, Rec, RecordError, Str, jfield, read_document,
+                                      read_json_file, record_field)
+
+FORMAT = 1
+FORMAT_KEY = "specwatch_sweep_format"
+#: Settings that must match between a result file and a resumed sweep.
+MEASUREMENT_KEYS = ("output_len", "num_prompts", "prompts_per_concurrency", "num_batches",
+                    "warmup_batches", "seed", "request_rate", "target_ci", "max_batches")
+
+_NUM, _STR, _ANY, _OBJ = Num(), Str(), Anything(), Obj()
+
+
+class SweepError(click.ClickException):
+    """A sweep cannot start or continue (bad options, unreadable or mismatched result file,
+    server that fails to start)."""
+
+
+class SweepRecordError(SweepError, RecordError):
+    """A sweep result file (or document) that cannot be read: the message names it and the field.
+    A :class:`SweepError` (commands print it as one line) and a
+    :class:`specwatch.common.records.RecordError`."""
+
+    def __init__(self, message: str) -> None:
+        SweepError.__init__(self, message)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepSettings(JsonRecord):
+    """``settings``: how the cells were measured (:meth:`specwatch.choosek.sweep.SweepPlan.settings`)."""
+
+    workloads: tuple[str, ...] | None = jfield("workloads", ListOf(_STR))
+    concurrencies: tuple[int, ...] | None = jfield("concurrencies", ListOf(Int()))
+    output_len: Any = jfield("output_len", _ANY)
+    num_prompts: Any = jfield("num_prompts", _ANY)
+    prompts_per_concurrency: Any = jfield("prompts_per_concurrency", _ANY)
+    num_batches: Any = jfield("num_batches", _ANY)
+    warmup_batches: Any = jfield("warmup_batches", _ANY)
+    seed: Any = jfield("seed", _ANY)
+    #: Requests per second, or the text "inf".
+    request_rate: Any = jfield("request_rate", _ANY)
+    dataset_path: str | None = jfield("dataset_path", _STR)
+    target_ci: Any = jfield("target_ci", _ANY)
+    max_batches: Any = jfield("max_batches", _ANY)
+    extra: Mapping[str, Any] = record_field(default_factory=dict)
+    keys: tuple[str, ...] | None = record_field(default=None)
+
+    def items(self) -> list[tuple[str, Any]]:
+        """(key, value) of every setting the file holds, in its order (for display)."""
+        return list(self.to_json().items())
+
+    def differences(self, new: SweepSettings) -> list[tuple[str, Any, Any]]:
+        """(key, old, new) of the measurement settings (:data:`MEASUREMENT_KEYS`) this file holds
+        and ``new`` gives differently, then the ShareGPT file when both name one."""
+        old_d, new_d = self.to_json(), new.to_json()
+        out = [(k, old_d[k], new_d.get(k)) for k in MEASUREMENT_KEYS if k in old_d and old_d[k] != new_d.get(k)]
+        if self.dataset_path and new.dataset_path and self.dataset_path != new.dataset_path:
+            out.append(("dataset_path", self.dataset_path, new.dataset_path))
+        return out
+
+    def extended(self, new: SweepSettings) -> SweepSettings:
+        """These settings updated by ``new``'s, with the workloads and concurrencies of both (the
+        file's first) and ``new``'s ShareGPT file, else this one's."""
+        merged = {**self.to_json(), **new.to_json(),
+                  "workloads": list(dict.fromkeys([*(self.workloads or ()), *(new.workloads or ())])),
+                  "concurrencies": sorted(set(self.concurrencies or ()) | set(new.concurrencies or ())),
+                  "dataset_path": new.dataset_path or self.dataset_path}
+        return SweepSettings.read(merged)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerSource(JsonRecord):
+    """``server``: where the servers came from: ``kind`` "embedded" or "template" and the
+    (redacted) ``command_template`` of a template."""
+
+    kind: str | None = jfield("kind", _STR)
+    command_template: str | None = jfield("command_template", _STR)
+    extra: Mapping[str, Any] = record_field(default_factory=dict)
+    keys: tuple[str, ...] | None = record_field(default=None)
+
+    def describe(self) -> str:
+        """"the embedded vLLM" or "--server-command '<template>'"."""
+        return "the embedded vLLM" if self.kind == "embedded" else f"--server-command {self.command_template!r}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepConfig(JsonRecord):
+    """``configs[i]``: one server configuration (:class:`specwatch.choosek.sweep.ServerConfig`)."""
+
+    name: str = jfield("name", _STR, required=True, nullable=False)
+    k: int | None = jfield("k", Int())
+    family: str | None = jfield("family", _STR)
+    speculative_config: Mapping[str, Any] | None = jfield("speculative_config", _OBJ)
+    #: The --drafter label of a draft_model configuration (optional key).
+    drafter: str | None = jfield("drafter", _ANY, omit_none=True)
+    extra: Mapping[str, Any] = record_field(default_factory=dict)
+    keys: tuple[str, ...] | None = record_field(default=None)
+
+    @property
+    def has_speculative_config(self) -> bool:
+        """The file gives the configuration's ``speculative_config`` (null for the baseline)."""
+        return self.keys is None or "speculative_config" in self.keys
+
+    @property
+    def variable_width(self) -> bool:
+        """The configuration runs vLLM's dynamic table (``num_speculative_tokens_per_batch_size``)."""
+        return bool((self.speculative_config or {}).get("num_speculative_tokens_per_batch_size"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerStart(JsonRecord):
+    """``servers[i]``: one server start: start-up time and the KV-cache capacity it reported."""
+
+    config: str = jfield("config", _STR, required=True, nullable=False)
+    k: int | None = jfield("k", Int())
+    started_at: str | None = jfield("started_at", _STR)
+    startup_seconds: float | None = jfield("startup_seconds", _NUM)
+    command: tuple[Any, ...] | None = jfield("command", ListOf(_ANY))
+    log: str | None = jfield("log", _STR)
+    kv_cache_tokens: float | None = jfield("kv_cache_tokens", _NUM)
+    num_gpu_blocks: float | None = jfield("num_gpu_blocks", _NUM)
+    #: Tokens per block, or the sorted sizes when the engines differ.
+    block_size: Any = jfield("block_size", _ANY)
+    engines: int | None = jfield("engines", Int())
+    extra: Mapping[str, Any] = record_field(default_factory=dict)
+    keys: tuple[str, ...] | None = record_field(default=None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepCell(JsonRecord):
+    """``cells[i]``: one (configuration, workload, concurrency) cell: the bench's cell summary and
+    batch records, and the server's exit code when it died during the cell."""
+
+    config: str = jfield("config", _STR, required=True, nullable=False)
+    k: int = jfield("k", Int(0, 1000), required=True, nullable=False)
+    family: str | None = jfield("family", _STR)
+    workload: str = jfield("workload", _STR, required=True, nullable=False)
+    max_concurrency: int = jfield("max_concurrency", Int(1, 1_000_000), required=True, nullable=False)
+    finished_at: str | None = jfield("finished_at", _STR)
+    summary: BenchCell | None = jfield("summary", Rec(BenchCell))
+    batches: tuple[BenchBatch, ...] | None = jfield("batches", ListOf(Rec(BenchBatch)))
+    server_exited: int | None = jfield("server_exited", _ANY, omit_none=True)
+    extra: Mapping[str, Any] = record_field(default_factory=dict)
+    keys: tuple[str, ...] | None = record_field(default=None)
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        """(configuration, workload, concurrency)."""
+        return (self.config, self.workload, int(self.max_concurrency))
+
+    @property
+    def name(self) -> str:
+        """``ngram-k1/copy/c=2``."""
+        return f"{self.config}/{self.workload}/c={self.max_concurrency}"
+
+    def problem(self) -> str | None:
+        """Why the cell does not count as finished — "8 of 8 requests failed", "the server exited
+        during the cell (…)" — or None when it does."""
+        s = self.summary
+        failed = int((s.failed if s else None) or 0)
+        total = failed + int((s.completed if s else None) or 0)
+        requests = f"{failed} of {total} requests failed"
+        if self.server_exited is not None:
+            return f"the server exited during the cell (code {self.server_exited}" + (f"; {requests})" if failed else ")")
+        return requests if failed else None
+
+    def first_error(self) -> str | None:
+        """The first error text of the cell's batches, on one line (at most 200 characters)."""
+        for b in self.batches or ():
+            err = b.first_error()
+            if err:
+                return " ".join(str(err).split())[:200]
+        return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepResult(JsonRecord):
+    """A sweep result document (``specwatch sweep --result-file``)."""
+
+    format: int = jfield(FORMAT_KEY, Int(), nullable=False, default=FORMAT)
+    status: str | None = jfield("status", _STR)
+    created_at: str | None = jfield("created_at", _STR)
+    updated_at: str | None = jfield("updated_at", _STR)
+    settings: SweepSettings | None = jfield("settings", Rec(SweepSettings))
+    server: ServerSource | None = jfield("server", Rec(ServerSource))
+    configs: tuple[SweepConfig, ...] = jfield("configs", ListOf(Rec(SweepConfig)), nullable=False, default=())
+    servers: tuple[ServerStart, ...] = jfield("servers", ListOf(Rec(ServerStart)), nullable=False, default=())
+    cells: tuple[SweepCell, ...] = jfield("cells", ListOf(Rec(SweepCell)), nullable=False, default=())
+    resumed_at: tuple[Any, ...] | None = jfield("resumed_at", ListOf(_ANY), nullable=False, omit_none=True)
+    extra: Mapping[str, Any] = record_field(default_factory=dict)
+    keys: tuple[str, ...] | None = record_field(default=None)
+
+    @classmethod
+    def from_json(cls, data: Any, where: str | None = None) -> SweepResult:
+        """The record of a parsed sweep document; ``where`` names it in errors (the file). A
+        document without ``specwatch_sweep_format`` is format 1. Raises SweepRecordError."""
+        if not isinstance(data, Mapping) or data.get(FORMAT_KEY, FORMAT) != FORMAT:
+            raise SweepRecordError(f"{where or 'the document'} is not a specwatch sweep result (format {FORMAT})")
+        return read_document(cls, data, where, "sweep result", SweepRecordError)
+
+    @classmethod
+    def load(cls, path: str | Path) -> SweepResult:
+        """Read a sweep result file. Raises SweepRecordError (one line naming the file and, for a
+        damaged file, the field) when it is unreadable, not UTF-8 JSON, not a sweep result of
+        format 1 (the key is required in a file), has no ``cells`` list or is damaged."""
+        p = Path(path)
+        data = read_json_file(p, "sweep result", SweepRecordError)
+        if not isinstance(data, dict) or data.get(FORMAT_KEY) != FORMAT:
+            raise SweepRecordError(f"{p} is not a specwatch sweep result (format {FORMAT})")
+        if not isinstance(data.get("cells"), list):
+            raise SweepRecordError(f"{p} has no 'cells' list")
+        return cls.from_json(data, str(p))
+
+    @classmethod
+    def coerce(cls, doc: SweepResult | Mapping[str, Any]) -> SweepResult:
+        """``doc`` as a record: a record as it is, a parsed document read with :meth:`from_json`."""
+        return doc if isinstance(doc, SweepResult) else cls.from_json(doc)
+
+    # -- views ---------------------------------------------------------------------------------
+    def failed_cells(self) -> list[str]:
+        """One line per stored cell that does not count as finished, e.g.
+        ``"ngram-k1/copy/c=2: 8 of 8 requests failed"``."""
+        return [f"{c.name}: {p}" for c in self.cells if (p := c.problem())]
+
+    def servers_by_config(self) -> dict[str, ServerStart]:
+        """The latest server start of each configuration."""
+        return {s.config: s for s in self.servers}
+
+    def configs_by_name(self) -> dict[str, SweepConfig]:
+        return {c.name: c for c in self.configs}
+
+    def workloads(self) -> list[str]:
+        """The settings' workloads, then those of the cells, without repeats."""
+        return list(dict.fromkeys([*((self.settings.workloads if self.settings else None) or ()),
+                                   *(c.workload for c in self.cells)]))
+
+    def replace(self, **changes: Any) -> SweepResult:
+        return dataclasses.replace(self, **changes)
+
+    def with_cell(self, cell: SweepCell) -> SweepResult:
+        """The document with ``cell`` last, replacing a stored cell of the same key."""
+        return self.replace(cells=tuple(c for c in self.cells if c.key != cell.key) + (cell,))
+
+    def only_cells(self, keep: Sequence[SweepCell]) -> SweepResult:
+        return self.replace(cells=tuple(keep))
+
+
+__all__ = ["FORMAT", "FORMAT_KEY", "MEASUREMENT_KEYS", "ServerSource", "ServerStart", "SweepCell", "SweepConfig", "SweepError",
+           "SweepRecordError", "SweepResult", "SweepSettings"]
