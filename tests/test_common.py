@@ -11,7 +11,7 @@ import time
 import pytest
 
 from specwatch.common.locks import FileLock, LockHeld, lock_holder
-from specwatch.common.params import parse_duration
+from specwatch.common.params import int_list, parse_duration
 from specwatch.common.processes import ManagedProcess, StartFailed, free_port
 from specwatch.exporter.config import ConfigError, parse_window
 
@@ -51,6 +51,22 @@ def test_one_duration_parser_for_exporter_windows_and_mixin():
     for bad in ("4s", "25h", "5", "lifetime"):
         with pytest.raises(ConfigError, match="window"):
             parse_window(bad)
+
+
+def test_int_list_with_one_message_for_every_bad_input():
+    import click
+    from click.testing import CliRunner
+
+    @click.command()
+    @click.option("--c", default="1,8", callback=int_list(1, dedupe=False, message="{value!r}: expected integers >= 1"))
+    def cmd(c):
+        click.echo(repr(c))
+
+    assert CliRunner().invoke(cmd, []).output == "(1, 8)\n"
+    assert CliRunner().invoke(cmd, ["--c", "2, 2"]).output == "(2, 2)\n"  # not deduplicated
+    for bad in ("0,1", "1,x", ""):
+        r = CliRunner().invoke(cmd, ["--c", bad])
+        assert r.exit_code == 2 and f"Invalid value for '--c': {bad!r}: expected integers >= 1" in r.output, r.output
 
 
 # a tiny HTTP server: answers 200 on / after SLEEP s, writes a line to its log, exits with EXIT
