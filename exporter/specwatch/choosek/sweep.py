@@ -48,7 +48,6 @@ import json
 import math
 import shlex
 import subprocess
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -65,7 +64,7 @@ from specwatch.bench.records import BenchBatch, BenchCell, ThroughputInterval
 from specwatch.choosek.records import ServerSource, ServerStart, SweepCell, SweepConfig, SweepResult, SweepSettings
 from specwatch.choosek.resultfile import SweepError, _now, cell_key, load_sweep, result_file_lock
 from specwatch.common.files import atomic_write_json, log_tail
-from specwatch.common.processes import free_port, listen_error, stop_process_group
+from specwatch.common.processes import ManagedProcess, StartFailed, free_port, listen_error
 from specwatch.localvllm import server as localvllm_server
 from specwatch.localvllm.model import SpecwatchEmbeddedError
 from specwatch.localvllm.server import DEFAULT_SPECULATIVE_CONFIG, LockTimeout, VllmLock, VllmServer
@@ -277,17 +276,18 @@ def port_error(host: str, port: int) -> str | None:
 
 
 class TemplateServer:
-    """A server started from a ``--server-command`` template, as a context manager.
+    """A server started from a ``--server-command`` template, as a context manager
+    (:class:`specwatch.common.processes.ManagedProcess`).
 
-    Refuses a port something already listens on, starts the command in its own process group
-    (output to ``log_path``), optionally holding the machine-wide vLLM lock (``lock=True``; waits
-    up to ``lock_timeout`` s, calling ``on_status(message)`` once if it has to wait), polls
-    ``GET {base_url}/v1/models`` until it answers 200 with at least one model and checks that the
-    started process is still running, and on exit stops the whole process group (SIGTERM, SIGKILL
-    after ``stop_timeout`` s; :func:`specwatch.common.files.stop_process_group`). Attributes as
-    :class:`specwatch.localvllm.server.VllmServer`: ``base_url``, ``metrics_url``, ``startup_seconds``,
-    ``command``, ``log_path``, ``served_model_name`` (the first model id listed), ``process``,
-    ``stop_timeout``.
+    Optionally takes the machine-wide vLLM lock (``lock=True``; waits up to ``lock_timeout`` s,
+    calling ``on_status(message)`` once if it has to wait), refuses a port something already
+    listens on, starts the command in its own process group (output appended to ``log_path``),
+    polls ``GET {base_url}/v1/models`` until it answers 200 with at least one model and checks
+    that the started process is still running, and on exit stops the whole process group
+    (SIGTERM, SIGKILL after ``stop_timeout`` s; :func:`specwatch.common.processes.stop_process_group`)
+    and releases the lock. Attributes as :class:`specwatch.localvllm.server.VllmServer`:
+    ``base_url``, ``metrics_url``, ``startup_seconds``, ``command``, ``log_path``,
+    ``served_model_name`` (the first model id listed), ``process``, ``stop_timeout``.
 
     Raises (from ``__enter__``): SweepError when the port is busy, the program cannot be run, the
     lock is still held after ``lock_timeout`` s, or the process exits or is not ready in
@@ -306,9 +306,7 @@ class TemplateServer:
         self.log_path = Path(log_path)
         self.startup_timeout = startup_timeout
         self.stop_timeout = stop_timeout
-        self.startup_seconds: float | None = None
         self.served_model_name: str | None = None
-        self.process: subprocess.Popen | None = None
         self.on_status = on_status or (lambda msg: None)
         self._api_key = api_key
         self._lock = None
@@ -316,66 +314,61 @@ class TemplateServer:
             # LOCK_PATH is read at call time (tests point it elsewhere with monkeypatch)
             self._lock = VllmLock(Path(lock_path) if lock_path else localvllm_server.LOCK_PATH, timeout=lock_timeout,
                                   on_wait=self.on_status, note=self.base_url)
-        self._log = None
+        self._proc = ManagedProcess(argv, ready=self._lists_a_model, what="server", log_path=self.log_path,
+                                    startup_timeout=startup_timeout, stop_timeout=stop_timeout, interval=0.25,
+                                    lock=self._lock, before_start=self._check_port, on_error=self._start_error)
+
+    @property
+    def process(self) -> subprocess.Popen | None:
+        return self._proc.process
+
+    @property
+    def startup_seconds(self) -> float | None:
+        return self._proc.startup_seconds
+
+    def _check_port(self) -> None:
+        busy = port_error(self.host, self.port)
+        if busy:
+            raise SweepError(busy)
+
+    def _lists_a_model(self) -> bool:
+        """``/v1/models`` answers 200 with at least one model (its id becomes ``served_model_name``)."""
+        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        try:
+            r = requests.get(self.base_url + "/v1/models", timeout=2, headers=headers)
+            data = (r.json().get("data") or []) if r.status_code == 200 else []
+        except (requests.RequestException, ValueError, AttributeError):
+            return False
+        if data:
+            self.served_model_name = data[0].get("id")
+        return bool(data)
+
+    def _start_error(self, failure: StartFailed) -> SweepError:
+        """The start-up failure as the sweep reports it (one line, then the log's tail)."""
+        if failure.kind == "cannot-run":
+            exc = failure.cause
+            if isinstance(exc, FileNotFoundError):
+                return SweepError(f"--server-command: program {self.command[0]!r} not found")
+            return SweepError(f"--server-command: cannot run {self.command[0]!r}: {exc.strerror or exc}")
+        log = f"log {self.log_path}:\n{_tail(self.log_path)}"
+        if failure.kind == "not-ready":
+            return SweepError(f"server not ready on {self.base_url} after {self.startup_timeout:.0f} s\n{log}")
+        argv = shlex.join(redact_argv(self.command))
+        if failure.kind == "exited":
+            return SweepError(f"server exited with code {failure.returncode} during start-up: {argv}\n{log}")
+        # whatever answered is not the server we started
+        return SweepError(f"server exited with code {failure.returncode} while {self.base_url} answered (another server on the "
+                          f"port?): {argv}\n{log}")
 
     def __enter__(self) -> TemplateServer:
-        if self._lock is not None:
-            try:
-                self._lock.acquire()
-            except LockTimeout as exc:
-                raise SweepError(f"{exc} (or run with --no-lock)") from None
         try:
-            busy = port_error(self.host, self.port)
-            if busy:
-                raise SweepError(busy)
-            self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            self._log = open(self.log_path, "ab")
-            t0 = time.monotonic()
-            try:
-                self.process = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT,
-                                                stdin=subprocess.DEVNULL, start_new_session=True)
-            except FileNotFoundError:
-                raise SweepError(f"--server-command: program {self.command[0]!r} not found") from None
-            except OSError as exc:
-                raise SweepError(f"--server-command: cannot run {self.command[0]!r}: {exc.strerror or exc}") from None
-            headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-            while True:
-                rc = self.process.poll()
-                if rc is not None:
-                    raise SweepError(f"server exited with code {rc} during start-up: {shlex.join(redact_argv(self.command))}\n"
-                                     f"log {self.log_path}:\n{_tail(self.log_path)}")
-                try:
-                    r = requests.get(self.base_url + "/v1/models", timeout=2, headers=headers)
-                    if r.status_code == 200:
-                        data = r.json().get("data") or []
-                        if data:
-                            self.served_model_name = data[0].get("id")
-                            break
-                except (requests.RequestException, ValueError, AttributeError):
-                    pass
-                if time.monotonic() - t0 > self.startup_timeout:
-                    raise SweepError(f"server not ready on {self.base_url} after {self.startup_timeout:.0f} s\n"
-                                     f"log {self.log_path}:\n{_tail(self.log_path)}")
-                time.sleep(0.25)
-            self.startup_seconds = time.monotonic() - t0
-            rc = self.process.poll()
-            if rc is not None:  # whatever answered is not the server we started
-                raise SweepError(f"server exited with code {rc} while {self.base_url} answered (another server on the "
-                                 f"port?): {shlex.join(redact_argv(self.command))}\nlog {self.log_path}:\n{_tail(self.log_path)}")
-        except BaseException:
-            self.__exit__()
-            raise
+            self._proc.start()
+        except LockTimeout as exc:
+            raise SweepError(f"{exc} (or run with --no-lock)") from None
         return self
 
     def __exit__(self, *exc: object) -> None:
-        try:
-            stop_process_group(self.process, self.stop_timeout)
-        finally:
-            if self._log is not None:
-                self._log.close()
-                self._log = None
-            if self._lock is not None:
-                self._lock.release()
+        self._proc.stop()
 
 
 def _tail(path: Path, lines: int = 30) -> str:

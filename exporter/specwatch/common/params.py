@@ -42,11 +42,14 @@ def parse_int_list(text: str, what: str) -> tuple[int, ...]:
     return vals
 
 
-def int_list(minimum: int = 1, *, dedupe: bool = True) -> Callable[[click.Context, click.Parameter, str | None], tuple[int, ...] | None]:
+def int_list(minimum: int = 1, *, dedupe: bool = True,
+             message: str | None = None) -> Callable[[click.Context, click.Parameter, str | None], tuple[int, ...] | None]:
     """A click callback parsing a comma-separated integer list, every value ≥ ``minimum``.
 
-    Bad input exits 2 with click's usage line naming the option. With ``dedupe`` repeated values
-    are measured once ("1,1" → (1,)), order kept. ``None`` passes through (option not given)."""
+    Bad input exits 2 with click's usage line naming the option; ``message`` replaces the specific
+    reasons with one text for every bad input (formatted with ``value``, the text given, e.g.
+    ``"{value!r}: expected …"``). With ``dedupe`` repeated values are measured once ("1,1" →
+    (1,)), order kept. ``None`` passes through (option not given)."""
 
     def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
         if value is None:
@@ -55,10 +58,11 @@ def int_list(minimum: int = 1, *, dedupe: bool = True) -> Callable[[click.Contex
         try:
             vals = parse_int_list(value, flag)
         except ValueError as exc:
-            raise click.BadParameter(str(exc).removeprefix(f"{flag}: ")) from None
+            raise click.BadParameter(message.format(value=value) if message else str(exc).removeprefix(f"{flag}: ")) from None
         bad = [v for v in vals if v < minimum]
         if bad:
-            raise click.BadParameter(f"every value must be >= {minimum}, got {', '.join(map(str, bad))}")
+            raise click.BadParameter(message.format(value=value) if message
+                                     else f"every value must be >= {minimum}, got {', '.join(map(str, bad))}")
         return tuple(dict.fromkeys(vals)) if dedupe else vals
 
     return callback

@@ -1,16 +1,21 @@
-"""Child processes, signals and ports: stopping a server's whole process group, turning SIGTERM
-and SIGHUP into Ctrl-C, probing and picking listen ports. Shared by bench, sweep, demo and the
-local vLLM launcher."""
+"""Child processes, signals and ports: one managed child server (:class:`ManagedProcess`: start,
+wait until ready, stop its whole process group), stopping a process group, turning SIGTERM and
+SIGHUP into Ctrl-C, probing and picking listen ports. Shared by bench, sweep, demo and the local
+vLLM launcher."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
 
 import psutil
 import requests
@@ -20,23 +25,206 @@ class NotReady(RuntimeError):
     """A server did not answer in time, or its process exited first (the message says which)."""
 
 
+class _HttpOk:
+    """Readiness check ``GET url`` answers 200 (each try times out after 2 s); keeps the last
+    request error for the timeout message."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.last_error: requests.RequestException | None = None
+
+    def __call__(self) -> bool:
+        try:
+            return requests.get(self.url, timeout=2).status_code == 200
+        except requests.RequestException as exc:
+            self.last_error = exc
+            return False
+
+
+def _poll_ready(check: Callable[[], Any], timeout: float, proc: subprocess.Popen | None, interval: float) -> str:
+    """Call ``check`` every ``interval`` s until it returns true (``"ready"``), ``proc`` exits
+    (``"exited"``, looked at before each try) or ``timeout`` s pass (``"not-ready"``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc is not None and proc.poll() is not None:
+            return "exited"
+        if check():
+            return "ready"
+        if time.monotonic() >= deadline:
+            return "not-ready"
+        time.sleep(interval)
+
+
+def _not_ready_message(what: str, timeout: float, url: str | None, last: BaseException | None) -> str:
+    at = f" at {url}" if url else ""
+    return f"{what} not ready{at} within {timeout:.0f} s" + (f" ({type(last).__name__})" if last else "")
+
+
 def wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None, what: str = "the server",
               interval: float = 0.3) -> None:
     """Wait until ``GET url`` answers 200 (each try times out after 2 s).
 
     Raises :class:`NotReady` naming ``what`` when ``proc`` exits first or ``timeout`` s pass."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise NotReady(f"{what} exited with code {proc.returncode}")
+    check = _HttpOk(url)
+    outcome = _poll_ready(check, timeout, proc, interval)
+    if outcome == "exited":
+        raise NotReady(f"{what} exited with code {proc.returncode}")
+    if outcome == "not-ready":
+        raise NotReady(_not_ready_message(what, timeout, url, check.last_error))
+
+
+class StartFailed(NotReady):
+    """Why a :class:`ManagedProcess` did not come up; the message is :func:`wait_http`'s.
+
+    ``kind``: ``"cannot-run"`` (the program could not be executed; ``cause`` is the OSError),
+    ``"exited"`` (it exited before it was ready; ``returncode``), ``"not-ready"`` (not ready
+    within the start-up timeout; ``cause`` is a URL check's last request error, if any),
+    ``"exited-after-ready"`` (the readiness check passed but the started process had exited:
+    something else answered, e.g. another server on the port; ``returncode``)."""
+
+    def __init__(self, message: str, kind: str, *, returncode: int | None = None, cause: BaseException | None = None):
+        super().__init__(message)
+        self.kind = kind
+        self.returncode = returncode
+        self.cause = cause
+
+
+class LockLike(Protocol):
+    """What :class:`ManagedProcess` needs of a lock (e.g. :class:`specwatch.common.locks.FileLock`)."""
+
+    def acquire(self) -> None: ...
+
+    def release(self) -> None: ...
+
+
+class ManagedProcess:
+    """One child server for the duration of a ``with`` block (or between :meth:`start` and :meth:`stop`).
+
+    :meth:`start`: takes ``lock`` if given (its errors propagate as they are), calls
+    ``before_start()`` (e.g. a port check; with the lock held), resolves ``argv`` (a sequence, or
+    a callable returning one, called with the lock held: e.g. to prepare a model first), starts it
+    in its own process group with stdin from /dev/null and stdout + stderr appended to
+    ``log_path`` (its parent folder created; ``None``: a new temporary file named
+    ``log_prefix…log``; ``"-"``: the caller's terminal; the child writes through its own copy of
+    the descriptor, this object's copy is closed once the child started), then polls ``ready``
+    every ``interval`` s until it passes and checks that the started process is still running.
+    ``ready`` is a URL (ready when ``GET`` answers 200, each try timing out after 2 s, as
+    :func:`wait_http`) or a callable returning true when ready (it handles its own request
+    errors). ``startup_seconds``: from the start of the process until ready.
+
+    On any failure of :meth:`start` (including Ctrl-C) the process group is stopped and the lock
+    released before the error propagates. A start-up failure is a :class:`StartFailed` (the
+    program cannot be run, it exits first, it is not ready within ``startup_timeout`` s, or it
+    had exited when the check passed); with ``on_error`` the exception ``on_error(failure)``
+    returns is raised instead, so callers keep their own exception types and messages.
+
+    :meth:`stop`: :func:`stop_process_group` (SIGTERM, SIGKILL after ``stop_timeout`` s), then
+    releases the lock if this object took it. Safe to call twice, and before :meth:`start`.
+
+    Attributes: ``command`` (the argv started, ``[]`` before), ``process`` (the
+    :class:`subprocess.Popen`, None before), ``log_path`` (None for the terminal, or before a
+    temporary one is made), ``startup_seconds``, ``what`` (names it in messages), ``stop_timeout``.
+    """
+
+    def __init__(self, argv: Sequence[str] | Callable[[], Sequence[str]], *, ready: str | Callable[[], Any],
+                 log_path: Path | str | None, what: str = "the server", env: Mapping[str, str] | None = None,
+                 log_prefix: str = "specwatch-", startup_timeout: float = 60.0, stop_timeout: float = 30.0,
+                 interval: float = 0.5, lock: LockLike | None = None, before_start: Callable[[], None] | None = None,
+                 on_error: Callable[[StartFailed], BaseException] | None = None):
+        self.argv = argv
+        self.ready = ready
+        self.what = what
+        self.env = dict(env) if env is not None else None
+        self._log_arg = log_path
+        self.log_path: Path | None = Path(log_path) if log_path not in (None, "-") else None
+        self.log_prefix = log_prefix
+        self.startup_timeout = startup_timeout
+        self.stop_timeout = stop_timeout
+        self.interval = interval
+        self.lock = lock
+        self.before_start = before_start
+        self.on_error = on_error
+        self.command: list[str] = []
+        self.process: subprocess.Popen | None = None
+        self.startup_seconds: float | None = None
+        self._locked = False
+        self._t0 = 0.0
+
+    @property
+    def running(self) -> bool:
+        """The started process has not exited (False before :meth:`start`)."""
+        return self.process is not None and self.process.poll() is None
+
+    def start(self) -> ManagedProcess:
+        """Start and wait until ready (see the class docstring)."""
+        if self.lock is not None:
+            self.lock.acquire()
+            self._locked = True
         try:
-            if requests.get(url, timeout=2).status_code == 200:
-                return
-        except requests.RequestException as exc:
-            last = exc
-        time.sleep(interval)
-    raise NotReady(f"{what} not ready at {url} within {timeout:.0f} s" + (f" ({type(last).__name__})" if last else ""))
+            self.launch()
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def launch(self) -> None:
+        """The first half of :meth:`start` without the lock: ``before_start``, then start the
+        process (no wait, no clean-up on failure: for starting several before waiting for each)."""
+        if self.before_start is not None:
+            self.before_start()
+        self.command = [str(a) for a in (self.argv() if callable(self.argv) else self.argv)]
+        with contextlib.ExitStack() as files:
+            out = None
+            if self._log_arg != "-":
+                if self._log_arg is None:
+                    fd, name = tempfile.mkstemp(prefix=self.log_prefix, suffix=".log")
+                    os.close(fd)
+                    self.log_path = Path(name)
+                else:
+                    self.log_path.parent.mkdir(parents=True, exist_ok=True)
+                out = files.enter_context(open(self.log_path, "ab"))
+            self._t0 = time.monotonic()
+            try:
+                self.process = subprocess.Popen(self.command, stdout=out, stderr=subprocess.STDOUT if out is not None else None,
+                                                stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)
+            except OSError as exc:
+                self._fail(StartFailed(f"cannot run {self.what} ({self.command[0]!r}): {exc.strerror or exc}",
+                                       "cannot-run", cause=exc))
+
+    def wait_ready(self) -> None:
+        """The second half of :meth:`start`: poll ``ready`` (no clean-up on failure)."""
+        url = self.ready if isinstance(self.ready, str) else None
+        check = _HttpOk(url) if url is not None else self.ready
+        outcome = _poll_ready(check, self.startup_timeout - (time.monotonic() - self._t0), self.process, self.interval)
+        rc = self.process.poll()
+        if outcome == "exited":
+            self._fail(StartFailed(f"{self.what} exited with code {rc}", "exited", returncode=rc))
+        if outcome == "not-ready":
+            last = check.last_error if isinstance(check, _HttpOk) else None
+            self._fail(StartFailed(_not_ready_message(self.what, self.startup_timeout, url, last), "not-ready", cause=last))
+        if rc is not None:
+            self._fail(StartFailed(f"{self.what} exited with code {rc} while its readiness check passed "
+                                   "(another server on the port?)", "exited-after-ready", returncode=rc))
+        self.startup_seconds = time.monotonic() - self._t0
+
+    def _fail(self, failure: StartFailed) -> None:
+        raise (failure if self.on_error is None else self.on_error(failure)) from None
+
+    def stop(self) -> None:
+        """Stop the process group (:func:`stop_process_group`) and release the lock if taken here."""
+        try:
+            stop_process_group(self.process, self.stop_timeout)
+        finally:
+            if self._locked:
+                self._locked = False
+                self.lock.release()
+
+    def __enter__(self) -> ManagedProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -14,13 +14,10 @@ Pieces:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
 import sys
-import tempfile
-import time
 import types
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -32,7 +29,7 @@ from specwatch.common.defaults import BASELINE_VLLM_PORT, VLLM_PORT
 from specwatch.common.files import log_tail
 from specwatch.common.locks import FileLock, LockHeld
 from specwatch.common.locks import lock_holder as file_lock_holder
-from specwatch.common.processes import stop_process_group
+from specwatch.common.processes import ManagedProcess, StartFailed
 from specwatch.localvllm.model import SpecwatchEmbeddedError, default_model_dir, model_dir_is_complete, prepare_model
 
 DEFAULT_SERVED_MODEL_NAME = "smollm2"
@@ -267,17 +264,19 @@ def _tail(path: Path | None, lines: int = 40) -> str:
 class VllmServer:
     """Run one real vLLM (the embedded model) for the duration of a ``with`` block.
 
-    On enter: takes the machine-wide flock (waiting up to ``lock_timeout`` s), prepares the model
-    if ``model_dir`` is None, starts the server in its own process group with stdout/stderr to
-    ``log_path`` (``None``: a temp file; ``"-"``: inherit the caller's terminal), and polls
-    ``GET /v1/models`` until it lists ``served_model_name``. ``startup_seconds`` is the time from
-    process start to readiness. On exit: SIGTERM to the process group, SIGKILL after
-    ``stop_timeout`` s, then releases the lock. (``lock_path`` exists for tests of the start-up
-    error path only; real servers use the default /tmp/specwatch-vllm.lock.)
+    On enter: checks ``model_dir`` (when given), takes the machine-wide flock (waiting up to
+    ``lock_timeout`` s), prepares the model if ``model_dir`` is None, starts the server in its own
+    process group with stdout/stderr appended to ``log_path`` (``None``: a temp file; ``"-"``:
+    inherit the caller's terminal), and polls ``GET /v1/models`` until it lists
+    ``served_model_name`` (:class:`specwatch.common.processes.ManagedProcess`).
+    ``startup_seconds`` is the time from process start to readiness. On exit: SIGTERM to the
+    process group, SIGKILL after ``stop_timeout`` s, then releases the lock. (``lock_path`` exists
+    for tests of the start-up error path only; real servers use the default /tmp/specwatch-vllm.lock.)
 
     Attributes: ``base_url`` (``http://127.0.0.1:PORT``), ``metrics_url`` (``…/metrics``),
     ``served_model_name``, ``k`` (num_speculative_tokens, 0 without speculation),
-    ``startup_seconds``, ``log_path``, ``command``, ``process``.
+    ``startup_seconds``, ``log_path``, ``command``, ``process`` (the last three None / ``[]`` /
+    None until started).
 
     Raises (from ``__enter__``):
         ModelDirError: ``model_dir`` is given and is not a model directory
@@ -285,6 +284,7 @@ class VllmServer:
         VllmStartError: the process exited, or was not ready within ``startup_timeout`` s; the
             message includes the last lines of its log.
         LockTimeout: another real vLLM kept the lock.
+        OSError: the interpreter could not be run.
     """
 
     def __init__(
@@ -318,10 +318,7 @@ class VllmServer:
         self.on_status = on_status or (lambda msg: None)
         self._lock = VllmLock(Path(lock_path), timeout=lock_timeout, on_wait=self.on_status, note=self.base_url)
         self._log_arg = log_path
-        self.log_path: Path | None = None
-        self.process: subprocess.Popen | None = None
-        self.command: list[str] = []
-        self.startup_seconds: float | None = None
+        self._proc: ManagedProcess | None = None
         self.k = num_speculative_tokens(self.speculative_config)
 
     @property
@@ -333,6 +330,22 @@ class VllmServer:
     def metrics_url(self) -> str:
         return self.base_url + "/metrics"
 
+    @property
+    def process(self) -> subprocess.Popen | None:
+        return self._proc.process if self._proc is not None else None
+
+    @property
+    def command(self) -> list[str]:
+        return self._proc.command if self._proc is not None else []
+
+    @property
+    def log_path(self) -> Path | None:
+        return self._proc.log_path if self._proc is not None else None
+
+    @property
+    def startup_seconds(self) -> float | None:
+        return self._proc.startup_seconds if self._proc is not None else None
+
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> VllmServer:
         """Check ``model_dir``, take the lock, start the server and wait until it is ready (see class doc)."""
@@ -340,20 +353,20 @@ class VllmServer:
             problem = model_dir_problem(self.model_dir)
             if problem:
                 raise ModelDirError(f"--model-dir: {problem}")
-        self._lock.acquire()
-        try:
-            self._start_locked()
-        except BaseException:
-            self.stop()
-            raise
+        self._proc = ManagedProcess(
+            self._prepared_command, ready=self._serves_the_model, what="vLLM", env=vllm_env(self.kvcache_gib),
+            log_path=self._log_arg, log_prefix=f"specwatch-vllm-{self.port}-", startup_timeout=self.startup_timeout,
+            stop_timeout=self.stop_timeout, lock=self._lock, on_error=self._start_error)
+        self._proc.start()
         return self
 
-    def _start_locked(self) -> None:
+    def _prepared_command(self) -> list[str]:
+        """vLLM's argv; prepares the default model first (with the lock held) when ``model_dir`` is None."""
         if self.model_dir is None:
             if not model_dir_is_complete(default_model_dir()):
                 self.on_status(f"preparing the model in {default_model_dir()} (first time only)")
             self.model_dir = prepare_model()
-        self.command = vllm_command(
+        return vllm_command(
             self.model_dir,
             self.port,
             self.served_model_name,
@@ -362,54 +375,24 @@ class VllmServer:
             host=self.host,
             max_model_len=self.max_model_len,
         )
-        with contextlib.ExitStack() as files:
-            if self._log_arg == "-":
-                out = None
-            else:
-                if self._log_arg is None:
-                    fd, name = tempfile.mkstemp(prefix=f"specwatch-vllm-{self.port}-", suffix=".log")
-                    os.close(fd)
-                    self.log_path = Path(name)
-                else:
-                    self.log_path = Path(self._log_arg)
-                    self.log_path.parent.mkdir(parents=True, exist_ok=True)
-                # vLLM writes its log through its own copy of the descriptor: ours is closed once it started
-                out = files.enter_context(open(self.log_path, "ab"))
-            t0 = time.monotonic()
-            self.process = subprocess.Popen(
-                self.command,
-                stdout=out,
-                stderr=subprocess.STDOUT if out is not None else None,
-                stdin=subprocess.DEVNULL,
-                env=vllm_env(self.kvcache_gib),
-                start_new_session=True,
-            )
-        self._wait_ready(t0)
-        self.startup_seconds = time.monotonic() - t0
 
-    def _wait_ready(self, t0: float) -> None:
-        deadline = t0 + self.startup_timeout
-        while True:
-            rc = self.process.poll()
-            if rc is not None:
-                raise VllmStartError(
-                    f"vLLM exited with code {rc} during start-up\ncommand: {' '.join(self.command)}\n"
-                    + self._log_note()
-                )
-            try:
-                r = requests.get(self.base_url + "/v1/models", timeout=2)
-                if r.status_code == 200 and any(
-                    m.get("id") == self.served_model_name for m in r.json().get("data", [])
-                ):
-                    return
-            except (requests.RequestException, ValueError):
-                pass
-            if time.monotonic() >= deadline:
-                raise VllmStartError(
-                    f"vLLM not ready on {self.base_url} after {self.startup_timeout:.0f} s\n"
-                    f"command: {' '.join(self.command)}\n" + self._log_note()
-                )
-            time.sleep(0.5)
+    def _serves_the_model(self) -> bool:
+        """``GET /v1/models`` answers 200 and lists ``served_model_name``."""
+        try:
+            r = requests.get(self.base_url + "/v1/models", timeout=2)
+            return r.status_code == 200 and any(m.get("id") == self.served_model_name for m in r.json().get("data", []))
+        except (requests.RequestException, ValueError):
+            return False
+
+    def _start_error(self, failure: StartFailed) -> BaseException:
+        """The start-up failure as this class reports it (VllmStartError with the log's tail)."""
+        if failure.kind == "cannot-run":
+            return failure.cause
+        if failure.kind == "not-ready":
+            head = f"vLLM not ready on {self.base_url} after {self.startup_timeout:.0f} s"
+        else:
+            head = f"vLLM exited with code {failure.returncode} during start-up"
+        return VllmStartError(f"{head}\ncommand: {' '.join(self.command)}\n" + self._log_note())
 
     def _log_note(self) -> str:
         """The log's last lines for an error message, or where the output went (the terminal)."""
@@ -418,13 +401,10 @@ class VllmServer:
         return f"log {self.log_path}:\n{_tail(self.log_path)}"
 
     def stop(self) -> None:
-        """Stop the server (SIGTERM to its process group, SIGKILL after ``stop_timeout`` s) and
-        release the lock. Safe to call twice."""
-        try:
-            # the whole process group: vLLM's engine-core child sits in it too
-            stop_process_group(self.process, self.stop_timeout)
-        finally:
-            self._lock.release()
+        """Stop the server (SIGTERM to its process group — vLLM's engine-core child sits in it
+        too —, SIGKILL after ``stop_timeout`` s) and release the lock. Safe to call twice."""
+        if self._proc is not None:
+            self._proc.stop()
 
     def __enter__(self) -> VllmServer:
         return self.start()
