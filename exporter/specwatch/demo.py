@@ -458,7 +458,7 @@ def _print_per_position(curve: dict, k: int, con: Console | None = None) -> None
 def _print_end(s: DemoSettings, stack: DemoStack, con: Console) -> None:
     """Where the results are, what to run next, how to serve Prometheus' data again, the report's
     path (the last line, unless it keeps running: then how to stop it)."""
-    con.print(f"\nResult files: {s.out}  (demo-summary.json, bench-baseline.json/.csv, "
+    con.print(f"\nResult files: {s.out}  (report.html, demo-summary.json, bench-baseline.json/.csv, "
               f"bench-speculative.json/.csv, logs/)")
     con.print("Next: `specwatch sweep` runs every k and `specwatch advise` picks k per concurrency.")
     if not s.keep_running:
@@ -556,5 +556,6 @@ def _print_prometheus_check(got: dict[str, list[float]], con: Console | None = N
     t.add_column("value", justify="right")
     for label, q in PROM_CHECKS.items():
         vals = got.get(q, [])
-        t.add_row(label, ", ".join(f"{v:.3f}" for v in vals) or "(no data)")
+        t.add_row(label, ", ".join(f"{v:.3f}" for v in vals)
+                  or ("(none: the exporter withheld it; specwatch top says why)" if "recommended" in label else "(no data)"))
     con.print(t)
