@@ -22,7 +22,6 @@ import statistics
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import requests
@@ -32,34 +31,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from specwatch.exporter.collector import SpecwatchCollector
 from specwatch.exporter.config import build_config
 
+from benchlib import serve_bodies
+
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "metrics"
 CAPTURES = [FIXTURES / f"vllm-0.32-ngram-k{k}-after-traffic.txt" for k in (2, 4, 8)]
-
-
-def serve(bodies: list[bytes]) -> tuple[ThreadingHTTPServer, int]:
-    class H(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        disable_nagle_algorithm = True  # no 40 ms delayed-ACK stalls between header and body writes
-
-        def log_message(self, *a):
-            pass
-
-        def do_GET(self):
-            i = int(self.path.strip("/").split("/")[0])
-            body = bodies[i % len(bodies)]
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    class Server(ThreadingHTTPServer):
-        request_queue_size = 1024  # 128 concurrent connects must not overflow the listen backlog
-
-    srv = Server(("127.0.0.1", 0), H)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    return srv, srv.server_address[1]
 
 
 def main() -> None:
@@ -68,7 +43,7 @@ def main() -> None:
     ap.add_argument("--upstreams", default="1,32")
     args = ap.parse_args()
     bodies = [p.read_bytes() for p in CAPTURES]
-    srv, port = serve(bodies)
+    srv, base = serve_bodies(bodies)
     local = threading.local()
 
     def bare_one(url: str) -> int:
@@ -80,7 +55,7 @@ def main() -> None:
     print(f"bodies: {', '.join(p.name for p in CAPTURES)} ({', '.join(str(len(b)) for b in bodies)} bytes)")
     print(f"{'upstreams':>9} | {'bare fetch+parse ms':>19} | {'exporter scrape ms':>18} | {'ratio':>5}")
     for n in [int(x) for x in args.upstreams.split(",")]:
-        urls = [f"http://127.0.0.1:{port}/{i}/metrics" for i in range(n)]
+        urls = [f"{base}/{i}/metrics" for i in range(n)]
         # min_fetch_interval=0: every scrape here fetches (no coalescing of back-to-back scrapes)
         cfg = build_config([f"u{i}={u}" for i, u in enumerate(urls)], ["1m", "5m"], "127.0.0.1:1",
                            min_fetch_interval=0.0)

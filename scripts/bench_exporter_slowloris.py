@@ -35,48 +35,21 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import requests
+
+from specwatch.common.processes import free_port
+
+from benchlib import serve_bodies, write_result
 
 REPO = Path(__file__).resolve().parent.parent
 CAPTURE = REPO / "tests" / "fixtures" / "metrics" / "vllm-0.32-ngram-k4-after-traffic.txt"
 HALF = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_upstream() -> tuple[ThreadingHTTPServer, str]:
-    body = CAPTURE.read_bytes()
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *a):
-            pass
-
-        def do_GET(self):
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    class Server(ThreadingHTTPServer):
-        daemon_threads = True
-
-    srv = Server(("127.0.0.1", 0), Handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    return srv, f"http://127.0.0.1:{srv.server_address[1]}"
-
-
 def start_exporter(upstream: str, serve_args: list[str]) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "specwatch", "serve", "--listen-address", f"127.0.0.1:{port}",
                              "--upstream", f"good={upstream}", "--log-level", "error", *serve_args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -187,7 +160,7 @@ def main() -> int:
     ap.add_argument("--serve-arg", action="append", default=[], help="extra flag for specwatch serve (repeatable)")
     ap.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     args = ap.parse_args()
-    srv, upstream = start_upstream()
+    srv, upstream = serve_bodies([CAPTURE.read_bytes()])
     proc, base = start_exporter(upstream, [a for x in args.serve_arg for a in x.split("=", 1)])
     try:
         res = run(base, int(base.rsplit(":", 1)[1]), args.connections, args.seconds, args.interval)
@@ -203,8 +176,7 @@ def main() -> int:
     print(json.dumps(res, indent=2))
     print(f"{res['ok_200_within_1s']}/{res['scrapes']} scrapes answered 200 within 1 s ({100 * res['ok_share']:.1f} %) "
           f"under {args.connections} held half-sent connections (goal: >= 95 %)")
-    if args.json:
-        args.json.write_text(json.dumps(res, indent=2) + "\n")
+    write_result(args.json, res)
     return 0
 
 

@@ -27,11 +27,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import multiprocessing
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,6 +38,10 @@ import time
 from pathlib import Path
 
 import requests
+
+from specwatch.common.processes import free_port
+
+from benchlib import write_result
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures" / "metrics"
@@ -101,12 +103,6 @@ def _upstream_server(port_out, n_hung: int) -> None:
     asyncio.run(main())
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _proc_stats(pid: int) -> tuple[float, int]:
     """(RSS in MB, open file descriptors) of ``pid`` from /proc."""
     rss = 0.0
@@ -135,7 +131,7 @@ def main() -> int:
     up_proc = ctx.Process(target=_upstream_server, args=(q, args.hung), daemon=True)
     up_proc.start()
     up_port = q.get(timeout=30)
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "specwatch", "serve", "--listen-address", f"127.0.0.1:{port}",
            "--window", "1m", "--window", "5m", "--log-level", "error"]
     for i in range(args.upstreams):
@@ -216,8 +212,7 @@ def main() -> int:
     print(f"RSS {rss0:.1f} -> {rss1:.1f} MB ({rss1 - rss0:+.1f}); open files {fd0} -> {fd1}; "
           f"last/first minute p50 {summary['last_over_first_p50']:.2f}; worst p99 {summary['max_p99']:.2f} s; "
           f"slowest scrape {summary['max_latency']:.2f} s")
-    if args.json:
-        args.json.write_text(json.dumps(summary, indent=2) + "\n")
+    write_result(args.json, summary)
     return 0
 
 

@@ -18,9 +18,12 @@ Two modes:
 * ``--baseline-upstream``: the baseline and one speculative server up at the same time (both
   under one hold of the machine-wide vLLM lock), the exporter started with ``--upstream spec=URL
   --upstream base=URL2 --baseline-upstream base``. Per cell: warm-up on both, a fresh exporter,
-  the cell benched on the baseline and then on the speculative server (sequentially, the same
-  prompts), then the exporter scraped once: its 5m window holds both, so the speedup has basis
-  ``measured`` from the two servers' live decode speeds (no cost profile needed).
+  the cell benched in ``--rounds`` alternating rounds (ABBA: baseline then speculative, then
+  speculative then baseline, ...; the same prompts), then the exporter scraped once: its 5m
+  window holds both, so the speedup has basis ``measured`` from the two servers' live decode
+  speeds (no cost profile needed). Alternating matters on a loaded machine: on 2026-12-01 the
+  same baseline cell (copy, c = 4) ran at 67.7 tok/s in one pair and 48.7 tok/s 12 minutes later,
+  so one baseline-then-speculative pair let the load's swings into the client's own ratio.
 
 Per cell the JSON (``--out``, rewritten after every cell: an interrupted run keeps its cells)
 and the table give: the client ratio (speculative / baseline output throughput, same prompts),
@@ -53,6 +56,7 @@ import sys
 import tempfile
 import time
 from contextlib import ExitStack
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -96,9 +100,10 @@ def configs(model_dir: Path | None, spec_configs: list[str], template: str | Non
 
 
 def bench(base_url: str, workload: str, conc: int, args, warmup: bool, result_dir: Path) -> float | None:
-    """Client output throughput (tok/s) of one cell measured with ``specwatch bench`` (None for a warm-up)."""
+    """Client output throughput (tok/s) of one cell measured with ``specwatch bench`` (None for a
+    warm-up, which sends one request per concurrency slot)."""
     cmd = [str(SPECWATCH), "bench", "--base-url", base_url, "--dataset-name", workload, "--max-concurrency", str(conc),
-           "--num-prompts", str(conc * args.prompts_per_concurrency), "--output-len", str(args.output_len),
+           "--num-prompts", str(conc if warmup else conc * args.prompts_per_concurrency), "--output-len", str(args.output_len),
            "--metrics-port", "0", "--no-progress", "--no-equivalence", "--seed", "0"]
     if warmup:
         cmd += ["--num-batches", "1", "--warmup-batches", "0", "--no-save-result"]
@@ -186,6 +191,39 @@ def start_exporter(upstreams: list[str], profile: str | None, method: str | None
     return exp, url
 
 
+def interleaved_rounds(run_baseline, run_speculative, rounds: int) -> list[dict[str, Any]]:
+    """Bench the two servers in ``rounds`` alternating rounds, ABBA order (round 0 baseline first,
+    round 1 speculative first, ...), so that a load that rises or falls during the cell weighs on
+    both sides alike. ``run_*``: callables returning one bench's output throughput (tok/s).
+    Returns one dict per round: {"order", "baseline", "speculative"} (tok/s)."""
+    out = []
+    for i in range(rounds):
+        if i % 2 == 0:
+            b = run_baseline()
+            s = run_speculative()
+            order = "baseline,speculative"
+        else:
+            s = run_speculative()
+            b = run_baseline()
+            order = "speculative,baseline"
+        out.append({"order": order, "baseline": b, "speculative": s})
+    return out
+
+
+def combined_throughput(rounds: list[dict[str, Any]], side: str) -> float:
+    """Output throughput (tok/s) of one side over all rounds: every round generates the same
+    tokens (same seeded prompts, fixed output length), so the combined throughput is the harmonic
+    mean of the rounds' throughputs (total tokens / total time)."""
+    vals = [float(r[side]) for r in rounds]
+    return len(vals) / sum(1.0 / v for v in vals)
+
+
+def round_ratios(rounds: list[dict[str, Any]]) -> list[float]:
+    """Speculative / baseline throughput ratio of each round (their spread shows how much the
+    machine's load moved the client's own reference during the cell)."""
+    return [float(r["speculative"]) / float(r["baseline"]) for r in rounds]
+
+
 def judge(ratio: float, sp: dict[str, Any] | None) -> dict[str, Any]:
     """The checks of one cell (see the module docstring); None where they cannot be judged.
     ``passes``: within 15 %, or the interval contains the ratio with upper / lower <= 1.35, and
@@ -239,6 +277,9 @@ def parse_args(argv=None):
     ap.add_argument("--output-len", type=int, default=192)
     ap.add_argument("--prompts-per-concurrency", type=int, default=3)
     ap.add_argument("--num-batches", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="--baseline-upstream: alternating baseline/speculative rounds per cell, ABBA order "
+                         "(default 2; the client ratio is over all rounds)")
     ap.add_argument("--startup-timeout", type=float, default=900.0)
     ap.add_argument("--only", default=None, help="comma-separated config names (default: all; 'baseline' included)")
     args = ap.parse_args(argv)
@@ -251,8 +292,10 @@ def parse_args(argv=None):
     args.workload_list = [w for w in args.workloads.split(",") if w.strip()]
     if not args.workload_list:
         raise UsageError("--workloads is empty")
-    if args.output_len < 1 or args.prompts_per_concurrency < 1 or args.num_batches < 1 or args.load_hog < 0:
-        raise UsageError("--output-len, --prompts-per-concurrency and --num-batches must be >= 1, --load-hog >= 0")
+    if (args.output_len < 1 or args.prompts_per_concurrency < 1 or args.num_batches < 1 or args.rounds < 1
+            or args.load_hog < 0):
+        raise UsageError("--output-len, --prompts-per-concurrency, --num-batches and --rounds must be >= 1, "
+                         "--load-hog >= 0")
     if args.cost_profile is None and not args.baseline_upstream:
         raise UsageError("--cost-profile is required without --baseline-upstream (the measured basis needs the "
                          "profile's plain step time, or a baseline upstream)")
@@ -414,8 +457,10 @@ def run_paired(args, spec_cfgs, baseline, model_dir, work, out) -> list[dict[str
                            if args.cost_profile else None)
                     try:
                         time.sleep(1.5)
-                        base_thr = bench(base.base_url, wl, c, args, False, work)
-                        spec_thr = bench(spec.base_url, wl, c, args, False, work)
+                        rounds = interleaved_rounds(
+                            partial(bench, base.base_url, wl, c, args, False, work),
+                            partial(bench, spec.base_url, wl, c, args, False, work), args.rounds)
+                        base_thr, spec_thr = combined_throughput(rounds, "baseline"), combined_throughput(rounds, "speculative")
                         time.sleep(1.5)
                         text = scrape(url)
                         cal_text = scrape(cal[1]) if cal else None
@@ -426,6 +471,7 @@ def run_paired(args, spec_cfgs, baseline, model_dir, work, out) -> list[dict[str
                     sp = live_speedup(text, cfg.k, "spec")
                     cell = {"config": cfg.name, "k": cfg.k, "workload": wl, "concurrency": c,
                             "baseline_output_throughput": base_thr, "output_throughput": spec_thr,
+                            "rounds": rounds, "round_ratios": round_ratios(rounds),
                             "exporter_speedup": sp, "drift": drift(text, "spec"), "other_profile_drift": None,
                             **judge(spec_thr / base_thr, sp)}
                     if cal_text is not None:
@@ -434,7 +480,8 @@ def run_paired(args, spec_cfgs, baseline, model_dir, work, out) -> list[dict[str
                                               **judge(spec_thr / base_thr, csp)}
                     out["cells"].append(cell)
                     atomic_write_json(args.out, out)
-                    print(f"  {cfg.name} {wl} c={c}: baseline {base_thr:.1f}, speculative {spec_thr:.1f} tok/s; "
+                    print(f"  {cfg.name} {wl} c={c}: baseline {base_thr:.1f}, speculative {spec_thr:.1f} tok/s "
+                          f"(round ratios {', '.join(f'{x:.3f}' for x in cell['round_ratios'])}); "
                           f"exporter speedup {sp}; drift {cell['drift']}", flush=True)
     return [c for c in out["cells"] if c.get("measured_ratio") is not None]
 

@@ -17,6 +17,10 @@
 # About 30 minutes on 2 cores. Run again with the same OUT_DIR: an existing profile.yaml is kept
 # (the sweep and calibration are skipped), an unfinished sweep resumes. OTHER_PROFILE: the
 # "another machine's" profile whose drift is recorded beside (default: the shipped CPU profile).
+# PROFILE=FILE: verify that profile (copied to OUT_DIR/profile.yaml; no sweep), e.g. issue 22's
+# loaded check of the shipped one:
+#   PROFILE=exporter/specwatch/data/cost-profiles/cpu-2core-smollm2-135m-vllm0.32.yaml \
+#     bash scripts/verify_speedup.sh results/verify-loaded --baseline-upstream --load-hog 1
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${SPECWATCH_VENV:-$here/.venv}"
@@ -38,6 +42,11 @@ else
   what="embedded vLLM: baseline, ngram k=4, draft_model (draft = target) k=3"
 fi
 
+if [ -n "${PROFILE:-}" ]; then
+  # check a given profile (e.g. the shipped one) instead of calibrating one here
+  [ -s "$PROFILE" ] || { echo "verify_speedup.sh: PROFILE=$PROFILE: no such file" >&2; exit 2; }
+  cp "$PROFILE" "$out/profile.yaml"
+fi
 if [ -s "$out/profile.yaml" ]; then
   echo "[verify] $out/profile.yaml exists (calibrated $(grep -m1 measured_at "$out/profile.yaml" | cut -d"'" -f2)): skipping the sweep; remove it to recalibrate" >&2
 else

@@ -47,6 +47,27 @@ def test_judge_checks_each_cell(vs):
     assert vs.judge(1.5, None)["within_15_percent"] is None
 
 
+def test_rounds_alternate_abba_and_combine_as_total_tokens_over_total_time(vs):
+    calls = []
+    base = iter([10.0, 30.0, 10.0])
+    spec = iter([20.0, 20.0, 40.0])
+
+    def run_b():
+        calls.append("b")
+        return next(base)
+
+    def run_s():
+        calls.append("s")
+        return next(spec)
+
+    rounds = vs.interleaved_rounds(run_b, run_s, 3)
+    assert calls == ["b", "s", "s", "b", "b", "s"]
+    # equal work per round: 3 / (1/10 + 1/30 + 1/10) = 12.857 tok/s, not the arithmetic 16.7
+    assert vs.combined_throughput(rounds, "baseline") == pytest.approx(3 / (0.1 + 1 / 30 + 0.1))
+    assert vs.combined_throughput(rounds, "speculative") == pytest.approx(3 / (0.05 + 0.05 + 0.025))
+    assert vs.round_ratios(rounds) == pytest.approx([2.0, 20 / 30, 4.0])
+
+
 def test_live_speedup_reads_the_server_k_with_lower_and_upper(vs):
     text = "\n".join([
         "# TYPE specwatch_speedup gauge",
@@ -98,6 +119,8 @@ def test_baseline_upstream_mode_on_a_template_server(vs, tmp_path, monkeypatch, 
     assert [(c["config"], c["workload"]) for c in cells] == [("ngram-k2", "copy"), ("ngram-k2", "explain")]
     for c in cells:
         assert c["baseline_output_throughput"] > 0 and c["output_throughput"] > 0
+        assert [r["order"] for r in c["rounds"]] == ["baseline,speculative", "speculative,baseline"]  # --rounds 2
+        assert len(c["round_ratios"]) == 2
         assert c["measured_ratio"] == pytest.approx(c["output_throughput"] / c["baseline_output_throughput"])
         assert {"exporter_speedup", "drift", "within_15_percent", "wrong_side_of_1", "interval_contains_ratio",
                 "interval_tight"} <= set(c)
