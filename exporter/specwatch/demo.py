@@ -348,6 +348,7 @@ def run_demo(settings: DemoSettings, stack: DemoStack, con: Console) -> None:
             outputs: dict[str, list] = {}
             eq_reqs = equivalence_requests(output_len=s.equivalence_output_len)
             curve = None
+            withheld: list[str] = []
             if s.drafter_path is not None:
                 spec_server_cfg = draft_model_config(s.drafter_path, s.k)
                 what = f"draft_model, drafter {s.drafter_label}, k={s.k}"
@@ -382,6 +383,7 @@ def run_demo(settings: DemoSettings, stack: DemoStack, con: Console) -> None:
                         curve = _spec_curve(before, after)
                         # while this server is still up: what Prometheus scraped and recorded
                         summary["prometheus"] = _query_prometheus(url=stack.prometheus_url)
+                        withheld = withheld_reasons(stack.prometheus_url)
                     atomic_write_json(summary_path, summary)
             stack.metrics.clear_active()
 
@@ -398,7 +400,7 @@ def run_demo(settings: DemoSettings, stack: DemoStack, con: Console) -> None:
                 con.print(table)
             if curve:
                 _print_per_position(curve, s.k, con)
-            _print_prometheus_check(summary.get("prometheus") or {}, con)
+            _print_prometheus_check(summary.get("prometheus") or {}, con, withheld)
             _print_decision(summary["decision"], con)
             atomic_write_json(summary_path, summary)
             _print_end(s, stack, con)
@@ -514,6 +516,36 @@ PROM_CHECKS = {
 }
 
 
+#: The reason the exporter gives when it serves no recommended k (``specwatch_recommendation_withheld``).
+WITHHELD_QUERY = 'specwatch_recommendation_withheld{upstream="spec",window="5m"} == 1'
+#: What each reason means, said where the demo's Prometheus check shows no recommended k.
+WITHHELD_REASONS = {
+    "uncertain": "the best k differs across the speedups' intervals",
+    "insufficient_data": "too few engine steps or drafts in the 5m window",
+    "no_cost_curve": "the cost profile has no curve for this method and drafter",
+    "default_contradicted": "no profile, and the built-in guess disagrees with the live speedup",
+}
+
+
+def withheld_reasons(url: str = PROM_URL) -> list[str]:
+    """The ``reason`` labels of :data:`WITHHELD_QUERY` at the demo's Prometheus (``url``): why the
+    exporter served no recommended k for the speculative server (empty when it served one, or when
+    Prometheus cannot be read)."""
+    try:
+        r = requests.get(f"{url}/api/v1/query", params={"query": WITHHELD_QUERY}, timeout=10).json()
+        return sorted({str(x["metric"].get("reason", "?")) for x in r["data"]["result"]})
+    except (requests.RequestException, KeyError, ValueError, TypeError, AttributeError):
+        return []
+
+
+def _withheld_text(reasons: list[str]) -> str:
+    """The table cell for a withheld recommended k: each reason and what it means."""
+    if not reasons:
+        return "(none: the exporter withheld it; specwatch top says why)"
+    return "(withheld: " + "; ".join(f"{r}: {WITHHELD_REASONS[r]}" if r in WITHHELD_REASONS else r
+                                     for r in reasons) + ")"
+
+
 def _wait_scraped_up(upstream: str, timeout: float = 45.0, *, url: str = PROM_URL) -> None:
     """Wait until the Prometheus at ``url`` has scraped the exporter seeing ``upstream`` up (at most
     ``timeout`` s): the exporter's windows and the 5m rate rules need a sample from before the traffic."""
@@ -548,8 +580,10 @@ def _query_prometheus(min_wait: float = 16.0, max_wait: float = 60.0, *, url: st
         time.sleep(3)
 
 
-def _print_prometheus_check(got: dict[str, list[float]], con: Console | None = None) -> None:
-    """Show that Prometheus scraped the exporter and evaluated the recording rules (:func:`_query_prometheus`'s values)."""
+def _print_prometheus_check(got: dict[str, list[float]], con: Console | None = None,
+                            withheld: list[str] | None = None) -> None:
+    """Show that Prometheus scraped the exporter and evaluated the recording rules (:func:`_query_prometheus`'s
+    values); ``withheld``: the exporter's reasons for serving no recommended k (:func:`withheld_reasons`)."""
     con = console if con is None else con
     t = Table(title="what Prometheus held at the end of the speculative run")
     t.add_column("series")
@@ -557,5 +591,5 @@ def _print_prometheus_check(got: dict[str, list[float]], con: Console | None = N
     for label, q in PROM_CHECKS.items():
         vals = got.get(q, [])
         t.add_row(label, ", ".join(f"{v:.3f}" for v in vals)
-                  or ("(none: the exporter withheld it; specwatch top says why)" if "recommended" in label else "(no data)"))
+                  or (_withheld_text(withheld or []) if "recommended" in label else "(no data)"))
     con.print(t)
