@@ -242,6 +242,10 @@ class JsonRecord:
     extra: Mapping[str, Any]
     keys: tuple[str, ...] | None
 
+    #: The JSON key order of a record built in code (keys not named follow in declaration order):
+    #: the order its writer has always used, where that differs from the declaration order.
+    write_order: ClassVar[tuple[str, ...]] = ()
+
     _fields_cache: ClassVar[dict[type, tuple[tuple[str, Mapping[str, Any]], ...]]] = {}
 
     @classmethod
@@ -281,6 +285,21 @@ class JsonRecord:
         extra = {k: v for k, v in data.items() if k not in known}
         return cls(**values, extra=extra, keys=tuple(data))  # type: ignore[call-arg]
 
+    @classmethod
+    def json_of_fields(cls, **values: Any) -> dict[str, Any]:
+        """The JSON keys and written values of just the fields ``values`` names (field names, as
+        in Python), in declaration order: a part of a record's document (e.g. the spec-decode
+        fields a batch and a cell share)."""
+        out: dict[str, Any] = {}
+        for name, meta in cls._jfields():
+            if name in values:
+                v = values[name]
+                out[meta["key"]] = None if v is None else meta["kind"].write(v)
+        unknown = set(values) - {name for name, _ in cls._jfields()}
+        if unknown:
+            raise TypeError(f"{cls.__name__} has no field {', '.join(sorted(unknown))}")
+        return out
+
     def with_keys(self: R, *json_keys: str) -> R:
         """The record, with ``json_keys`` written even when their fields are unset (appended, in this
         order, to the keys it was read with; a record built in code writes every key anyway)."""
@@ -304,7 +323,8 @@ class JsonRecord:
             if v is None or v == meta["default"]:
                 unset.add(meta["key"])
         if self.keys is None:
-            out = {k: v for k, v in vals.items() if k not in omit}
+            order = [k for k in self.write_order if k in vals] + [k for k in vals if k not in self.write_order]
+            out = {k: vals[k] for k in order if k not in omit}
         else:
             for k in self.keys:
                 if k in vals:
