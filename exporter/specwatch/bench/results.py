@@ -3,7 +3,8 @@
 The values are computed here and handed to the records of :mod:`specwatch.bench.records`
 (:meth:`BatchResult.to_record`, :meth:`CellSummary.to_record`, :func:`compare`), which alone know
 the files' keys and units; :class:`ResultWriter` writes a :class:`~specwatch.bench.records.BenchResult`'s
-``to_json`` and the CSV rows of :func:`specwatch.bench.records.csv_row`. The file's field names follow ``vllm bench serve``'s result JSON where the meaning is the same
+``to_json`` and the CSV rows of :func:`specwatch.bench.records.csv_row`. The file's field names
+follow ``vllm bench serve``'s result JSON where the meaning is the same
 (``completed``, ``failed``, ``duration``, ``total_input_tokens``, ``total_output_tokens``,
 ``request_throughput``, ``output_throughput``, ``total_token_throughput``,
 ``mean_ttft_ms`` / ``median_ttft_ms`` / ``std_ttft_ms`` / ``p90_ttft_ms`` / ``p99_ttft_ms`` and the
