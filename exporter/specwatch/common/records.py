@@ -194,6 +194,30 @@ class ListOf(Kind):
         return [None if x is None else self.item.write(x) for x in v]
 
 
+class MapOf(Kind):
+    """A JSON object whose values are of one kind, keyed by text (a dict inside, in the file's order)."""
+
+    what = "an object"
+
+    def __init__(self, item: Kind) -> None:
+        self.item = item
+
+    def read(self, v, path, key):
+        if not isinstance(v, Mapping):
+            raise self.bad(path, key)
+        mp = child_path(path, key)
+        out = {}
+        for k, x in v.items():
+            if isinstance(self.item, Rec):
+                out[k] = self.item.read_item(x, f"{mp}[{k!r}]")
+            else:
+                out[k] = self.item.read(x, mp, str(k))
+        return out
+
+    def write(self, v):
+        return {k: self.item.write(x) for k, x in v.items()}
+
+
 class Rec(Kind):
     """A nested record (:class:`JsonRecord` subclass)."""
 
@@ -377,5 +401,5 @@ def tuple_of(values: Sequence[Any] | None) -> tuple[Any, ...]:
     return () if values is None else tuple(values)
 
 
-__all__ = ["Anything", "Bool", "Int", "JsonRecord", "Kind", "ListOf", "Num", "Obj", "Percent", "Rec", "RecordError", "Str",
+__all__ = ["Anything", "Bool", "Int", "JsonRecord", "Kind", "ListOf", "MapOf", "Num", "Obj", "Percent", "Rec", "RecordError", "Str",
            "child_path", "field_text", "jfield", "percent_to_fraction", "read_document", "read_json_file", "record_field"]
