@@ -1,9 +1,10 @@
-"""``specwatch demo``: the main job on the embedded default (CPU-only machine).
+"""``specwatch demo``: the whole pipeline once on the embedded default (CPU-only machine).
 
 Starts the exporter and Prometheus (the repository's ``prometheus/prometheus.yml`` with its rules
 and alerts), then a baseline vLLM and a speculative vLLM (SmolLM2-135M, ngram) one after the other
-— never both at once: they would share the CPU — and runs the seed workloads against each at the
-given concurrencies with the load generator, whose own metrics are served on 19338 throughout.
+— never both at once: they would share the CPU — and runs the workloads of the published n-gram
+measurement (docs/load-generator.md) against each at the given concurrencies with the load
+generator, whose own metrics are served on 19338 throughout.
 It ends with the baseline-vs-speculative table, the greedy-output equivalence check, the
 per-position acceptance curve with the what-if expected acceptance length for every smaller k,
 what Prometheus recorded, and the decision (:mod:`specwatch.choosek.demodecision`: per workload ×
@@ -269,20 +270,20 @@ def _remove_empty(folders: list[Path]) -> None:
               help="With --method draft_model: the drafter (target, close, far: derived from the target's weights, "
                    "same-size models, not distilled ones; or a model directory).")
 @click.option("--output-len", type=click.IntRange(1, 4096), default=64, show_default=True,
-              help="Output tokens per request (the seed used 256; shortened for 2 CPU cores).")
+              help="Output tokens per request (the published n-gram measurement used 256; shortened for 2 CPU cores).")
 @click.option("--num-batches", type=click.IntRange(1, 100), default=3, show_default=True,
-              help="Measured batches per cell, after one warm-up batch (as the seed); the decision's 95 % "
+              help="Measured batches per cell, after one warm-up batch (as the published n-gram measurement); the decision's 95 % "
                    "intervals come from their spread, so 1 gives no interval.")
 @click.option("--equivalence-output-len", type=click.IntRange(1, 4096), default=48, show_default=True,
-              help="Tokens per prompt of the greedy-output equivalence check (the seed used 128).")
+              help="Tokens per prompt of the greedy-output equivalence check (the published n-gram measurement used 128).")
 @click.option("--result-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where result files go [default: results/demo-<date>].")
 @click.option("--keep-running/--no-keep-running", default=None,
               help="Keep Prometheus and the exporter up at the end until Ctrl-C "
                    "[default: only when run from a terminal].")
 def demo(workloads, concurrency, k, method, drafter, output_len, num_batches, equivalence_output_len, result_dir, keep_running):
-    """Run the main job on the embedded default: baseline and speculative real vLLM one after the
-    other, exporter + Prometheus watching, seed workloads at concurrency 1 and 8."""
+    """Run the demo on the embedded default: baseline and speculative real vLLM one after the
+    other, exporter + Prometheus watching, the published workloads at concurrency 1 and 8."""
     try:
         wl = parse_workloads(workloads)
     except ValueError as exc:
@@ -432,9 +433,10 @@ def _equivalence_outputs(server: VllmServer, requests_: list) -> list:
 def _print_intro(s: DemoSettings, con: Console) -> None:
     """What the run is shortened to, where its results go, and whether it keeps running at the end."""
     con.rule("[bold]specwatch demo: the embedded default")
-    con.print(f"Shortened for a 2-core CPU machine: {s.output_len} output tokens per request (seed: 256), "
-              f"1 warm-up + {s.num_batches} measured batch(es) per cell (seed: 1 + 3), equivalence check on "
-              f"{s.equivalence_output_len} tokens (seed: 128). Override with --output-len, --num-batches.")
+    con.print(f"Shortened for a 2-core CPU machine: {s.output_len} output tokens per request (published n-gram "
+              f"measurement: 256), 1 warm-up + {s.num_batches} measured batch(es) per cell (published: 1 + 3), "
+              f"equivalence check on {s.equivalence_output_len} tokens (published: 128). Override with --output-len, "
+              "--num-batches.")
     con.print(f"Results: {s.out}")
     if s.keep_running:
         con.print("At the end Prometheus and the exporter keep running until you press Ctrl-C "

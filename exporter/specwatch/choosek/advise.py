@@ -11,9 +11,13 @@ the picks; and a ready-to-paste ``--speculative-config`` with vLLM's dynamic
 
 Live (``--exporter URL`` or ``--prometheus URL``): the per-position curve comes from the exporter's
 ``specwatch_position_acceptance_rate{window=…}`` (or Prometheus'
-``model_name:specwatch_position_acceptance_rate:ratio_rate5m``) and the step cost from the
-configured cost model (:mod:`specwatch.specdecode.cost`), as the exporter's own
-``specwatch_estimated_speedup`` does.
+``model_name:specwatch_position_acceptance_rate:ratio_rate5m``) and the step cost from the cost
+profile (``--cost-profile``; without one the built-in guess, basis ``default``), with the
+exporter's own functions (:func:`specwatch.specdecode.speedup.speedups` and ``choose``, as its
+``specwatch_speedup`` series): one :class:`LiveAdvice` record per curve.
+
+Both modes give a typed result (:class:`SweepAdviceResult`, :class:`LiveAdviceResult`) with its
+``--json`` document (``to_json``), printed by one renderer (:func:`render_result`).
 """
 
 from __future__ import annotations
