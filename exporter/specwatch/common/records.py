@@ -334,7 +334,8 @@ class JsonRecord:
     def to_json(self) -> dict[str, Any]:
         """The JSON object of the record: the keys it was read with, in their order (fields changed
         since then with their new values, fields set since then added), else (a record built in
-        code) every field in declaration order (an ``omit_none`` one only when set), then ``extra``."""
+        code) every field in :attr:`write_order`, then in declaration order (an ``omit_none`` one
+        only when set), then ``extra``."""
         out: dict[str, Any] = {}
         vals: dict[str, Any] = {}
         omit: set[str] = set()
