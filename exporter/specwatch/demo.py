@@ -47,6 +47,7 @@ from rich.table import Table
 from specwatch.bench.backend import OpenAIBackend
 from specwatch.bench.equivalence import compare_outputs, run_sequential
 from specwatch.bench.metrics import BenchMetrics
+from specwatch.bench.records import Equivalence
 from specwatch.bench.results import compare, keep_names_whole, render_tables, summarize
 from specwatch.bench.runner import BenchConfig, BenchConfigError, BenchInterrupted, run_bench
 from specwatch.bench.workloads import WorkloadOptions, equivalence_requests, parse_workloads
@@ -388,7 +389,8 @@ def run_demo(settings: DemoSettings, stack: DemoStack, con: Console) -> None:
                     save()
             stack.metrics.clear_active()
 
-            summary = replace(summary, equivalence=compare_outputs(eq_reqs, outputs["baseline"], outputs["speculative"]),
+            summary = replace(summary, equivalence=Equivalence.from_json(compare_outputs(eq_reqs, outputs["baseline"],
+                                                                                         outputs["speculative"])),
                               per_position=curve, comparison=tuple(compare(summarize(batches))))
             save()
             # the report reads this one

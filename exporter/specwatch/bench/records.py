@@ -272,6 +272,53 @@ class ComparisonRow(JsonRecord):
 
 
 @dataclass(frozen=True, kw_only=True)
+class EquivalencePrompt(JsonRecord):
+    """One prompt of the greedy-output check (``equivalence.prompts[i]``,
+    :class:`specwatch.bench.equivalence.PromptComparison`): identical outputs or the first
+    differing character, the outputs' lengths in characters and a request error."""
+
+    name: str | None = jfield("name", _STR)
+    identical: bool | None = jfield("identical", Bool())
+    first_difference: int | None = jfield("first_difference", Int())
+    baseline_chars: int | None = jfield("baseline_chars", Int())
+    speculative_chars: int | None = jfield("speculative_chars", Int())
+    error: str | None = jfield("error", _STR)
+    #: ``{"index", "baseline", "speculative", "source"}`` (:mod:`specwatch.bench.equivalence`), verbatim.
+    first_differing_token: Mapping[str, Any] | None = jfield("first_differing_token", _OBJ)
+    extra: Mapping[str, Any] = record_field(default_factory=dict)
+    keys: tuple[str, ...] | None = record_field(default=None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Equivalence(JsonRecord):
+    """The greedy-output check (``equivalence`` of a bench result and of a demo summary;
+    :func:`specwatch.bench.equivalence.compare_outputs` makes its document): ``matched`` of
+    ``total`` prompts identical, ``output_len`` tokens per prompt."""
+
+    matched: int | None = jfield("matched", Int())
+    total: int | None = jfield("total", Int())
+    prompts: tuple[EquivalencePrompt, ...] = jfield("prompts", ListOf(Rec(EquivalencePrompt)), default=())
+    output_len: int | None = jfield("output_len", Int(), omit_none=True)
+    extra: Mapping[str, Any] = record_field(default_factory=dict)
+    keys: tuple[str, ...] | None = record_field(default=None)
+
+    @classmethod
+    def from_json(cls, data: Any, where: str | None = None) -> Equivalence:
+        """The record of :func:`specwatch.bench.equivalence.compare_outputs`'s document (its key order kept)."""
+        return read_document(cls, data, where, "greedy-output check", BenchRecordError)
+
+    @classmethod
+    def coerce(cls, doc: Equivalence | Mapping[str, Any] | None) -> Equivalence | None:
+        """``doc`` as a record (None stays None)."""
+        return doc if doc is None or isinstance(doc, Equivalence) else cls.from_json(doc)
+
+    @property
+    def ran(self) -> bool:
+        """The check ran (an empty document, as an interrupted run may leave, did not)."""
+        return self.total is not None or bool(self.prompts)
+
+
+@dataclass(frozen=True, kw_only=True)
 class BenchResult(JsonRecord):
     """A bench result document (``<stem>.json`` of ``specwatch bench``)."""
 
@@ -285,8 +332,8 @@ class BenchResult(JsonRecord):
     cells: tuple[BenchCell, ...] = jfield("summary", ListOf(Rec(BenchCell)), default=())
     #: :func:`specwatch.bench.results.compare`'s rows (derived from the cells).
     comparison: tuple[ComparisonRow, ...] | None = jfield("comparison", ListOf(Rec(ComparisonRow)))
-    #: :mod:`specwatch.bench.equivalence`'s check (None when it did not run), verbatim.
-    equivalence: Mapping[str, Any] | None = jfield("equivalence", _OBJ)
+    #: The greedy-output check (None when it did not run).
+    equivalence: Equivalence | None = jfield("equivalence", Rec(Equivalence))
     extra: Mapping[str, Any] = record_field(default_factory=dict)
     keys: tuple[str, ...] | None = record_field(default=None)
 
@@ -386,5 +433,5 @@ def csv_text(rows: Sequence[Mapping[str, Any]]) -> str:
     return buf.getvalue()
 
 
-__all__ = ["BatchError", "BenchBatch", "BenchCell", "BenchRecordError", "BenchResult", "ComparisonRow", "CSV_FIELDS", "FORMAT",
-           "FORMAT_KEY", "PerRequest", "ThroughputInterval", "csv_text"]
+__all__ = ["BatchError", "BenchBatch", "BenchCell", "BenchRecordError", "BenchResult", "ComparisonRow", "CSV_FIELDS", "Equivalence",
+           "EquivalencePrompt", "FORMAT", "FORMAT_KEY", "PerRequest", "ThroughputInterval", "csv_row", "csv_text"]

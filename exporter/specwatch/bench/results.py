@@ -42,8 +42,8 @@ from typing import Any, Iterable, Sequence
 from rich.table import Table
 
 from specwatch.bench import perrequest
-from specwatch.bench.records import (BatchError, BenchBatch, BenchCell, BenchResult, ComparisonRow, PerRequest, ThroughputInterval,
-                                     csv_row, csv_text)
+from specwatch.bench.records import (BatchError, BenchBatch, BenchCell, BenchResult, ComparisonRow, Equivalence, PerRequest,
+                                     ThroughputInterval, csv_row, csv_text)
 from specwatch.common.files import atomic_write_text
 from specwatch.specdecode.derive import derive, sum_counters
 from specwatch.specdecode.metrics import SpecDecodeCounters, StepCounters
@@ -395,7 +395,7 @@ class ResultWriter:
         cells = summarize(batches)
         doc = BenchResult(status=status, error=error, started_at=started_at, config=self.config,
                           batches=tuple(b.to_record() for b in batches), cells=tuple(c.to_record() for c in cells),
-                          comparison=tuple(compare(cells)), equivalence=equivalence)
+                          comparison=tuple(compare(cells)), equivalence=Equivalence.coerce(equivalence))
         atomic_write_text(self.json_path, json.dumps(_finite(doc.to_json()), indent=1, default=_json_default) + "\n")
         if self.csv_path is not None:
             atomic_write_text(self.csv_path, csv_text([csv_row(r, b.per_request()) for b, r in zip(batches, doc.batches, strict=True)]))
@@ -419,7 +419,7 @@ _NO_EXACT = {"not_offered": "not returned by the server",
              "no_drafts": "no verify step with draft tokens"}
 
 
-def render_tables(batches: Sequence[BatchResult], equivalence: dict[str, Any] | None = None) -> list[Any]:
+def render_tables(batches: Sequence[BatchResult], equivalence: Equivalence | dict[str, Any] | None = None) -> list[Any]:
     """rich Tables for the console: the per-cell summary, the baseline/speculative comparison
     (when both roles ran) and the equivalence check (when it ran)."""
     cells = summarize(batches)
@@ -475,14 +475,15 @@ def render_tables(batches: Sequence[BatchResult], equivalence: dict[str, Any] | 
         for row in exact_rows:
             xt.add_row(*row)
         tables.append(xt)
-    if equivalence and equivalence.get("prompts"):
-        et = Table(title=f"greedy-output equivalence: {equivalence['matched']}/{equivalence['total']} identical")
+    eq = Equivalence.coerce(equivalence)
+    if eq is not None and eq.prompts:
+        et = Table(title=f"greedy-output equivalence: {eq.matched}/{eq.total} identical")
         for col in ("prompt", "identical", "first difference at", "baseline chars", "spec chars", "error"):
             et.add_column(col)
-        for p in equivalence["prompts"]:
-            et.add_row(p["name"], "yes" if p["identical"] else "no",
-                       "" if p["first_difference"] is None else str(p["first_difference"]),
-                       str(p["baseline_chars"]), str(p["speculative_chars"]), (p.get("error") or "")[:80])
+        for p in eq.prompts:
+            et.add_row(p.name, "yes" if p.identical else "no",
+                       "" if p.first_difference is None else str(p.first_difference),
+                       str(p.baseline_chars), str(p.speculative_chars), (p.error or "")[:80])
         tables.append(et)
     for table in tables:
         keep_names_whole(table)

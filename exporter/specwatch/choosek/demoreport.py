@@ -69,7 +69,7 @@ def differing_token_text(tok) -> str:
     there is none (identical, or an older result file without it). Token texts are shown with
     repr() so leading spaces and newlines are visible; ``(text)`` marks a text-level piece (the
     server had no /tokenize)."""
-    if not isinstance(tok, dict):
+    if not isinstance(tok, Mapping):
         return ""
     where = f"token {tok['index']}" if tok.get("index") is not None else "text"
     return f"{tok.get('baseline', '')!r} → {tok.get('speculative', '')!r} ({where})"
@@ -284,20 +284,20 @@ def render_demo_report(summary: SummaryDoc, benches: Mapping[str, BenchDoc],
     parts.append(html_figure(plot_expected_length(ms), "Expected acceptance length against k per cell"))
 
     parts.append("<h2>Greedy-output equivalence</h2>")
-    eq = summary.equivalence or {}
-    if eq:
-        ok = eq.get("matched") == eq.get("total")
-        parts.append(f"<p><b>{escape(eq.get('matched'))}/{escape(eq.get('total'))}</b> prompts produced identical greedy output "
+    eq = summary.equivalence
+    if eq is not None and eq.ran:
+        ok = eq.matched == eq.total
+        parts.append(f"<p><b>{escape(eq.matched)}/{escape(eq.total)}</b> prompts produced identical greedy output "
                      "with and without speculation in this run"
                      f"{'' if ok else '; the others differ from the first differing token shown below'}.</p>")
         parts.append(f"<p class='note'>{EQUIVALENCE_NOTE}</p>")
         parts.append(html_table(["prompt", "identical", "first difference at (character)", "first differing token: baseline → speculative",
                                  "baseline chars", "speculative chars", "error"],
-                                [[p.get("name"), "yes" if p.get("identical") else "NO",
-                                  "" if p.get("first_difference") is None else p.get("first_difference"),
-                                  differing_token_text(p.get("first_differing_token")),
-                                  p.get("baseline_chars"), p.get("speculative_chars"), p.get("error") or ""]
-                                 for p in eq.get("prompts") or []]))
+                                [[p.name, "yes" if p.identical else "NO",
+                                  "" if p.first_difference is None else p.first_difference,
+                                  differing_token_text(p.first_differing_token),
+                                  p.baseline_chars, p.speculative_chars, p.error or ""]
+                                 for p in eq.prompts]))
     else:
         parts.append("<p class='note'>Not run (the demo was interrupted before it).</p>")
 

@@ -10,8 +10,8 @@ reads unchanged (``from_json(x).to_json() == x``, unknown keys kept).
 Fields: the run's settings (``started_at``, ``workloads``, ``concurrencies``, ``k``, ``method``,
 ``drafter``, ``output_len``, ``num_batches``), ``servers`` (role → :class:`DemoServer`), the
 exporter's cost profile (:class:`CostProfileRef`), what Prometheus held (``prometheus``: query →
-values), the greedy-output check (``equivalence``: :mod:`specwatch.bench.equivalence`'s document,
-kept verbatim), the whole-run curve (``per_position``: :class:`RunCurve`, rates 0–1), the
+values), the greedy-output check (``equivalence``: :class:`specwatch.bench.records.Equivalence`),
+the whole-run curve (``per_position``: :class:`RunCurve`, rates 0–1), the
 baseline-vs-speculative rows (``comparison``: :class:`specwatch.bench.records.ComparisonRow`),
 the decision (``decision``: :mod:`specwatch.choosek.demodecision`'s document, kept verbatim) and
 ``status`` (absent for a finished run, ``interrupted``).
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specwatch.bench.records import ComparisonRow
+from specwatch.bench.records import ComparisonRow, Equivalence
 from specwatch.common.records import (Int, JsonRecord, ListOf, MapOf, Num, Obj, Rec, RecordError, Str, jfield, read_document,
                                       read_json_file, record_field)
 
@@ -105,8 +105,8 @@ class DemoSummary(JsonRecord):
     exporter_cost_profile: CostProfileRef | None = jfield("exporter_cost_profile", Rec(CostProfileRef), omit_none=True)
     #: PromQL query → the instant values Prometheus held at the end of the speculative run.
     prometheus: Mapping[str, Any] | None = jfield("prometheus", _OBJ, omit_none=True)
-    #: :mod:`specwatch.bench.equivalence`'s document (None before the check ran), verbatim.
-    equivalence: Mapping[str, Any] | None = jfield("equivalence", _OBJ, omit_none=True)
+    #: The greedy-output check (None before it ran).
+    equivalence: Equivalence | None = jfield("equivalence", Rec(Equivalence), omit_none=True)
     per_position: RunCurve | None = jfield("per_position", Rec(RunCurve), omit_none=True)
     comparison: tuple[ComparisonRow, ...] | None = jfield("comparison", ListOf(Rec(ComparisonRow)), omit_none=True)
     #: :func:`specwatch.choosek.demodecision.decide`'s document (with ``profile``), verbatim.
