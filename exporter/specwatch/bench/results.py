@@ -1,6 +1,10 @@
 """Metrics of a benchmark run: per-batch and per-cell results, JSON/CSV files, console tables.
 
-Field names follow ``vllm bench serve``'s result JSON where the meaning is the same
+The values are computed here and handed to the records of :mod:`specwatch.bench.records`
+(:meth:`BatchResult.to_record`, :meth:`CellSummary.to_record`, :func:`compare`), which alone know
+the files' keys and units; :class:`ResultWriter` writes a :class:`~specwatch.bench.records.BenchResult`'s
+``to_json`` and the CSV rows of :func:`specwatch.bench.records.csv_row`. The file's field names
+follow ``vllm bench serve``'s result JSON where the meaning is the same
 (``completed``, ``failed``, ``duration``, ``total_input_tokens``, ``total_output_tokens``,
 ``request_throughput``, ``output_throughput``, ``total_token_throughput``,
 ``mean_ttft_ms`` / ``median_ttft_ms`` / ``std_ttft_ms`` / ``p90_ttft_ms`` / ``p99_ttft_ms`` and the
@@ -28,8 +32,6 @@ interrupted or crashed run leaves valid files holding every finished batch.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 import statistics
@@ -40,12 +42,13 @@ from typing import Any, Iterable, Sequence
 from rich.table import Table
 
 from specwatch.bench import perrequest
-from specwatch.bench.records import BenchCell
+from specwatch.bench.records import (BatchError, BenchBatch, BenchCell, BenchResult, ComparisonRow, Equivalence, PerRequest,
+                                     ThroughputInterval, csv_row, csv_text)
 from specwatch.common.files import atomic_write_text
 from specwatch.specdecode.derive import derive, sum_counters
 from specwatch.specdecode.metrics import SpecDecodeCounters, StepCounters
 from specwatch.specdecode.ragged import draft_width
-from specwatch.specdecode.steptime import step_record, sum_step_counters
+from specwatch.specdecode.steptime import step_times, sum_step_counters
 
 #: Percentiles reported for every latency (besides mean, median and std).
 PERCENTILES = (90, 99)
@@ -82,6 +85,15 @@ def latency_stats(kind: str, seconds: Iterable[float]) -> dict[str, float | None
     return out
 
 
+def _latency_fields(ttfts: Iterable[float], tpots: Iterable[float], itls: Iterable[float],
+                    e2els: Iterable[float]) -> dict[str, float | None]:
+    """:func:`latency_stats` of the four latencies (seconds) as record fields (ms)."""
+    out: dict[str, float | None] = {}
+    for kind, vals in zip(LATENCY_KINDS, (ttfts, tpots, itls, e2els), strict=True):
+        out.update(latency_stats(kind, vals))
+    return out
+
+
 @dataclass(frozen=True)
 class SpecDecodeStats:
     """Spec-decode values over one interval, from a counter delta (summed over engines).
@@ -97,45 +109,49 @@ class SpecDecodeStats:
     #: first-token histograms; :mod:`specwatch.specdecode.steptime`), None when not exported.
     steps: StepCounters | None = None
 
-    def record(self) -> dict[str, Any]:
-        """vLLM-named fields (rate in percent like ``vllm bench serve``) plus specwatch's extras."""
-        rec: dict[str, Any] = {
-            "server_metrics_schema": self.schema,
-            "metrics_error": self.metrics_error,
-            "spec_decode_acceptance_rate": None,
-            "spec_decode_acceptance_length": None,
-            "spec_decode_num_drafts": None,
-            "spec_decode_draft_tokens": None,
-            "spec_decode_accepted_tokens": None,
-            "spec_decode_per_position_acceptance_rates": None,
-            "spec_decode_conditional_per_position_acceptance_rates": None,
-            "spec_decode_num_speculative_tokens": None,
-            "spec_decode_generation_tokens": None,
-            "spec_decode_output_from_drafts_ratio": None,
-            "spec_decode_curve_basis": None,
-            "spec_decode_missing_draft_tokens_ratio": None,
+    def fields(self) -> dict[str, Any]:
+        """The spec-decode and server step values of the interval as record fields (field names of
+        :class:`specwatch.bench.records.BenchBatch` / ``BenchCell``; the acceptance rate 0–1, the
+        server step time in ms); every field None that the counters do not give."""
+        t = None if self.steps is None else step_times(self.steps)
+        f: dict[str, Any] = {
+            "server_metrics_schema": self.schema, "metrics_error": self.metrics_error,
+            "acceptance_rate": None, "acceptance_length": None, "num_drafts": None, "draft_tokens": None,
+            "accepted_tokens": None, "per_position_acceptance_rates": None, "conditional_per_position_acceptance_rates": None,
+            "num_speculative_tokens": None, "generation_tokens": None, "output_from_drafts_ratio": None,
+            "curve_basis": None, "missing_draft_tokens_ratio": None,
+            "server_step_duration_ms": None if t is None or t.step_duration_seconds is None else t.step_duration_seconds * 1000,
+            "server_running_requests": None if t is None else t.running_requests_per_step,
+            "server_request_decode_tokens_per_second": None if t is None else t.request_decode_tokens_per_second,
+            "server_engine_steps": None if self.steps is None else self.steps.iteration_count,
+            "server_request_steps": None if self.steps is None else self.steps.itl_count,
+            "server_itl_sum_seconds": None if self.steps is None else self.steps.itl_sum,
         }
-        rec.update(step_record(self.steps))
         d = self.delta
         if d is None:
-            return rec
+            return f
         v = derive(d)
-        rec.update(
-            spec_decode_acceptance_rate=None if v.draft_acceptance_rate is None else v.draft_acceptance_rate * 100,
-            spec_decode_acceptance_length=v.mean_acceptance_length,
-            spec_decode_num_drafts=None if d.drafts is None else int(round(d.drafts)),
-            spec_decode_draft_tokens=int(round(d.draft_tokens)),
-            spec_decode_accepted_tokens=int(round(d.accepted_tokens)),
-            spec_decode_per_position_acceptance_rates=list(v.position_acceptance_rates),
-            spec_decode_conditional_per_position_acceptance_rates=list(v.position_conditional_acceptance_rates),
-            spec_decode_num_speculative_tokens=d.num_speculative_tokens,
-            spec_decode_generation_tokens=None if d.generation_tokens is None else int(round(d.generation_tokens)),
-            spec_decode_output_from_drafts_ratio=v.output_from_drafts_ratio,
+        f.update(
+            acceptance_rate=v.draft_acceptance_rate,
+            acceptance_length=v.mean_acceptance_length,
+            num_drafts=None if d.drafts is None else int(round(d.drafts)),
+            draft_tokens=int(round(d.draft_tokens)),
+            accepted_tokens=int(round(d.accepted_tokens)),
+            per_position_acceptance_rates=tuple(v.position_acceptance_rates),
+            conditional_per_position_acceptance_rates=tuple(v.position_conditional_acceptance_rates),
+            num_speculative_tokens=d.num_speculative_tokens,
+            generation_tokens=None if d.generation_tokens is None else int(round(d.generation_tokens)),
+            output_from_drafts_ratio=v.output_from_drafts_ratio,
         )
         width = draft_width(d)  # counter-based curve: exact, or a lower bound when drafts were ragged
         if width is not None:
-            rec.update(spec_decode_curve_basis=width.basis, spec_decode_missing_draft_tokens_ratio=width.missing_ratio)
-        return rec
+            f.update(curve_basis=width.basis, missing_draft_tokens_ratio=width.missing_ratio)
+        return f
+
+    def record(self) -> dict[str, Any]:
+        """The same values under their result-file keys (vLLM's names; the rate in percent like
+        ``vllm bench serve``), as a batch or cell record writes them."""
+        return BenchBatch.json_of_fields(**self.fields())
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -186,38 +202,29 @@ class BatchResult:
         """Output tokens per second of the batch (``total_output_tokens / duration``)."""
         return self.total_output_tokens / self.duration if self.duration > 0 else 0.0
 
-    def record(self) -> dict[str, Any]:
-        """The JSON/CSV record of the batch (vLLM field names where they exist)."""
+    def to_record(self) -> BenchBatch:
+        """The batch's record (:class:`specwatch.bench.records.BenchBatch`: the JSON and CSV of the batch)."""
         d = self.duration
-        rec: dict[str, Any] = {
-            "role": self.role,
-            "workload": self.workload,
-            "max_concurrency": self.max_concurrency,
-            "batch_index": self.batch_index,
-            "warmup": self.warmup,
-            "started_at": self.started_at,
-            "request_rate": "inf" if self.request_rate is None else self.request_rate,
-            "num_prompts": self.num_prompts,
-            "duration": d,
-            "completed": self.completed,
-            "failed": self.failed,
-            "total_input_tokens": self.total_input_tokens,
-            "total_output_tokens": self.total_output_tokens,
-            "output_tokens_from_usage": self.output_tokens_from_usage,
-            "request_throughput": self.completed / d if d > 0 else 0.0,
-            "output_throughput": self.output_throughput,
-            "total_token_throughput": (self.total_input_tokens + self.total_output_tokens) / d if d > 0 else 0.0,
-        }
-        for kind, vals in zip(LATENCY_KINDS, (self.ttfts, self.tpots, self.itls, self.e2els), strict=True):
-            rec.update(latency_stats(kind, vals))
-        rec.update(self.spec.record())
         pr = self.per_request()
-        rec["spec_decode_per_request"] = None if pr is None else {k: pr[k] for k in ("status", "requests", "problems")}
-        rec["errors"] = self.errors[:MAX_ERRORS_KEPT]
-        return rec
+        return BenchBatch(
+            role=self.role, workload=self.workload, max_concurrency=self.max_concurrency, batch_index=self.batch_index,
+            warmup=self.warmup, started_at=self.started_at,
+            request_rate="inf" if self.request_rate is None else self.request_rate, num_prompts=self.num_prompts,
+            duration=d, completed=self.completed, failed=self.failed, total_input_tokens=self.total_input_tokens,
+            total_output_tokens=self.total_output_tokens, output_tokens_from_usage=self.output_tokens_from_usage,
+            request_throughput=self.completed / d if d > 0 else 0.0, output_throughput=self.output_throughput,
+            total_token_throughput=(self.total_input_tokens + self.total_output_tokens) / d if d > 0 else 0.0,
+            **_latency_fields(self.ttfts, self.tpots, self.itls, self.e2els), **self.spec.fields(),
+            per_request=None if pr is None else pr.for_batch(),
+            errors=tuple(BatchError(**e) for e in self.errors[:MAX_ERRORS_KEPT]),
+        )
 
-    def per_request(self) -> dict[str, Any] | None:
-        """The batch's full per-request record (:func:`per_request_record`; the JSON keeps only its
+    def record(self) -> dict[str, Any]:
+        """The JSON document of the batch (:meth:`to_record`'s ``to_json``)."""
+        return self.to_record().to_json()
+
+    def per_request(self) -> PerRequest | None:
+        """The batch's full per-request summary (:func:`per_request_record`; the JSON keeps only its
         status, requests and problems per batch, the CSV its exact curve)."""
         return per_request_record(self.spec, self.spec_requests)
 
@@ -242,15 +249,18 @@ def throughput_interval(per_batch: Sequence[float]) -> dict[str, Any]:
     independent repeats of the same prompts' sizes). Returns ``{"batches": n, "mean", "low",
     "high", "relative_half_width"}`` (half width / mean); with fewer than 2 batches (or a mean ≤ 0)
     ``low``/``high``/``relative_half_width`` are None: one batch gives no interval."""
+    return interval_record(per_batch).to_json()
+
+
+def interval_record(per_batch: Sequence[float]) -> ThroughputInterval:
+    """:func:`throughput_interval` as its record (:class:`specwatch.bench.records.ThroughputInterval`)."""
     xs = [float(x) for x in per_batch if x is not None and math.isfinite(float(x))]
     n = len(xs)
-    out: dict[str, Any] = {"batches": n, "mean": statistics.fmean(xs) if xs else None, "low": None, "high": None,
-                           "relative_half_width": None}
-    if n < 2 or out["mean"] <= 0:
-        return out
+    mean = statistics.fmean(xs) if xs else None
+    if n < 2 or mean <= 0:
+        return ThroughputInterval(batches=n, mean=mean)
     half = t975(n - 1) * statistics.stdev(xs) / math.sqrt(n)
-    out.update(low=out["mean"] - half, high=out["mean"] + half, relative_half_width=half / out["mean"])
-    return out
+    return ThroughputInterval(batches=n, mean=mean, low=mean - half, high=mean + half, relative_half_width=half / mean)
 
 
 @dataclass
@@ -278,43 +288,38 @@ class CellSummary:
         pooled = sum_step_counters(b.spec.steps for b in self.batches)
         return SpecDecodeStats(schema, sum_counters(deltas) if deltas else None, errs[0] if errs else None, pooled)
 
-    def record(self) -> dict[str, Any]:
+    def to_record(self) -> BenchCell:
+        """The cell's summary record (:class:`specwatch.bench.records.BenchCell`)."""
         bs = self.batches
         dur = sum(b.duration for b in bs)
         completed = sum(b.completed for b in bs)
         out = sum(b.total_output_tokens for b in bs)
-        inp = sum(b.total_input_tokens for b in bs)
-        rec: dict[str, Any] = {
-            "role": self.role,
-            "workload": self.workload,
-            "max_concurrency": self.max_concurrency,
-            "num_batches": len(bs),
-            "duration": dur,
-            "completed": completed,
-            "failed": sum(b.failed for b in bs),
-            "total_input_tokens": inp,
-            "total_output_tokens": out,
-            "request_throughput": completed / dur if dur > 0 else None,
-            "output_throughput": self.output_throughput,
-            "output_throughput_pooled": out / dur if dur > 0 else None,
-            "output_throughput_per_batch": [b.output_throughput for b in bs],
-            "output_throughput_ci95": throughput_interval([b.output_throughput for b in bs]),
-        }
-        for kind, attr in zip(LATENCY_KINDS, ("ttfts", "tpots", "itls", "e2els"), strict=True):
-            rec.update(latency_stats(kind, (v for b in bs for v in getattr(b, attr))))
         spec = self.spec
-        rec.update(spec.record())
-        rec["spec_decode_per_request"] = per_request_record(spec, [x for b in bs for x in b.spec_requests])
-        return rec
+        return BenchCell(
+            role=self.role, workload=self.workload, max_concurrency=self.max_concurrency, num_batches=len(bs),
+            duration=dur, completed=completed, failed=sum(b.failed for b in bs),
+            total_input_tokens=sum(b.total_input_tokens for b in bs), total_output_tokens=out,
+            request_throughput=completed / dur if dur > 0 else None, output_throughput=self.output_throughput,
+            output_throughput_pooled=out / dur if dur > 0 else None,
+            output_throughput_per_batch=tuple(b.output_throughput for b in bs),
+            output_throughput_ci95=interval_record([b.output_throughput for b in bs]),
+            **_latency_fields(*([v for b in bs for v in getattr(b, attr)] for attr in ("ttfts", "tpots", "itls", "e2els"))),
+            **spec.fields(),
+            per_request=per_request_record(spec, [x for b in bs for x in b.spec_requests]),
+        )
+
+    def record(self) -> dict[str, Any]:
+        """The JSON document of the cell summary (:meth:`to_record`'s ``to_json``)."""
+        return self.to_record().to_json()
 
 
-def per_request_record(spec: SpecDecodeStats, items: Sequence[tuple[Any, dict[str, Any]]]) -> dict[str, Any] | None:
-    """The exact per-request summary (:func:`specwatch.bench.perrequest.summarize`) of a batch or
-    cell; None for a server without speculative-decoding counters (a baseline) and no payloads."""
+def per_request_record(spec: SpecDecodeStats, items: Sequence[tuple[Any, dict[str, Any]]]) -> PerRequest | None:
+    """The exact per-request summary (:func:`specwatch.bench.perrequest.summarize`, as its record) of
+    a batch or cell; None for a server without speculative-decoding counters (a baseline) and no payloads."""
     if spec.delta is None and not any(p is not None for p, _ in items):
         return None
     good, bad = perrequest.collect(items)
-    return perrequest.summarize(good, bad)
+    return PerRequest.from_summary(perrequest.summarize(good, bad))
 
 
 def summarize(batches: Iterable[BatchResult]) -> list[CellSummary]:
@@ -330,10 +335,11 @@ def summarize(batches: Iterable[BatchResult]) -> list[CellSummary]:
     return list(cells.values())
 
 
-def compare(cells: Iterable[CellSummary]) -> list[dict[str, Any]]:
-    """The seed's table rows: workload | concurrency | baseline tok/s | spec tok/s | ratio |
-    acceptance, for every (workload, concurrency) measured on both roles. ``ratio`` =
-    speculative / baseline output throughput; ``spec_decode_acceptance_rate`` in percent."""
+def compare(cells: Iterable[CellSummary]) -> list[ComparisonRow]:
+    """The baseline-vs-speculative rows (:class:`specwatch.bench.records.ComparisonRow`):
+    workload | concurrency | baseline tok/s | spec tok/s | ratio | acceptance, for every
+    (workload, concurrency) measured on both roles. ``ratio`` = speculative / baseline output
+    throughput; the acceptance rate 0–1 (percent in the file)."""
     by_key: dict[tuple[str, int], dict[str, CellSummary]] = {}
     for c in cells:
         by_key.setdefault((c.workload, c.max_concurrency), {})[c.role] = c
@@ -344,38 +350,16 @@ def compare(cells: Iterable[CellSummary]) -> list[dict[str, Any]]:
         base, spec = roles["baseline"], roles["speculative"]
         bt, st = base.output_throughput, spec.output_throughput
         s = spec.spec
-        rate = s.acceptance_rate
-        rows.append({
-            "workload": wl,
-            "max_concurrency": conc,
-            "baseline_output_throughput": bt,
-            "speculative_output_throughput": st,
-            "ratio": st / bt if bt and st is not None else None,
-            "spec_decode_acceptance_rate": None if rate is None else rate * 100,
-            "spec_decode_acceptance_length": s.acceptance_length,
-            "baseline_failed": sum(b.failed for b in base.batches),
-            "speculative_failed": sum(b.failed for b in spec.batches),
-        })
+        rows.append(ComparisonRow(
+            workload=wl, max_concurrency=conc, baseline_output_throughput=bt, speculative_output_throughput=st,
+            ratio=st / bt if bt and st is not None else None, acceptance_rate=s.acceptance_rate,
+            acceptance_length=s.acceptance_length, baseline_failed=sum(b.failed for b in base.batches),
+            speculative_failed=sum(b.failed for b in spec.batches)))
     return rows
 
 
 # --------------------------------------------------------------------------------------------
 # Files.
-
-CSV_FIELDS = (
-    "role", "workload", "max_concurrency", "batch_index", "warmup", "started_at", "request_rate",
-    "num_prompts", "duration", "completed", "failed", "total_input_tokens", "total_output_tokens",
-    "request_throughput", "output_throughput", "total_token_throughput",
-    *[f"{s}_{k}_ms" for k in LATENCY_KINDS for s in ("mean", "median", "std", *[f"p{p}" for p in PERCENTILES])],
-    "spec_decode_acceptance_rate", "spec_decode_acceptance_length", "spec_decode_num_drafts",
-    "spec_decode_draft_tokens", "spec_decode_accepted_tokens", "spec_decode_per_position_acceptance_rates",
-    "spec_decode_num_speculative_tokens", "spec_decode_curve_basis", "spec_decode_missing_draft_tokens_ratio",
-    "spec_decode_per_request_status", "spec_decode_per_request_problems",
-    "spec_decode_exact_per_position_acceptance_rates", "metrics_error", "first_error",
-)
-#: CSV columns holding a curve: written as values joined by ";" (6 significant digits).
-CSV_CURVE_FIELDS = ("spec_decode_per_position_acceptance_rates", "spec_decode_exact_per_position_acceptance_rates")
-
 
 def _json_default(o: Any) -> Any:
     if isinstance(o, float) and not math.isfinite(o):
@@ -409,34 +393,12 @@ class ResultWriter:
         """Rewrite both files. ``status``: "running" | "complete" | "interrupted" | "failed";
         ``error``: why a "failed" run stopped (None otherwise). Raises OSError if unwritable."""
         cells = summarize(batches)
-        doc = {
-            "specwatch_bench_format": 1,
-            "status": status,
-            "error": error,
-            "started_at": started_at,
-            "config": self.config,
-            "batches": [b.record() for b in batches],
-            "summary": [c.record() for c in cells],
-            "comparison": compare(cells),
-            "equivalence": equivalence,
-        }
-        atomic_write_text(self.json_path, json.dumps(_finite(doc), indent=1, default=_json_default) + "\n")
+        doc = BenchResult(status=status, error=error, started_at=started_at, config=self.config,
+                          batches=tuple(b.to_record() for b in batches), cells=tuple(c.to_record() for c in cells),
+                          comparison=tuple(compare(cells)), equivalence=Equivalence.coerce(equivalence))
+        atomic_write_text(self.json_path, json.dumps(_finite(doc.to_json()), indent=1, default=_json_default) + "\n")
         if self.csv_path is not None:
-            buf = io.StringIO()
-            w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore")
-            w.writeheader()
-            for b in batches:
-                rec = b.record()
-                pr = b.per_request() or {}
-                rec["spec_decode_per_request_status"] = pr.get("status")
-                rec["spec_decode_per_request_problems"] = perrequest.format_problems(pr.get("problems")) if pr else None
-                rec["spec_decode_exact_per_position_acceptance_rates"] = pr.get("per_position_acceptance_rates")
-                for key in CSV_CURVE_FIELDS:
-                    pp = rec.get(key)
-                    rec[key] = "" if pp is None else ";".join(f"{x:.6g}" for x in pp)
-                rec["first_error"] = b.errors[0]["error"] if b.errors else ""
-                w.writerow({k: ("" if rec.get(k) is None else rec.get(k)) for k in CSV_FIELDS})
-            atomic_write_text(self.csv_path, buf.getvalue())
+            atomic_write_text(self.csv_path, csv_text([csv_row(r, b.per_request()) for b, r in zip(batches, doc.batches, strict=True)]))
 
 
 # --------------------------------------------------------------------------------------------
@@ -457,7 +419,7 @@ _NO_EXACT = {"not_offered": "not returned by the server",
              "no_drafts": "no verify step with draft tokens"}
 
 
-def render_tables(batches: Sequence[BatchResult], equivalence: dict[str, Any] | None = None) -> list[Any]:
+def render_tables(batches: Sequence[BatchResult], equivalence: Equivalence | dict[str, Any] | None = None) -> list[Any]:
     """rich Tables for the console: the per-cell summary, the baseline/speculative comparison
     (when both roles ran) and the equivalence check (when it ran)."""
     cells = summarize(batches)
@@ -466,7 +428,7 @@ def render_tables(batches: Sequence[BatchResult], equivalence: dict[str, Any] | 
     for col in ("role", "workload", "concurrency", "batches", "ok/failed", "tok/s",
                 "TTFT med ms", "TPOT med ms", "ITL p99 ms", "E2E p90 s", "acceptance", "acc. length"):
         t.add_column(col, justify="left" if col in ("role", "workload") else "right")
-    records = [BenchCell.from_json(c.record()) for c in cells]
+    records = [c.to_record() for c in cells]
     for c, r in zip(cells, records, strict=True):
         t.add_row(
             c.role, c.workload, str(c.max_concurrency), str(r.num_batches),
@@ -482,10 +444,9 @@ def render_tables(batches: Sequence[BatchResult], equivalence: dict[str, Any] | 
         for col in ("workload", "concurrency", "baseline tok/s", "spec tok/s", "ratio", "acceptance", "acc. length"):
             ct.add_column(col, justify="left" if col == "workload" else "right")
         for r in rows:
-            ct.add_row(r["workload"], str(r["max_concurrency"]), _fmt(r["baseline_output_throughput"]),
-                       _fmt(r["speculative_output_throughput"]), _fmt(r["ratio"], ".2f", "×"),
-                       _fmt(r["spec_decode_acceptance_rate"], ".1f", " %"),
-                       _fmt(r["spec_decode_acceptance_length"], ".2f"))
+            ct.add_row(r.workload, str(r.max_concurrency), _fmt(r.baseline_output_throughput),
+                       _fmt(r.speculative_output_throughput), _fmt(r.ratio, ".2f", "×"),
+                       _fmt(_percent(r.acceptance_rate), ".1f", " %"), _fmt(r.acceptance_length, ".2f"))
         tables.append(ct)
     exact_rows = []
     for c, r in zip(cells, records, strict=True):
@@ -514,14 +475,15 @@ def render_tables(batches: Sequence[BatchResult], equivalence: dict[str, Any] | 
         for row in exact_rows:
             xt.add_row(*row)
         tables.append(xt)
-    if equivalence and equivalence.get("prompts"):
-        et = Table(title=f"greedy-output equivalence: {equivalence['matched']}/{equivalence['total']} identical")
+    eq = Equivalence.coerce(equivalence)
+    if eq is not None and eq.prompts:
+        et = Table(title=f"greedy-output equivalence: {eq.matched}/{eq.total} identical")
         for col in ("prompt", "identical", "first difference at", "baseline chars", "spec chars", "error"):
             et.add_column(col)
-        for p in equivalence["prompts"]:
-            et.add_row(p["name"], "yes" if p["identical"] else "no",
-                       "" if p["first_difference"] is None else str(p["first_difference"]),
-                       str(p["baseline_chars"]), str(p["speculative_chars"]), (p.get("error") or "")[:80])
+        for p in eq.prompts:
+            et.add_row(p.name, "yes" if p.identical else "no",
+                       "" if p.first_difference is None else str(p.first_difference),
+                       str(p.baseline_chars), str(p.speculative_chars), (p.error or "")[:80])
         tables.append(et)
     for table in tables:
         keep_names_whole(table)

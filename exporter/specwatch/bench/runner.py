@@ -229,8 +229,9 @@ class RunResult:
         return summarize(self.batches)
 
     def comparison(self) -> list[dict[str, Any]]:
-        """Baseline-vs-speculative rows (empty unless both roles ran)."""
-        return compare(self.summary())
+        """Baseline-vs-speculative rows as the result file holds them (:class:`specwatch.bench.records.ComparisonRow`'s
+        ``to_json``; empty unless both roles ran)."""
+        return [r.to_json() for r in compare(self.summary())]
 
     def request_counts(self) -> tuple[int, int]:
         """(failed, total) requests of the measured (non-warm-up) batches."""

@@ -115,7 +115,7 @@ class BenchRequest:
 
 @dataclass(frozen=True)
 class WorkloadSpec:
-    """Defaults of one workload as the seed ran it (None output length = natural end)."""
+    """Defaults of one workload as the published measurement ran it (None output length = natural end)."""
 
     name: str
     endpoint: Endpoint
@@ -545,7 +545,7 @@ def build_requests(
 
 def equivalence_requests(output_len: int = 128, count_per_kind: int = 6, seed: int = 0) -> list[BenchRequest]:
     """The greedy-output equivalence prompts: ``count_per_kind`` copy prompts and as many
-    word-chain prompts (6 + 6 in the seed), greedy, ``output_len`` tokens with ``ignore_eos``."""
+    word-chain prompts (6 + 6 in the published n-gram measurement), greedy, ``output_len`` tokens with ``ignore_eos``."""
     opts = WorkloadOptions(output_len=output_len, ignore_eos=True, temperature=0.0, seed=seed)
     reqs = build_requests("copy", count_per_kind, opts, batch=0)
     reqs += [

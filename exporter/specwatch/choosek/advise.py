@@ -11,9 +11,13 @@ the picks; and a ready-to-paste ``--speculative-config`` with vLLM's dynamic
 
 Live (``--exporter URL`` or ``--prometheus URL``): the per-position curve comes from the exporter's
 ``specwatch_position_acceptance_rate{window=…}`` (or Prometheus'
-``model_name:specwatch_position_acceptance_rate:ratio_rate5m``) and the step cost from the
-configured cost model (:mod:`specwatch.specdecode.cost`), as the exporter's own
-``specwatch_estimated_speedup`` does.
+``model_name:specwatch_position_acceptance_rate:ratio_rate5m``) and the step cost from the cost
+profile (``--cost-profile``; without one the built-in guess, basis ``default``), with the
+exporter's own functions (:func:`specwatch.specdecode.speedup.speedups` and ``choose``, as its
+``specwatch_speedup`` series): one :class:`LiveAdvice` record per curve.
+
+Both modes give a typed result (:class:`SweepAdviceResult`, :class:`LiveAdviceResult`) with its
+``--json`` document (``to_json``), printed by one renderer (:func:`render_result`).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import math
 import sys
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import click
@@ -32,6 +37,7 @@ from rich.console import Console
 from rich.table import Table
 
 from specwatch.choosek import model as kchoice
+from specwatch.choosek.drafterstudy import picks_json, render_picks
 from specwatch.choosek.model import DEFAULT_TOLERANCE, Advice, KChoiceError, speculative_config_advice
 from specwatch.choosek.records import SweepResult
 from specwatch.choosek.resultfile import measurements
@@ -419,9 +425,82 @@ def curves_from_prometheus(url: str, rule: str = "model_name:specwatch_position_
     return {k: tuple(v[i] for i in sorted(v)) for k, v in acc.items()}
 
 
-def live_advice(curves: dict[tuple[str, ...], tuple[float, ...]], concurrencies, profile: CostProfile | None,
-                tolerance: float, base_config: dict[str, Any] | None, *, method: str | None = None,
-                drafter: str | None = None, bases: dict[tuple[str, ...], str] | None = None) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class SpeedupValue:
+    """The speedup of one k at one concurrency with its 95 % interval and basis
+    (:func:`specwatch.specdecode.speedup.speedups`)."""
+
+    value: float
+    lower: float | None
+    upper: float | None
+    basis: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"value": self.value, "lower": self.lower, "upper": self.upper, "basis": self.basis}
+
+
+@dataclass(frozen=True)
+class LiveAdvice:
+    """The live advice for one curve (one ``series``: upstream, model_name, engine from the
+    exporter, or job, model_name from Prometheus): ``speedup`` by concurrency and k, the k
+    (``k_by_concurrency``) or why it is withheld (``withheld_by_concurrency``) per concurrency with
+    its basis, and the vLLM config. ``withheld`` is ``no_cost_curve`` when the cost profile has no
+    curve for the method and drafter (then there are no speedups). Concurrencies and k are ints
+    here; :meth:`to_json` writes them as text keys (``advise --json``'s ``live`` items)."""
+
+    series: tuple[str, ...]
+    position_acceptance_rates: tuple[float, ...]
+    curve_basis: str
+    withheld: str | None = None
+    speedup: Mapping[int, Mapping[int, SpeedupValue]] = field(default_factory=dict)
+    k_by_concurrency: Mapping[int, int] = field(default_factory=dict)
+    basis_by_concurrency: Mapping[int, str] = field(default_factory=dict)
+    withheld_by_concurrency: Mapping[int, str] = field(default_factory=dict)
+    cost_profile: str | None = None
+    speculative_config: Mapping[str, Any] | None = None
+    engine_formats: Mapping[str, Any] | None = None
+
+    @property
+    def name(self) -> str:
+        """The series as shown: its non-empty labels joined by " / "."""
+        return " / ".join(x for x in self.series if x)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object of ``advise --json``'s ``live`` list."""
+        out: dict[str, Any] = {"series": list(self.series), "position_acceptance_rates": list(self.position_acceptance_rates),
+                               "curve_basis": self.curve_basis}
+        if self.withheld is not None:
+            out["withheld"] = self.withheld
+        out.update({
+            "speedup": {str(c): {str(k): v.to_json() for k, v in sp.items()} for c, sp in self.speedup.items()},
+            "k_by_concurrency": {str(c): k for c, k in self.k_by_concurrency.items()},
+            "basis_by_concurrency": {str(c): b for c, b in self.basis_by_concurrency.items()},
+            "withheld_by_concurrency": {str(c): r for c, r in self.withheld_by_concurrency.items()},
+            "cost_profile": self.cost_profile, "speculative_config": self.speculative_config,
+            "engine_formats": self.engine_formats})
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], where: str | None = None) -> LiveAdvice:
+        """The record of one ``live`` item of an ``advise --json`` file. Raises KChoiceError
+        (naming ``where``) for an item of the wrong shape."""
+        try:
+            return cls(series=tuple(data["series"]), position_acceptance_rates=tuple(data["position_acceptance_rates"]),
+                       curve_basis=data["curve_basis"], withheld=data.get("withheld"),
+                       speedup={int(c): {int(k): SpeedupValue(**v) for k, v in sp.items()}
+                                for c, sp in data["speedup"].items()},
+                       k_by_concurrency={int(c): k for c, k in data["k_by_concurrency"].items()},
+                       basis_by_concurrency={int(c): b for c, b in data["basis_by_concurrency"].items()},
+                       withheld_by_concurrency={int(c): r for c, r in data["withheld_by_concurrency"].items()},
+                       cost_profile=data["cost_profile"], speculative_config=data["speculative_config"],
+                       engine_formats=data["engine_formats"])
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise KChoiceError(f"{where or 'live advice'}: not a live advice item ({type(exc).__name__}: {exc})") from None
+
+
+def live_advices(curves: dict[tuple[str, ...], tuple[float, ...]], concurrencies, profile: CostProfile | None,
+                 tolerance: float, base_config: dict[str, Any] | None, *, method: str | None = None,
+                 drafter: str | None = None, bases: dict[tuple[str, ...], str] | None = None) -> list[LiveAdvice]:
     """For each curve: the speedup of every k, with its 95 % interval, at each number of running
     requests b (from the cost profile's relative costs: basis "profile" or "extrapolated"; without a
     profile the built-in guess, basis "default" — :func:`specwatch.specdecode.speedup.speedups`),
@@ -435,23 +514,21 @@ def live_advice(curves: dict[tuple[str, ...], tuple[float, ...]], concurrencies,
     for another drafter; the built-in guess does not stand in for it)."""
     out = []
     no_curve = profile is not None and not profile.has_curve(method, drafter)
+    prof_name = None if profile is None else profile.name
     for key, rates in sorted(curves.items()):
         if not rates:
             continue
         basis = (bases or {}).get(key, "exact")
         if no_curve:
-            out.append({"series": list(key), "position_acceptance_rates": list(rates), "curve_basis": basis,
-                        "withheld": "no_cost_curve",
-                        "speedup": {}, "k_by_concurrency": {}, "basis_by_concurrency": {}, "withheld_by_concurrency": {},
-                        "cost_profile": None if profile is None else profile.name, "speculative_config": None,
-                        "engine_formats": None})
+            out.append(LiveAdvice(series=tuple(key), position_acceptance_rates=tuple(rates), curve_basis=basis,
+                                  withheld="no_cost_curve", cost_profile=prof_name))
             continue
         by_c, k_by_c, basis_by_c, withheld_by_c = {}, {}, {}, {}
         for c in concurrencies:
             sp = speedups(rates, LiveCost(profile=profile, running_requests_fallback=float(c), method=method,
                                           drafter=drafter, missing_ratio=1.0 if basis == "lower_bound" else 0.0),
                           current_k=0)
-            by_c[c] = sp
+            by_c[c] = {k: SpeedupValue(v.value, v.lower, v.upper, v.basis) for k, v in sp.items()}
             choice = choose(sp, tolerance)
             if choice.k is None:
                 withheld_by_c[c] = choice.reason
@@ -459,14 +536,155 @@ def live_advice(curves: dict[tuple[str, ...], tuple[float, ...]], concurrencies,
                 k_by_c[c] = choice.k
             basis_by_c[c] = choice.basis
         config = speculative_config_advice(base_config, k_by_c) if k_by_c else None
-        out.append({"series": list(key), "position_acceptance_rates": list(rates), "curve_basis": basis,
-                    "speedup": {str(c): {str(k): {"value": v.value, "lower": v.lower, "upper": v.upper, "basis": v.basis}
-                                         for k, v in sp.items()} for c, sp in by_c.items()},
-                    "k_by_concurrency": {str(c): k for c, k in k_by_c.items()},
-                    "basis_by_concurrency": {str(c): b for c, b in basis_by_c.items()},
-                    "withheld_by_concurrency": {str(c): r for c, r in withheld_by_c.items()},
-                    "cost_profile": None if profile is None else profile.name,
-                    "speculative_config": config,
-                    "engine_formats": engine_formats(config, k_by_c) if config else None})
+        out.append(LiveAdvice(series=tuple(key), position_acceptance_rates=tuple(rates), curve_basis=basis, speedup=by_c,
+                              k_by_concurrency=k_by_c, basis_by_concurrency=basis_by_c, withheld_by_concurrency=withheld_by_c,
+                              cost_profile=prof_name, speculative_config=config,
+                              engine_formats=engine_formats(config, k_by_c) if config else None))
     return out
 
+
+def live_advice(curves: dict[tuple[str, ...], tuple[float, ...]], concurrencies, profile: CostProfile | None,
+                tolerance: float, base_config: dict[str, Any] | None, *, method: str | None = None,
+                drafter: str | None = None, bases: dict[tuple[str, ...], str] | None = None) -> list[dict[str, Any]]:
+    """:func:`live_advices` as their JSON objects (``advise --json``'s ``live`` items)."""
+    return [a.to_json() for a in live_advices(curves, concurrencies, profile, tolerance, base_config, method=method,
+                                              drafter=drafter, bases=bases)]
+
+
+# --------------------------------------------------------------------------------------------
+# The two results of `specwatch advise` and their one renderer
+# --------------------------------------------------------------------------------------------
+
+#: ``advise --json`` format: 2 added rows that cannot be scored (``k`` null with a ``reason``),
+#: intervals, ties, batches and the all-workloads combination (``combination``, ``mix``).
+ADVISE_FORMAT = 2
+
+
+@dataclass(frozen=True)
+class SweepAdviceResult:
+    """``specwatch advise RESULT_FILE``: the advice per speculative family (:func:`advise_sweep`),
+    the drafter labels and picks (:mod:`specwatch.choosek.drafterstudy`), the cells left out, the
+    sweep's status and the settings the advice was made with."""
+
+    source: str
+    advices: tuple[Advice, ...]
+    labels: Mapping[str, str]
+    picks: tuple[Any, ...]
+    left_out: tuple[str, ...]
+    status: str | None
+    tolerance: float
+    candidates: str
+    fit_k: tuple[int, ...] | None
+    acceptance: str
+    basis: str
+    mix: Mapping[str, float] | None
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--json`` document (``advise_format`` :data:`ADVISE_FORMAT`)."""
+        return {"source": self.source, "advise_format": ADVISE_FORMAT, "left_out_cells": list(self.left_out),
+                "mix": self.mix, "tolerance": self.tolerance, "candidates": self.candidates,
+                "fit_k": None if self.fit_k is None else list(self.fit_k), "acceptance": self.acceptance,
+                "basis": self.basis, "families": [{**a.to_dict(), "engine_formats": engine_formats(
+                    a.speculative_config, a.k_by_concurrency)} for a in self.advices],
+                "drafter_picks": picks_json(self.picks)}
+
+
+@dataclass(frozen=True)
+class LiveAdviceResult:
+    """``specwatch advise --exporter/--prometheus``: one :class:`LiveAdvice` per curve at
+    ``concurrencies``, with the cost profile (None: the built-in guess) and the method and drafter
+    it was looked up for."""
+
+    source: str
+    items: tuple[LiveAdvice, ...]
+    concurrencies: tuple[int, ...]
+    tolerance: float
+    profile: CostProfile | None
+    profile_path: str | None
+    method: str | None
+    drafter: str | None
+
+    @property
+    def how(self) -> str:
+        """Where the speedups' step costs come from, as the tables' titles say it."""
+        p = self.profile
+        if p is None:
+            return "no cost profile: the built-in guess c(k, b) = 1 + k (0.05 + 0.02 b), basis default — calibrate first"
+        return (f"cost profile {p.name} ({p.provenance.get('source')}, {p.provenance.get('hardware')}"
+                f"{'; forward pass only' if p.forward_only else ''})")
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--json`` document."""
+        return {"source": self.source, "tolerance": self.tolerance, "cost_profile": self.profile_path,
+                "live": [a.to_json() for a in self.items]}
+
+
+def render_left_out(lines: Sequence[str], console) -> None:
+    """The sweep's cells left out of the advice (failed requests), said before the advice is made."""
+    if lines:
+        console.print(f"[yellow]left out: {len(lines)} cell(s) with failed requests (resume the sweep to measure "
+                      "them again):[/yellow]")
+        for line in lines:
+            console.print(f"  {line}", markup=False, highlight=False)
+
+
+def render_result(result: SweepAdviceResult | LiveAdviceResult, console) -> None:
+    """Print the advice of either mode on ``console`` (the left-out cells of a sweep are
+    :func:`render_left_out`'s, said before)."""
+    if isinstance(result, SweepAdviceResult):
+        _render_sweep(result, console)
+    else:
+        _render_live(result, console)
+
+
+def _render_sweep(r: SweepAdviceResult, console) -> None:
+    if r.status != "complete":
+        console.print(f"[yellow]note: the sweep's status is {r.status!r}: advice from the cells finished so far[/yellow]")
+    for a in r.advices:
+        if a.family in r.labels:
+            console.print(f"[bold]drafter[/bold] {r.labels[a.family]}")
+        render_advice(a, console)
+    if r.picks:
+        render_picks(r.picks, console, r.tolerance)
+
+
+def _render_live(r: LiveAdviceResult, console) -> None:
+    profile, how = r.profile, r.how
+    for item in r.items:
+        kmax = len(item.position_acceptance_rates)
+        if item.withheld == "no_cost_curve":
+            console.print(f"[bold]{item.name}[/bold]: no k recommended: {profile.source} has no curve for method "
+                          f"{r.method or '(its first)'}, drafter {r.drafter or '(any)'} (it has "
+                          f"{', '.join(f'{m} {d or chr(8212)}' for m, d in profile.methods()) or 'none'}); a cost "
+                          "measured for another drafter is not this one's. Calibrate this drafter (specwatch calibrate).",
+                          soft_wrap=True)
+            continue
+        t = Table(title=f"{item.name} (curve basis={item.curve_basis}): "
+                        f"speedup [95 % interval] from {how}"
+                        + ("; a lower-bound curve: upper ends take every undrafted position as accepted"
+                           if item.curve_basis == "lower_bound" else ""))
+        t.add_column("running requests", justify="right")
+        for k in range(1, kmax + 1):
+            t.add_column(f"k={k}", justify="right")
+        t.add_column("recommended k", justify="right")
+        t.add_column("basis", justify="left")
+        for c in r.concurrencies:
+            sp = item.speedup[c]
+            cells = []
+            for k in range(1, kmax + 1):
+                v = sp[k]
+                iv = f" [{v.lower:.2f}-{v.upper:.2f}]" if v.lower is not None and v.upper is not None else ""
+                cells.append(f"{v.value:.2f}{iv}" + ("" if v.basis == "profile" else f" ({v.basis})"))
+            k_text = (str(item.k_by_concurrency[c]) if c in item.k_by_concurrency
+                      else f"withheld ({item.withheld_by_concurrency.get(c, 'uncertain')})")
+            t.add_row(str(c), *cells, k_text, item.basis_by_concurrency[c])
+        console.print(t)
+        if item.k_by_concurrency:
+            render_config(item.speculative_config, dict(item.k_by_concurrency), console)
+        else:
+            why = ("basis=lower_bound (ragged drafts: drafts shorter than k), so the upper ends count every undrafted "
+                   "position as accepted; measure exact curves with specwatch bench against a server started with "
+                   "--per-request-spec-decode-metrics detailed" if item.curve_basis == "lower_bound"
+                   else "calibrate a cost profile on this server (specwatch calibrate) or run a baseline beside it")
+            console.print(f"[bold]{item.name}[/bold]: no k recommended: the best k differs across the intervals; {why}.",
+                          soft_wrap=True)

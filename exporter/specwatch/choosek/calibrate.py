@@ -31,6 +31,7 @@ import platform
 import statistics
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -81,7 +82,22 @@ def method_of(spec: Mapping[str, Any] | None) -> tuple[str, str | None]:
 SPREAD_FLOOR = 0.03
 
 
-def _cell_fields(cell: SweepCell) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class _CellPoint:
+    """The per-cell inputs of a format-2 point (see :func:`_cell_fields`): b, step seconds ``t``,
+    context per running request ``ctx``, drafted tokens per request-step ``x``, mean TTFT (ms) and
+    the measured batches' step times (seconds)."""
+
+    b: float
+    t: float
+    ctx: float | None
+    x: float | None
+    ttft: float | None
+    batches: list[float]
+    workload: str
+
+
+def _cell_fields(cell: SweepCell) -> _CellPoint | None:
     """The per-cell inputs of a format-2 point, from a sweep cell's summary and batches: b, step
     seconds, context per running request, drafted tokens per request-step, mean TTFT and the
     measured batches' step times (server histograms). None when the cell has no server step time."""
@@ -101,8 +117,8 @@ def _cell_fields(cell: SweepCell) -> dict[str, Any] | None:
         x = s.draft_tokens / steps
     batches = [bt.server_step_duration_ms for bt in cell.batches or ()
                if not bt.warmup and bt.server_step_duration_ms]
-    return {"b": float(b), "t": step_ms / 1000.0, "ctx": ctx, "x": x, "ttft": s.mean_ttft_ms,
-            "batches": [v / 1000.0 for v in batches], "workload": str(cell.workload)}
+    return _CellPoint(b=float(b), t=step_ms / 1000.0, ctx=ctx, x=x, ttft=s.mean_ttft_ms,
+                      batches=[v / 1000.0 for v in batches], workload=str(cell.workload))
 
 
 def _rel_sd(values: Sequence[float]) -> float | None:
@@ -130,8 +146,8 @@ def profile_from_sweep(doc: SweepResult | Mapping[str, Any], *, name: str, sourc
     if not base:
         raise CalibrationError(f"{source_path}: the baseline cells carry no server step time (vLLM's ITL and iteration "
                                "histograms); a sweep of a server without them cannot be calibrated in format 2")
-    plain = [StepPoint(f["b"], f["t"], f["ctx"], workload=f["workload"]) for f in base.values()]
-    plain_sds = [sd for f in base.values() if (sd := _rel_sd(f["batches"])) is not None]
+    plain = [StepPoint(f.b, f.t, f.ctx, workload=f.workload) for f in base.values()]
+    plain_sds = [sd for f in base.values() if (sd := _rel_sd(f.batches)) is not None]
     plain_spread = max(SPREAD_FLOOR, math.sqrt(statistics.fmean(v * v for v in plain_sds))) if plain_sds else None
     configs = rec.configs_by_name()
     curves = []
@@ -146,10 +162,10 @@ def profile_from_sweep(doc: SweepResult | Mapping[str, Any], *, name: str, sourc
             if f is None or fb is None:
                 continue
             k = int(c.k)
-            prefill = f["ttft"] / fb["ttft"] if f["ttft"] and fb["ttft"] else None
-            pts.append(StepPoint(f["b"], f["t"], f["ctx"], f["x"] if f["x"] is not None else float(k), f["t"] / fb["t"],
-                                 prefill, f["workload"]))
-            for sd in (_rel_sd(f["batches"]), _rel_sd(fb["batches"])):
+            prefill = f.ttft / fb.ttft if f.ttft and fb.ttft else None
+            pts.append(StepPoint(f.b, f.t, f.ctx, f.x if f.x is not None else float(k), f.t / fb.t,
+                                 prefill, f.workload))
+            for sd in (_rel_sd(f.batches), _rel_sd(fb.batches)):
                 if sd is not None:
                     sds.append(sd)
         if not pts or k is None:

@@ -16,16 +16,17 @@ import requests
 from rich.table import Table
 
 from specwatch.bench.workloads import WORKLOADS
-from specwatch.choosek.variablewidth import engine_formats
 from specwatch.choosek.advise import (
     DEFAULT_LIVE_CONCURRENCIES,
+    LiveAdviceResult,
+    SweepAdviceResult,
     advise_sweep,
     curves_from_exporter,
     curves_from_prometheus,
-    live_advice,
+    live_advices,
     make_console,
-    render_advice,
-    render_config,
+    render_left_out,
+    render_result,
     request_failure,
 )
 from specwatch.choosek.calibrate import (
@@ -37,13 +38,10 @@ from specwatch.choosek.calibrate import (
     profile_from_sweep,
     sample_live,
 )
-from specwatch.choosek.drafterstudy import family_labels, pick_drafters, picks_json, render_picks
+from specwatch.choosek.drafterstudy import family_labels, pick_drafters
 from specwatch.choosek.demoreport import DemoReportError, is_demo_summary_file, write_demo_report
 from specwatch.choosek.model import DEFAULT_TOLERANCE, KChoiceError, parse_mix
 
-#: ``advise --json`` format: 2 added rows that cannot be scored (``k`` null with a ``reason``),
-#: intervals, ties, batches and the all-workloads combination (``combination``, ``mix``).
-ADVISE_FORMAT = 2
 from specwatch.choosek.report import render_report
 from specwatch.choosek.resultfile import (
     ARITHMETIC_ERRORS,
@@ -323,58 +321,58 @@ def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tol
     if result_file is not None:
         if json_path is not None and same_file(json_path, result_file):
             raise click.BadParameter("is the sweep result itself: writing it would destroy the sweep", param_hint="--json")
-        doc = load_sweep(result_file)
-        mix_weights = None
-        if mix is not None:
-            sweep_wls = doc.workloads()
-            try:
-                mix_weights = parse_mix(mix, sweep_wls)
-            except KChoiceError as exc:
-                raise FlagError(str(exc)) from None
-        left_out = doc.failed_cells()
-        if left_out:
-            console.print(f"[yellow]left out: {len(left_out)} cell(s) with failed requests (resume the sweep to measure "
-                          "them again):[/yellow]")
-            for line in left_out:
-                console.print(f"  {line}", markup=False, highlight=False)
-        ms = measurements(doc)
-        if fit_k is not None:
-            run_ks = {m.k for m in ms if m.k > 0}
-            missing = [k for k in fit_k if k not in run_ks]
-            if missing:
-                raise click.ClickException(
-                    f"--fit-k: no finished run at k = {', '.join(map(str, missing))} in {result_file} "
-                    f"(runs at k = {', '.join(map(str, sorted(run_ks))) or 'none'})")
+        result = _advise_from_sweep(result_file, console, tolerance=tolerance, candidates=candidates, prior=cost,
+                                    acceptance=acceptance, fit_k=fit_k, basis=basis, mix=mix)
+    else:
+        result = _advise_live(exporter_url, prometheus_url, window=window, concurrencies=concurrencies, tolerance=tolerance,
+                              profile=profile, profile_path=cost_profile, method=method, drafter=drafter,
+                              base_config=base_config)
+    render_result(result, console)
+    if json_path:
+        atomic_write_json(json_path, result.to_json())
+
+
+def _advise_from_sweep(result_file: Path, console, *, tolerance, candidates, prior, acceptance, fit_k, basis,
+                       mix) -> SweepAdviceResult:
+    """``advise RESULT_FILE``: the sweep's advice (its left-out cells said first). Raises
+    click.ClickException (one line) for a flag the sweep cannot serve or values it cannot use."""
+    doc = load_sweep(result_file)
+    mix_weights = None
+    if mix is not None:
         try:
-            advices = advise_sweep(doc, tolerance=tolerance, candidates=candidates, prior=cost, acceptance=acceptance,
-                                   fit_ks=fit_k, basis=basis, mix=mix_weights, measured=ms)
+            mix_weights = parse_mix(mix, doc.workloads())
         except KChoiceError as exc:
-            raise click.ClickException(str(exc)) from None
-        except SweepError:
-            raise
-        except ARITHMETIC_ERRORS as exc:
-            raise click.ClickException(damaged_file_message(result_file, exc)) from None
-        if doc.status != "complete":
-            console.print(f"[yellow]note: the sweep's status is {doc.status!r}: advice from the cells finished so far[/yellow]")
+            raise FlagError(str(exc)) from None
+    left_out = doc.failed_cells()
+    render_left_out(left_out, console)
+    ms = measurements(doc)
+    if fit_k is not None:
+        run_ks = {m.k for m in ms if m.k > 0}
+        missing = [k for k in fit_k if k not in run_ks]
+        if missing:
+            raise click.ClickException(
+                f"--fit-k: no finished run at k = {', '.join(map(str, missing))} in {result_file} "
+                f"(runs at k = {', '.join(map(str, sorted(run_ks))) or 'none'})")
+    try:
+        advices = advise_sweep(doc, tolerance=tolerance, candidates=candidates, prior=prior, acceptance=acceptance,
+                               fit_ks=fit_k, basis=basis, mix=mix_weights, measured=ms)
+    except KChoiceError as exc:
+        raise click.ClickException(str(exc)) from None
+    except SweepError:
+        raise
+    except ARITHMETIC_ERRORS as exc:
+        raise click.ClickException(damaged_file_message(result_file, exc)) from None
+    labels = family_labels(doc)
+    return SweepAdviceResult(source=str(result_file), advices=tuple(advices), labels=labels,
+                             picks=tuple(pick_drafters(advices, labels, tolerance)), left_out=tuple(left_out),
+                             status=doc.status, tolerance=tolerance, candidates=candidates,
+                             fit_k=None if fit_k is None else tuple(fit_k), acceptance=acceptance, basis=basis, mix=mix_weights)
 
-        labels = family_labels(doc)
-        for a in advices:
-            if a.family in labels:
-                console.print(f"[bold]drafter[/bold] {labels[a.family]}")
-            render_advice(a, console)
-        picks = pick_drafters(advices, labels, tolerance)
-        if picks:
-            render_picks(picks, console, tolerance)
-        if json_path:
-            atomic_write_json(json_path, {"source": str(result_file), "advise_format": ADVISE_FORMAT, "left_out_cells": left_out,
-                                          "mix": mix_weights,
-                                          "tolerance": tolerance, "candidates": candidates,
-                                          "fit_k": None if fit_k is None else list(fit_k), "acceptance": acceptance,
-                                          "basis": basis, "families": [{**a.to_dict(), "engine_formats": engine_formats(
-                                              a.speculative_config, a.k_by_concurrency)} for a in advices],
-                                          "drafter_picks": picks_json(picks)})
-        return
 
+def _advise_live(exporter_url, prometheus_url, *, window, concurrencies, tolerance, profile, profile_path, method, drafter,
+                 base_config) -> LiveAdviceResult:
+    """``advise --exporter/--prometheus``: the live curves' advice. Raises click exceptions (one
+    line) for a bad flag, an unreadable source or no curve."""
     base: dict[str, Any] | None = None
     if base_config:
         try:
@@ -383,7 +381,6 @@ def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tol
             raise click.BadParameter(f"not JSON: {exc}", param_hint="--base-config") from None
         if not isinstance(base, dict):
             raise click.BadParameter("must be a JSON object", param_hint="--base-config")
-    concs = concurrencies
     bases: dict[tuple[str, ...], str] = {}
     if exporter_url:
         try:
@@ -407,53 +404,10 @@ def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tol
     if profile is not None and method is not None and all(m != method for m, _ in profile.methods()):
         raise click.BadParameter(f"{profile.source} has no curve for method {method!r} "
                                  f"(it has {', '.join(m for m, _ in profile.methods()) or 'none'})", param_hint="--method")
-    live = live_advice(curves, concs, profile, tolerance, base, method=method, drafter=drafter, bases=bases)
-    how = (f"cost profile {profile.name} ({profile.provenance.get('source')}, {profile.provenance.get('hardware')}"
-           f"{'; forward pass only' if profile.forward_only else ''})" if profile is not None
-           else "no cost profile: the built-in guess c(k, b) = 1 + k (0.05 + 0.02 b), basis default — calibrate first")
-    for item in live:
-        kmax = len(item["position_acceptance_rates"])
-        if item.get("withheld") == "no_cost_curve":
-            name = " / ".join(x for x in item["series"] if x)
-            console.print(f"[bold]{name}[/bold]: no k recommended: {profile.source} has no curve for method "
-                          f"{method or '(its first)'}, drafter {drafter or '(any)'} (it has "
-                          f"{', '.join(f'{m} {d or chr(8212)}' for m, d in profile.methods()) or 'none'}); a cost "
-                          "measured for another drafter is not this one's. Calibrate this drafter (specwatch calibrate).",
-                          soft_wrap=True)
-            continue
-        t = Table(title=f"{' / '.join(x for x in item['series'] if x)} (curve basis={item.get('curve_basis', 'exact')}): "
-                        f"speedup [95 % interval] from {how}"
-                        + ("; a lower-bound curve: upper ends take every undrafted position as accepted"
-                           if item.get("curve_basis") == "lower_bound" else ""))
-        t.add_column("running requests", justify="right")
-        for k in range(1, kmax + 1):
-            t.add_column(f"k={k}", justify="right")
-        t.add_column("recommended k", justify="right")
-        t.add_column("basis", justify="left")
-        for c in concs:
-            sp = item["speedup"][str(c)]
-            cells = []
-            for k in range(1, kmax + 1):
-                v = sp[str(k)]
-                iv = f" [{v['lower']:.2f}-{v['upper']:.2f}]" if v.get("lower") is not None and v.get("upper") is not None else ""
-                cells.append(f"{v['value']:.2f}{iv}" + ("" if v["basis"] == "profile" else f" ({v['basis']})"))
-            k_text = (str(item["k_by_concurrency"][str(c)]) if str(c) in item["k_by_concurrency"]
-                      else f"withheld ({item['withheld_by_concurrency'].get(str(c), 'uncertain')})")
-            t.add_row(str(c), *cells, k_text, item["basis_by_concurrency"][str(c)])
-        console.print(t)
-        if item["k_by_concurrency"]:
-            render_config(item["speculative_config"], {int(c): k for c, k in item["k_by_concurrency"].items()}, console)
-        else:
-            name = " / ".join(x for x in item["series"] if x)
-            why = ("basis=lower_bound (ragged drafts: drafts shorter than k), so the upper ends count every undrafted "
-                   "position as accepted; measure exact curves with specwatch bench against a server started with "
-                   "--per-request-spec-decode-metrics detailed" if item.get("curve_basis") == "lower_bound"
-                   else "calibrate a cost profile on this server (specwatch calibrate) or run a baseline beside it")
-            console.print(f"[bold]{name}[/bold]: no k recommended: the best k differs across the intervals; {why}.",
-                          soft_wrap=True)
-    if json_path:
-        atomic_write_json(json_path, {"source": source, "tolerance": tolerance,
-                                      "cost_profile": None if profile is None else str(cost_profile), "live": live})
+    items = live_advices(curves, concurrencies, profile, tolerance, base, method=method, drafter=drafter, bases=bases)
+    return LiveAdviceResult(source=source, items=tuple(items), concurrencies=tuple(concurrencies), tolerance=tolerance,
+                            profile=profile, profile_path=None if profile is None else str(profile_path), method=method,
+                            drafter=drafter)
 
 
 @click.command("report")

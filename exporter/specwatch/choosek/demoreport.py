@@ -43,11 +43,11 @@ from specwatch.choosek.charts import (
 from specwatch.bench.records import BenchRecordError, BenchResult
 from specwatch.choosek.demodecision import (CHOICE_LEGEND, TABLE_COLUMNS, VERDICT_TEXT, BenchDoc, decide, format_estimate,
                                            profile_fit_lines, table_rows)
+from specwatch.choosek.demosummary import SUMMARY_FILE, DemoServer, DemoSummary, DemoSummaryError, RunCurve, is_demo_summary
 from specwatch.choosek.model import KChoiceError, Measurement
 from specwatch.common.files import atomic_write_text
 from specwatch.specdecode.costprofile import EMBEDDED_CPU_PROFILE, CostProfileError, load_profile
 
-SUMMARY_FILE = "demo-summary.json"
 REPORT_FILE = "report.html"
 ROLES = ("baseline", "speculative")
 
@@ -69,15 +69,10 @@ def differing_token_text(tok) -> str:
     there is none (identical, or an older result file without it). Token texts are shown with
     repr() so leading spaces and newlines are visible; ``(text)`` marks a text-level piece (the
     server had no /tokenize)."""
-    if not isinstance(tok, dict):
+    if not isinstance(tok, Mapping):
         return ""
     where = f"token {tok['index']}" if tok.get("index") is not None else "text"
     return f"{tok.get('baseline', '')!r} → {tok.get('speculative', '')!r} ({where})"
-
-def is_demo_summary(doc: Any) -> bool:
-    """True for the document shape ``specwatch demo`` writes to ``demo-summary.json``."""
-    return isinstance(doc, dict) and "specwatch_sweep_format" not in doc and {"servers", "workloads", "k"} <= set(doc)
-
 
 def is_demo_summary_file(path: Path) -> bool:
     """True when ``path`` is a readable JSON file holding a demo summary (False on any error)."""
@@ -87,24 +82,20 @@ def is_demo_summary_file(path: Path) -> bool:
         return False
 
 
-def load_demo(result_dir: Path) -> tuple[dict[str, Any], dict[str, BenchResult]]:
-    """(``demo-summary.json``, {role: bench result record}) of a demo result folder. A bench file
-    is looked up in the folder by its name (the folder may have moved since). Raises
-    :class:`DemoReportError` when the summary is missing or not a demo summary, or a bench file is
-    damaged (the message names the file and the field); a missing or unparsable bench file is left
-    out (an interrupted demo)."""
+def load_demo_result(result_dir: Path) -> tuple[DemoSummary, dict[str, BenchResult]]:
+    """(``demo-summary.json`` as its record, {role: bench result record}) of a demo result folder.
+    A bench file is looked up in the folder by its name (the folder may have moved since). Raises
+    :class:`DemoReportError` when the summary is missing, not a demo summary or damaged, or a bench
+    file is damaged (the message names the file and the field); a missing or unparsable bench file
+    is left out (an interrupted demo)."""
     path = result_dir / SUMMARY_FILE
     try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise DemoReportError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise DemoReportError(f"{path} is not valid JSON: {exc}") from None
-    if not is_demo_summary(summary):
-        raise DemoReportError(f"{path} is not a specwatch demo summary")
+        summary = DemoSummary.load(path)
+    except DemoSummaryError as exc:
+        raise DemoReportError(str(exc)) from None
     benches = {}
     for role in ROLES:
-        name = Path((summary.get("servers", {}).get(role) or {}).get("result_file") or f"bench-{role}.json").name
+        name = summary.result_file_name(role)
         try:
             data = json.loads((result_dir / name).read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -116,13 +107,26 @@ def load_demo(result_dir: Path) -> tuple[dict[str, Any], dict[str, BenchResult]]
     return summary, benches
 
 
-def demo_measurements(summary: Mapping[str, Any], benches: Mapping[str, BenchDoc]) -> list[Measurement]:
+def load_demo(result_dir: Path) -> tuple[dict[str, Any], dict[str, BenchResult]]:
+    """:func:`load_demo_result` with the summary as its JSON document (checked by the record; for
+    callers that edit a summary before rendering it, as the tests do). Raises as
+    :func:`load_demo_result`."""
+    summary, benches = load_demo_result(result_dir)
+    return summary.to_json(), benches
+
+
+#: A demo summary: its record or a parsed document (read into the record).
+SummaryDoc = DemoSummary | Mapping[str, Any]
+
+
+def demo_measurements(summary: SummaryDoc, benches: Mapping[str, BenchDoc]) -> list[Measurement]:
     """One :class:`Measurement` per (role, workload, concurrency) cell with a throughput: config
     ``baseline`` (k = 0) or ``speculative`` (k = the demo's k). ``benches``: role → bench result
     record (or its parsed document)."""
+    run_k = DemoSummary.coerce(summary).k or 0
     out = []
     for role, doc in benches.items():
-        k = 0 if role == "baseline" else int(summary.get("k") or 0)
+        k = 0 if role == "baseline" else run_k
         rec = BenchResult.coerce(doc)
         for cell in () if rec is None else rec.cells:
             try:
@@ -180,15 +184,15 @@ def plot_cells(ms: Sequence[Measurement], attr: str, ylabel: str, title: str) ->
     return png_data_uri(fig)
 
 
-def plot_run_curve(curve: Mapping[str, Any], k: int) -> str | None:
+def plot_run_curve(curve: RunCurve | None, k: int) -> str | None:
     """The speculative run's whole-run curve: per-position acceptance r_i and conditional
     acceptance (left), expected acceptance length E(k') = 1 + Σ_(i<k') r_i for every k' ≤ k with
     the ceiling k' + 1 and the measured mean acceptance length at k (right)."""
-    rates = list(curve.get("per_position_acceptance_rate") or [])
+    rates = [] if curve is None else list(curve.per_position_acceptance_rate)
     if not rates:
         return None
     plt = pyplot()
-    cond = [float("nan") if c is None else c for c in (curve.get("conditional_acceptance_rate") or [])]
+    cond = [float("nan") if c is None else c for c in curve.conditional_acceptance_rate]
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
     pos = list(range(len(rates)))
     axes[0].plot(pos, [r * 100 for r in rates], marker="o", label="r_i = P(positions 0..i accepted)")
@@ -205,7 +209,7 @@ def plot_run_curve(curve: Mapping[str, Any], k: int) -> str | None:
     e = [1.0 + math.fsum(rates[:kk]) for kk in ks]
     axes[1].plot(ks, e, marker="o", label="E(k) from the curve")
     axes[1].plot(ks, [kk + 1 for kk in ks], color="grey", linestyle=":", label="every draft accepted (k + 1)")
-    mal = curve.get("mean_acceptance_length")
+    mal = curve.mean_acceptance_length
     if mal is not None:
         axes[1].scatter([k], [mal], marker="x", s=60, color="black", zorder=3, label=f"measured at k={k}")
     axes[1].set_xticks(ks)
@@ -218,27 +222,27 @@ def plot_run_curve(curve: Mapping[str, Any], k: int) -> str | None:
     return png_data_uri(fig)
 
 
-def render_demo_report(summary: Mapping[str, Any], benches: Mapping[str, BenchDoc],
+def render_demo_report(summary: SummaryDoc, benches: Mapping[str, BenchDoc],
                        title: str = "specwatch demo report") -> str:
-    """The HTML text of ``report.html`` for a demo result (see the module docstring)."""
+    """The HTML text of ``report.html`` for a demo result (see the module docstring). ``summary``:
+    the record or its parsed document."""
+    summary = DemoSummary.coerce(summary)
     ms = demo_measurements(summary, benches)
-    k = int(summary.get("k") or 0)
-    servers = summary.get("servers") or {}
+    k = summary.k or 0
     parts: list[str] = decision_section(demo_decision(summary, benches))
-    status = summary.get("status", "complete")
-    parts.append(f"<p>Started {escape(summary.get('started_at'))}; status <b>{escape(status)}</b>. Baseline (no speculation) "
-                 f"and speculative ({escape(summary.get('method') or 'ngram')}, k={k}) real vLLM servers, one after the other "
+    parts.append(f"<p>Started {escape(summary.started_at)}; status <b>{escape(summary.run_status)}</b>. Baseline (no speculation) "
+                 f"and speculative ({escape(summary.method or 'ngram')}, k={k}) real vLLM servers, one after the other "
                  "on the same machine, "
                  f"with the same seeded workloads.</p>")
-    settings = [["workloads", ", ".join(summary.get("workloads") or [])],
-                ["concurrencies", ", ".join(str(c) for c in summary.get("concurrencies") or [])],
-                ["num_speculative_tokens k", k], ["output tokens per request", summary.get("output_len")],
-                ["measured batches per cell (after 1 warm-up)", summary.get("num_batches")]]
+    settings = [["workloads", ", ".join(summary.workloads)],
+                ["concurrencies", ", ".join(str(c) for c in summary.concurrencies)],
+                ["num_speculative_tokens k", k], ["output tokens per request", summary.output_len],
+                ["measured batches per cell (after 1 warm-up)", summary.num_batches]]
     for role in ROLES:
-        s = servers.get(role) or {}
-        settings.append([f"{role} server start-up s", fmt_num(s.get("startup_seconds"))])
-        if s.get("speculative_config"):
-            settings.append([f"{role} --speculative-config", json.dumps(s["speculative_config"], separators=(",", ":"))])
+        s = summary.servers.get(role) or DemoServer()
+        settings.append([f"{role} server start-up s", fmt_num(s.startup_seconds)])
+        if s.speculative_config:
+            settings.append([f"{role} --speculative-config", json.dumps(s.speculative_config, separators=(",", ":"))])
     parts.append(html_table(["setting", "value"], settings, "settings"))
 
     parts.append("<h2>Baseline vs speculative</h2>")
@@ -247,11 +251,10 @@ def render_demo_report(summary: Mapping[str, Any], benches: Mapping[str, BenchDo
     parts.append(html_figure(plot_cells(ms, "output_throughput", "output tokens/s", "Output throughput"),
                              "Output throughput, baseline vs speculative, by workload and concurrency"))
     rows = []
-    for r in summary.get("comparison") or []:
-        rate = r.get("spec_decode_acceptance_rate")
-        rows.append([r.get("workload"), r.get("max_concurrency"), fmt_num(r.get("baseline_output_throughput")),
-                     fmt_num(r.get("speculative_output_throughput")), fmt_num(r.get("ratio"), ".2f", "×"),
-                     fmt_num(rate, ".1f", " %"), fmt_num(r.get("spec_decode_acceptance_length"), ".2f")])
+    for r in summary.comparison or ():
+        rows.append([r.workload, r.max_concurrency, fmt_num(r.baseline_output_throughput),
+                     fmt_num(r.speculative_output_throughput), fmt_num(r.ratio, ".2f", "×"),
+                     fmt_num(_pct(r.acceptance_rate), ".1f", " %"), fmt_num(r.acceptance_length, ".2f")])
     parts.append(html_table(["workload", "concurrency", "baseline tok/s", "speculative tok/s", "ratio",
                              "draft acceptance rate", "mean acceptance length"], rows, "comparison"))
 
@@ -260,20 +263,20 @@ def render_demo_report(summary: Mapping[str, Any], benches: Mapping[str, BenchDo
     parts.append(html_figure(plot_cells(ms, "mean_tpot_ms", "ms", "Mean TPOT (time per output token)"), "Mean TPOT by cell"))
 
     parts.append("<h2>Per-position acceptance and E(k)</h2>")
-    curve = summary.get("per_position") or {}
-    if curve:
+    curve = summary.per_position or RunCurve()
+    if summary.per_position is not None:
         parts.append(f"<p>Whole speculative run (counter deltas of the server's vllm:spec_decode_* counters): draft "
-                     f"acceptance rate {fmt_num(_pct(curve.get('draft_acceptance_rate')), '.1f', ' %')}, mean acceptance "
-                     f"length {fmt_num(curve.get('mean_acceptance_length'), '.2f')} tokens per verify step (ceiling k+1 = {k + 1}), "
-                     f"draft tokens per draft {fmt_num(curve.get('draft_tokens_per_draft'), '.2f')}.</p>")
+                     f"acceptance rate {fmt_num(_pct(curve.draft_acceptance_rate), '.1f', ' %')}, mean acceptance "
+                     f"length {fmt_num(curve.mean_acceptance_length, '.2f')} tokens per verify step (ceiling k+1 = {k + 1}), "
+                     f"draft tokens per draft {fmt_num(curve.draft_tokens_per_draft, '.2f')}.</p>")
     parts.append(html_figure(plot_run_curve(curve, k), "Per-position acceptance and expected acceptance length E(k), whole run"))
-    e_by_k = curve.get("expected_acceptance_length_by_k") or {}
-    conds = curve.get("conditional_acceptance_rate") or []
+    conds = curve.conditional_acceptance_rate
     parts.append(html_table(["position i / k", "acceptance r_i", "conditional", "E(k)"],
                             [[f"{i} / k={i + 1}", fmt_num(_pct(r), ".1f", " %"),
-                              fmt_num(_pct(conds[i] if i < len(conds) else None), ".1f", " %"), fmt_num(e_by_k.get(str(i + 1)), ".2f")]
-                             for i, r in enumerate(curve.get("per_position_acceptance_rate") or [])]))
-    if (curve.get("draft_tokens_per_draft") or k) < k - 0.005:
+                              fmt_num(_pct(conds[i] if i < len(conds) else None), ".1f", " %"),
+                              fmt_num(curve.expected_acceptance_length_by_k.get(str(i + 1)), ".2f")]
+                             for i, r in enumerate(curve.per_position_acceptance_rate)]))
+    if (curve.draft_tokens_per_draft or k) < k - 0.005:
         parts.append("<p class='note'>Ragged drafts: ngram proposed fewer than k tokens in some drafts, so r_i at later "
                      "positions counts drafts that never proposed that position as rejections (a lower bound).</p>")
     parts.append("<p class='note'>Per cell (the sweep report's plots; cells whose counters saw no draft are left out):</p>")
@@ -281,24 +284,24 @@ def render_demo_report(summary: Mapping[str, Any], benches: Mapping[str, BenchDo
     parts.append(html_figure(plot_expected_length(ms), "Expected acceptance length against k per cell"))
 
     parts.append("<h2>Greedy-output equivalence</h2>")
-    eq = summary.get("equivalence") or {}
-    if eq:
-        ok = eq.get("matched") == eq.get("total")
-        parts.append(f"<p><b>{escape(eq.get('matched'))}/{escape(eq.get('total'))}</b> prompts produced identical greedy output "
+    eq = summary.equivalence
+    if eq is not None and eq.ran:
+        ok = eq.matched == eq.total
+        parts.append(f"<p><b>{escape(eq.matched)}/{escape(eq.total)}</b> prompts produced identical greedy output "
                      "with and without speculation in this run"
                      f"{'' if ok else '; the others differ from the first differing token shown below'}.</p>")
         parts.append(f"<p class='note'>{EQUIVALENCE_NOTE}</p>")
         parts.append(html_table(["prompt", "identical", "first difference at (character)", "first differing token: baseline → speculative",
                                  "baseline chars", "speculative chars", "error"],
-                                [[p.get("name"), "yes" if p.get("identical") else "NO",
-                                  "" if p.get("first_difference") is None else p.get("first_difference"),
-                                  differing_token_text(p.get("first_differing_token")),
-                                  p.get("baseline_chars"), p.get("speculative_chars"), p.get("error") or ""]
-                                 for p in eq.get("prompts") or []]))
+                                [[p.name, "yes" if p.identical else "NO",
+                                  "" if p.first_difference is None else p.first_difference,
+                                  differing_token_text(p.first_differing_token),
+                                  p.baseline_chars, p.speculative_chars, p.error or ""]
+                                 for p in eq.prompts]))
     else:
         parts.append("<p class='note'>Not run (the demo was interrupted before it).</p>")
 
-    prom = summary.get("prometheus") or {}
+    prom = summary.prometheus or {}
     if prom:
         parts.append("<h2>What Prometheus held at the end of the speculative run</h2>")
         parts.append(html_table(["series", "value"], [[q, ", ".join(f"{v:.3f}" for v in vals) or "(no data)"]
@@ -310,17 +313,18 @@ def render_demo_report(summary: Mapping[str, Any], benches: Mapping[str, BenchDo
     return render_page(title, parts)
 
 
-def demo_decision(summary: Mapping[str, Any], benches: Mapping[str, BenchDoc]) -> dict[str, Any] | None:
-    """The run's decision table: ``summary["decision"]`` as the demo wrote it, else (a result
+def demo_decision(summary: SummaryDoc, benches: Mapping[str, BenchDoc]) -> dict[str, Any] | None:
+    """The run's decision table: the summary's ``decision`` as the demo wrote it, else (a result
     folder written before the demo decided) computed from the bench files with the exporter's
     profile named in the summary (:func:`specwatch.choosek.demodecision.decide`). None when the
     run's k is unknown."""
-    if isinstance(summary.get("decision"), Mapping):
-        return dict(summary["decision"])
-    k = summary.get("k")
-    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+    summary = DemoSummary.coerce(summary)
+    if summary.decision is not None:
+        return dict(summary.decision)
+    k = summary.k
+    if k is None or k < 1:
         return None
-    prof_file = (summary.get("exporter_cost_profile") or {}).get("file") or EMBEDDED_CPU_PROFILE
+    prof_file = (summary.exporter_cost_profile.file if summary.exporter_cost_profile else None) or EMBEDDED_CPU_PROFILE
     try:
         prof = load_profile(prof_file)
     except CostProfileError:
@@ -379,7 +383,7 @@ def write_demo_report(result_dir: Path, output: Path | None = None) -> Path:
     """Render the demo result in ``result_dir`` to ``output`` (default ``result_dir/report.html``);
     returns the path. Raises :class:`DemoReportError` (also for a damaged summary or bench file)
     or OSError."""
-    summary, benches = load_demo(result_dir)
+    summary, benches = load_demo_result(result_dir)
     out = output or result_dir / REPORT_FILE
     try:
         text = render_demo_report(summary, benches)

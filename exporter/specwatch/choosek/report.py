@@ -6,7 +6,7 @@ k (the curve basis in the legend, lower-bound curves only where nothing better w
 expected acceptance length against k (predicted from the largest k's curve, measured points of runs
 with full drafts beside it); counter curves beside exact per-request ones
 (:mod:`specwatch.choosek.exactcurves`); output throughput / mean TPOT / mean TTFT against concurrency, one line per server
-configuration (baseline in black, as in the seed's charts); the comparison table (every
+configuration (baseline in black, as in the published n-gram measurement's charts); the comparison table (every
 configuration's throughput and its ratio to the baseline, acceptance rate and length); the advice
 of :mod:`specwatch.choosek.advise` (recommended k, the check against the measurements, the vLLM config).
 

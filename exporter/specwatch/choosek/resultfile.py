@@ -42,10 +42,13 @@ def load_sweep(path: str | Path) -> SweepResult:
 
 
 def load_result(path: str | Path) -> dict[str, Any]:
-    """The checked document of a sweep result file as a plain dict (:func:`load_sweep`, then
-    :meth:`SweepResult.to_json`: the file's JSON), for callers that edit a document before passing it
-    on (tests build variants of real sweeps this way); every reader here takes the record or such a
-    dict. Raises as :func:`load_sweep`."""
+    """Deprecated: read with :func:`load_sweep` (the typed :class:`SweepResult`).
+
+    The checked document of a sweep result file as a plain dict (:func:`load_sweep`, then
+    :meth:`SweepResult.to_json`: the file's JSON). No specwatch module calls it (a test checks
+    that); it stays for the test suite, which edits real sweeps' documents into variants before
+    handing them to the readers (each takes the record or such a dict through
+    :meth:`SweepResult.coerce`), and for scripts written against it. Raises as :func:`load_sweep`."""
     return load_sweep(path).to_json()
 
 

@@ -60,7 +60,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from specwatch.bench.runner import BenchConfig, BenchConfigError, BenchInterrupted, run_bench
 from specwatch.bench.workloads import WorkloadError, WorkloadOptions, load_sharegpt
 from specwatch.choosek.model import family_of
-from specwatch.bench.records import BenchBatch, BenchCell, ThroughputInterval
+from specwatch.bench.records import ThroughputInterval
 from specwatch.choosek.records import ServerSource, ServerStart, SweepCell, SweepConfig, SweepResult, SweepSettings
 from specwatch.choosek.resultfile import SweepError, _now, cell_key, load_sweep, result_file_lock
 from specwatch.common.files import atomic_write_json, log_tail
@@ -655,8 +655,8 @@ def _run_sweep(plan: SweepPlan, result_file: Path, *, template, port, host, log_
                     cells = res.summary()
                     if not cells:
                         raise SweepError(f"{cfg.name} {wl} c={c}: no measured batch")
-                    summary = BenchCell.from_json(cells[0].record())
-                    batches = tuple(BenchBatch.from_json(b.record()) for b in res.batches)
+                    summary = cells[0].to_record()
+                    batches = tuple(b.to_record() for b in res.batches)
                     failed = any(b.failed for b in batches)
                     if failed and _server_exit_code(srv) is None:
                         try:  # failures from a dying server: give it a moment to finish exiting

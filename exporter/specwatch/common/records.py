@@ -194,6 +194,30 @@ class ListOf(Kind):
         return [None if x is None else self.item.write(x) for x in v]
 
 
+class MapOf(Kind):
+    """A JSON object whose values are of one kind, keyed by text (a dict inside, in the file's order)."""
+
+    what = "an object"
+
+    def __init__(self, item: Kind) -> None:
+        self.item = item
+
+    def read(self, v, path, key):
+        if not isinstance(v, Mapping):
+            raise self.bad(path, key)
+        mp = child_path(path, key)
+        out = {}
+        for k, x in v.items():
+            if isinstance(self.item, Rec):
+                out[k] = self.item.read_item(x, f"{mp}[{k!r}]")
+            else:
+                out[k] = self.item.read(x, mp, str(k))
+        return out
+
+    def write(self, v):
+        return {k: self.item.write(x) for k, x in v.items()}
+
+
 class Rec(Kind):
     """A nested record (:class:`JsonRecord` subclass)."""
 
@@ -242,6 +266,10 @@ class JsonRecord:
     extra: Mapping[str, Any]
     keys: tuple[str, ...] | None
 
+    #: The JSON key order of a record built in code (keys not named follow in declaration order):
+    #: the order its writer has always used, where that differs from the declaration order.
+    write_order: ClassVar[tuple[str, ...]] = ()
+
     _fields_cache: ClassVar[dict[type, tuple[tuple[str, Mapping[str, Any]], ...]]] = {}
 
     @classmethod
@@ -281,6 +309,21 @@ class JsonRecord:
         extra = {k: v for k, v in data.items() if k not in known}
         return cls(**values, extra=extra, keys=tuple(data))  # type: ignore[call-arg]
 
+    @classmethod
+    def json_of_fields(cls, **values: Any) -> dict[str, Any]:
+        """The JSON keys and written values of just the fields ``values`` names (field names, as
+        in Python), in declaration order: a part of a record's document (e.g. the spec-decode
+        fields a batch and a cell share)."""
+        out: dict[str, Any] = {}
+        for name, meta in cls._jfields():
+            if name in values:
+                v = values[name]
+                out[meta["key"]] = None if v is None else meta["kind"].write(v)
+        unknown = set(values) - {name for name, _ in cls._jfields()}
+        if unknown:
+            raise TypeError(f"{cls.__name__} has no field {', '.join(sorted(unknown))}")
+        return out
+
     def with_keys(self: R, *json_keys: str) -> R:
         """The record, with ``json_keys`` written even when their fields are unset (appended, in this
         order, to the keys it was read with; a record built in code writes every key anyway)."""
@@ -291,7 +334,8 @@ class JsonRecord:
     def to_json(self) -> dict[str, Any]:
         """The JSON object of the record: the keys it was read with, in their order (fields changed
         since then with their new values, fields set since then added), else (a record built in
-        code) every field in declaration order (an ``omit_none`` one only when set), then ``extra``."""
+        code) every field in :attr:`write_order`, then in declaration order (an ``omit_none`` one
+        only when set), then ``extra``."""
         out: dict[str, Any] = {}
         vals: dict[str, Any] = {}
         omit: set[str] = set()
@@ -304,7 +348,8 @@ class JsonRecord:
             if v is None or v == meta["default"]:
                 unset.add(meta["key"])
         if self.keys is None:
-            out = {k: v for k, v in vals.items() if k not in omit}
+            order = [k for k in self.write_order if k in vals] + [k for k in vals if k not in self.write_order]
+            out = {k: vals[k] for k in order if k not in omit}
         else:
             for k in self.keys:
                 if k in vals:
@@ -357,5 +402,5 @@ def tuple_of(values: Sequence[Any] | None) -> tuple[Any, ...]:
     return () if values is None else tuple(values)
 
 
-__all__ = ["Anything", "Bool", "Int", "JsonRecord", "Kind", "ListOf", "Num", "Obj", "Percent", "Rec", "RecordError", "Str",
+__all__ = ["Anything", "Bool", "Int", "JsonRecord", "Kind", "ListOf", "MapOf", "Num", "Obj", "Percent", "Rec", "RecordError", "Str",
            "child_path", "field_text", "jfield", "percent_to_fraction", "read_document", "read_json_file", "record_field"]

@@ -55,7 +55,7 @@ from __future__ import annotations
 import bisect
 from array import array
 from collections import OrderedDict, deque
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from specwatch.exporter.fetching import FetchError
 from specwatch.specdecode.steptime import StepTimes, step_times_of
@@ -80,8 +80,13 @@ class TooManySeries(FetchError):
         super().__init__("too_many_series", message)
 
 
-#: The :class:`~specwatch.specdecode.steptime.StepTimes` fields a :class:`StepValues` reads through.
-_STEP_TIME_FIELDS = frozenset(f.name for f in fields(StepTimes))
+def _from_times(name: str, doc: str) -> property:
+    """A :class:`StepValues` property: ``times.<name>``, None without ``times``."""
+
+    def get(self: StepValues) -> float | None:
+        return None if self.times is None else getattr(self.times, name)
+
+    return property(get, doc=f"``times.{name}`` (None without ``times``): {doc}")
 
 
 @dataclass(frozen=True)
@@ -93,7 +98,7 @@ class StepValues:
     increases, computed by :func:`specwatch.specdecode.steptime.step_times_of` (the one
     implementation of the step-time formulas: step duration = Δ ITL sum / Δ ITL count, b = Δ ITL
     count / Δ iteration count, decode speed, request-steps, context per request, …); None without
-    an ITL count. Its fields read through (``values.step_duration_seconds`` is
+    an ITL count. Each of its fields is also a property here (``values.step_duration_seconds`` is
     ``values.times.step_duration_seconds``, None without ``times``). Two values only a window has:
 
     - ``engine_steps_per_second`` = Δ ``vllm:iteration_tokens_total_count`` / Δt (exporter clock);
@@ -104,11 +109,16 @@ class StepValues:
     engine_steps_per_second: float | None = None
     running_requests: float | None = None
 
-    def __getattr__(self, name: str):
-        if name in _STEP_TIME_FIELDS:
-            times = self.__dict__.get("times")
-            return None if times is None else getattr(times, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    step_duration_seconds = _from_times("step_duration_seconds", "Δ ITL sum / Δ ITL count (seconds).")
+    running_requests_per_step = _from_times("running_requests_per_step", "b: Δ ITL count / Δ iteration count.")
+    request_decode_tokens_per_second = _from_times("request_decode_tokens_per_second", "Decode speed of one request.")
+    engine_steps = _from_times("engine_steps", "Δ iteration count (engine steps).")
+    request_steps = _from_times("request_steps", "Δ ITL count (request-steps).")
+    decode_tokens = _from_times("decode_tokens", "Δ (generation tokens − first tokens).")
+    itl_seconds = _from_times("itl_seconds", "Δ ITL sum (seconds).")
+    prefill_seconds = _from_times("prefill_seconds", "Δ TTFT sum (seconds).")
+    first_tokens = _from_times("first_tokens", "Δ TTFT count (requests that got their first token).")
+    context_tokens = _from_times("context_tokens", "Context per request of the requests finished in the window.")
 
 
 @dataclass(frozen=True)

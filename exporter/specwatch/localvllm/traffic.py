@@ -1,6 +1,7 @@
 """Copy-like traffic for the embedded vLLM: completions whose prompt holds a text and a first copy
 of it ("Copy 1: … Copy 2:"), the workload on which ngram speculation accepts almost every draft
-token. Used by tests, fixture captures and the demo's warm-up."""
+token. Used by the tests and the fixture-capture scripts (``scripts/capture_fixtures.py``,
+``scripts/capture_perrequest.py``)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,12 @@
 """The ONE configuration source of the specwatch monitoring mixin.
 
-Recording rules (rules.py), alerts (alerts.py), the Prometheus configuration (generate.py) and
-the Grafana dashboards (the repository's dashboards/*.dashboard.py, rendered by dashboards.py for
-the same generator run) all read their selectors, rate
-window, scrape interval and thresholds from a MixinConfig. (Cost figures come from the exporter's
-cost profile, never from here: see specwatch.specdecode.costprofile.) Nothing
-else spells ``job="..."`` or a window.
+Recording rules (rules.py), alerts (alerts.py), the Prometheus configurations (generate.py), the
+Kubernetes objects (kubernetes.py) and the Grafana dashboards (the repository's
+``dashboards/*.dashboard.py``, each a ``build(cfg)``, loaded and rendered by dashboards.py) are
+made in one run of ``python -m specwatch.mixin.generate`` from one in-memory MixinConfig: their
+selectors, rate window, scrape interval and thresholds all come from it. (Cost figures come from
+the exporter's cost profile, never from here: see specwatch.specdecode.costprofile.) Nothing else
+spells ``job="..."`` or a window.
 
 Recorded series names follow ``level:metric:operations`` and the window suffix follows
 ``rate_window`` (``ratio_rate5m`` for the default 5m); use the helpers below instead of spelling

@@ -1,10 +1,16 @@
-"""The coefficient guess c(k, b) = 1 + k (a + s b): only the prior of the sweep's step-cost fit.
+"""The coefficient guess c(k, b) = 1 + k (a + s b) as a model object: the prior of the sweep's
+step-cost fit.
 
-Live speedups, alerts and dashboards never use it: they read measured step times from a cost
-profile (:mod:`specwatch.specdecode.costprofile`, :mod:`specwatch.specdecode.speedup`; without a
-profile they show this same guess labelled ``basis="default"``). The k-choice model
-(:mod:`specwatch.choosek.model`) fits per-cell step costs from a sweep's own measurements and
-uses these coefficients only as the prior of that fit, for k that were not run.
+The formula and its two default coefficients are :mod:`specwatch.specdecode.costprofile`'s
+(:func:`~specwatch.specdecode.costprofile.guess_cost_ratio`, ``DEFAULT_COST_PER_DRAFT_TOKEN…``);
+the tie rule is :mod:`specwatch.specdecode.decision`'s. This module wraps them for the k-choice
+model (:mod:`specwatch.choosek.model`): :class:`CostModel` (the coefficients, validated),
+:func:`step_cost_factor`, :func:`estimated_speedup(s) <estimated_speedups>` and
+:func:`recommend_k`. The model fits per-cell step costs from a sweep's own measurements and uses
+the guess only as the prior of that fit, for k that were not run. Live speedups, alerts and
+dashboards never use this module: they read measured step times from a cost profile
+(:mod:`specwatch.specdecode.speedup`; without a profile they show the same guess labelled
+``basis="default"``).
 
     c(k, b) = verify step time / plain step time = 1 + k × (a + s × b)
 

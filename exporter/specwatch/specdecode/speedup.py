@@ -41,7 +41,7 @@ half-width h combined in quadrature from (:func:`interval_parts`):
   :data:`EXTRAPOLATION_HALFWIDTH`; the built-in guess: ln 2;
 - a forward-pass-only profile is a lower bound on the cost: its speedups are upper bounds, and the
   interval reaches down by :data:`FORWARD_ONLY_FACTOR` (the largest real / forward-only step-cost
-  ratio measured on an H200, ``../shared/gpu-h200-vllm0.26.md``);
+  ratio measured on an H200 with vLLM 0.26: docs/cost.md, "On a GPU");
 - a lower-bound (ragged) curve: the what-if upper end uses r_i + k × missing_ratio (every position
   never drafted accepted), capped at r_(i−1) and 1.
 

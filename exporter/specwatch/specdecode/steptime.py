@@ -163,24 +163,6 @@ def context_tokens(prompt_sum: float | None, prompt_n: float | None, output_sum:
     return v if math.isfinite(v) and v >= 0 else None
 
 
-def step_record(delta: StepCounters | None) -> dict[str, float | None]:
-    """The result-file fields of a step-counter increase (``server_*``, measured by vLLM;
-    ``server_running_requests`` is b per step)."""
-    if delta is None:
-        return {"server_step_duration_ms": None, "server_running_requests": None,
-                "server_request_decode_tokens_per_second": None, "server_engine_steps": None,
-                "server_request_steps": None, "server_itl_sum_seconds": None}
-    t = step_times(delta)
-    return {
-        "server_step_duration_ms": None if t.step_duration_seconds is None else t.step_duration_seconds * 1000,
-        "server_running_requests": t.running_requests_per_step,
-        "server_request_decode_tokens_per_second": t.request_decode_tokens_per_second,
-        "server_engine_steps": delta.iteration_count,
-        "server_request_steps": delta.itl_count,
-        "server_itl_sum_seconds": delta.itl_sum,
-    }
-
-
 def delta_between(before: Mapping[tuple[str, str], StepCounters] | None,
                   after: Mapping[tuple[str, str], StepCounters] | None, model_name: str | None = None) -> StepCounters | None:
     """Increase of the engines' summed step counters (of ``model_name`` when the server labels it)

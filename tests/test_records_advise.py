@@ -1,0 +1,37 @@
+"""Live advice as a frozen record (:class:`specwatch.choosek.advise.LiveAdvice`): ``to_json`` is
+the ``advise --json`` ``live`` item (text keys), ``from_json`` reads it back; both modes of
+``specwatch advise`` make a typed result that one renderer prints."""
+
+from __future__ import annotations
+
+import io
+import json
+
+from rich.console import Console
+
+from specwatch.choosek.advise import LiveAdvice, LiveAdviceResult, live_advice, live_advices, render_result
+
+CURVES = {("spec", "m", "0"): (0.9, 0.85, 0.8), ("ragged", "m", "0"): (0.9, 0.1, 0.1)}
+BASES = {("ragged", "m", "0"): "lower_bound"}
+
+
+def test_live_advice_round_trips_through_its_json():
+    items = live_advices(CURVES, (1, 64), None, 0.02, None, bases=BASES)
+    docs = live_advice(CURVES, (1, 64), None, 0.02, None, bases=BASES)
+    assert [a.to_json() for a in items] == docs
+    assert [LiveAdvice.from_json(json.loads(json.dumps(d))) for d in docs] == items
+    spec = next(a for a in items if a.series == ("spec", "m", "0"))
+    assert set(spec.speedup) == {1, 64} and set(spec.speedup[1]) == {1, 2, 3}
+    assert spec.name == "spec / m / 0" and spec.k_by_concurrency
+
+
+def test_the_live_result_renders_and_writes_its_json():
+    items = tuple(live_advices(CURVES, (1, 64), None, 0.02, None, bases=BASES))
+    res = LiveAdviceResult(source="http://x/metrics", items=items, concurrencies=(1, 64), tolerance=0.02, profile=None,
+                           profile_path=None, method=None, drafter=None)
+    buf = io.StringIO()
+    render_result(res, Console(file=buf, width=200))
+    text = buf.getvalue()
+    assert "spec / m / 0 (curve basis=exact)" in text and "ragged / m / 0: no k recommended" in text
+    assert res.to_json() == {"source": "http://x/metrics", "tolerance": 0.02, "cost_profile": None,
+                             "live": [a.to_json() for a in items]}
