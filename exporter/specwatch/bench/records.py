@@ -87,7 +87,7 @@ class PerRequest(JsonRecord):
     def from_summary(cls, summary: Mapping[str, Any]) -> PerRequest:
         """The record of :func:`specwatch.bench.perrequest.summarize`'s document (its keys and
         their order kept, so the file holds that document as it was made)."""
-        return read_document(cls, _finite_or_none(summary), None, "per-request summary", BenchRecordError)
+        return read_document(cls, finite_or_none(summary), None, "per-request summary", BenchRecordError)
 
     def for_batch(self) -> PerRequest:
         """The part a batch record stores (:data:`BATCH_KEYS`: status, requests, problems)."""
@@ -377,14 +377,14 @@ class BenchResult(JsonRecord):
         return cls.from_json(doc, where)
 
 
-def _finite_or_none(o: Any) -> Any:
+def finite_or_none(o: Any) -> Any:
     """NaN and infinities as None, recursively (what the file would hold: JSON has no NaN)."""
     if isinstance(o, float):
         return o if math.isfinite(o) else None
     if isinstance(o, Mapping):
-        return {k: _finite_or_none(v) for k, v in o.items()}
+        return {k: finite_or_none(v) for k, v in o.items()}
     if isinstance(o, (list, tuple)):
-        return [_finite_or_none(v) for v in o]
+        return [finite_or_none(v) for v in o]
     return o
 
 

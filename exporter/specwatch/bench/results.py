@@ -43,7 +43,7 @@ from rich.table import Table
 
 from specwatch.bench import perrequest
 from specwatch.bench.records import (BatchError, BenchBatch, BenchCell, BenchResult, ComparisonRow, Equivalence, PerRequest,
-                                     ThroughputInterval, csv_row, csv_text)
+                                     ThroughputInterval, csv_row, csv_text, finite_or_none)
 from specwatch.common.files import atomic_write_text
 from specwatch.specdecode.derive import derive, sum_counters
 from specwatch.specdecode.metrics import SpecDecodeCounters, StepCounters
@@ -367,17 +367,6 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
 
 
-def _finite(o: Any) -> Any:
-    """Replace NaN/inf floats by None recursively (JSON has no NaN)."""
-    if isinstance(o, float):
-        return o if math.isfinite(o) else None
-    if isinstance(o, dict):
-        return {k: _finite(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_finite(v) for v in o]
-    return o
-
-
 class ResultWriter:
     """Writes ``<stem>.json`` (one document: config, batches, summary, comparison, equivalence,
     status) and ``<stem>.csv`` (one row per batch), both rewritten atomically on every
@@ -396,7 +385,7 @@ class ResultWriter:
         doc = BenchResult(status=status, error=error, started_at=started_at, config=self.config,
                           batches=tuple(b.to_record() for b in batches), cells=tuple(c.to_record() for c in cells),
                           comparison=tuple(compare(cells)), equivalence=Equivalence.coerce(equivalence))
-        atomic_write_text(self.json_path, json.dumps(_finite(doc.to_json()), indent=1, default=_json_default) + "\n")
+        atomic_write_text(self.json_path, json.dumps(finite_or_none(doc.to_json()), indent=1, default=_json_default) + "\n")
         if self.csv_path is not None:
             atomic_write_text(self.csv_path, csv_text([csv_row(r, b.per_request()) for b, r in zip(batches, doc.batches, strict=True)]))
 
