@@ -134,6 +134,30 @@ def docker(*args: str, timeout: float = 120.0, check: bool = True) -> subprocess
     return res
 
 
+def wait_exit_while_progressing(cid: str, progress, stall_limit: float, total_limit: float,
+                                interval: float = 5.0) -> int:
+    """Wait for container ``cid`` to exit and return its exit code, as long as it makes progress:
+    ``progress()`` returns a number that grows while the work goes on (e.g. vLLM's
+    ``vllm:generation_tokens_total``; None when it cannot be read). A slow or loaded machine only
+    makes this take longer; it fails (AssertionError naming the limit) when nothing moved for
+    ``stall_limit`` s, or after ``total_limit`` s in all."""
+    start = last_move = time.monotonic()
+    last = None
+    while True:
+        state = json.loads(docker("inspect", cid).stdout)[0]["State"]
+        if state.get("Status") in ("exited", "dead"):
+            return int(state.get("ExitCode", -1))
+        now = time.monotonic()
+        value = progress()
+        if value is not None and (last is None or value > last):
+            last, last_move = value, now
+        if now - last_move > stall_limit:
+            raise AssertionError(f"container {cid[:12]} made no progress for {stall_limit:.0f} s (last reading {last})")
+        if now - start > total_limit:
+            raise AssertionError(f"container {cid[:12]} still running after {total_limit:.0f} s (progress reading {last})")
+        time.sleep(interval)
+
+
 def project_resources(project: str) -> dict[str, list[str]]:
     """Containers (any state), networks and volumes labelled with compose project ``project``."""
     label = f"label=com.docker.compose.project={project}"

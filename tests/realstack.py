@@ -67,6 +67,26 @@ def wait_for(what: str, check, timeout: float, interval: float = 0.5):
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
 
 
+def settled_metrics(metrics_url: str, prefix: str = "vllm:spec_decode_", timeout: float = 60.0,
+                    interval: float = 1.0) -> str:
+    """vLLM's /metrics text once the counters starting with ``prefix`` have stopped moving: two
+    fetches ``interval`` s apart print the same values. vLLM folds a finished step's stats into its
+    Prometheus counters after the last token has reached the client, so a fetch right after the
+    traffic returns can still see the previous step's counts (a loaded machine widens that gap).
+    Raises AssertionError after ``timeout`` s of moving counters."""
+
+    def counters(text: str) -> list[str]:
+        return sorted(line for line in text.splitlines() if line.startswith(prefix))
+
+    def check():
+        first = requests.get(metrics_url, timeout=30).text
+        time.sleep(interval)
+        second = requests.get(metrics_url, timeout=30).text
+        return second if counters(first) == counters(second) else None
+
+    return wait_for(f"vLLM's {prefix}* counters to settle", check, timeout, interval=0.0)
+
+
 def write_prometheus_config(path: Path, jobs: dict[str, Sequence[tuple[str, dict]]], *, interval: str = "2s",
                             rule_files: Sequence[str] = ()) -> Path:
     """Write the test Prometheus' config: ``jobs`` maps job name → [(target host:port, extra labels)];

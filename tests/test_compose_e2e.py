@@ -50,7 +50,8 @@ iptables the fixture prints one line and only that last check is skipped.
 While the CPU vLLM runs the test holds /tmp/specwatch-vllm.lock (one real vLLM at a time).
 
 Limits (seconds): healthy after ``up``: vllm-cpu 420 (its start_period is 5 min), exporter 90,
-prometheus 90; the bench cell 600; vllm-cpu healthy again after a restart 420.
+prometheus 90; the bench cell as long as vLLM keeps generating (no new token for 300 s: stuck;
+2400 in all); vllm-cpu healthy again after a restart 420.
 Timings (build, bring-up) are printed and written to $SPECWATCH_COMPOSE_TIMINGS
 (default /tmp/specwatch-compose-e2e-timings.json).
 """
@@ -78,7 +79,8 @@ import composestack as cs
 pytestmark = [pytest.mark.compose, pytest.mark.timeout(5400)]
 
 LIMITS = {"vllm-cpu": 420.0, "exporter": 90.0, "prometheus": 90.0}
-BENCH_LIMIT = 600.0
+BENCH_LIMIT = 2400.0  # in all; the bench cell takes 3-5 min on an idle 2-core VM
+BENCH_STALL = 300.0  # no new token from vLLM for this long: stuck
 RESTART_LIMIT = 420.0
 CPU_K = 4
 SERVED = "smollm2"  # vllm-cpu's --served-model-name in docker-compose.yml
@@ -286,7 +288,17 @@ def bench_run(stack):
     p.run("up", "-d", "--no-build", "--pull", "never", "bench", profiles=("cpu", "bench"), timeout=300)
     cid = p.container("bench")
     assert cid, "docker compose up bench created no container"
-    code = int(cs.docker("wait", cid, timeout=BENCH_LIMIT).stdout.strip())
+
+    def generated_tokens():
+        try:
+            text = requests.get(stack.vllm_url + "/metrics", timeout=10).text
+        except requests.RequestException:
+            return None
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("vllm:generation_tokens_total"))
+
+    # no fixed limit on a slow or loaded machine: the bench may take as long as vLLM keeps generating
+    code = cs.wait_exit_while_progressing(cid, generated_tokens, stall_limit=BENCH_STALL, total_limit=BENCH_LIMIT)
     logs = p.logs("bench", tail=200)
     time.sleep(16)  # one more scrape / rule evaluation of the last values
     return code, logs, start, time.time()

@@ -1,8 +1,9 @@
 """The exporter against the real vLLM (ngram k=4) with a real Prometheus scraping it.
 
-vLLM's counters are read from its own /metrics while it is idle, at the same moment as the
-exporter's, so vLLM's formulas applied to vLLM's counters must give exactly what the exporter
-serves (relative 1e-9: both are the same float divisions of the same printed values).
+vLLM's counters are read from its own /metrics once they have settled after the traffic (vLLM
+folds a step's stats in after the client has its last token), bracketing the exporter's fetch,
+so vLLM's formulas applied to vLLM's counters must give exactly what the exporter serves
+(relative 1e-9: both are the same float divisions of the same printed values).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from realstack import free_port
 
 pytestmark = [pytest.mark.realvllm, pytest.mark.prometheus]
 P = "vllm:spec_decode_num_"
+NAMES = ("drafts_total", "draft_tokens_total", "accepted_tokens_total")
 
 
 def _exporter_values(port: int) -> list[tuple[str, dict, float]]:
@@ -57,8 +59,17 @@ def test_exporter_on_real_vllm(real_vllm, copy_traffic, exporter, prometheus_ser
 
     _exporter_values(exporter)  # a first fetch: the window's baseline
     copy_traffic(n=4, concurrency=2, max_tokens=96)
-    vllm_text = requests.get(real_vllm.metrics_url, timeout=30).text
-    exp = _exporter_values(exporter)
+
+    def same_moment():
+        # vLLM's counters settled, the exporter's fetch, and vLLM's counters unchanged after it:
+        # both sides read the same printed values
+        before = realstack.settled_metrics(real_vllm.metrics_url)
+        exp = _exporter_values(exporter)
+        after = requests.get(real_vllm.metrics_url, timeout=30).text
+        same = [raw_value(before, P + n) for n in NAMES] == [raw_value(after, P + n) for n in NAMES]
+        return (before, exp) if same else None
+
+    vllm_text, exp = realstack.wait_for("one reading of vLLM's counters and the exporter's", same_moment, 120)
 
     drafts = raw_value(vllm_text, P + "drafts_total")
     draft_tokens = raw_value(vllm_text, P + "draft_tokens_total")
