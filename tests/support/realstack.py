@@ -24,7 +24,7 @@ from pathlib import Path
 import requests
 import yaml
 
-from specwatch.common.processes import free_port as _free_port
+from specwatch.common.processes import free_port  # the one free_port (127.0.0.1 by default), re-exported
 from specwatch.common import processes as _processes
 from specwatch.localvllm.server import DEFAULT_SERVED_MODEL_NAME, LOCK_PATH, VllmServer, lock_holder, speculative_config_for_k
 from specwatch.localvllm.traffic import send_copy_traffic as _send_copy_traffic
@@ -39,11 +39,6 @@ def skip_real_reason() -> str | None:
     if os.environ.get("SPECWATCH_SKIP_REAL", "").strip() not in ("", "0", "false", "no"):
         return "SPECWATCH_SKIP_REAL is set"
     return None
-
-
-def free_port() -> int:
-    """An ephemeral TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, close)."""
-    return _free_port("127.0.0.1")
 
 
 #: Wait until a URL answers 200 (the product's helper, shared by the tests).

@@ -14,7 +14,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import torch
+
+torch = pytest.importorskip("torch", reason="needs the cpu extra (torch): pip install -e '.[cpu]'", exc_type=ImportError)
+
 from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer, models
