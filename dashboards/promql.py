@@ -10,7 +10,7 @@ What the checks need (grafana/dashboard-linter's target rules — target-job-rul
 target-instance-rule, target-rate-interval-rule, target-counter-agg-rule — and the metric
 cross-reference) is every vector selector with its matchers, its range, and the function or
 aggregation that directly holds it. Whether an expression means what it should is checked
-against a real Prometheus (``tests/test_dashboards_live.py``) and ``promtool`` (rules).
+against a real Prometheus (``tests/integration/test_dashboards_live.py``) and ``promtool`` (rules).
 
 Errors: :class:`PromQLSyntaxError` for anything the parser rejects.
 """

@@ -16,7 +16,7 @@ Starts, on 127.0.0.1 only,
 Prints (and with ``--json FILE`` writes) the scrapes, how many answered 200 within 1 s, the
 latency percentiles, the status codes, and how often the attacker was answered. Goal (issue #26):
 at least 95 % of the scrapes answer 200 within 1 s under 200 connections. A benchmark: it prints,
-it does not assert (tests/test_exporter_hardening_labels.py runs it briefly and asserts).
+it does not assert (tests/integration/test_exporter_hardening_labels.py runs it briefly and asserts).
 
 Usage: python scripts/bench_exporter_slowloris.py [--connections 200] [--seconds 60] [--interval 0.5]
                                                   [--serve-arg=--request-timeout=10 ...] [--json FILE]

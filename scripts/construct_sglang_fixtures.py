@@ -10,7 +10,7 @@ family (tp_rank 0, dp_rank 0 and 1). Tokenizer-side counters carry model_name an
 is_streaming on generation_tokens_total and num_requests_total) and no rank labels. SGLang runs
 prometheus_client in multiprocess mode, which prints no `_created` samples; neither do these.
 
-Scenarios (values chosen so the expected results are easy to compute by hand; see tests/test_sglang.py):
+Scenarios (values chosen so the expected results are easy to compute by hand; see tests/unit/test_sglang.py):
   fresh         server up, speculation on (EAGLE, 3 steps, 4 draft tokens), no request finished yet
   after-traffic 12 finished requests: gen 1500 (1200 + 300 streaming), verify 496
   later         +8 requests: gen 2300 (1800 + 500), finished 20, verify 896

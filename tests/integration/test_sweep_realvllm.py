@@ -1,0 +1,38 @@
+"""A tiny sweep on the real embedded vLLM (moved from tests/unit/test_sweep.py: it starts real vLLM
+servers of its own, under the machine-wide lock, before the session's ``real_vllm``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from specwatch.choosek.resultfile import measurements
+from specwatch.choosek.sweep import SweepPlan, build_configs, run_sweep
+
+
+@pytest.mark.realvllm
+def test_tiny_sweep_on_the_real_embedded_vllm(tmp_path):
+    """Baseline + ngram k=2, copy, concurrency 1, a few prompts, on the real vLLM (holds the lock)."""
+    import realstack
+
+    reason = realstack.skip_real_reason()
+    if reason:
+        pytest.skip(reason)
+    from specwatch.localvllm.model import default_model_dir, model_dir_is_complete
+
+    if not model_dir_is_complete(default_model_dir()):
+        pytest.skip("the embedded model is not prepared (specwatch prepare-model)")
+    out = tmp_path / "real.json"
+    p = SweepPlan(build_configs((2,), (), True), ("copy",), (1,), 32, 2, 1, 1, 1, 0)
+    doc = run_sweep(p, out, progress=False, echo=lambda *a, **k: None)
+    assert doc["status"] == "complete"
+    servers = {s["config"]: s for s in doc["servers"]}
+    assert set(servers) == {"baseline", "ngram-k2"}
+    for s in servers.values():
+        assert s["startup_seconds"] > 1 and s["kv_cache_tokens"] > 0
+    ms = {m.config: m for m in measurements(doc)}
+    assert ms["baseline"].output_throughput > 0 and ms["baseline"].position_rates == ()
+    spec = ms["ngram-k2"]
+    assert len(spec.position_rates) == 2 and spec.drafts > 0
+    assert spec.position_rates[0] >= spec.position_rates[1]
+    assert 1 <= spec.acceptance_length <= 3
+    assert spec.request_steps and spec.tokens_per_step >= 1

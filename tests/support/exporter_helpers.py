@@ -1,0 +1,143 @@
+"""Helpers for the exporter tests: fixtures on disk, an injectable fetcher, a fake clock."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from specwatch.common.processes import NotReady, wait_http
+from specwatch.exporter.collector import FetchError, SpecwatchCollector
+from specwatch.exporter.config import build_config
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "metrics"
+
+
+def fixture(name: str) -> str:
+    """Text of tests/fixtures/metrics/<name>."""
+    return (FIXTURES / name).read_text()
+
+
+def real_fixtures() -> list[Path]:
+    """Real captures from the real vLLM (not the constructed ones)."""
+    return sorted(p for p in FIXTURES.glob("vllm-0.32-*.txt") if not p.read_text().startswith("# CONSTRUCTED"))
+
+
+def raw_samples(text: str) -> list[tuple[str, dict, float]]:
+    """All samples of a body, parsed independently of specwatch (prometheus_client's parser)."""
+    return [(s.name, s.labels, s.value) for f in text_string_to_metric_families(text) for s in f.samples]
+
+
+def raw_value(text: str, name: str, **labels) -> float:
+    """Sum of the samples named ``name`` whose labels include ``labels``."""
+    return sum(v for n, l, v in raw_samples(text) if n == name and all(l.get(k) == str(x) for k, x in labels.items()))
+
+
+class FakeClock:
+    """A settable monotonic clock (seconds)."""
+
+    def __init__(self, t: float = 1000.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class DictFetcher:
+    """Fetcher returning ``bodies[upstream.name]``; an Exception value is raised instead.
+    ``bodies`` may be changed between scrapes."""
+
+    def __init__(self, bodies: dict):
+        self.bodies = bodies
+        self.calls: list[str] = []
+
+    def __call__(self, upstream, timeout, max_bytes):
+        self.calls.append(upstream.name)
+        body = self.bodies[upstream.name]
+        if isinstance(body, Exception):
+            raise body
+        return body
+
+
+def make_exporter(bodies: dict, windows=(), clock=None, upstreams_options=None, **kw):
+    """(registry, fetcher, clock) for an exporter whose upstreams are the keys of ``bodies``;
+    ``upstreams_options``: name -> text appended to that ``--upstream`` (``,method=M,drafter=D``)."""
+    fetcher = DictFetcher(bodies)
+    clock = clock or FakeClock()
+    opts = upstreams_options or {}
+    cfg = build_config([f"{n}=http://127.0.0.1:9/{n}{opts.get(n, '')}" for n in bodies], windows, "127.0.0.1:1", **kw)
+    reg = CollectorRegistry(auto_describe=False)
+    coll = SpecwatchCollector(cfg, fetch=fetcher, clock=clock)
+    reg.register(coll)
+    reg.specwatch_collector = coll  # for tests that inspect the bounded history
+    return reg, fetcher, clock
+
+
+def scrape(registry: CollectorRegistry) -> list:
+    """One scrape: every sample the registry yields now."""
+    return [s for fam in registry.collect() for s in fam.samples]
+
+
+def series(source, name: str, **labels) -> dict[tuple, float]:
+    """Samples of ``name`` matching ``labels``: {sorted label items: value}. ``source`` is a
+    registry (scraped once now) or the result of :func:`scrape`."""
+    samples = scrape(source) if isinstance(source, CollectorRegistry) else source
+    out = {}
+    for s in samples:
+        if s.name == name and all(s.labels.get(k) == str(v) for k, v in labels.items()):
+            out[tuple(sorted(s.labels.items()))] = s.value
+    return out
+
+
+__all__ = ["FetchError", "fixture", "real_fixtures", "raw_samples", "raw_value", "FakeClock",
+           "DictFetcher", "make_exporter", "scrape", "series", "FIXTURES", "exporter_text", "serve_pages"]
+
+
+def wait_serve_started(proc, base: str) -> None:
+    """Wait until a ``specwatch serve`` process answers on ``base`` (``http://host:port``); kill it
+    and fail with its stderr (``proc`` must have been started with ``stderr=PIPE``) if it does not."""
+    try:
+        wait_http(base + "/", 30, proc, "specwatch serve", interval=0.1)
+    except NotReady as exc:
+        proc.kill()
+        raise AssertionError(f"{exc}: {proc.stderr.read()}") from None
+
+
+# Moved from tests/unit/test_kchoice.py (shared with the cost-profile and ragged tests).
+def exporter_text() -> str:
+    """The exporter's real exposition for a real vLLM 0.32 capture (k = 4, after copy traffic)."""
+    import pytest
+    from prometheus_client import generate_latest
+
+    path = FIXTURES / "vllm-0.32-ngram-k4-after-traffic.txt"
+    if not path.exists():
+        pytest.skip("real capture not present")
+    reg, _, _ = make_exporter({"vllm": path.read_text()})
+    return generate_latest(reg).decode()
+
+
+@contextlib.contextmanager
+def serve_pages(pages: dict[str, tuple[int, str, bytes]]):
+    """Serve ``{path: (status, content type, body)}`` on 127.0.0.1 in a thread; yields the base URL."""
+    import http.server
+    import threading
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            code, ctype, body = pages[self.path]
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}"
+    finally:
+        srv.shutdown()

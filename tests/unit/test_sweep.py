@@ -1,0 +1,295 @@
+"""specwatch sweep: server lifecycle from a command template, result file, resume; one tiny sweep on
+the real embedded vLLM.
+
+The stub server (tests/support/sweep_stub.py) is the load generator's stub (constructed vLLM V1
+spec-decode counters) wrapped by a tiny script that reads ``--speculative-config`` like vLLM,
+adds a constructed ``vllm:cache_config_info`` and logs every start.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from specwatch.choosek.resultfile import SweepError, load_result, measurements
+from specwatch.choosek.sweep import SweepPlan, build_configs, kv_capacity, render_command, run_sweep
+
+from sweep_stub import make_stub
+
+FIX = Path(__file__).parents[1] / "fixtures" / "metrics"
+
+
+
+@pytest.fixture
+def stub(tmp_path, monkeypatch):
+    return make_stub(tmp_path, monkeypatch)
+
+
+def plan(ks=(2, 4), workloads=("copy", "explain"), concs=(1, 2), output_len=8) -> SweepPlan:
+    return SweepPlan(build_configs(ks, (), True), workloads, concs, output_len, None, 1, 1, 1, 0)
+
+
+def starts(log: Path) -> list[int]:
+    return [int(x) for x in log.read_text().split()] if log.exists() else []
+
+
+def test_sweep_runs_every_cell_and_records_servers(tmp_path, stub):
+    template, log = stub
+    out = tmp_path / "sweep.json"
+    doc = run_sweep(plan(), out, template=template, lock=False, progress=False, echo=lambda *a, **k: None)
+    assert doc["status"] == "complete"
+    saved = load_result(out)
+    assert saved["status"] == "complete"
+    keys = sorted((c["config"], c["workload"], c["max_concurrency"]) for c in saved["cells"])
+    assert keys == sorted((cfg, wl, c) for cfg in ("baseline", "ngram-k2", "ngram-k4")
+                          for wl in ("copy", "explain") for c in (1, 2))
+    assert starts(log) == [0, 2, 4]
+    servers = {s["config"]: s for s in saved["servers"]}
+    assert servers["baseline"]["kv_cache_tokens"] == 16000
+    assert servers["ngram-k4"]["kv_cache_tokens"] == (1000 - 40) * 16
+    assert all(s["startup_seconds"] > 0 for s in servers.values())
+    ms = {(m.config, m.workload, m.concurrency): m for m in measurements(saved)}
+    k4 = ms[("ngram-k4", "copy", 2)]
+    assert k4.k == 4 and len(k4.position_rates) == 4 and k4.acceptance_length > 1
+    assert ms[("baseline", "copy", 1)].acceptance_length is None
+    cell = next(c for c in saved["cells"] if c["config"] == "ngram-k2")
+    assert cell["summary"]["num_batches"] == 1
+    assert [b["warmup"] for b in cell["batches"]] == [True, False]
+    assert json.loads(json.dumps(saved["configs"]))[1]["speculative_config"]["num_speculative_tokens"] == 2
+
+
+def test_interrupted_sweep_resumes_where_it_stopped(tmp_path, stub):
+    template, log = stub
+    out = tmp_path / "sweep.json"
+    seen: list[str] = []
+
+    def interrupt_after_third_cell(msg: str, **_: object) -> None:
+        seen.append(msg)
+        if sum(1 for m in seen if " tok/s" in m) == 6:  # 4 baseline cells + 2 of ngram-k2
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(plan(), out, template=template, lock=False, progress=False, echo=interrupt_after_third_cell)
+    partial = load_result(out)
+    assert partial["status"] == "interrupted"
+    assert len(partial["cells"]) == 6
+    done_before = {(c["config"], c["workload"], c["max_concurrency"]): c["finished_at"] for c in partial["cells"]}
+    assert starts(log) == [0, 2]
+
+    msgs: list[str] = []
+    doc = run_sweep(plan(), out, template=template, lock=False, progress=False, echo=lambda m, **_: msgs.append(m))
+    assert doc["status"] == "complete"
+    assert starts(log) == [0, 2, 2, 4]  # the baseline was not started again
+    assert any("baseline: all 4 cells already" in m for m in msgs)
+    cells = doc["cells"]
+    keys = [(c["config"], c["workload"], c["max_concurrency"]) for c in cells]
+    assert len(keys) == len(set(keys)) == 12
+    for key, finished in done_before.items():  # finished cells kept as they were
+        assert next(c for c in cells if (c["config"], c["workload"], c["max_concurrency"]) == key)["finished_at"] == finished
+    assert len(doc["resumed_at"]) == 1
+
+    # extending the sweep with a new k runs only the new cells
+    doc = run_sweep(plan(ks=(2, 4, 1)), out, template=template, lock=False, progress=False, echo=lambda *a, **k: None)
+    assert starts(log) == [0, 2, 2, 4, 1]
+    assert len(doc["cells"]) == 16
+
+
+def test_resume_refuses_different_measurement_settings(tmp_path, stub):
+    template, _ = stub
+    out = tmp_path / "sweep.json"
+    run_sweep(plan(ks=(2,), workloads=("copy",), concs=(1,)), out, template=template, lock=False, progress=False,
+              echo=lambda *a, **k: None)
+    before = out.read_text()
+    with pytest.raises(SweepError, match="output_len"):
+        run_sweep(plan(ks=(2,), workloads=("copy",), concs=(1,), output_len=9), out, template=template, lock=False,
+                  progress=False, echo=lambda *a, **k: None)
+    assert out.read_text() == before  # nothing lost
+
+
+def test_server_that_dies_is_reported_with_its_log(tmp_path):
+    out = tmp_path / "sweep.json"
+    template = f"{shlex.quote(sys.executable)} -c 'import sys; print(\"boom from the server\"); sys.exit(3)' {{port}}"
+    with pytest.raises(SweepError, match="boom from the server"):
+        run_sweep(plan(ks=(2,), workloads=("copy",), concs=(1,)), out, template=template, lock=False,
+                  progress=False, echo=lambda *a, **k: None, startup_timeout=30)
+    assert load_result(out)["status"] == "failed"
+
+
+def test_render_command_quotes_the_config():
+    argv = render_command("vllm serve /m --port {port} {spec_args}", 8123,
+                          {"method": "ngram", "num_speculative_tokens": 3, "note": "a b'c"})
+    assert argv[:5] == ["vllm", "serve", "/m", "--port", "8123"]
+    assert argv[5] == "--speculative-config"
+    assert json.loads(argv[6]) == {"method": "ngram", "num_speculative_tokens": 3, "note": "a b'c"}
+    assert render_command("srv --port {port} {spec_args}", 1, None) == ["srv", "--port", "1"]
+    assert json.loads(render_command("x {speculative_config}", 1, {"method": "ngram", "num_speculative_tokens": 2})[1]) == {
+        "method": "ngram", "num_speculative_tokens": 2}
+    with pytest.raises(SweepError, match="placeholder"):
+        render_command("x {prot}", 1, None)
+
+
+def test_build_configs():
+    cfgs = build_configs((1, 4), (), True)
+    assert [(c.name, c.k) for c in cfgs] == [("baseline", 0), ("ngram-k1", 1), ("ngram-k4", 4)]
+    assert cfgs[2].speculative_config["prompt_lookup_max"] == 5
+    assert cfgs[1].family == cfgs[2].family != ""
+    spec = build_configs((), ('{"method":"ngram","num_speculative_tokens":2}',
+                              '{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_max":3}'), False)
+    assert [c.name for c in spec] == ["ngram-k2", "ngram-k2-2"]
+    for bad in ('{"method":"ngram"}', "[1]", "{nope", '{"num_speculative_tokens":2}'):
+        with pytest.raises(SweepError):
+            build_configs((), (bad,), True)
+
+
+def test_kv_capacity_from_real_vllm_metrics():
+    """Real capture of vLLM 0.32 (CPU): num_gpu_blocks × block_size equals its kv_cache_size_tokens label."""
+    path = FIX / "vllm-0.32-ngram-k4-fresh.txt"
+    if not path.exists():
+        pytest.skip("real capture not present")
+    text = path.read_text()
+    from prometheus_client.parser import text_string_to_metric_families
+
+    labels = next(s.labels for f in text_string_to_metric_families(text) if f.name == "vllm:cache_config_info" for s in f.samples)
+    kv = kv_capacity(text)
+    assert kv["kv_cache_tokens"] == int(labels["kv_cache_size_tokens"]) > 0
+    assert kv["engines"] == 1
+    assert kv_capacity("# nothing here\n")["kv_cache_tokens"] is None
+
+
+def test_cli_rejects_bad_options(tmp_path):
+    from specwatch.choosek.cli import sweep
+
+    r = CliRunner().invoke(sweep, ["--result-file", str(tmp_path / "x.json"), "--k", "2,x"])
+    assert r.exit_code != 0 and "comma-separated integers" in r.output
+    r = CliRunner().invoke(sweep, ["--result-file", str(tmp_path / "x.json"), "--workloads", "nope"])
+    assert r.exit_code != 0 and "unknown workload" in r.output
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    r = CliRunner().invoke(sweep, ["--result-file", str(bad), "--server-command", "true --port {port} {spec_args}", "--no-lock"])
+    assert r.exit_code != 0 and "not a specwatch sweep result" in r.output
+    assert bad.read_text() == "{}"
+
+
+def test_cli_sweep_advise_report_on_the_stub(tmp_path, stub):
+    """The README's three commands, end to end (stub server)."""
+    from specwatch.choosek.cli import advise
+    from specwatch.choosek.cli import report
+    from specwatch.choosek.cli import sweep
+
+    template, _ = stub
+    out = tmp_path / "s.json"
+    r = CliRunner().invoke(sweep, ["--result-file", str(out), "--k", "1,3", "--workloads", "copy", "--concurrency", "1,2",
+                                   "--output-len", "8", "--num-batches", "1", "--server-command", template,
+                                   "--no-lock", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    assert "sweep complete" in r.output
+    adv = tmp_path / "a.json"
+    r = CliRunner().invoke(advise, [str(out), "--json", str(adv), "--candidates", "all"])
+    assert r.exit_code == 0, r.output
+    a = json.loads(adv.read_text())
+    fam = a["families"][0]
+    assert {p["k"] for p in fam["acceptance_predictions"]} == {1, 2, 3}
+    assert set(fam["k_by_concurrency"]) == {"1", "2"}
+    assert "--speculative-config" in r.output or "run without --speculative-config" in r.output
+    html = tmp_path / "r.html"
+    r = CliRunner().invoke(report, [str(out), "-o", str(html)])
+    assert r.exit_code == 0, r.output
+    assert html.read_text().count("data:image/png;base64,") >= 5
+
+
+def test_secrets_in_server_commands_are_not_written(tmp_path, stub):
+    from specwatch.choosek.sweep import redact_argv
+
+    assert redact_argv(["vllm", "serve", "m", "--api-key", "s3cr3t", "--hf-token=abc", "HF_TOKEN=xyz", "--port", "1"]) == [
+        "vllm", "serve", "m", "--api-key", "***", "--hf-token=***", "HF_TOKEN=***", "--port", "1"]
+    template, _ = stub
+    out = tmp_path / "sweep.json"
+    doc = run_sweep(plan(ks=(2,), workloads=("copy",), concs=(1,)), out, template=template + " --api-key s3cr3t-value",
+                    lock=False, progress=False, echo=lambda *a, **k: None, api_key="s3cr3t-value")
+    assert doc["status"] == "complete" and all(c["summary"]["completed"] > 0 for c in doc["cells"])
+    assert "s3cr3t" not in out.read_text()
+    out.unlink()
+    # and a server that fails to start: neither the error nor the file shows the key
+    bad = f"{shlex.quote(sys.executable)} -c 'import sys; sys.exit(2)' --api-key s3cr3t-value {{port}}"
+    with pytest.raises(SweepError) as info:
+        run_sweep(plan(ks=(2,), workloads=("copy",), concs=(1,)), out, template=bad, lock=False, progress=False,
+                  echo=lambda *a, **k: None, api_key="bearer-s3cr3t", startup_timeout=30)
+    assert "s3cr3t" not in str(info.value)
+    text = out.read_text()
+    assert "s3cr3t" not in text and "***" in text
+
+
+@pytest.mark.parametrize("args, option", [
+    (["--k", "-1"], "--k"),
+    (["--k", "abc"], "--k"),
+    (["--k", "0"], "--k"),
+    (["--speculative-config", "{bad"], "--speculative-config"),
+    (["--speculative-config", '{"method": "ngram"}'], "--speculative-config"),
+    (["--output-len", "-5"], "--output-len"),
+    (["--num-batches", "0"], "--num-batches"),
+    (["--warmup-batches", "-1"], "--warmup-batches"),
+    (["--num-prompts", "0"], "--num-prompts"),
+    (["--concurrency", "0"], "--concurrency"),
+    (["--concurrency", "1,x"], "--concurrency"),
+    (["--workloads", "bogus"], "--workloads"),
+    (["--port", "-1"], "--port"),
+    (["--port", "70000"], "--port"),
+    (["--startup-timeout", "-1"], "--startup-timeout"),
+    (["--startup-timeout", "0"], "--startup-timeout"),
+    (["--server-command", "echo hi"], "--server-command"),
+    (["--server-command", "serve --port {port} {nope}"], "--server-command"),
+])
+def test_cli_flag_errors_are_usage_errors_naming_the_option(tmp_path, args, option):
+    """Bad flags exit 2 with a Usage line naming the option, before anything starts or is written."""
+    from specwatch.choosek.cli import sweep
+
+    out = tmp_path / "x.json"
+    r = CliRunner().invoke(sweep, ["--result-file", str(out), "--no-lock", *args])
+    assert r.exit_code == 2, r.output
+    assert "Usage:" in r.output and option in r.output
+    assert r.exception is None or isinstance(r.exception, SystemExit)
+    assert not out.exists() and not (tmp_path / "x-logs").exists()
+
+
+def test_cli_refuses_an_unwritable_result_file_before_any_server_starts(tmp_path, stub):
+    from specwatch.choosek.cli import sweep
+
+    template, log = stub
+    afile = tmp_path / "afile"
+    afile.write_text("a regular file, not a directory")
+    for args in (["--result-file", str(afile / "s.json")],
+                 ["--result-file", str(tmp_path / "s.json"), "--log-dir", str(afile / "logs")]):
+        r = CliRunner().invoke(sweep, [*args, "--k", "1", "--workloads", "copy", "--concurrency", "1",
+                                       "--output-len", "8", "--num-batches", "1", "--server-command", template,
+                                       "--no-lock", "--no-progress"])
+        assert r.exit_code == 1, r.output
+        assert isinstance(r.exception, SystemExit), r.exception  # a click error, no traceback
+        assert "cannot" in r.output and "not a directory" in r.output and str(afile) in r.output
+        assert len(r.output.strip().splitlines()) == 1
+        assert starts(log) == []  # no server was started
+    assert afile.read_text() == "a regular file, not a directory"
+
+
+def test_cli_reads_the_api_key_from_openai_api_key_and_writes_it_nowhere(tmp_path, stub):
+    from specwatch.choosek.cli import sweep
+
+    template, _ = stub
+    out = tmp_path / "s.json"
+    secret = "sk-env-s3cr3t"
+    args = ["--result-file", str(out), "--k", "1", "--no-baseline", "--workloads", "copy", "--concurrency", "1",
+            "--output-len", "8", "--num-batches", "1", "--warmup-batches", "0",
+            "--server-command", template + " --api-key " + secret, "--no-lock", "--no-progress"]
+    # the stub requires the key: without it every request fails (401)
+    r = CliRunner().invoke(sweep, args, env={"OPENAI_API_KEY": secret, "SPECWATCH_API_KEY": None})
+    assert r.exit_code == 0, r.output
+    doc = load_result(out)
+    assert doc["cells"][0]["summary"]["completed"] > 0 and not doc["cells"][0]["summary"].get("failed")
+    assert secret not in r.output
+    for f in tmp_path.rglob("*"):
+        if f.is_file() and f.name != "stub.py":
+            assert secret not in f.read_text(errors="replace"), f
