@@ -187,7 +187,11 @@ def start_exporter(upstreams: list[str], profile: str | None, method: str | None
         cmd += ["--speculative-method", method]
     exp = subprocess.Popen(cmd, start_new_session=True)
     url = f"http://127.0.0.1:{eport}/metrics"
-    wait_http(url, 30, exp, "specwatch serve", interval=0.2)  # raises NotReady naming it
+    try:
+        wait_http(url, 30, exp, "specwatch serve", interval=0.2)  # raises NotReady naming it
+    except BaseException:  # not ready, or interrupted (Ctrl-C, SIGTERM) while waiting: never leave it running
+        stop_process_group(exp, 10)
+        raise
     return exp, url
 
 
@@ -396,8 +400,10 @@ def run_sequential(args, spec_cfgs, baseline, model_dir, work, out, only) -> lis
                 for c in args.concurrencies:
                     bench(srv.base_url, wl, c, args, True, work)
                     profiles = [args.cost_profile] + ([args.other_profile] if args.other_profile else [])
-                    exporters = [start_exporter([f"spec={srv.base_url}"], p, method) for p in profiles]
-                    try:
+                    exporters: list[tuple[subprocess.Popen, str]] = []
+                    try:  # started inside the try: an interrupt between two starts stops the first
+                        for p in profiles:
+                            exporters.append(start_exporter([f"spec={srv.base_url}"], p, method))
                         time.sleep(1.5)  # past the exporters' freshness interval: the next scrape fetches anew
                         thr = bench(srv.base_url, wl, c, args, False, work)
                         time.sleep(1.5)
@@ -449,13 +455,14 @@ def run_paired(args, spec_cfgs, baseline, model_dir, work, out) -> list[dict[str
                 for c in args.concurrencies:
                     bench(base.base_url, wl, c, args, True, work)
                     bench(spec.base_url, wl, c, args, True, work)
-                    exp, url = start_exporter([f"spec={spec.base_url}", f"base={base.base_url}"], args.cost_profile,
-                                              method_of(cfg), baseline_upstream="base")
-                    # with a profile, a second exporter reads the speculative server alone: its k is then
-                    # `calibrated` (live step over the profile's relative cost), judged on the same cell
-                    cal = (start_exporter([f"spec={spec.base_url}"], args.cost_profile, method_of(cfg))
-                           if args.cost_profile else None)
-                    try:
+                    exp = cal = None
+                    try:  # started inside the try: an interrupt between the two starts stops the first
+                        exp, url = start_exporter([f"spec={spec.base_url}", f"base={base.base_url}"],
+                                                  args.cost_profile, method_of(cfg), baseline_upstream="base")
+                        # with a profile, a second exporter reads the speculative server alone: its k is then
+                        # `calibrated` (live step over the profile's relative cost), judged on the same cell
+                        cal = (start_exporter([f"spec={spec.base_url}"], args.cost_profile, method_of(cfg))
+                               if args.cost_profile else None)
                         time.sleep(1.5)
                         rounds = interleaved_rounds(
                             partial(bench, base.base_url, wl, c, args, False, work),
@@ -465,7 +472,7 @@ def run_paired(args, spec_cfgs, baseline, model_dir, work, out) -> list[dict[str
                         text = scrape(url)
                         cal_text = scrape(cal[1]) if cal else None
                     finally:
-                        stop_process_group(exp, 10)
+                        stop_process_group(exp, 10)  # (a no-op for None)
                         if cal:
                             stop_process_group(cal[0], 10)
                     sp = live_speedup(text, cfg.k, "spec")

@@ -181,3 +181,30 @@ def test_sigterm_stops_servers_exporters_and_load_hogs_and_keeps_the_file(tmp_pa
     assert not left, "left running after SIGTERM"
     doc = json.loads(out.read_text())
     assert doc["status"] == "interrupted" and "interrupted: finished cells are in" in text
+
+
+def test_an_exporter_interrupted_while_starting_is_stopped(vs, tmp_path, monkeypatch):
+    """Ctrl-C or SIGTERM while ``start_exporter`` waits for the new exporter to answer (the CI run
+    of 2026-12-02 sent SIGTERM just then): the half-started exporter is stopped, not orphaned
+    holding the caller's stdout."""
+    fake = tmp_path / "specwatch"
+    fake.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(120)\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(vs, "SPECWATCH", fake)
+    started = []
+    real_popen = subprocess.Popen
+
+    def popen(*a, **kw):
+        started.append(real_popen(*a, **kw))
+        return started[-1]
+
+    def interrupted(*a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(vs.subprocess, "Popen", popen)
+    monkeypatch.setattr(vs, "wait_http", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        vs.start_exporter(["spec=http://127.0.0.1:9"], None, None)
+    (proc,) = started
+    assert proc.poll() is not None, "the exporter was left running"
+    assert not _alive(proc.pid)
