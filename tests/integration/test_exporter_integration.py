@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import pytest
 import requests
@@ -40,12 +39,7 @@ def exporter(real_vllm):
     proc = subprocess.Popen([sys.executable, "-m", "specwatch", "serve", "--upstream", f"spec={real_vllm.base_url}",
                              "--window", "30s", "--listen-address", f"127.0.0.1:{port}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    for _ in range(100):
-        try:
-            requests.get(f"http://127.0.0.1:{port}/", timeout=1)
-            break
-        except requests.ConnectionError:
-            time.sleep(0.1)
+    realstack.wait_http(f"http://127.0.0.1:{port}/metrics", 60, proc)  # the project's readiness wait
     yield port
     proc.terminate()
     proc.wait(timeout=10)
