@@ -8,8 +8,18 @@
 #                                         CHANGES THE HOST (see compose_plan below; .ci/run uses it)
 #   bash scripts/test.sh --plan [...]     print what would be installed, started and run; change nothing
 #
-# Other arguments go to pytest, e.g.  bash scripts/test.sh -k exporter
-# or  bash scripts/test.sh -m "not realvllm"  (the fast tiers; a later -m replaces the default one).
+# The run goes in stages, each its own pytest (a failed stage does not stop the later ones; the
+# exit status is the first failure's):
+#   1. lint        ruff check . (a finding stops the run here)
+#   2. fast        tests/unit + tests/integration without a real vLLM, in parallel (pytest-xdist,
+#                  SPECWATCH_TEST_WORKERS workers, default "auto" = one per core; 1 = serial)
+#   3. real vLLM   tests/unit + tests/integration that need the real vLLM, serial (one real vLLM
+#                  at a time on a machine: the flock /tmp/specwatch-vllm.lock)
+#   4. e2e         tests/e2e (the demo; the compose bundle with --with-compose), serial
+# Other arguments go to every stage's pytest, e.g.  bash scripts/test.sh -k exporter
+# (a stage they select nothing in is reported as such, not failed). With -m the stages are not
+# used: ONE serial pytest runs with that -m, e.g.  bash scripts/test.sh -m "not realvllm"
+# (the fast tiers; a later -m replaces the default one).
 # Tiers are pytest markers (pyproject.toml): realvllm, prometheus and compose need the real stack;
 # the folders tests/unit, tests/integration, tests/e2e add unit, integration, e2e (-m unit).
 # Without --with-compose the compose tests are deselected AND skipped (SPECWATCH_SKIP_COMPOSE=1),
@@ -54,18 +64,21 @@ PLAN
 if [ "$with_compose" = 1 ]; then
   export SPECWATCH_WITH_COMPOSE=1
   unset SPECWATCH_SKIP_COMPOSE
-  tier=(); tier_name="default tier + compose tier"
+  tier=(); nocompose=""; tier_name="default tier + compose tier"
   estimate="$DEFAULT_ESTIMATE; $COMPOSE_ESTIMATE"
 else
   export SPECWATCH_SKIP_COMPOSE=1
-  tier=(-m "not compose"); tier_name="default tier (no Docker: the compose tier is opt-in, bash scripts/test.sh --with-compose)"
+  tier=(-m "not compose"); nocompose=" and not compose"; tier_name="default tier (no Docker: the compose tier is opt-in, bash scripts/test.sh --with-compose)"
   estimate="$DEFAULT_ESTIMATE"
 fi
 
 if [ "$plan_only" = 1 ]; then
   bash "$here/scripts/setup.sh" --plan
   [ "$with_compose" = 1 ] && compose_plan
-  echo "[test] would run: ruff check . ; pytest -ra ${tier[*]:+${tier[0]} \"${tier[1]}\"} ${args[*]:-}" >&2
+  echo "[test] would run: ruff check . ; then the selection ${tier[*]:+${tier[0]} \"${tier[1]}\"} ${args[*]:-} in stages (given -m or -n: one pytest with the arguments as given):" >&2
+  echo "[test]   2/4 fast:      pytest -ra -m \"(unit or integration) and not realvllm$nocompose\" -n ${SPECWATCH_TEST_WORKERS:-auto} --dist loadfile ${args[*]:-}" >&2
+  echo "[test]   3/4 real vLLM: pytest -ra -m \"(unit or integration) and realvllm$nocompose\" ${args[*]:-}" >&2
+  echo "[test]   4/4 e2e:       pytest -ra -m \"e2e$nocompose\" ${args[*]:-}" >&2
   echo "[test] $tier_name; $estimate" >&2
   [ "$with_compose" = 1 ] || echo "[test] SPECWATCH_SKIP_COMPOSE=1 (compose tests skipped even if selected)" >&2
   exit 0
@@ -76,6 +89,40 @@ cd "$here"
 [ "$with_compose" = 1 ] && compose_plan
 echo "[test] $tier_name" >&2
 echo "[test] $estimate" >&2
-echo "[test] ruff check (lint)" >&2
+echo "[test] stage 1/4 lint: ruff check ." >&2
 "$venv/bin/ruff" check .
-exec "$venv/bin/python" -m pytest -ra "${tier[@]}" "${args[@]}"
+
+# A user's -m (or -n) replaces the stages with one pytest run as they asked.
+for a in "${args[@]}"; do
+  case "$a" in
+    -m|-m*|--markexpr|--markexpr=*|-n|-n*|--numprocesses|--numprocesses=*)
+      echo "[test] $a given: one pytest run with the arguments as given (no stages)" >&2
+      exec "$venv/bin/python" -m pytest -ra "${tier[@]}" "${args[@]}" ;;
+  esac
+done
+
+workers="${SPECWATCH_TEST_WORKERS:-auto}"
+status=0
+summary=()
+stage() {  # stage NAME MARKEXPR PYTEST-ARGS...
+  local name="$1" expr="$2"; shift 2
+  local start rc=0
+  start=$(date +%s)
+  echo "[test] stage $name: pytest -m \"$expr\" $*" >&2
+  "$venv/bin/python" -m pytest -ra -m "$expr" "$@" "${args[@]}" || rc=$?
+  local took=$(( $(date +%s) - start ))
+  case "$rc" in
+    0) summary+=("$name: passed ($took s)") ;;
+    5) summary+=("$name: no test selected ($took s)") ;;
+    *) summary+=("$name: FAILED, pytest exit $rc ($took s)"); [ "$status" = 0 ] && status=$rc ;;
+  esac
+}
+# -p no:randomly is not needed: the project does not use random ordering. --dist loadfile keeps a
+# module's tests (and its module fixtures) on one worker.
+if [ "$workers" = 1 ] || [ "$workers" = 0 ]; then par=(); else par=(-n "$workers" --dist loadfile); fi
+stage "2/4 fast (unit + integration, no real vLLM)" "(unit or integration) and not realvllm$nocompose" "${par[@]}"
+stage "3/4 real vLLM (unit + integration)" "(unit or integration) and realvllm$nocompose"
+stage "4/4 e2e" "e2e$nocompose"
+for line in "${summary[@]}"; do echo "[test] $line" >&2; done
+echo "[test] exit $status" >&2
+exit "$status"

@@ -116,13 +116,20 @@ def mixin_root(tmp_path) -> Path:
     return root
 
 
+# Per-test limits (seconds) of the real-stack tiers, over pyproject's default of 120: a realvllm
+# test may start the session's vLLM in its set-up (minutes on a busy 2-core machine) or servers of
+# its own; a prometheus test starts a Prometheus. A test or module's own @pytest.mark.timeout wins.
+_TIER_TIMEOUTS = (("realvllm", 900), ("prometheus", 300))
+
+
 def pytest_collection_modifyitems(config, items):
     """Run the tests that use the session's ``real_vllm`` last (stable order otherwise).
 
     Only one real vLLM may run at a time (the flock), and the session server holds it until the
     session ends: a test that starts servers of its own (a sweep) must run before it starts.
-    Also gives every test that uses a real-stack fixture its tier's marker (_FIXTURE_TIERS), and
-    every test its folder's marker (unit, integration, e2e)."""
+    Also gives every test that uses a real-stack fixture its tier's marker (_FIXTURE_TIERS),
+    every test its folder's marker (unit, integration, e2e), and a real-stack test without a
+    timeout of its own its tier's limit (_TIER_TIMEOUTS)."""
     for item in items:
         tier = _folder_tier(item)
         if tier is not None and item.get_closest_marker(tier) is None:
@@ -130,4 +137,9 @@ def pytest_collection_modifyitems(config, items):
         for fixture, marker in _FIXTURE_TIERS.items():
             if fixture in getattr(item, "fixturenames", ()) and marker not in item.keywords:
                 item.add_marker(marker)
+        if item.get_closest_marker("timeout") is None:
+            for marker, seconds in _TIER_TIMEOUTS:
+                if item.get_closest_marker(marker) is not None:
+                    item.add_marker(pytest.mark.timeout(seconds))
+                    break
     items.sort(key=lambda item: "real_vllm" in getattr(item, "fixturenames", ()))

@@ -686,7 +686,10 @@ class Tmux:
         script.write_text(f"#!/bin/sh\ntrap : INT\n{command}\necho EXIT=$?\n"
                           "stty -a | tr ' ' '\\n' | grep -E '^-?(icanon|echo)$' | tr '\\n' ' '\necho\nsleep 600\n")
         script.chmod(0o755)
-        env = {**os.environ, "PYTHONPATH": str(REPO / "exporter"), "TERM": "xterm-256color"}
+        # The pane's own size, not a COLUMNS/LINES of the caller (pytest-xdist's workers set 80x24,
+        # which rich would take over the terminal's).
+        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+        env.update(PYTHONPATH=str(REPO / "exporter"), TERM="xterm-256color")
         subprocess.run(self.base + ["new-session", "-d", "-s", "t", "-x", str(width), "-y", str(height), str(script)],
                        check=True, env=env)
 
