@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter_helpers import fixture, wait_serve_started
+from specwatch.common.processes import stop_process_group
 
 BODY = fixture("vllm-0.32-ngram-k4-after-traffic.txt").encode()
 _MIB = 1024 * 1024
@@ -243,14 +244,10 @@ def _start_serve(upstream_url, *args, listen="127.0.0.1", nofile: int | None = N
 
 
 def _stop(proc):
+    """Stop a ``_start_serve`` process (first woken, if a test stopped it with SIGSTOP)."""
     if proc.poll() is None:
         os.kill(proc.pid, signal.SIGCONT)
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    stop_process_group(proc, 10)
     if proc.stderr:
         proc.stderr.close()
 

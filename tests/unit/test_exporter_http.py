@@ -14,6 +14,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter_helpers import fixture, wait_serve_started
+from specwatch.common.processes import free_port as _free_port
 from specwatch.exporter.collector import FetchError, http_fetch
 from specwatch.exporter.config import Upstream
 
@@ -82,12 +83,6 @@ def upstream_url():
     t.start()
     yield f"http://127.0.0.1:{srv.server_address[1]}"
     srv.shutdown()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_good_fetch(upstream_url):
