@@ -19,7 +19,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -27,6 +26,8 @@ from click.testing import CliRunner
 from specwatch.common.processes import free_port, stop_process_group
 from specwatch.choosek.resultfile import SweepError, failed_cells, load_result, measurements
 from specwatch.choosek.sweep import SweepPlan, TemplateServer, build_configs, run_sweep
+from pids import alive
+from polling import wait_until
 from sweep_stub import starts
 
 
@@ -40,15 +41,6 @@ def plan(ks=(2,), workloads=("copy",), concs=(1,), spec=(), baseline=True, datas
 
 def keys(doc) -> list[tuple[str, str, int]]:
     return [(c["config"], c["workload"], c["max_concurrency"]) for c in doc["cells"]]
-
-
-def alive(pid: int) -> bool:
-    """A process that exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2:].split()[0] != b"Z"
 
 
 # --------------------------------------------------------------------------------------------
@@ -106,8 +98,9 @@ def test_server_killed_between_cells_stops_the_sweep_with_its_log(tmp_path, stub
 
     def echo(msg: str, **_: object) -> None:
         if msg.startswith("  ngram-k2 copy c=1:"):
-            os.kill(int(pids.read_text().split()[-1]), signal.SIGKILL)
-            time.sleep(0.5)
+            pid = int(pids.read_text().split()[-1])
+            os.kill(pid, signal.SIGKILL)
+            wait_until(lambda: not alive(pid), 10)  # dead (a zombie until the sweep reaps it)
 
     with pytest.raises(SweepError) as info:
         run_sweep(plan(concs=(1, 2)), out, template=template, echo=echo, **QUIET)
@@ -619,9 +612,7 @@ def test_sigterm_or_sighup_stops_the_sweep_and_its_server(tmp_path, stub, sig):
             proc.kill()
     assert proc.returncode == 130, output
     assert "interrupted" in output
-    t0 = time.time()
-    while alive(server_pid) and time.time() - t0 < 15:
-        time.sleep(0.1)
+    wait_until(lambda: not alive(server_pid), 15, interval=0.1)
     if alive(server_pid):
         os.kill(server_pid, signal.SIGKILL)
         raise AssertionError(f"the sweep left its server running after {sig.name}")
