@@ -11,6 +11,7 @@
   base_url`` starting Debian's prometheus (``--web.enable-lifecycle``, temp storage, free port);
   all are stopped at session end.
 - ``free_port``: an int port that was free a moment ago; ``fixtures_dir``: tests/fixtures.
+- ``stub`` (from tests/support/sweep_stub.py): a stub vLLM for ``--server-command`` templates.
 
 ``SPECWATCH_REAL_VLLM_URL=http://127.0.0.1:PORT`` reuses an already running speculative vLLM
 (e.g. ``scripts/start_vllm.sh --port PORT``) instead of starting one; so does a server whose
@@ -29,6 +30,8 @@ import pytest
 
 import realstack
 
+# Fixtures that live beside their helpers in tests/support: ``stub`` (the sweep tests' stub vLLM).
+pytest_plugins = ["sweep_stub"]
 
 # Tiers are pytest markers (registered in pyproject.toml). A test that uses a real-stack fixture gets
 # the tier's marker here even when its module forgot it, so `-m "not realvllm"` really leaves out

@@ -14,6 +14,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 import realstack
+from specwatch.common.processes import stop_process_group
 
 pytestmark = [pytest.mark.realvllm]
 
@@ -74,5 +75,4 @@ def test_measured_speedup_and_drift_on_the_real_vllm(real_vllm, copy_traffic):
             assert 0 <= rec <= k and rec_labels["basis"] in ("profile", "extrapolated")
     finally:
         for p in procs:
-            p.terminate()
-            p.wait(timeout=10)
+            stop_process_group(p, 10)

@@ -33,6 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import yaml
 
 import realstack  # tests/support/realstack.py: the shared real-stack helpers
+from specwatch.common.processes import stop_process_group
 from specwatch.specdecode.costprofile import EMBEDDED_CPU_PROFILE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,16 +61,6 @@ EXPECTED_EMPTY = {
     ("speculative-decoding.json", "SGLang: spec_accept_rate gauge (per rank)"):
         "passes through SGLang's sglang:spec_accept_rate gauge (schema sglang); the upstream here is vLLM",
 }
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _rfc3339_seconds(text: str) -> float:
@@ -177,7 +168,7 @@ def stack(real_vllm, copy_traffic, prometheus_server, tmp_path_factory):
         yield prom_url, start, end
     finally:
         for p in reversed(procs):
-            _stop(p)
+            stop_process_group(p, 20)
 
 
 def _query_range(prom_url: str, expr: str, start: float, end: float) -> list[dict]:

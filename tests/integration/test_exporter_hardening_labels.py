@@ -26,6 +26,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter_helpers import FIXTURES, FakeClock, fixture, make_exporter, scrape, series
+from exporter_helpers import fetch_errors_by_reason as _errors
+from exporter_helpers import k4_capture as _k4
+from exporter_helpers import position_labels as _pos
+from exporter_helpers import up_by_upstream as _up
+from httpstub import send
 
 ROOT = Path(__file__).resolve().parents[2]
 P = "vllm:spec_decode_num_"
@@ -33,14 +38,6 @@ L = '{engine="0",model_name="smollm2"}'
 SGL = "sglang-0.5.23-eagle-tp2-dp2-after-traffic-constructed.txt"
 SGL_L = '{dp_rank="0",engine_type="unified",model_name="Qwen/Qwen3-32B",moe_ep_rank="0",pp_rank="0",tp_rank="0"}'
 SHIPPED = ROOT / "exporter" / "specwatch" / "data" / "cost-profiles" / "cpu-2core-smollm2-135m-vllm0.32.yaml"
-
-
-def _k4() -> str:
-    return fixture("vllm-0.32-ngram-k4-after-traffic.txt")
-
-
-def _pos(i: int) -> str:
-    return f'{{engine="0",model_name="smollm2",position="{i}"}}'
 
 
 def _set(body: str, values: dict[str, str]) -> str:
@@ -54,15 +51,6 @@ def _set(body: str, values: dict[str, str]) -> str:
         out.append(line)
     assert seen == set(values), set(values) - seen
     return "".join(out)
-
-
-def _up(samples) -> dict[str, float]:
-    return {dict(k)["upstream"]: v for k, v in series(samples, "specwatch_up").items()}
-
-
-def _errors(samples, upstream: str) -> dict[str, float]:
-    return {dict(k)["reason"]: v for k, v in series(samples, "specwatch_upstream_fetch_errors_total",
-                                                     upstream=upstream).items()}
 
 
 def _render(reg) -> list:
@@ -250,11 +238,7 @@ class _Upstream(BaseHTTPRequestHandler):
         path = self.path.split("?")[0].strip("/")
         _Upstream.hits[path] = _Upstream.hits.get(path, 0) + 1
         body = (b"[" * 200_000 + b"]" * 200_000) if path == "server_info" else _k4().encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json" if path == "server_info" else "text/plain")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send(self, body, "application/json" if path == "server_info" else "text/plain")
 
 
 def test_deeply_nested_server_info_json_never_fails_the_upstream_and_keeps_its_back_off():

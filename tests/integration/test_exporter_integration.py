@@ -17,6 +17,7 @@ import requests
 from exporter_helpers import raw_samples, raw_value
 import realstack
 from realstack import free_port
+from specwatch.common.processes import stop_process_group
 
 pytestmark = [pytest.mark.realvllm, pytest.mark.prometheus]
 P = "vllm:spec_decode_num_"
@@ -41,8 +42,7 @@ def exporter(real_vllm):
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     realstack.wait_http(f"http://127.0.0.1:{port}/metrics", 60, proc)  # the project's readiness wait
     yield port
-    proc.terminate()
-    proc.wait(timeout=10)
+    stop_process_group(proc, 10)
 
 
 def test_exporter_on_real_vllm(real_vllm, copy_traffic, exporter, prometheus_server, tmp_path):

@@ -34,6 +34,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from specwatch.common.processes import stop_process_group
 from specwatch.mixin import generate
 from specwatch.mixin.alerts import alert_rules
 from specwatch.mixin.config import MixinConfig
@@ -119,12 +120,7 @@ def run_exporter(vllm_url: str, port: int, log_path: Path):
         wait_for("the exporter to answer", lambda: proc.poll() is None and requests.get(url + "/", timeout=5).ok, 60)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_process_group(proc, 20)
 
 
 def test_recorded_values_agree_with_exporter_windows(real_vllm, copy_traffic, prometheus_server, free_port, tmp_path):

@@ -15,7 +15,6 @@ import os
 import re
 import secrets
 import shlex
-import socket
 import subprocess
 import threading
 import time
@@ -24,6 +23,8 @@ from pathlib import Path
 
 import requests
 
+from specwatch.common.processes import free_port as free_port  # the one free_port, re-exported (cs.free_port)
+from specwatch.common.processes import listen_error
 from specwatch.localvllm import server as localvllm_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -468,20 +469,10 @@ def network_subnets(project: str) -> list[str]:
 # ------------------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return True
-    return False
+    """Something listens on ``host:port`` now (:func:`specwatch.common.processes.listen_error`:
+    a bind with SO_REUSEADDR, as the servers do, fails)."""
+    return listen_error(host, port) is not None
 
 
 def VllmLock(note: str, timeout: float = 2700.0) -> localvllm_server.VllmLock:

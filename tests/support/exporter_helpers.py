@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from httpstub import serve_pages  # re-exported: the exporter tests' page server
 from specwatch.common.processes import NotReady, wait_http
 from specwatch.exporter.collector import FetchError, SpecwatchCollector
 from specwatch.exporter.config import build_config
@@ -91,8 +91,35 @@ def series(source, name: str, **labels) -> dict[tuple, float]:
     return out
 
 
+#: The real vLLM 0.32 capture (ngram k = 4, after copy traffic) most exporter tests start from.
+K4_CAPTURE = "vllm-0.32-ngram-k4-after-traffic.txt"
+
+
+def k4_capture() -> str:
+    """Text of :data:`K4_CAPTURE` (labels ``engine="0",model_name="smollm2"``, positions 0–3)."""
+    return fixture(K4_CAPTURE)
+
+
+def position_labels(i: int) -> str:
+    """The label set of position ``i``'s per-position counter in :data:`K4_CAPTURE`, as printed:
+    ``{engine="0",model_name="smollm2",position="i"}``."""
+    return f'{{engine="0",model_name="smollm2",position="{i}"}}'
+
+
+def up_by_upstream(samples) -> dict[str, float]:
+    """``specwatch_up`` per upstream name, from a registry or a :func:`scrape`."""
+    return {dict(k)["upstream"]: v for k, v in series(samples, "specwatch_up").items()}
+
+
+def fetch_errors_by_reason(samples, upstream: str) -> dict[str, float]:
+    """``specwatch_upstream_fetch_errors_total`` of ``upstream`` per reason, from a registry or a :func:`scrape`."""
+    return {dict(k)["reason"]: v for k, v in series(samples, "specwatch_upstream_fetch_errors_total",
+                                                     upstream=upstream).items()}
+
+
 __all__ = ["FetchError", "fixture", "real_fixtures", "raw_samples", "raw_value", "FakeClock",
-           "DictFetcher", "make_exporter", "scrape", "series", "FIXTURES", "exporter_text", "serve_pages"]
+           "DictFetcher", "make_exporter", "scrape", "series", "FIXTURES", "exporter_text", "serve_pages",
+           "K4_CAPTURE", "k4_capture", "position_labels", "up_by_upstream", "fetch_errors_by_reason"]
 
 
 def wait_serve_started(proc, base: str) -> None:
@@ -111,33 +138,8 @@ def exporter_text() -> str:
     import pytest
     from prometheus_client import generate_latest
 
-    path = FIXTURES / "vllm-0.32-ngram-k4-after-traffic.txt"
+    path = FIXTURES / K4_CAPTURE
     if not path.exists():
         pytest.skip("real capture not present")
     reg, _, _ = make_exporter({"vllm": path.read_text()})
     return generate_latest(reg).decode()
-
-
-@contextlib.contextmanager
-def serve_pages(pages: dict[str, tuple[int, str, bytes]]):
-    """Serve ``{path: (status, content type, body)}`` on 127.0.0.1 in a thread; yields the base URL."""
-    import http.server
-    import threading
-
-    class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            code, ctype, body = pages[self.path]
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *a):
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}"
-    finally:
-        srv.shutdown()

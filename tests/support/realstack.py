@@ -24,6 +24,8 @@ from pathlib import Path
 import requests
 import yaml
 
+import polling
+
 from specwatch.common.processes import free_port  # the one free_port (127.0.0.1 by default), re-exported
 from specwatch.common import processes as _processes
 from specwatch.localvllm.server import DEFAULT_SERVED_MODEL_NAME, LOCK_PATH, VllmServer, lock_holder, speculative_config_for_k
@@ -43,23 +45,8 @@ def skip_real_reason() -> str | None:
 
 #: Wait until a URL answers 200 (the product's helper, shared by the tests).
 wait_http = _processes.wait_http
-
-
-def wait_for(what: str, check, timeout: float, interval: float = 0.5):
-    """Poll ``check()`` until it returns something truthy (returned) — a condition instead of a fixed
-    sleep. Request, assertion and lookup errors count as "not yet". Raises AssertionError naming
-    ``what`` and the last result after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = check()
-            if last:
-                return last
-        except (requests.RequestException, AssertionError, KeyError, IndexError, ValueError) as exc:
-            last = exc
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
+#: Poll a condition instead of sleeping (tests/support/polling.py), re-exported for the real-stack tests.
+wait_for = polling.wait_for
 
 
 def settled_metrics(metrics_url: str, prefix: str = "vllm:spec_decode_", timeout: float = 60.0,
@@ -265,19 +252,13 @@ class PrometheusProcess:
         ]
         with open(self.log_path, "wb") as log:  # prometheus holds its own copy of the descriptor
             self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + self.timeout
-        while True:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"prometheus exited with {self.process.returncode}:\n{self.log_tail()}")
-            try:
-                if requests.get(self.base_url + "/-/ready", timeout=2).status_code == 200:
-                    return self.base_url
-            except requests.RequestException:
-                pass
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"prometheus not ready after {self.timeout:.0f} s:\n{self.log_tail()}")
-            time.sleep(0.3)
+        try:
+            _processes.wait_http(self.base_url + "/-/ready", self.timeout, self.process, "prometheus")
+        except _processes.NotReady as exc:
+            tail = self.log_tail()  # before stop() removes the storage dir that holds the log
+            _processes.stop_process_group(self.process, 20)
+            raise RuntimeError(f"{exc}:\n{tail}") from None
+        return self.base_url
 
     def log_tail(self, lines: int = 30) -> str:
         try:
@@ -286,13 +267,9 @@ class PrometheusProcess:
             return "(no log)"
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        """SIGTERM, SIGKILL after 20 s (:func:`~specwatch.common.processes.stop_process_group`), then
+        remove the temporary storage dir. Safe to call twice, and before :meth:`start`."""
+        _processes.stop_process_group(self.process, 20)
         shutil.rmtree(self.storage, ignore_errors=True)
 
 

@@ -3,13 +3,18 @@ generator's stub (specwatch.testing.stubserver: constructed vLLM V1 spec-decode 
 ``--speculative-config`` like vLLM, with a constructed ``vllm:cache_config_info`` (capacity
 shrinks with k), logging every start (k to ``STUB_START_LOG``, pid to ``STUB_PID_LOG``), and
 on request failing every Nth request (``STUB_ERROR_EVERY``) or exiting after N requests
-(``STUB_DIE_AFTER``)."""
+(``STUB_DIE_AFTER``).
+
+A pytest plugin too (tests/conftest.py lists it in ``pytest_plugins``): the fixture ``stub`` is
+:func:`make_stub` for the test's tmp_path; :func:`starts` reads the start log it returns."""
 
 from __future__ import annotations
 
 import shlex
 import sys
 from pathlib import Path
+
+import pytest
 
 STUB = r'''
 import argparse, json, os
@@ -58,3 +63,14 @@ def make_stub(tmp_path: Path, monkeypatch) -> tuple[str, Path]:
     monkeypatch.delenv("STUB_DIE_AFTER", raising=False)
     template = f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} --port {{port}} {{spec_args}}"
     return template, log
+
+
+@pytest.fixture
+def stub(tmp_path, monkeypatch) -> tuple[str, Path]:
+    """(``--server-command`` template, start log) of a stub written under the test's tmp_path (:func:`make_stub`)."""
+    return make_stub(tmp_path, monkeypatch)
+
+
+def starts(log: Path) -> list[int]:
+    """The k of every stub start so far, in order (0: no speculation); [] before the first."""
+    return [int(x) for x in log.read_text().split()] if log.exists() else []

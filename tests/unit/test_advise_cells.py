@@ -28,7 +28,6 @@ from specwatch.choosek.model import KChoiceError, Measurement, combine_by_time, 
 from specwatch.choosek.resultfile import load_result, measurements
 from specwatch.choosek.sweep import SweepPlan, build_configs, run_sweep
 
-from sweep_stub import make_stub
 
 SWEEPS = Path(__file__).parents[1] / "fixtures" / "sweeps"
 NEW = SWEEPS / "embedded-ngram-ragged-ci-sweep.json"
@@ -323,11 +322,6 @@ def test_ties_are_overlapping_intervals_and_the_smaller_k_wins():
 
 
 # ------------------------------------------------------------------------------- noise-aware sweep cells (stub server)
-@pytest.fixture
-def stub(tmp_path, monkeypatch):
-    return make_stub(tmp_path, monkeypatch)
-
-
 def _plan(**kw) -> SweepPlan:
     return SweepPlan(build_configs((2,), (), True), ("copy",), (1,), 8, None, 1, 2, 1, 0, **kw)
 

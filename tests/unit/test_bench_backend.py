@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import time
 
 import pytest
 
@@ -12,6 +11,8 @@ from specwatch.bench.backend import OpenAIBackend, normalize_base_url
 from specwatch.bench.runner import BenchConfig, run_bench
 from specwatch.testing.stubserver import StubConfig, ThreadedStub, prompt_key, token_text
 from specwatch.bench.workloads import BenchRequest, WorkloadOptions
+
+from polling import wait_until
 
 
 def send_all(url: str, reqs, api_key=None, read_timeout=30.0):
@@ -141,9 +142,8 @@ def test_stub_counts_a_client_that_left_instead_of_logging_a_traceback(caplog):
     caplog.set_level(logging.DEBUG)
     with ThreadedStub(StubConfig(k=0, flood_bytes=8 * 1024 * 1024)) as stub:
         o = asyncio.run(go(stub.url))
-        deadline = time.monotonic() + 30  # the stub notices the closed transport on one of its next
-        while not stub.state.client_disconnects and time.monotonic() < deadline:  # writes (slow when loaded)
-            time.sleep(0.05)
+        # the stub notices the closed transport on one of its next writes (slow when loaded)
+        wait_until(lambda: stub.state.client_disconnects, 30)
     assert not o.success
     assert stub.state.client_disconnects == 1
     loud = [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]

@@ -405,6 +405,7 @@ def test_calibrate_live_from_two_servers(tmp_path):
     import threading
 
     from exporter_helpers import fixture
+    from httpstub import QuietHandler, send
 
     base_text = fixture("vllm-0.32-nospec-after-traffic.txt")
     spec_text = fixture("vllm-0.32-ngram-k4-after-traffic.txt")
@@ -421,18 +422,11 @@ def test_calibrate_live_from_two_servers(tmp_path):
         reads = 0
 
     def handler(text, step_s, b):
-        class H(http.server.BaseHTTPRequestHandler):
+        class H(QuietHandler):
             def do_GET(self):
                 body = grown(text, self.server.reads, step_s, b).encode()
                 self.server.reads += 1
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *a):
-                pass
+                send(self, body, "text/plain; version=0.0.4")
         return H
 
     servers = [Server(("127.0.0.1", 0), handler(base_text, 0.020, 2)), Server(("127.0.0.1", 0), handler(spec_text, 0.030, 4))]

@@ -12,17 +12,16 @@ Known names come from:
 
 from __future__ import annotations
 
-import http.server
 import json
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from httpstub import QuietHandler, base_url, send, serve_in_thread
 from specwatch.mixin.dashboards import load_module
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,18 +96,11 @@ def rule_refs() -> tuple[dict[str, set[str]], set[str]]:
 # ------------------------------------------------------------------------------------------------
 # the names that exist
 # ------------------------------------------------------------------------------------------------
-class _Body(http.server.BaseHTTPRequestHandler):
+class _Body(QuietHandler):
     body = b""
 
     def do_GET(self):  # http.server API
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain; version=0.0.4")
-        self.send_header("Content-Length", str(len(self.body)))
-        self.end_headers()
-        self.wfile.write(self.body)
-
-    def log_message(self, *args):
-        pass
+        send(self, self.body, "text/plain; version=0.0.4")
 
 
 # the shipped CPU profile (the captures' own model and machine kind): its decisions are not all withheld
@@ -119,17 +111,11 @@ def exporter_output(capture: Path) -> str:
     """``specwatch serve --once --cost-profile …`` on a capture served from 127.0.0.1 (the
     exporter's real CLI; with a profile, so that its cost-profile series exist)."""
     handler = type("Handler", (_Body,), {"body": capture.read_bytes()})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    with serve_in_thread(handler) as server:
+        url = f"{base_url(server)}/metrics"
         res = subprocess.run([str(SPECWATCH), "serve", "--once", "--upstream", f"spec={url}", "--cost-profile", str(PROFILE),
                               "--speculative-method", "ngram"],  # so specwatch_speculative_method_info exists
                              capture_output=True, text=True, timeout=120)
-    finally:
-        server.shutdown()
-        server.server_close()
     assert res.returncode == 0, res.stderr
     return res.stdout
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 from rich.console import Console
+
+from httpstub import QuietHandler, base_url, send
 
 from specwatch import demo
 
@@ -15,21 +17,14 @@ def _prometheus_answering(result: list[dict]) -> tuple[ThreadingHTTPServer, str]
     """A stand-in for Prometheus' /api/v1/query answering ``result`` (a vector) to every query."""
     body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
 
-    class H(BaseHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
-
+    class H(QuietHandler):
         def do_GET(self):
             assert self.path.startswith("/api/v1/query?")
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            send(self, body, "application/json")
 
     srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
-    return srv, f"http://127.0.0.1:{srv.server_address[1]}"
+    return srv, base_url(srv)
 
 
 def test_withheld_reasons_are_read_from_the_series_labels_and_explained():

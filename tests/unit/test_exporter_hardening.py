@@ -18,17 +18,14 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter_helpers import FakeClock, fixture, make_exporter, raw_value, scrape, series
+from exporter_helpers import fetch_errors_by_reason as _errors
+from exporter_helpers import k4_capture as _k4
+from exporter_helpers import position_labels as _pos
+from exporter_helpers import up_by_upstream as _up
+from polling import wait_until
 
 P = "vllm:spec_decode_num_"
 L = '{engine="0",model_name="smollm2"}'
-
-
-def _pos(i: int) -> str:
-    return f'{{engine="0",model_name="smollm2",position="{i}"}}'
-
-
-def _k4() -> str:
-    return fixture("vllm-0.32-ngram-k4-after-traffic.txt")
 
 
 def add_to(body: str, deltas: dict[str, float]) -> str:
@@ -48,15 +45,6 @@ def add_to(body: str, deltas: dict[str, float]) -> str:
 
 def drop_lines(body: str, pattern: str) -> str:
     return "".join(l for l in body.splitlines(keepends=True) if not re.search(pattern, l))
-
-
-def _up(samples) -> dict[str, float]:
-    return {dict(k)["upstream"]: v for k, v in series(samples, "specwatch_up").items()}
-
-
-def _errors(samples, upstream: str) -> dict[str, float]:
-    return {dict(k)["reason"]: v for k, v in series(samples, "specwatch_upstream_fetch_errors_total",
-                                                     upstream=upstream).items()}
 
 
 # ---- 1. one upstream's bad value fails only that upstream -----------------------------------
@@ -159,7 +147,7 @@ def test_hung_upstreams_cannot_fill_a_pool_and_are_never_fetched_twice_at_once()
         assert list(fetches.values()) == [1.0]
         # the upstream recovers: its next fetch works
         fetcher.release.set()
-        time.sleep(0.2)
+        wait_until(lambda: _up(scrape(reg))["hung0"] == 1.0, 10)  # the released fetch ends; a next one starts
         assert _up(scrape(reg))["hung0"] == 1.0
     finally:
         fetcher.release.set()
@@ -227,15 +215,22 @@ def test_partial_body_leaves_its_missing_family_absent_for_that_scrape():
     assert list(series(samples, "specwatch_draft_acceptance_rate", window="1m").values()) == [pytest.approx(0.15)]
 
 
+def _restarted(before: str, after: str):
+    """The registry of an exporter (window 5m) that scraped ``before`` and, 20 s later, will read
+    ``after`` on its next scrape."""
+    reg, fetcher, clock = make_exporter({"s": before}, windows=("5m",))
+    scrape(reg)
+    clock.t += 20
+    fetcher.bodies["s"] = after
+    return reg
+
+
 def test_a_real_restart_still_counts_from_zero_per_series():
     """process_start_time_seconds changed: every series starts again from 0 (Prometheus'
     increase() per series)."""
     after = _k4()
     restart = fixture("vllm-0.32-ngram-k4-after-restart.txt")
-    reg, fetcher, clock = make_exporter({"s": after}, windows=("5m",))
-    scrape(reg)
-    clock.t += 20
-    fetcher.bodies["s"] = restart
+    reg = _restarted(after, restart)
     rate = series(reg, "specwatch_draft_acceptance_rate", window="5m")
     assert list(rate.values()) == [pytest.approx(raw_value(restart, P + "accepted_tokens_total")
                                                  / raw_value(restart, P + "draft_tokens_total"))]
@@ -244,10 +239,7 @@ def test_a_real_restart_still_counts_from_zero_per_series():
 def test_restart_without_process_start_time_is_the_engine_counters_dropping():
     after = drop_lines(_k4(), r"^process_start_time_seconds")
     restart = drop_lines(fixture("vllm-0.32-ngram-k4-after-restart.txt"), r"^process_start_time_seconds")
-    reg, fetcher, clock = make_exporter({"s": after}, windows=("5m",))
-    scrape(reg)
-    clock.t += 20
-    fetcher.bodies["s"] = restart
+    reg = _restarted(after, restart)
     rate = series(reg, "specwatch_draft_acceptance_rate", window="5m")
     assert list(rate.values()) == [pytest.approx(raw_value(restart, P + "accepted_tokens_total")
                                                  / raw_value(restart, P + "draft_tokens_total"))]
@@ -262,10 +254,7 @@ def test_restart_without_process_start_time_of_a_server_without_speculation():
     after = re.sub(r"^(vllm:(?:inter_token_latency_seconds|iteration_tokens_total|time_to_first_token_seconds)"
                    r"_(?:count|sum)\{[^}]*\}) \S+$",
                    r"\1 1.0", after, flags=re.M)
-    reg, fetcher, clock = make_exporter({"s": before}, windows=("5m",))
-    scrape(reg)
-    clock.t += 20
-    fetcher.bodies["s"] = after
+    reg = _restarted(before, after)
     scrape(reg)
     assert reg.specwatch_collector._states["s"].engine.restarts == 1
 

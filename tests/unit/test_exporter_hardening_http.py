@@ -20,6 +20,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter_helpers import fixture, wait_serve_started
+from httpstub import base_url, serve_in_thread
+from polling import wait_until
+from specwatch.common.processes import stop_process_group
 
 BODY = fixture("vllm-0.32-ngram-k4-after-traffic.txt").encode()
 _MIB = 1024 * 1024
@@ -83,11 +86,9 @@ def upstream_url():
         daemon_threads = True
         request_queue_size = 128
 
-    srv = Server(("127.0.0.1", 0), _Upstream)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}"
-    _State.healed.set()
-    srv.shutdown()
+    with serve_in_thread(_Upstream, Server) as srv:
+        yield base_url(srv)
+        _State.healed.set()
 
 
 def _free_port(family=socket.AF_INET, host="127.0.0.1") -> int:
@@ -129,7 +130,7 @@ def test_header_trickling_upstream_never_stalls_the_exporter(upstream_url):
             assert took < timeout + 1.5, (i, took)
             assert up == {"trickle": 0.0, **{n: 1.0 for n in names[1:]}}, (i, up)
         _State.healed.set()  # the upstream recovers
-        time.sleep(0.5)
+        wait_until(lambda: _up(generate_latest(reg).decode()) == {n: 1.0 for n in names}, 10)  # its held fetch ends
         ups = [_up(generate_latest(reg).decode()) for _ in range(2)]
         assert ups[-1] == {n: 1.0 for n in names}, ups
     finally:
@@ -243,14 +244,10 @@ def _start_serve(upstream_url, *args, listen="127.0.0.1", nofile: int | None = N
 
 
 def _stop(proc):
+    """Stop a ``_start_serve`` process (first woken, if a test stopped it with SIGSTOP)."""
     if proc.poll() is None:
         os.kill(proc.pid, signal.SIGCONT)
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    stop_process_group(proc, 10)
     if proc.stderr:
         proc.stderr.close()
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -14,6 +13,9 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter_helpers import fixture, wait_serve_started
+from httpstub import base_url, serve_in_thread
+from polling import wait_until
+from specwatch.common.processes import free_port as _free_port
 from specwatch.exporter.collector import FetchError, http_fetch
 from specwatch.exporter.config import Upstream
 
@@ -77,17 +79,8 @@ class _QuietServer(ThreadingHTTPServer):
 
 @pytest.fixture(scope="module")
 def upstream_url():
-    srv = _QuietServer(("127.0.0.1", 0), _Upstream)
-    t = threading.Thread(target=srv.serve_forever, daemon=True)
-    t.start()
-    yield f"http://127.0.0.1:{srv.server_address[1]}"
-    srv.shutdown()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    with serve_in_thread(_Upstream, _QuietServer) as srv:
+        yield base_url(srv)
 
 
 def test_good_fetch(upstream_url):
@@ -116,9 +109,7 @@ def test_a_client_hanging_up_mid_body_prints_no_traceback(upstream_url, capfd):
     before = _QuietServer.client_disconnects
     with pytest.raises(FetchError):
         http_fetch(Upstream("u", f"{upstream_url}/drip/metrics"), 0.3, 1 << 20)
-    deadline = time.monotonic() + 30  # the stub notices on one of its next writes
-    while _QuietServer.client_disconnects == before and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: _QuietServer.client_disconnects != before, 30)  # the stub notices on one of its next writes
     assert _QuietServer.client_disconnects > before
     err = capfd.readouterr().err
     assert "Traceback" not in err and "BrokenPipeError" not in err and "ConnectionResetError" not in err

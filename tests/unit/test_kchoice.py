@@ -321,14 +321,9 @@ def test_speculative_config_advice():
 # ------------------------------------------------------------------------------- inputs
 def test_measurement_from_a_bench_cell_record():
     """Build the record with the load generator's own result classes (real code path)."""
-    from specwatch.bench.results import BatchResult, CellSummary, SpecDecodeStats
-    from specwatch.specdecode.metrics import SpecDecodeCounters
+    from bench_records import one_batch_cell_record
 
-    delta = SpecDecodeCounters("m", "0", drafts=100.0, draft_tokens=400.0, accepted_tokens=250.0,
-                               accepted_per_position=(90.0, 70.0, 50.0, 40.0), generation_tokens=512.0)
-    b = BatchResult("speculative", "copy", 4, 1, False, "t", 2.0, 4, 4, 0, 100, 512, True, None,
-                    SpecDecodeStats("v1", delta), tpots=[0.01] * 4, ttfts=[0.1] * 4)
-    rec = CellSummary("speculative", "copy", 4, [b]).record()
+    rec = one_batch_cell_record()
     m = Measurement.from_record(rec, config="ngram-k4", k=4, family="ngram")
     assert m.output_throughput == pytest.approx(256.0)
     assert m.position_rates == pytest.approx((0.9, 0.7, 0.5, 0.4))
@@ -531,12 +526,12 @@ def test_advise_prometheus_shows_a_lower_bound_curve_without_recommending_k(tmp_
     recording rule model_name:specwatch_position_acceptance_rate:ratio_rate5m with one curve
     labelled basis="lower_bound" (a dynamic table, ragged drafts) and one exact: the lower-bound
     curve is shown with its basis and gets no k; the exact one gets its advice."""
-    import http.server
     import json
-    import threading
     import urllib.parse
 
     from click.testing import CliRunner
+
+    from httpstub import QuietHandler, base_url, send, serve_in_thread
 
     from specwatch.choosek.cli import advise
 
@@ -548,32 +543,19 @@ def test_advise_prometheus_shows_a_lower_bound_curve_without_recommending_k(tmp_
     result += [sample("fixed", "exact", i, v) for i, v in enumerate((0.9, 0.8, 0.7))]
     queries = []
 
-    class Prom(http.server.BaseHTTPRequestHandler):
+    class Prom(QuietHandler):
         def do_GET(self):
             url = urllib.parse.urlsplit(self.path)
             if url.path != "/api/v1/query":
                 self.send_error(404)
                 return
             queries.append(urllib.parse.parse_qs(url.query)["query"][0])
-            body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            send(self, json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode(),
+                 "application/json")
 
-        def log_message(self, *a):
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Prom)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
     out = tmp_path / "live.json"
-    try:
-        r = CliRunner().invoke(advise, ["--prometheus", f"http://127.0.0.1:{srv.server_address[1]}",
-                                        "--concurrency", "1,4", "--json", str(out)])
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with serve_in_thread(Prom) as srv:
+        r = CliRunner().invoke(advise, ["--prometheus", base_url(srv), "--concurrency", "1,4", "--json", str(out)])
     assert r.exit_code == 0, r.output
     assert queries == ["model_name:specwatch_position_acceptance_rate:ratio_rate5m"]
     assert "dyn / smollm2" in r.output and "basis=lower_bound" in r.output and "no k recommended" in r.output

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from specwatch.bench.records import BenchCell, BenchRecordError, BenchResult
-from specwatch.bench.results import BatchResult, CellSummary, SpecDecodeStats
 from specwatch.choosek.records import SweepRecordError, SweepResult
 from specwatch.common.records import RecordError, percent_to_fraction
-from specwatch.specdecode.metrics import SpecDecodeCounters
+
+from bench_records import one_batch_cell_record
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,11 +72,7 @@ def test_a_document_without_a_format_key_is_format_1_and_stays_without_it():
 
 
 def test_the_writers_records_are_what_the_records_read():
-    delta = SpecDecodeCounters("m", "0", drafts=100.0, draft_tokens=400.0, accepted_tokens=250.0,
-                               accepted_per_position=(90.0, 70.0, 50.0, 40.0), generation_tokens=512.0)
-    b = BatchResult("speculative", "copy", 4, 1, False, "t", 2.0, 4, 4, 0, 100, 512, True, None,
-                    SpecDecodeStats("v1", delta), tpots=[0.01] * 4, ttfts=[0.1] * 4)
-    rec = CellSummary("speculative", "copy", 4, [b]).record()
+    rec = one_batch_cell_record()
     cell = BenchCell.from_json(rec)
     assert cell.to_json() == rec
     assert cell.acceptance_rate == 250 / 400 and rec["spec_decode_acceptance_rate"] == 250 / 400 * 100

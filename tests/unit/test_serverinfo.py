@@ -155,37 +155,25 @@ def test_a_failing_server_info_never_fails_the_upstream():
 def test_serve_reads_server_info_over_http_from_the_configured_host_only():
     """The real fetch path (aiohttp, `specwatch serve --once`): /metrics and /server_info?config_format=json
     of the configured upstream, nothing else."""
-    import http.server
     import json
-    import threading
 
     from click.testing import CliRunner
 
+    from httpstub import QuietHandler, base_url, send, serve_in_thread
     from specwatch.exporter.server import serve
 
     seen = []
     bodies = {"/metrics": fixture("vllm-0.32-draft-close-k3-after-traffic.txt").encode(),
               "/server_info?config_format=json": json.dumps(SERVER_INFO).encode()}
 
-    class H(http.server.BaseHTTPRequestHandler):
+    class H(QuietHandler):
         def do_GET(self):  # http.server API
             seen.append(self.path)
             body = bodies.get(self.path)
-            self.send_response(200 if body else 404)
-            self.send_header("Content-Length", str(len(body or b"")))
-            self.end_headers()
-            self.wfile.write(body or b"")
+            send(self, body or b"", code=200 if body else 404)
 
-        def log_message(self, *args):
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        r = CliRunner().invoke(serve, ["--once", "--upstream", f"s=http://127.0.0.1:{srv.server_address[1]},server_info=on"])
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with serve_in_thread(H) as srv:
+        r = CliRunner().invoke(serve, ["--once", "--upstream", f"s={base_url(srv)},server_info=on"])
     assert r.exit_code == 0, r.output
     assert sorted(seen) == ["/metrics", "/server_info?config_format=json"]
     assert ('specwatch_speculative_method_info{drafter="/m/close",method="draft_model",source="server_info",upstream="s"} 1.0'

@@ -19,23 +19,14 @@ from click.testing import CliRunner
 from specwatch.choosek.resultfile import SweepError, load_result, measurements
 from specwatch.choosek.sweep import SweepPlan, build_configs, kv_capacity, render_command, run_sweep
 
-from sweep_stub import make_stub
+from sweep_stub import starts
 
 FIX = Path(__file__).parents[1] / "fixtures" / "metrics"
 
 
 
-@pytest.fixture
-def stub(tmp_path, monkeypatch):
-    return make_stub(tmp_path, monkeypatch)
-
-
 def plan(ks=(2, 4), workloads=("copy", "explain"), concs=(1, 2), output_len=8) -> SweepPlan:
     return SweepPlan(build_configs(ks, (), True), workloads, concs, output_len, None, 1, 1, 1, 0)
-
-
-def starts(log: Path) -> list[int]:
-    return [int(x) for x in log.read_text().split()] if log.exists() else []
 
 
 def test_sweep_runs_every_cell_and_records_servers(tmp_path, stub):

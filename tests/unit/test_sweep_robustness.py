@@ -2,8 +2,8 @@
 groups that outlive their leader, signals while a server stops, missing programs, damaged result
 files, templates without {spec_args}, sharegpt's dataset, the vLLM lock, messages.
 
-The stub server (``rstub``) is the one of test_sweep.py plus failure injection from the
-environment: ``STUB_ERROR_EVERY=n`` (every n-th generation request gets HTTP 500) and
+The stub server (the ``stub`` fixture of tests/support/sweep_stub.py, as in test_sweep.py) has
+failure injection from the environment: ``STUB_ERROR_EVERY=n`` (every n-th generation request gets HTTP 500) and
 ``STUB_DIE_AFTER=n`` (the process exits abruptly on generation request n + 1).
 """
 
@@ -19,7 +19,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -27,15 +26,12 @@ from click.testing import CliRunner
 from specwatch.common.processes import free_port, stop_process_group
 from specwatch.choosek.resultfile import SweepError, failed_cells, load_result, measurements
 from specwatch.choosek.sweep import SweepPlan, TemplateServer, build_configs, run_sweep
-from sweep_stub import make_stub
+from pids import alive
+from polling import wait_until
+from sweep_stub import starts
 
 
 QUIET = {"lock": False, "progress": False}
-
-
-@pytest.fixture
-def rstub(tmp_path, monkeypatch):
-    return make_stub(tmp_path, monkeypatch)
 
 
 def plan(ks=(2,), workloads=("copy",), concs=(1,), spec=(), baseline=True, dataset_path=None) -> SweepPlan:
@@ -43,29 +39,16 @@ def plan(ks=(2,), workloads=("copy",), concs=(1,), spec=(), baseline=True, datas
                      dataset_path=dataset_path)
 
 
-def starts(log: Path) -> list[int]:
-    return [int(x) for x in log.read_text().split()] if log.exists() else []
-
-
 def keys(doc) -> list[tuple[str, str, int]]:
     return [(c["config"], c["workload"], c["max_concurrency"]) for c in doc["cells"]]
-
-
-def alive(pid: int) -> bool:
-    """A process that exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2:].split()[0] != b"Z"
 
 
 # --------------------------------------------------------------------------------------------
 # 1. busy port
 
 
-def test_busy_port_is_refused_before_any_server_starts(tmp_path, rstub):
-    template, log = rstub
+def test_busy_port_is_refused_before_any_server_starts(tmp_path, stub):
+    template, log = stub
     out = tmp_path / "s.json"
     with socket.socket() as other:
         other.bind(("127.0.0.1", 0))
@@ -77,12 +60,12 @@ def test_busy_port_is_refused_before_any_server_starts(tmp_path, rstub):
     assert load_result(out)["status"] == "failed"
 
 
-def test_server_that_exits_while_another_answers_on_its_port_is_an_error(tmp_path, rstub, monkeypatch):
+def test_server_that_exits_while_another_answers_on_its_port_is_an_error(tmp_path, stub, monkeypatch):
     """If something else answers /v1/models on the port (the busy-port check raced), the sweep
     must notice that its own process exited instead of measuring the other server."""
     import specwatch.choosek.sweep as sw
 
-    template, log = rstub
+    template, log = stub
     port = free_port()
     other = subprocess.Popen([sys.executable, str(tmp_path / "stub.py"), "--port", str(port)],
                              env={**os.environ, "STUB_START_LOG": str(tmp_path / "other.log")}, start_new_session=True)
@@ -107,16 +90,17 @@ def test_server_that_exits_while_another_answers_on_its_port_is_an_error(tmp_pat
 # 2. servers that die, cells with failed requests
 
 
-def test_server_killed_between_cells_stops_the_sweep_with_its_log(tmp_path, rstub, monkeypatch):
-    template, log = rstub
+def test_server_killed_between_cells_stops_the_sweep_with_its_log(tmp_path, stub, monkeypatch):
+    template, log = stub
     pids = tmp_path / "pids.log"
     monkeypatch.setenv("STUB_PID_LOG", str(pids))
     out = tmp_path / "s.json"
 
     def echo(msg: str, **_: object) -> None:
         if msg.startswith("  ngram-k2 copy c=1:"):
-            os.kill(int(pids.read_text().split()[-1]), signal.SIGKILL)
-            time.sleep(0.5)
+            pid = int(pids.read_text().split()[-1])
+            os.kill(pid, signal.SIGKILL)
+            wait_until(lambda: not alive(pid), 10)  # dead (a zombie until the sweep reaps it)
 
     with pytest.raises(SweepError) as info:
         run_sweep(plan(concs=(1, 2)), out, template=template, echo=echo, **QUIET)
@@ -129,8 +113,8 @@ def test_server_killed_between_cells_stops_the_sweep_with_its_log(tmp_path, rstu
     assert len(measurements(doc)) == 3 and failed_cells(doc) == []
 
 
-def test_server_dying_during_a_cell_keeps_it_as_failed_and_resume_measures_it_again(tmp_path, rstub, monkeypatch):
-    template, log = rstub
+def test_server_dying_during_a_cell_keeps_it_as_failed_and_resume_measures_it_again(tmp_path, stub, monkeypatch):
+    template, log = stub
     out = tmp_path / "s.json"
     msgs: list[str] = []
     # each server: c=1 sends 1 warm-up + 1 measured request, c=2 then 2 + 2; die on the 3rd
@@ -154,8 +138,8 @@ def test_server_dying_during_a_cell_keeps_it_as_failed_and_resume_measures_it_ag
     assert any("baseline: starting the server (1 cell to run)" in m for m in msgs)
 
 
-def test_cells_with_failed_requests_are_kept_marked_and_rerun(tmp_path, rstub, monkeypatch):
-    template, log = rstub
+def test_cells_with_failed_requests_are_kept_marked_and_rerun(tmp_path, stub, monkeypatch):
+    template, log = stub
     out = tmp_path / "s.json"
     msgs: list[str] = []
     monkeypatch.setenv("STUB_ERROR_EVERY", "1")  # every request: HTTP 500
@@ -174,10 +158,10 @@ def test_cells_with_failed_requests_are_kept_marked_and_rerun(tmp_path, rstub, m
     assert len(doc["cells"]) == 2 and failed_cells(doc) == [] and len(measurements(doc)) == 2
 
 
-def test_cli_exits_non_zero_when_cells_had_failed_requests(tmp_path, rstub, monkeypatch):
+def test_cli_exits_non_zero_when_cells_had_failed_requests(tmp_path, stub, monkeypatch):
     from specwatch.choosek.cli import sweep
 
-    template, _ = rstub
+    template, _ = stub
     out = tmp_path / "s.json"
     monkeypatch.setenv("STUB_ERROR_EVERY", "1")
     r = CliRunner().invoke(sweep, ["--result-file", str(out), "--k", "1", "--no-baseline", "--workloads", "copy",
@@ -203,8 +187,8 @@ def test_measurements_leave_out_failed_cells_of_an_old_file():
 # 3. resume must not mix configurations or servers
 
 
-def test_resume_refuses_another_speculative_config_under_the_same_name(tmp_path, rstub):
-    template, log = rstub
+def test_resume_refuses_another_speculative_config_under_the_same_name(tmp_path, stub):
+    template, log = stub
     out = tmp_path / "s.json"
     a = '{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_max":5}'
     b = '{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_max":3}'
@@ -219,8 +203,8 @@ def test_resume_refuses_another_speculative_config_under_the_same_name(tmp_path,
     assert doc["status"] == "complete" and starts(log) == [2]
 
 
-def test_resume_refuses_another_server_command(tmp_path, rstub):
-    template, log = rstub
+def test_resume_refuses_another_server_command(tmp_path, stub):
+    template, log = stub
     out = tmp_path / "s.json"
     run_sweep(plan(), out, template=template, echo=lambda *a, **k: None, **QUIET)
     before = out.read_text()
@@ -430,10 +414,10 @@ def test_non_utf8_result_file_is_a_clean_error(tmp_path):
 # 8. templates without {spec_args}
 
 
-def test_template_without_spec_args_is_refused_when_speculation_is_swept(tmp_path, rstub):
+def test_template_without_spec_args_is_refused_when_speculation_is_swept(tmp_path, stub):
     from specwatch.choosek.cli import sweep
 
-    template, log = rstub
+    template, log = stub
     out = tmp_path / "s.json"
     no_spec = template.replace(" {spec_args}", "")
     for args in (["--k", "2"], ["--speculative-config", '{"method":"ngram","num_speculative_tokens":2}']):
@@ -453,10 +437,10 @@ def test_template_without_spec_args_is_refused_when_speculation_is_swept(tmp_pat
 # 9. sharegpt
 
 
-def test_sharegpt_needs_a_dataset_path_before_any_server_starts(tmp_path, rstub):
+def test_sharegpt_needs_a_dataset_path_before_any_server_starts(tmp_path, stub):
     from specwatch.choosek.cli import sweep
 
-    template, log = rstub
+    template, log = stub
     out = tmp_path / "s.json"
     base = ["--result-file", str(out), "--k", "2", "--workloads", "sharegpt", "--server-command", template, "--no-lock"]
     r = CliRunner().invoke(sweep, base)
@@ -468,10 +452,10 @@ def test_sharegpt_needs_a_dataset_path_before_any_server_starts(tmp_path, rstub)
     assert starts(log) == [] and not out.exists()
 
 
-def test_sharegpt_sweep_with_a_dataset(tmp_path, rstub):
+def test_sharegpt_sweep_with_a_dataset(tmp_path, stub):
     from specwatch.choosek.cli import sweep
 
-    template, log = rstub
+    template, log = stub
     data = tmp_path / "sg.json"
     data.write_text(json.dumps([
         {"id": str(i), "conversations": [{"from": "human", "value": f"Question {i}: tell me about rivers."},
@@ -507,11 +491,11 @@ def test_template_server_reports_lock_waits_and_timeouts(tmp_path):
     assert srv.process is None
 
 
-def test_template_sweep_echoes_while_it_waits_for_the_lock(tmp_path, rstub, monkeypatch):
+def test_template_sweep_echoes_while_it_waits_for_the_lock(tmp_path, stub, monkeypatch):
     import specwatch.localvllm.server as emb
     from specwatch.localvllm.server import VllmLock
 
-    template, log = rstub
+    template, log = stub
     lock_path = tmp_path / "vllm.lock"
     monkeypatch.setattr(emb, "LOCK_PATH", lock_path)
     held = VllmLock(lock_path)
@@ -533,8 +517,8 @@ def test_template_sweep_echoes_while_it_waits_for_the_lock(tmp_path, rstub, monk
 # 11. messages
 
 
-def test_messages_singular_cell_and_stopping_the_server(tmp_path, rstub):
-    template, _ = rstub
+def test_messages_singular_cell_and_stopping_the_server(tmp_path, stub):
+    template, _ = stub
     msgs: list[str] = []
     out = tmp_path / "s.json"
     run_sweep(plan(), out, template=template, echo=lambda m, **_: msgs.append(m), **QUIET)
@@ -549,10 +533,10 @@ def test_messages_singular_cell_and_stopping_the_server(tmp_path, rstub):
 # second round of bad input
 
 
-def test_a_first_attempt_that_measured_nothing_does_not_lock_the_file(tmp_path, rstub):
+def test_a_first_attempt_that_measured_nothing_does_not_lock_the_file(tmp_path, stub):
     """A typo in --server-command (or a busy port) leaves a "failed" file without cells; the
     corrected command must be accepted on the same file."""
-    template, log = rstub
+    template, log = stub
     out = tmp_path / "s.json"
     with pytest.raises(SweepError):
         run_sweep(plan(), out, template="false --port {port} {spec_args}", echo=lambda *a, **k: None, **QUIET)
@@ -581,10 +565,10 @@ def test_a_first_attempt_that_measured_nothing_does_not_lock_the_file(tmp_path, 
         run_sweep(plan(ks=(), spec=spec_a), out2, template=template, echo=lambda *a, **k: None, **QUIET)
 
 
-def test_two_sweeps_cannot_write_one_result_file(tmp_path, rstub):
+def test_two_sweeps_cannot_write_one_result_file(tmp_path, stub):
     from specwatch.choosek.resultfile import result_file_lock
 
-    template, log = rstub
+    template, log = stub
     out = tmp_path / "s.json"
     with result_file_lock(out):  # as a running sweep holds it
         with pytest.raises(SweepError, match="another specwatch sweep is writing"):
@@ -601,10 +585,10 @@ def _as_if_from_a_shell() -> None:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
-def test_sigterm_or_sighup_stops_the_sweep_and_its_server(tmp_path, rstub, sig):
+def test_sigterm_or_sighup_stops_the_sweep_and_its_server(tmp_path, stub, sig):
     """``timeout``/``docker stop`` (SIGTERM) or a closed terminal (SIGHUP) must stop the sweep
     like Ctrl-C: the server it started is stopped, the result file says "interrupted"."""
-    template, log = rstub
+    template, log = stub
     pids = tmp_path / "pids.log"
     out = tmp_path / "s.json"
     env = {**os.environ, "STUB_PID_LOG": str(pids)}
@@ -628,19 +612,17 @@ def test_sigterm_or_sighup_stops_the_sweep_and_its_server(tmp_path, rstub, sig):
             proc.kill()
     assert proc.returncode == 130, output
     assert "interrupted" in output
-    t0 = time.time()
-    while alive(server_pid) and time.time() - t0 < 15:
-        time.sleep(0.1)
+    wait_until(lambda: not alive(server_pid), 15, interval=0.1)
     if alive(server_pid):
         os.kill(server_pid, signal.SIGKILL)
         raise AssertionError(f"the sweep left its server running after {sig.name}")
     assert load_result(out)["status"] == "interrupted"
 
 
-def test_repeated_k_and_concurrency_are_measured_once(tmp_path, rstub):
+def test_repeated_k_and_concurrency_are_measured_once(tmp_path, stub):
     from specwatch.choosek.cli import sweep
 
-    template, log = rstub
+    template, log = stub
     out = tmp_path / "s.json"
     r = CliRunner().invoke(sweep, ["--result-file", str(out), "--k", "2,2", "--concurrency", "1,1", "--workloads", "copy",
                                    "--output-len", "8", "--num-batches", "1", "--server-command", template,

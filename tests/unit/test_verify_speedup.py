@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from pids import alive as _alive
+from polling import wait_until
 from sweep_stub import make_stub
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "verify_speedup.py"
@@ -129,18 +131,6 @@ def test_baseline_upstream_mode_on_a_template_server(vs, tmp_path, monkeypatch, 
     assert rc in (0, 1)  # the stub has no step-time histograms: the exporter may serve no measured speedup
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie is gone for our purposes (its parent has not reaped it yet)
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def test_sigterm_stops_servers_exporters_and_load_hogs_and_keeps_the_file(tmp_path, monkeypatch):
     """Killing the check with SIGTERM (``timeout``, a closed session) stops both template servers
     and the CPU-burning load process it started and writes the result file as "interrupted"
@@ -172,9 +162,7 @@ def test_sigterm_stops_servers_exporters_and_load_hogs_and_keeps_the_file(tmp_pa
             proc.kill()
     assert proc.returncode == 130, text[-2000:]
     hog = [int(x) for x in re.findall(r"CPU-burning processes: pids ([\d, ]+)", text)[0].split(",")]
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(_alive(p) for p in server_pids + hog):
-        time.sleep(0.2)
+    wait_until(lambda: not any(_alive(p) for p in server_pids + hog), 10, interval=0.2)
     left = [p for p in server_pids + hog if _alive(p)]
     for p in left:  # never leave them behind, even when the check fails
         os.kill(p, signal.SIGKILL)
