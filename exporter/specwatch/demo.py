@@ -51,7 +51,8 @@ from specwatch.bench.records import Equivalence
 from specwatch.bench.results import compare, keep_names_whole, render_tables, summarize
 from specwatch.bench.runner import BenchConfig, BenchConfigError, BenchInterrupted, run_bench
 from specwatch.bench.workloads import WorkloadOptions, equivalence_requests, parse_workloads
-from specwatch.choosek.demodecision import CHOICE_LEGEND, TABLE_COLUMNS, profile_fit_lines, table_rows
+from specwatch.choosek.decisionrecords import Decision
+from specwatch.choosek.demodecision import CHOICE_LEGEND, TABLE_COLUMNS, DecisionDoc, profile_fit_lines, row_notes, table_rows
 from specwatch.choosek.demoreport import DemoReportError, demo_decision, load_demo_result, write_demo_report
 from specwatch.choosek.demosummary import CostProfileRef, DemoServer, DemoSummary, RunCurve
 from specwatch.common.defaults import BASELINE_VLLM_PORT, BENCH_METRICS_PORT, EXPORTER_PORT, PROMETHEUS_PORT, VLLM_PORT
@@ -482,11 +483,13 @@ KEEP_RUNNING_HINT = ("Still running: Prometheus {prom} and the exporter {exporte
                      "Press Ctrl-C to stop them; run with --no-keep-running to exit at once.")
 
 
-def _print_decision(decision: dict, con: Console | None = None) -> None:
-    """The decision table, how its intervals were made, and whether the exporter's profile fits
-    (to ``con``, default the module's ``console``)."""
+def _print_decision(decision: DecisionDoc, con: Console | None = None) -> None:
+    """The decision table, how its intervals were made, the per-cell notes and whether the
+    exporter's profile fits (to ``con``, default the module's ``console``). ``decision``: the
+    record (:class:`specwatch.choosek.decisionrecords.Decision`) or its parsed document."""
     con = console if con is None else con
-    k = decision.get("k")
+    decision = Decision.coerce(decision)
+    k = decision.k
     t = Table(title=f"the decision: does speculation (k={k}) pay here, and which k to run", title_justify="left")
     for col in TABLE_COLUMNS:
         t.add_column(col, justify="left" if col in ("workload", "verdict") or col.startswith("k to") else "right")
@@ -494,12 +497,11 @@ def _print_decision(decision: dict, con: Console | None = None) -> None:
         t.add_row(*row)
     con.print(keep_names_whole(t))
     con.print(f"  {CHOICE_LEGEND}", soft_wrap=True)
-    for basis, how in decision.get("how", {}).items():
+    for basis, how in (decision.how or {}).items():
         con.print(f"  [bold]{basis}[/]: {how}", soft_wrap=True)
-    notes = [f"  {r['workload']} c={r['concurrency']}: {r['note']}" for r in decision.get("rows") or [] if r.get("note")]
-    for n in notes:
-        con.print(n, soft_wrap=True)
-    for line in profile_fit_lines(decision.get("profile_fit") or [], (decision.get("profile") or {}).get("name")):
+    for n in row_notes(decision):
+        con.print(f"  {n}", soft_wrap=True)
+    for line in profile_fit_lines(decision.profile_fit, decision.profile_name):
         con.print(line, soft_wrap=True)
 
 

@@ -2,7 +2,8 @@
 `specwatch demo` run (tests/fixtures/demo, see its README): every number is recomputed here from
 the bench files by its documented formula (numpy, not the module's code), the table in
 demo-summary.json is what the module computes from them, and the console table keeps workload
-names whole."""
+names whole. The checks read the JSON document of decide()'s record (``to_json()``), the one
+demo-summary.json holds."""
 
 from __future__ import annotations
 
@@ -66,7 +67,7 @@ def test_the_fixture_is_a_real_run_with_what_the_decision_needs(docs):
 
 def test_measured_ratio_and_its_interval_come_from_the_paired_batches(docs):
     base, spec, summary = docs
-    d = dd.decide(base, spec, summary["k"], plain_step=_plain())
+    d = dd.decide(base, spec, summary["k"], plain_step=_plain()).to_json()
     assert len(d["rows"]) == len(summary["comparison"]) == len(summary["workloads"]) * len(summary["concurrencies"])
     for row in d["rows"]:
         wl, c = row["workload"], row["concurrency"]
@@ -84,7 +85,7 @@ def test_measured_ratio_and_its_interval_come_from_the_paired_batches(docs):
 
 def test_calibrated_is_the_server_step_cost_measured_here(docs):
     base, spec, summary = docs
-    d = dd.decide(base, spec, summary["k"])
+    d = dd.decide(base, spec, summary["k"]).to_json()
     for row in d["rows"]:
         wl, c = row["workload"], row["concurrency"]
         b, s = _cell(base, wl, c), _cell(spec, wl, c)
@@ -104,7 +105,7 @@ def test_calibrated_is_the_server_step_cost_measured_here(docs):
 def test_what_ifs_use_the_exact_curve_and_the_fitted_slope(docs):
     base, spec, summary = docs
     k = summary["k"]
-    d = dd.decide(base, spec, k)
+    d = dd.decide(base, spec, k).to_json()
     checked = 0
     for c in summary["concurrencies"]:
         rows = [r for r in d["rows"] if r["concurrency"] == c]
@@ -141,7 +142,7 @@ def test_what_ifs_use_the_exact_curve_and_the_fitted_slope(docs):
 
 def test_the_k_to_run_is_always_a_k_or_off_from_choose_k_on_the_intervals(docs):
     base, spec, summary = docs
-    d = dd.decide(base, spec, summary["k"])
+    d = dd.decide(base, spec, summary["k"]).to_json()
     runs = set()
     for row in d["rows"]:
         ests = {w["k"]: Estimate(w["value"], w["lower"], w["upper"], w["basis"]) for w in row["what_if"]}
@@ -162,7 +163,7 @@ def test_the_k_to_run_is_always_a_k_or_off_from_choose_k_on_the_intervals(docs):
 
 def test_demo_summary_holds_the_decision_the_module_computes(docs):
     base, spec, summary = docs
-    got = json.loads(json.dumps(dd.decide(base, spec, summary["k"], plain_step=_plain())))
+    got = json.loads(json.dumps(dd.decide(base, spec, summary["k"], plain_step=_plain()).to_json()))
     written = summary["decision"]
     assert written["profile"]["file"].endswith(EMBEDDED_CPU_PROFILE.name)
     assert {k: v for k, v in written.items() if k not in ("profile", "how")} == \
@@ -174,7 +175,7 @@ def test_demo_summary_holds_the_decision_the_module_computes(docs):
 def test_profile_fit_compares_the_measured_plain_step_with_the_shipped_profile(docs):
     base, spec, summary = docs
     prof = load_profile(EMBEDDED_CPU_PROFILE)
-    fit = dd.profile_fit(base, _plain())
+    fit = [f.to_json() for f in dd.profile_fit(base, _plain())]
     assert [f["concurrency"] for f in fit] == summary["concurrencies"]
     for f in fit:
         cells = [r for r in base["summary"] if r["max_concurrency"] == f["concurrency"]]
@@ -191,7 +192,7 @@ def test_profile_fit_compares_the_measured_plain_step_with_the_shipped_profile(d
     if any(not f["fits"] for f in fit):
         assert "cancels" in lines[-1] and "widen with the drift" in lines[-1]
     # a profile whose plain step is 1 s is flagged at every concurrency
-    slow = dd.profile_fit(base, lambda b: 1.0)
+    slow = [f.to_json() for f in dd.profile_fit(base, lambda b: 1.0)]
     assert slow and all(not f["fits"] and f["ratio"] < 0.5 for f in slow)
     assert dd.profile_fit(base, None) == []
 
@@ -201,8 +202,8 @@ def test_one_measured_batch_gives_no_interval_but_still_a_k_from_the_point_value
     b1, s1 = copy.deepcopy(base), copy.deepcopy(spec)
     for doc in (b1, s1):
         doc["batches"] = [b for b in doc["batches"] if b["warmup"] or b["batch_index"] == 1]
-    d = dd.decide(b1, s1, summary["k"])
-    full = {(r["workload"], r["concurrency"]): r for r in dd.decide(base, spec, summary["k"])["rows"]}
+    d = dd.decide(b1, s1, summary["k"]).to_json()
+    full = {(r["workload"], r["concurrency"]): r for r in dd.decide(base, spec, summary["k"]).to_json()["rows"]}
     for row in d["rows"]:
         assert row["measured"] is None and row["calibrated"] is None and row["batches"] == 1
         assert "--num-batches 2" in row["note"]
@@ -221,7 +222,7 @@ def test_one_measured_batch_gives_no_interval_but_still_a_k_from_the_point_value
 def test_bad_k_and_missing_files():
     with pytest.raises(ValueError, match="k must be >= 1"):
         dd.decide({}, {}, 0)
-    assert dd.decide(None, None, 4)["rows"] == []
+    assert dd.decide(None, None, 4).to_json()["rows"] == []
     with pytest.raises(ValueError):
         dd.t975(0)
     assert dd.t975(2) == pytest.approx(4.303) and dd.t975(500) == pytest.approx(1.96, abs=1e-3)

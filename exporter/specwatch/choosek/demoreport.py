@@ -20,6 +20,7 @@ plots); the equivalence result; Prometheus' view. Images are embedded PNG data U
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -41,8 +42,9 @@ from specwatch.choosek.charts import (
     render_page,
 )
 from specwatch.bench.records import BenchRecordError, BenchResult
-from specwatch.choosek.demodecision import (CHOICE_LEGEND, TABLE_COLUMNS, VERDICT_TEXT, BenchDoc, decide, format_estimate,
-                                           profile_fit_lines, table_rows)
+from specwatch.choosek.decisionrecords import Decision, DecisionProfile
+from specwatch.choosek.demodecision import (CHOICE_LEGEND, TABLE_COLUMNS, VERDICT_TEXT, BenchDoc, DecisionDoc, decide,
+                                           format_estimate, profile_fit_lines, row_notes, table_rows)
 from specwatch.choosek.demosummary import SUMMARY_FILE, DemoServer, DemoSummary, DemoSummaryError, RunCurve, is_demo_summary
 from specwatch.choosek.model import KChoiceError, Measurement
 from specwatch.common.files import atomic_write_text
@@ -313,14 +315,15 @@ def render_demo_report(summary: SummaryDoc, benches: Mapping[str, BenchDoc],
     return render_page(title, parts)
 
 
-def demo_decision(summary: SummaryDoc, benches: Mapping[str, BenchDoc]) -> dict[str, Any] | None:
-    """The run's decision table: the summary's ``decision`` as the demo wrote it, else (a result
-    folder written before the demo decided) computed from the bench files with the exporter's
-    profile named in the summary (:func:`specwatch.choosek.demodecision.decide`). None when the
-    run's k is unknown."""
+def demo_decision(summary: SummaryDoc, benches: Mapping[str, BenchDoc]) -> Decision | None:
+    """The run's decision table (:class:`specwatch.choosek.decisionrecords.Decision`): the
+    summary's ``decision`` as the demo wrote it, else (a result folder written before the demo
+    decided) computed from the bench files with the exporter's profile named in the summary
+    (:func:`specwatch.choosek.demodecision.decide`; ``profile`` then names that profile's file and
+    name, None when it could not be loaded). None when the run's k is unknown."""
     summary = DemoSummary.coerce(summary)
     if summary.decision is not None:
-        return dict(summary.decision)
+        return summary.decision
     k = summary.k
     if k is None or k < 1:
         return None
@@ -334,40 +337,41 @@ def demo_decision(summary: SummaryDoc, benches: Mapping[str, BenchDoc]) -> dict[
             prof = None
     d = decide(benches.get("baseline"), benches.get("speculative"), k,
                plain_step=None if prof is None else (lambda b: prof.plain_step(b).seconds))
-    d["profile"] = {"file": str(prof_file), "name": None if prof is None else prof.name}
-    return d
+    return dataclasses.replace(d, profile=DecisionProfile(file=str(prof_file), name=None if prof is None else prof.name))
 
 
-def decision_section(decision: Mapping[str, Any] | None) -> list[str]:
+def decision_section(decision: DecisionDoc | None) -> list[str]:
     """The report's first section: the decision table (the cells of
     :func:`specwatch.choosek.demodecision.table_rows`, as on the console), how each basis was
     obtained, the per-cell notes, the what-if values per k′ and whether the exporter's cost
-    profile fits this machine."""
+    profile fits this machine. ``decision``: the record or its parsed document (None: no
+    decision)."""
     parts = ["<h2 id='decision'>The decision: does speculation pay here, and which k to run</h2>"]
-    if not decision or not decision.get("rows"):
+    decision = Decision.coerce(decision)
+    if decision is None or not decision.rows:
         parts.append("<p class='note'>No decision: no cell was measured on both servers (an interrupted demo).</p>")
         return parts
     parts.append("<style>table.decision td:first-child{white-space:nowrap}</style>")
     parts.append(f"<p>Per workload and concurrency, both servers measured on this machine: the client's throughput "
                  f"ratio with its 95 % interval and the verdict on it (pays: lower end above 1; loses: upper end "
-                 f"below 1), the run's k (k={escape(decision.get('k'))}) from the server step costs, and the k to "
+                 f"below 1), the run's k (k={escape(decision.k)}) from the server step costs, and the k to "
                  f"run: always a k or off, the best at the values, marked uncertain where the intervals' ends "
                  f"would choose differently.</p>")
     parts.append(html_table(list(TABLE_COLUMNS), table_rows(decision), "decision"))
     parts.append("<ul class='note'>" + f"<li>{escape(CHOICE_LEGEND)}</li>"
-                 + "".join(f"<li><b>{escape(b)}</b>: {escape(t)}</li>" for b, t in (decision.get("how") or {}).items())
+                 + "".join(f"<li><b>{escape(b)}</b>: {escape(t)}</li>" for b, t in (decision.how or {}).items())
                  + "</ul>")
-    notes = [f"{r['workload']} c={r['concurrency']}: {r['note']}" for r in decision["rows"] if r.get("note")]
+    notes = row_notes(decision)
     if notes:
         parts.append("<ul class='note'>" + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>")
-    fit = profile_fit_lines(decision.get("profile_fit") or [], (decision.get("profile") or {}).get("name"))
+    fit = profile_fit_lines(decision.profile_fit, decision.profile_name)
     if fit:
         parts.append("<p>" + "<br>".join(escape(x) for x in fit) + "</p>")
     rows = []
-    for r in decision["rows"]:
-        for w in r.get("what_if") or []:
-            rows.append([r["workload"], r["concurrency"], w["k"], format_estimate(w, with_basis=False), w["basis"],
-                         VERDICT_TEXT.get(w["verdict"], w["verdict"]), fmt_num(w.get("x"), ".2f"), fmt_num(w.get("c"), ".3f")])
+    for r in decision.rows:
+        for w in r.what_if:
+            rows.append([r.workload, r.concurrency, w.k, format_estimate(w, with_basis=False), w.basis,
+                         VERDICT_TEXT.get(w.verdict, w.verdict), fmt_num(w.x, ".2f"), fmt_num(w.c, ".3f")])
     if rows:
         parts.append("<p class='note'>Every k′ the choice compared (k = 0, off, is exactly 1):</p>")
         parts.append(html_table(["workload", "concurrency", "k′", "speedup [95 %]", "basis", "verdict",

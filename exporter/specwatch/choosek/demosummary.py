@@ -13,8 +13,9 @@ exporter's cost profile (:class:`CostProfileRef`), what Prometheus held (``prome
 values), the greedy-output check (``equivalence``: :class:`specwatch.bench.records.Equivalence`),
 the whole-run curve (``per_position``: :class:`RunCurve`, rates 0–1), the
 baseline-vs-speculative rows (``comparison``: :class:`specwatch.bench.records.ComparisonRow`),
-the decision (``decision``: :mod:`specwatch.choosek.demodecision`'s document, kept verbatim) and
-``status`` (absent for a finished run, ``interrupted``).
+the decision table (``decision``: :class:`specwatch.choosek.decisionrecords.Decision`, made by
+:func:`specwatch.choosek.demodecision.decide`) and ``status`` (absent for a finished run,
+``interrupted``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from specwatch.bench.records import ComparisonRow, Equivalence
+from specwatch.choosek.decisionrecords import Decision
 from specwatch.common.records import (Int, JsonRecord, ListOf, MapOf, Num, Obj, Rec, RecordError, Str, jfield, read_document,
                                       read_json_file, record_field)
 
@@ -109,8 +111,9 @@ class DemoSummary(JsonRecord):
     equivalence: Equivalence | None = jfield("equivalence", Rec(Equivalence), omit_none=True)
     per_position: RunCurve | None = jfield("per_position", Rec(RunCurve), omit_none=True)
     comparison: tuple[ComparisonRow, ...] | None = jfield("comparison", ListOf(Rec(ComparisonRow)), omit_none=True)
-    #: :func:`specwatch.choosek.demodecision.decide`'s document (with ``profile``), verbatim.
-    decision: Mapping[str, Any] | None = jfield("decision", _OBJ, omit_none=True)
+    #: The decision table (:func:`specwatch.choosek.demodecision.decide`, with the ``profile``
+    #: :func:`specwatch.choosek.demoreport.demo_decision` adds); None before the run decided.
+    decision: Decision | None = jfield("decision", Rec(Decision), omit_none=True)
     #: None for a finished run (the file has no key), else ``interrupted``.
     status: str | None = jfield("status", _STR, omit_none=True)
     extra: Mapping[str, Any] = record_field(default_factory=dict)

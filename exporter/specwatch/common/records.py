@@ -195,12 +195,13 @@ class ListOf(Kind):
 
 
 class MapOf(Kind):
-    """A JSON object whose values are of one kind, keyed by text (a dict inside, in the file's order)."""
+    """A JSON object whose values are of one kind, keyed by text (a dict inside, in the file's
+    order); ``nullable_items``: a value may be null (None inside)."""
 
     what = "an object"
 
-    def __init__(self, item: Kind) -> None:
-        self.item = item
+    def __init__(self, item: Kind, nullable_items: bool = False) -> None:
+        self.item, self.nullable_items = item, nullable_items
 
     def read(self, v, path, key):
         if not isinstance(v, Mapping):
@@ -208,14 +209,16 @@ class MapOf(Kind):
         mp = child_path(path, key)
         out = {}
         for k, x in v.items():
-            if isinstance(self.item, Rec):
+            if x is None and self.nullable_items:
+                out[k] = None
+            elif isinstance(self.item, Rec):
                 out[k] = self.item.read_item(x, f"{mp}[{k!r}]")
             else:
                 out[k] = self.item.read(x, mp, str(k))
         return out
 
     def write(self, v):
-        return {k: self.item.write(x) for k, x in v.items()}
+        return {k: None if x is None else self.item.write(x) for k, x in v.items()}
 
 
 class Rec(Kind):

@@ -1,0 +1,282 @@
+"""The demo's decision table as typed records: the only module that knows its fields.
+
+:func:`specwatch.choosek.demodecision.decide` builds a :class:`Decision` from the two bench
+results of a ``specwatch demo`` run; the demo stores its ``to_json`` in ``demo-summary.json``
+(key ``decision``, :class:`specwatch.choosek.demosummary.DemoSummary`), and the console
+(:mod:`specwatch.demo`) and ``report.html`` (:mod:`specwatch.choosek.demoreport`) render it through
+:mod:`specwatch.choosek.demodecision`'s formatters. How each number is computed is in
+:mod:`specwatch.choosek.demodecision`'s docstring; this module declares the fields, their JSON
+keys and units.
+
+The document, in the key order it has always been written in::
+
+    {"k", "rows": [DecisionRow], "cost_lines": {"<concurrency>": CostLine | null},
+     "profile_fit": [ProfileFit], "how": {basis: text}, "tolerance", "profile"?}
+
+``profile`` (:class:`DecisionProfile`, the exporter profile the plain-step check used) is added by
+:func:`specwatch.choosek.demoreport.demo_decision`. Every older document reads and writes
+unchanged (``Decision.from_json(x).to_json() == x``, unknown keys kept): rows whose choice has no
+``certain`` (a file written before the k to run was marked uncertain), a choice whose ``k`` is null
+and whose ``run`` is ``withheld`` (a file written before the demo always chose a k). Speedups are
+ratios over running without speculation (1 = no change); step times are in milliseconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from specwatch.common.records import (Bool, Int, JsonRecord, ListOf, MapOf, Num, Rec, RecordError, Str, jfield, read_document,
+                                      record_field)
+
+_NUM, _STR, _INT = Num(), Str(), Int()
+
+
+class DecisionRecordError(RecordError):
+    """A decision document that cannot be read: the message names it and the field."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecisionEstimate(JsonRecord):
+    """One speedup estimate with its 95 % interval (a row's ``measured`` and ``calibrated``; the
+    base of :class:`WhatIf`), written from a :class:`specwatch.specdecode.decision.Estimate`:
+    ``value`` ≥ ``lower``… ``upper`` (speculative over baseline, > 0), ``basis`` (``measured``,
+    ``calibrated``, ``profile``, ``extrapolated``) and ``verdict`` (``pays`` when lower > 1,
+    ``loses`` when upper < 1, else ``cannot_tell``)."""
+
+    value: float | None = jfield("value", _NUM)
+    lower: float | None = jfield("lower", _NUM)
+    upper: float | None = jfield("upper", _NUM)
+    basis: str | None = jfield("basis", _STR)
+    verdict: str | None = jfield("verdict", _STR)
+    extra: Mapping[str, Any] = record_field(default_factory=dict)
+    keys: tuple[str, ...] | None = record_field(default=None)
+
+    @classmethod
+    def of(cls, e: Any) -> DecisionEstimate | None:
+        """The record of a :class:`specwatch.specdecode.decision.Estimate` (None stays None)."""
+        if e is None:
+            return None
+        return cls(value=e.value, lower=e.lower, upper=e.upper, basis=e.basis, verdict=e.verdict)
+
+    @classmethod
+    def coerce(cls, doc: DecisionEstimate | Mapping[str, Any] | None) -> DecisionEstimate | None:
+        """``doc`` as a record (a parsed estimate or what-if row is read, its other keys kept in
+        ``extra``; DecisionRecordError naming the field); None stays None."""
+        if doc is None or isinstance(doc, DecisionEstimate):
+            return doc
+        return read_document(cls, doc, None, "decision estimate", DecisionRecordError)
+
+    @property
+    def given(self) -> bool:
+        """False for an empty object (``{}``), which the formatters show as "–" like a null."""
+        return self.keys != ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class WhatIf(DecisionEstimate):
+    """One k′ the choice compared (``rows[i].what_if[j]``): the estimate at ``k`` = k′ (1 … the
+    run's k; the run's k itself is its anchor, the measured or calibrated estimate), ``x`` the
+    drafted tokens per request-step at k′ (x × k′ / k), ``c`` the relative step cost at k′ (t_spec /
+    t0 on the cost line's slope through the cell's own point) and ``relative_to_run`` R(k′), the
+    modelled speedup of k′ over the run's k (1 at the run's k)."""
+
+    write_order: ClassVar[tuple[str, ...]] = ("k",)
+
+    k: int | None = jfield("k", _INT)
+    x: float | None = jfield("x", _NUM)
+    c: float | None = jfield("c", _NUM)
+    relative_to_run: float | None = jfield("relative_to_run", _NUM)
+
+    @classmethod
+    def at(cls, k: int, e: Any, *, x: float | None, c: float | None, relative_to_run: float) -> WhatIf:
+        """The what-if row of k′ = ``k`` from its :class:`specwatch.specdecode.decision.Estimate` ``e``."""
+        return cls(k=k, value=e.value, lower=e.lower, upper=e.upper, basis=e.basis, verdict=e.verdict, x=x, c=c,
+                   relative_to_run=relative_to_run)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CellCost(JsonRecord):
+    """A cell's measured step cost (``rows[i].cost``): ``t0_ms`` the baseline's and ``t_spec_ms``
+    the speculative server's step time (ms, ``server_step_duration_ms``: vLLM's ITL sum / count),
+    ``c`` = t_spec / t0, ``x`` drafted tokens per request-step (Δdraft_tokens / Δrequest-steps),
+    ``s`` the share of request-steps that carried a draft (Δdrafts / Δrequest-steps, at most 1),
+    ``b`` the speculative server's running requests per step and ``tau`` the tokens per
+    request-step it emitted (1 + Δaccepted / Δrequest-steps). None where the bench file lacks the
+    counter."""
+
+    t0_ms: float | None = jfield("t0_ms", _NUM)
+    t_spec_ms: float | None = jfield("t_spec_ms", _NUM)
+    c: float | None = jfield("c", _NUM)
+    x: float | None = jfield("x", _NUM)
+    s: float | None = jfield("s", _NUM)
+    b: float | None = jfield("b", _NUM)
+    tau: float | None = jfield("tau", _NUM)
+    extra: Mapping[str, Any] = record_field(default_factory=dict)
+    keys: tuple[str, ...] | None = record_field(default=None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecisionChoice(JsonRecord):
+    """The k to run of a row (``rows[i].choice``, :func:`specwatch.specdecode.decision.choose_k`
+    over k′ = 0 … k): ``k`` (0 = off; None only in files written before the demo always chose,
+    ``run`` then ``withheld``), ``run`` its text (``off``, ``k=3``), ``certain`` (the lower ends,
+    values and upper ends agree; absent in older files), ``reason`` (None, ``uncertain``,
+    ``no_interval``, ``no_data``), ``basis`` (the weakest of the estimates compared) and the k at
+    the lower ends, values and upper ends (``at_lower``, ``at_value``, ``at_upper``)."""
+
+    k: int | None = jfield("k", _INT)
+    run: str | None = jfield("run", _STR)
+    certain: bool | None = jfield("certain", Bool())
+    reason: str | None = jfield("reason", _STR)
+    basis: str | None = jfield("basis", _STR)
+    at_lower: int | None = jfield("at_lower", _INT)
+    at_value: int | None = jfield("at_value", _INT)
+    at_upper: int | None = jfield("at_upper", _INT)
+    extra: Mapping[str, Any] = record_field(default_factory=dict)
+    keys: tuple[str, ...] | None = record_field(default=None)
+
+    @property
+    def is_certain(self) -> bool:
+        """``certain``; for a file written before the key existed, whether it gave no reason."""
+        if self.certain is None and (self.keys is None or "certain" not in self.keys):
+            return self.reason is None
+        return bool(self.certain)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecisionRow(JsonRecord):
+    """One workload × concurrency of the table (``rows[i]``): ``batches`` measured batch pairs,
+    ``ratio`` the client's speculative / baseline output throughput (None without both),
+    ``measured`` and ``calibrated`` estimates at the run's k (None when not measurable: one
+    batch, no step times), ``cost`` (:class:`CellCost`), ``curve_source`` (``exact per-request``
+    or ``counters (…)``), ``what_if`` (:class:`WhatIf` per k′), ``choice``
+    (:class:`DecisionChoice`) and ``note`` (what is missing, "; "-joined; "" when nothing)."""
+
+    workload: str | None = jfield("workload", _STR)
+    concurrency: int | None = jfield("concurrency", _INT)
+    batches: int | None = jfield("batches", _INT)
+    ratio: float | None = jfield("ratio", _NUM)
+    measured: DecisionEstimate | None = jfield("measured", Rec(DecisionEstimate))
+    calibrated: DecisionEstimate | None = jfield("calibrated", Rec(DecisionEstimate))
+    cost: CellCost | None = jfield("cost", Rec(CellCost))
+    curve_source: str | None = jfield("curve_source", _STR)
+    what_if: tuple[WhatIf, ...] = jfield("what_if", ListOf(Rec(WhatIf)), default=())
+    choice: DecisionChoice | None = jfield("choice", Rec(DecisionChoice))
+    note: str | None = jfield("note", _STR)
+    extra: Mapping[str, Any] = record_field(default_factory=dict)
+    keys: tuple[str, ...] | None = record_field(default=None)
+
+    @classmethod
+    def from_json(cls, data: Any, where: str | None = None) -> DecisionRow:
+        """One row alone. Raises DecisionRecordError naming the field."""
+        return read_document(cls, data, where, "decision row", DecisionRecordError)
+
+    @classmethod
+    def coerce(cls, doc: DecisionRow | Mapping[str, Any]) -> DecisionRow:
+        """``doc`` as a record: a record as it is, a parsed row read with :meth:`from_json`."""
+        return doc if isinstance(doc, DecisionRow) else cls.from_json(doc)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CostLine(JsonRecord):
+    """The least-squares line c = a + b x over the workloads at one concurrency
+    (``cost_lines["<concurrency>"]``, :func:`specwatch.choosek.demodecision.fit_line`): ``a``, ``b``
+    (relative step cost per drafted token per request-step), ``points`` (workloads fitted),
+    ``x_min`` / ``x_max`` the fitted range of x, ``slope_halfwidth`` t(m−2) × SE(b) (0 for two
+    points) and ``residual_log_sd`` sd of log(c / ĉ) (None for two points)."""
+
+    a: float | None = jfield("a", _NUM)
+    b: float | None = jfield("b", _NUM)
+    points: int | None = jfield("points", _INT)
+    x_min: float | None = jfield("x_min", _NUM)
+    x_max: float | None = jfield("x_max", _NUM)
+    slope_halfwidth: float | None = jfield("slope_halfwidth", _NUM)
+    residual_log_sd: float | None = jfield("residual_log_sd", _NUM)
+    extra: Mapping[str, Any] = record_field(default_factory=dict)
+    keys: tuple[str, ...] | None = record_field(default=None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfileFit(JsonRecord):
+    """The profile check at one concurrency (``profile_fit[i]``,
+    :func:`specwatch.choosek.demodecision.profile_fit`): this machine's plain step
+    ``measured_t0_ms`` (the baseline cells pooled, ms) at ``running_requests`` b against the cost
+    profile's ``profile_t0_ms`` = t0(b) (ms); ``ratio`` = measured / profile and ``fits`` when it is
+    within :data:`specwatch.choosek.demodecision.FIT_BAND` either way."""
+
+    concurrency: int | None = jfield("concurrency", _INT)
+    running_requests: float | None = jfield("running_requests", _NUM)
+    measured_t0_ms: float | None = jfield("measured_t0_ms", _NUM)
+    profile_t0_ms: float | None = jfield("profile_t0_ms", _NUM)
+    ratio: float | None = jfield("ratio", _NUM)
+    fits: bool | None = jfield("fits", Bool())
+    extra: Mapping[str, Any] = record_field(default_factory=dict)
+    keys: tuple[str, ...] | None = record_field(default=None)
+
+    @classmethod
+    def coerce(cls, doc: ProfileFit | Mapping[str, Any]) -> ProfileFit:
+        """``doc`` as a record (a parsed entry is read; DecisionRecordError naming the field)."""
+        if isinstance(doc, ProfileFit):
+            return doc
+        return read_document(cls, doc, None, "decision profile check", DecisionRecordError)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecisionProfile(JsonRecord):
+    """The exporter cost profile the decision's profile check used (``profile``, added by
+    :func:`specwatch.choosek.demoreport.demo_decision`): its ``file`` and ``name`` (None when it
+    could not be loaded)."""
+
+    file: str | None = jfield("file", _STR)
+    name: str | None = jfield("name", _STR)
+    extra: Mapping[str, Any] = record_field(default_factory=dict)
+    keys: tuple[str, ...] | None = record_field(default=None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decision(JsonRecord):
+    """The decision table of a demo run (see the module docstring): the run's ``k``, one
+    :class:`DecisionRow` per cell measured on both servers (in the speculative file's cell order),
+    the cost line per concurrency (``cost_lines``, keyed by the concurrency as text; None where no
+    line could be fitted), the profile check (``profile_fit``), how each basis was obtained
+    (``how``: basis → text), the tie ``tolerance`` of the choice (a fraction, 0.02 = 2 %) and the
+    ``profile`` the check used."""
+
+    k: int | None = jfield("k", _INT)
+    rows: tuple[DecisionRow, ...] = jfield("rows", ListOf(Rec(DecisionRow)), default=())
+    cost_lines: Mapping[str, CostLine | None] | None = jfield("cost_lines", MapOf(Rec(CostLine), nullable_items=True))
+    profile_fit: tuple[ProfileFit, ...] = jfield("profile_fit", ListOf(Rec(ProfileFit)), default=())
+    how: Mapping[str, str] | None = jfield("how", MapOf(_STR))
+    tolerance: float | None = jfield("tolerance", _NUM)
+    profile: DecisionProfile | None = jfield("profile", Rec(DecisionProfile), omit_none=True)
+    extra: Mapping[str, Any] = record_field(default_factory=dict)
+    keys: tuple[str, ...] | None = record_field(default=None)
+
+    @classmethod
+    def from_json(cls, data: Any, where: str | None = None) -> Decision:
+        """The record of a parsed decision document; ``where`` names it in errors. Raises
+        DecisionRecordError (one line naming the field) for a document of the wrong shape."""
+        return read_document(cls, data, where, "demo decision", DecisionRecordError)
+
+    @classmethod
+    def coerce(cls, doc: Decision | Mapping[str, Any] | None, where: str | None = None) -> Decision | None:
+        """``doc`` as a record: a record as it is, a parsed document read with :meth:`from_json`
+        (None stays None)."""
+        if doc is None or isinstance(doc, Decision):
+            return doc
+        return cls.from_json(doc, where)
+
+    def cost_line(self, concurrency: int) -> CostLine | None:
+        """The cost line fitted at ``concurrency`` (None when there is none)."""
+        return (self.cost_lines or {}).get(str(concurrency))
+
+    @property
+    def profile_name(self) -> str | None:
+        """The name of the profile the check used (None when unknown)."""
+        return None if self.profile is None else self.profile.name
+
+
+__all__ = ["CellCost", "CostLine", "Decision", "DecisionChoice", "DecisionEstimate", "DecisionProfile", "DecisionRecordError",
+           "DecisionRow", "ProfileFit", "WhatIf"]
