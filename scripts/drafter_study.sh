@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The second source document's draft-model study, shortened for the embedded default (vLLM CPU,
-# SmolLM2-135M, 2 cores): baseline + method draft_model with two drafters derived from the target
-# (close: noise sigma 0.10, far: sigma 0.17; `specwatch prepare-model --drafter`), k = 1..4,
-# max concurrency 1, 2, 4, 8; then advise (drafter and k per concurrency), the HTML report (the
-# document's charts per drafter) and the document's tables in markdown.
+# The published draft-model study (docs/load-generator.md, "The published measurements these
+# workloads reproduce"), shortened for the embedded default (vLLM CPU, SmolLM2-135M, 2 cores):
+# baseline + method draft_model with two drafters derived from the target (close: noise sigma
+# 0.10, far: sigma 0.17; `specwatch prepare-model --drafter`), k = 1..4, max concurrency 1, 2, 4,
+# 8; then advise (drafter and k per concurrency), the HTML report (the document's charts per
+# drafter) and the document's tables in markdown.
 #
 # The document: Qwen3-32B target with Qwen3-0.6B / 1.7B drafters on an A100, 1000 ShareGPT prompts,
 # concurrency 1-64, k 1-5. Here: the `explain` chat workload (our own prompt; no dataset is

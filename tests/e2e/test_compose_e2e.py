@@ -88,6 +88,11 @@ SERVED = "smollm2"  # vllm-cpu's --served-model-name in docker-compose.yml
 REQUIRED_VARS = sorted(set(re.findall(r"\$\{([A-Z_]+):\?", cs.COMPOSE_FILE.read_text())))
 GENERATED = cs.ROOT / "dashboards" / "generated"
 RULE_FILES = sorted((cs.ROOT / "prometheus" / "rules").glob("*.yml"))
+RULE_GROUPS = [g["name"] for f in RULE_FILES for g in yaml.safe_load(f.read_text())["groups"]]
+#: The compose Prometheus' jobs of the services the cpu profile runs, and their instances
+#: (prometheus/compose/prometheus.yml; vllm's other target, vllm-baseline:8001, is not started).
+SCRAPED_JOBS = ("vllm", "specwatch")
+RUNNING_TARGETS = ("vllm:8000", "specwatch:19337")
 TIMINGS_FILE = Path(os.environ.get("SPECWATCH_COMPOSE_TIMINGS", "/tmp/specwatch-compose-e2e-timings.json"))
 # EXPECTED_EMPTY and BASELINE_SELECTOR (the panels allowed to stay empty) live in composestack:
 # tests/integration/test_compose.py checks them against docs/compose.md without Docker.
@@ -280,8 +285,10 @@ def bench_run(stack):
 
     # no fixed limit on a slow or loaded machine: the bench may take as long as vLLM keeps generating
     code = cs.wait_exit_while_progressing(cid, generated_tokens, stall_limit=BENCH_STALL, total_limit=BENCH_LIMIT)
+    since = time.time()
     logs = p.logs("bench", tail=200)
-    time.sleep(16)  # one more scrape / rule evaluation of the last values
+    # one more scrape of the last values, and a rule evaluation after it
+    cs.wait_for_fresh_scrape_and_eval(stack.prom_url, since, jobs=SCRAPED_JOBS, groups=RULE_GROUPS, timeout=90)
     return code, logs, start, time.time()
 
 
@@ -500,7 +507,8 @@ def test_restart_of_vllm_under_traffic(stack):
     with cs.ExporterMonitor(stack.exporter_url + "/metrics") as mon, \
             cs.BackgroundTraffic(stack.vllm_url, SERVED, max_seconds=RESTART_LIMIT + 300) as traffic:
         cs.wait_for("traffic flowing", lambda: traffic.ok >= 2, 120, interval=1)
-        time.sleep(16)  # at least one scrape of the grown counters
+        # at least one scrape of the grown counters
+        cs.wait_for_fresh_scrape_and_eval(stack.prom_url, time.time(), jobs=SCRAPED_JOBS, up=RUNNING_TARGETS, timeout=60)
         restart_at = time.time()
         p.run("restart", "vllm-cpu", timeout=180)
         p.wait_healthy("vllm-cpu", RESTART_LIMIT)
@@ -508,7 +516,9 @@ def test_restart_of_vllm_under_traffic(stack):
         cs.wait_for("requests succeed after the restart", lambda: traffic.ok >= ok_after_restart + 3, 180, interval=1)
         cs.wait_for("exporter: specwatch_up 1 again",
                     lambda: cs.metric_samples(stack.exporter_metrics(), "specwatch_up") == [({"upstream": "spec"}, 1.0)], 60)
-        time.sleep(20)  # scrapes and rule evaluations after the restart
+        # scrapes of both (up again) and rule evaluations after them, all after the restart
+        cs.wait_for_fresh_scrape_and_eval(stack.prom_url, time.time(), jobs=SCRAPED_JOBS, groups=RULE_GROUPS,
+                                          up=RUNNING_TARGETS, timeout=90)
     end = time.time()
     assert traffic.failed >= 1, "no request failed: did vllm-cpu really restart?"
     reads = mon.reads

@@ -18,10 +18,14 @@ import shlex
 import subprocess
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import requests
+
+import polling
 
 from specwatch.common.processes import free_port as free_port  # the one free_port, re-exported (cs.free_port)
 from specwatch.common.processes import listen_error
@@ -605,6 +609,107 @@ def wait_for(what: str, fn, limit: float, interval: float = 3.0):
         if time.monotonic() - t0 > limit:
             raise AssertionError(f"{what}: not within {limit:.0f} s (last: {last!r})"[:3000])
         time.sleep(interval)
+
+
+_RFC3339 = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)")
+
+
+def rfc3339_seconds(text: str) -> float:
+    """Prometheus' RFC 3339 timestamps (nanosecond fractions, ``Z`` or an offset) as Unix seconds.
+    A target never scraped or a group never evaluated reads ``0001-01-01T00:00:00Z`` (far in the past)."""
+    import datetime as dt
+
+    m = _RFC3339.fullmatch(text)
+    if not m:
+        raise ValueError(f"not an RFC 3339 timestamp: {text!r}")
+    base = dt.datetime.fromisoformat(m.group(1) + m.group(3).replace("Z", "+00:00"))
+    return base.timestamp() + float("0." + (m.group(2) or "0"))
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.gmtime(t)) + f".{int((t % 1) * 1000):03d}"
+
+
+def stale_targets(prom_url: str, since: float, jobs: Sequence[str], up: Sequence[str] = ()) -> tuple[dict, list[str]]:
+    """One look at ``/api/v1/targets``: ({"job/instance": {"last_scrape", "scrape_end", "health"}} in
+    Unix seconds, what is stale). Stale: a job of ``jobs`` without an active target, an active target
+    of those jobs not scraped after ``since`` (a failed scrape counts: it happened), and an instance
+    of ``up`` (``vllm:8000``) that is no target of those jobs or whose last scrape failed."""
+    targets = prom_get(prom_url, "/api/v1/targets", state="active")["activeTargets"] if jobs else []
+    seen: dict[str, dict] = {}
+    stale: list[str] = []
+    for job in jobs:
+        mine = [t for t in targets if t["labels"].get("job") == job]
+        if not mine:
+            stale.append(f"job {job!r}: no active target")
+        for t in mine:
+            name = f"{job}/{t['labels'].get('instance')}"
+            last = rfc3339_seconds(t["lastScrape"])
+            seen[name] = {"last_scrape": last, "scrape_end": last + float(t.get("lastScrapeDuration") or 0),
+                          "health": t["health"], "error": t.get("lastError") or ""}
+            if last <= since:
+                stale.append(f"target {name}: last scraped {_clock(last) if last > 0 else 'never'}")
+    for instance in up:
+        mine = [(n, s) for n, s in seen.items() if n.split("/", 1)[1] == instance]
+        if not mine:
+            stale.append(f"target {instance}: no active target of the jobs {list(jobs)}")
+        stale += [f"target {n}: health {s['health']}" + (f" ({s['error']})" if s["error"] else "")
+                  for n, s in mine if s["health"] != "up"]
+    return seen, stale
+
+
+def stale_groups(prom_url: str, after: float, groups: Sequence[str]) -> tuple[dict, list[str]]:
+    """One look at ``/api/v1/rules``: ({group: last evaluation, Unix seconds}, what is stale). Stale: a
+    group of ``groups`` that Prometheus has not loaded or did not evaluate after ``after``."""
+    got = {g["name"]: g for g in prom_get(prom_url, "/api/v1/rules")["groups"]} if groups else {}
+    seen: dict[str, float] = {}
+    stale: list[str] = []
+    for name in groups:
+        g = got.get(name)
+        if g is None:
+            stale.append(f"rule group {name!r}: not loaded")
+            continue
+        last = rfc3339_seconds(g["lastEvaluation"]) if g.get("lastEvaluation") else 0.0
+        seen[name] = last
+        if last <= after:
+            stale.append(f"rule group {name!r}: last evaluated {_clock(last) if last > 0 else 'never'}")
+    return seen, stale
+
+
+def wait_for_fresh_scrape_and_eval(prom_url: str, since: float, *, jobs: Sequence[str] = (), groups: Sequence[str] = (),
+                                   up: Sequence[str] = (), timeout: float = 60.0, interval: float = 0.5) -> dict:
+    """Wait until Prometheus has scraped every active target of ``jobs`` after ``since`` (Unix
+    seconds, taken just before: e.g. once the last values to be stored were produced), the last
+    scrape of each instance of ``up`` succeeded, and every rule group of ``groups`` was evaluated
+    after those scrapes had ended (so the evaluation saw them; without ``jobs``: after ``since``).
+    What a fixed sleep of "one more scrape and rule evaluation" meant.
+
+    Returns ``{"targets": …, "groups": …}`` as last seen (:func:`stale_targets`, :func:`stale_groups`)
+    and ``"rules_after"``: the end of the first fresh scrapes seen, which every group's evaluation
+    followed (the targets' own times may be later: Prometheus went on scraping).
+    Raises AssertionError naming every stale target and group (or the API's last error) after
+    ``timeout`` s."""
+    state: dict[str, Any] = {"stale": ["not looked at yet"], "seen": {}, "evaluated_after": None}
+
+    def fresh() -> bool:
+        try:
+            targets, stale = stale_targets(prom_url, since, jobs, up)
+            if not stale and state["evaluated_after"] is None:
+                # fixed at the first fresh scrapes seen: the later scrapes must not move it
+                state["evaluated_after"] = max([since, *(t["scrape_end"] for t in targets.values())])
+            evaluated, late = stale_groups(prom_url, state["evaluated_after"] or since, groups)
+        except (requests.RequestException, AssertionError, ValueError, KeyError) as exc:
+            state["stale"] = [f"Prometheus API: {exc!r}"[:500]]
+            return False
+        state["seen"] = {"targets": targets, "groups": evaluated, "rules_after": state["evaluated_after"]}
+        state["stale"] = stale + late
+        return not state["stale"]
+
+    if polling.wait_until(fresh, timeout, interval):
+        return state["seen"]
+    rules = "" if state["evaluated_after"] is None else f" (rules: after the scrapes ended, {_clock(state['evaluated_after'])})"
+    raise AssertionError(f"Prometheus {prom_url}: not scraped and evaluated after {_clock(since)}{rules} within "
+                         f"{timeout:g} s: " + "; ".join(state["stale"]))
 
 
 def metric_samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:

@@ -58,3 +58,34 @@ def test_a_damaged_summary_names_the_file_and_the_field(tmp_path):
     f.write_text(json.dumps({"cells": []}))
     with pytest.raises(DemoSummaryError, match="not a specwatch demo summary"):
         DemoSummary.load(f)
+
+
+def _without(doc: dict, key: str) -> dict:
+    return {k: v for k, v in doc.items() if k != key}
+
+
+def test_a_curve_without_e_of_k_stays_without_it():
+    doc = json.loads(DEMO.read_text(encoding="utf-8"))
+    doc["per_position"] = _without(doc["per_position"], "expected_acceptance_length_by_k")
+    rec = DemoSummary.from_json(doc)
+    assert rec.per_position.expected_acceptance_length_by_k == {} and rec.per_position.expected_length(1) is None
+    assert rec.to_json() == doc
+    assert json.dumps(rec.to_json(), indent=1) == json.dumps(doc, indent=1)
+    curve = {"draft_acceptance_rate": 0.5, "per_position_acceptance_rate": [0.6, 0.4]}
+    assert RunCurve.read(curve).to_json() == curve
+
+
+def test_a_curve_with_an_empty_e_of_k_keeps_it():
+    curve = {"draft_acceptance_rate": 0.5, "expected_acceptance_length_by_k": {}, "draft_tokens_per_draft": 3.0}
+    assert json.dumps(RunCurve.read(curve).to_json()) == json.dumps(curve)
+
+
+def test_a_summary_without_servers_stays_without_them():
+    doc = _without(json.loads(DEMO.read_text(encoding="utf-8")), "servers")
+    rec = DemoSummary.read(doc)  # from_json wants "servers" to recognise a demo summary; the record does not
+    assert rec.servers == {}
+    assert json.dumps(rec.to_json(), indent=1) == json.dumps(doc, indent=1)
+    # a server set since then is written (after the keys the document had)
+    doc2 = rec.with_server("baseline", DemoServer(port=8001)).to_json()
+    assert list(doc2)[-1] == "servers" and doc2["servers"] == {"baseline": {"startup_seconds": None, "speculative_config": None,
+                                                                         "port": 8001}}

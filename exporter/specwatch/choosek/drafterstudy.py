@@ -228,7 +228,7 @@ def report_sections(doc: SweepResult | Mapping[str, Any], ms: Sequence[Measureme
     if not labels or not any(m.config in labels for m in ms):
         return []
     parts = ["<h2>Drafters (method draft_model)</h2>",
-             "<p class='note'>The second source document's charts: per drafter, one line per k, the baseline "
+             "<p class='note'>The layout of the published draft-model study's charts: per drafter, one line per k, the baseline "
              "(no speculation) in black.</p>"]
     for d in sorted(set(labels.values())):
         sub = [m for m in ms if m.k == 0 or labels.get(m.config) == d]

@@ -261,6 +261,16 @@ def jfield(key: str, kind: Kind, *, required: bool = False, nullable: bool = Tru
     return dataclasses.field(default=default, metadata=meta)
 
 
+def _default_of(f: dataclasses.Field) -> Any:
+    """The value a field has when its key is absent: its ``default``, or a fresh value of its
+    ``default_factory`` (an empty ``servers`` mapping), else None."""
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
 class JsonRecord:
     """Base of the result records: frozen ``kw_only`` dataclasses whose :func:`jfield` fields are
     read and written generically. Every record has ``extra`` (keys it does not know, verbatim) and
@@ -279,7 +289,7 @@ class JsonRecord:
     def _jfields(cls) -> tuple[tuple[str, Mapping[str, Any]], ...]:
         got = JsonRecord._fields_cache.get(cls)
         if got is None:
-            got = tuple((f.name, {**f.metadata, "default": None if f.default is dataclasses.MISSING else f.default})
+            got = tuple((f.name, {**f.metadata, "default": _default_of(f)})
                         for f in dataclasses.fields(cls) if "key" in f.metadata)
             JsonRecord._fields_cache[cls] = got
         return got
@@ -336,7 +346,8 @@ class JsonRecord:
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object of the record: the keys it was read with, in their order (fields changed
-        since then with their new values, fields set since then added), else (a record built in
+        since then with their new values, fields set since then added: a field that is None or
+        equal to its default or default_factory's value is not set), else (a record built in
         code) every field in :attr:`write_order`, then in declaration order (an ``omit_none`` one
         only when set), then ``extra``."""
         out: dict[str, Any] = {}

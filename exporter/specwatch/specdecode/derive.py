@@ -1,6 +1,7 @@
 """vLLM's speculative-decoding formulas, applied to counter differences.
 
-Over an interval with Δ = increase of each counter (see ``shared/vllm-facts.md``):
+Over an interval with Δ = increase of each counter (the same formulas as the recording rules:
+``docs/metrics.md``, "The formulas in one place"):
 
 - draft acceptance rate            = Δaccepted / Δdraft_tokens
 - mean acceptance length           = 1 + Δaccepted / Δdrafts   (tokens per verify step, bonus included)

@@ -1,7 +1,8 @@
 """Parse a vLLM (or llama.cpp) ``/metrics`` body into speculative-decoding counters.
 
 The exposition text is parsed with :mod:`prometheus_client.parser`; this module only picks the
-samples it needs and checks them. Supported upstream schemas (see ``shared/vllm-facts.md``):
+samples it needs and checks them. Supported upstream schemas (the user-facing list is
+``docs/exporter.md``, "Supported upstreams"):
 
 ``v1``
     vLLM 0.8.5 and later: ``vllm:spec_decode_num_drafts_total``, ``…_num_draft_tokens_total``,
