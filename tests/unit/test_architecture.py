@@ -96,3 +96,26 @@ def test_the_core_dependencies_are_all_that_serve_needs():
                         "sys.argv = ['specwatch', 'report', '--help']\nmain()\n"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "needs the Python package" in r.stderr, (r.stdout[-500:], r.stderr[-1000:])
+
+
+def test_one_tie_tolerance():
+    """Issue #24: "one tolerance constant". The tie rule's relative tolerance (a smaller k within
+    it of the best wins) is written as a number once, in specdecode/decision.py; every other
+    module-level *TOLERANCE constant that holds a number literal is a different quantity, named here."""
+    literal = {}
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+                    and isinstance(node.value.value, (int, float))):
+                for t in node.targets:
+                    if isinstance(t, ast.Name) and t.id.endswith("TOLERANCE"):
+                        literal[f"{path.relative_to(PACKAGE).as_posix()}:{t.id}"] = node.value.value
+    assert literal == {
+        "specdecode/decision.py:TOLERANCE": 0.02,  # the tie rule
+        "specdecode/ragged.py:RAGGED_RELATIVE_TOLERANCE": 0.005,  # missing draft tokens, relative
+        "specdecode/ragged.py:RAGGED_ABSOLUTE_TOLERANCE": 1.0,  # missing draft tokens, absolute
+        "specdecode/speedup.py:DEFAULT_CONTRADICTION_TOLERANCE": 0.25,  # measured vs calibrated
+    }
+    from specwatch.choosek.model import DEFAULT_TOLERANCE
+    from specwatch.specdecode.decision import TOLERANCE
+    assert DEFAULT_TOLERANCE is TOLERANCE

@@ -86,6 +86,7 @@ from typing import Any
 from specwatch.choosek.measurement import KChoiceError, Measurement
 from specwatch.specdecode.cost import estimated_speedups, recommend_k
 from specwatch.specdecode.cost import CostModel
+from specwatch.specdecode.decision import TOLERANCE
 from specwatch.specdecode.derive import expected_lengths
 
 __all__ = [
@@ -113,8 +114,9 @@ __all__ = [
     "speculative_config_advice",
 ]
 
-#: Default noise tolerance (relative): a smaller k within 2 % of the best predicted throughput wins.
-DEFAULT_TOLERANCE = 0.02
+#: Default noise tolerance (relative): a smaller k within this fraction of the best predicted
+#: throughput wins. The one tie tolerance of the project, :data:`specwatch.specdecode.decision.TOLERANCE`.
+DEFAULT_TOLERANCE = TOLERANCE
 
 
 # --------------------------------------------------------------------------------------------
