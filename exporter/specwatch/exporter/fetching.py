@@ -46,9 +46,10 @@ import threading
 import time
 import zlib
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import aiohttp
+if TYPE_CHECKING:  # imported where a fetch needs it: `serve --help`, a config error and `top` start faster
+    import aiohttp
 
 from specwatch.exporter.config import Upstream
 from specwatch.specdecode.metrics import (MetricsParseError, UpstreamSnapshot, clip, find_non_exposition_line,
@@ -192,6 +193,8 @@ async def fetch_text(session: aiohttp.ClientSession, upstream: Upstream, timeout
 
     Raises :class:`FetchError` (connect, timeout, http_status, too_large, truncated, decode).
     """
+    import aiohttp  # loaded already: the session is aiohttp's
+
     try:
         async with session.get(
             upstream.metrics_url,
@@ -218,6 +221,8 @@ async def fetch_text(session: aiohttp.ClientSession, upstream: Upstream, timeout
 
 
 def _new_session(limit: int) -> aiohttp.ClientSession:
+    import aiohttp
+
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=limit, limit_per_host=0, enable_cleanup_closed=True),
         auto_decompress=False,
