@@ -29,7 +29,7 @@ run() {  # run NAME PYTEST-ARGS...   (in the current directory)
     > "$out/$name.log" 2>&1 || rc=$?
   end=$(date +%s.%N)
   wall[$name]=$(python3 -c "print(f'{$end - $start:.1f}')")
-  cpu[$name]=$(awk '{printf "%.0f", $1 + $2}' "$out/$name.cpu" 2>/dev/null)
+  cpu[$name]=$(tail -1 "$out/$name.cpu" 2>/dev/null | awk '{printf "%.0f", $1 + $2}')  # time -o: "Command exited with non-zero status" first
   echo "[bench-tests] $name: ${wall[$name]} s wall, ${cpu[$name]:-?} s CPU, pytest exit $rc: $(tail -1 "$out/$name.log")"
 }
 echo "[bench-tests] $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); logs in $out"

@@ -48,7 +48,7 @@ import zlib
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
-if TYPE_CHECKING:  # imported where a fetch needs it: `serve --help`, a config error and `top` start faster
+if TYPE_CHECKING:  # imported by AsyncHttpRunner: `serve --help` and a config error answer sooner
     import aiohttp
 
 from specwatch.exporter.config import Upstream
@@ -314,6 +314,8 @@ class AsyncHttpRunner(FetchRunner):
     in at most :data:`PARSE_WORKERS` threads, within the same per-fetch deadline."""
 
     def __init__(self, timeout_seconds: float, max_bytes: int, n_upstreams: int):
+        import aiohttp  # noqa: F401  loaded here, at start-up, not inside the first fetch's deadline
+
         super().__init__(timeout_seconds, max_bytes)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="specwatch-fetch", daemon=True)
