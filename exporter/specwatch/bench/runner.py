@@ -442,6 +442,7 @@ async def run_bench_async(config: BenchConfig, *, metrics: BenchMetrics | None =
         rel = throughput_interval(measured)["relative_half_width"]
         return rel is None or rel > config.target_ci
     backends: dict[str, OpenAIBackend] = {}
+    froze = False
     try:
         save()
         for role, url, murl in config.targets:
@@ -477,15 +478,18 @@ async def run_bench_async(config: BenchConfig, *, metrics: BenchMetrics | None =
                                 progress.advance(_tid)
 
                         before = await _scrape(backend)
+                        # As vllm bench serve does: no GC pauses over long-lived objects. What an
+                        # earlier batch froze stays frozen until the run ends, so this collect
+                        # walks only what is new since then, not the whole heap every batch.
                         gc.collect()
-                        gc.freeze()  # as vllm bench serve does: no GC pauses over long-lived objects
+                        gc.freeze()
+                        froze = True
                         started = _now()
                         t0 = time.perf_counter()
                         outcomes = await _dispatch(backend, reqs, conc, config.request_rate,
                                                    f"{config.options.seed}:{wl}:{conc}:{b}:arrivals",
                                                    lambda _c=cell: bm.request_started(_c), on_done)
                         duration = time.perf_counter() - t0
-                        gc.unfreeze()
                         after = await _scrape(backend)
                         spec = spec_stats(before.snapshot, after.snapshot, backend.model, before.error or after.error)
                         spec = dataclasses.replace(spec, steps=delta_between(before.steps, after.steps, backend.model))
@@ -516,6 +520,8 @@ async def run_bench_async(config: BenchConfig, *, metrics: BenchMetrics | None =
         fail(exc)
         raise
     finally:
+        if froze:
+            gc.unfreeze()
         bm.clear_active()
         if progress is not None:
             progress.stop()

@@ -46,9 +46,10 @@ import threading
 import time
 import zlib
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import aiohttp
+if TYPE_CHECKING:  # imported by AsyncHttpRunner: `serve --help` and a config error answer sooner
+    import aiohttp
 
 from specwatch.exporter.config import Upstream
 from specwatch.specdecode.metrics import (MetricsParseError, UpstreamSnapshot, clip, find_non_exposition_line,
@@ -192,6 +193,8 @@ async def fetch_text(session: aiohttp.ClientSession, upstream: Upstream, timeout
 
     Raises :class:`FetchError` (connect, timeout, http_status, too_large, truncated, decode).
     """
+    import aiohttp  # loaded already: the session is aiohttp's
+
     try:
         async with session.get(
             upstream.metrics_url,
@@ -218,6 +221,8 @@ async def fetch_text(session: aiohttp.ClientSession, upstream: Upstream, timeout
 
 
 def _new_session(limit: int) -> aiohttp.ClientSession:
+    import aiohttp
+
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=limit, limit_per_host=0, enable_cleanup_closed=True),
         auto_decompress=False,
@@ -309,6 +314,8 @@ class AsyncHttpRunner(FetchRunner):
     in at most :data:`PARSE_WORKERS` threads, within the same per-fetch deadline."""
 
     def __init__(self, timeout_seconds: float, max_bytes: int, n_upstreams: int):
+        import aiohttp  # noqa: F401  loaded here, at start-up, not inside the first fetch's deadline
+
         super().__init__(timeout_seconds, max_bytes)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="specwatch-fetch", daemon=True)
