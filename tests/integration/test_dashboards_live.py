@@ -32,6 +32,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 import yaml
 
+import composestack  # tests/support/composestack.py: Prometheus' scrape/evaluation freshness
 import realstack  # tests/support/realstack.py: the shared real-stack helpers
 from specwatch.common.processes import stop_process_group
 from specwatch.specdecode.costprofile import EMBEDDED_CPU_PROFILE
@@ -61,16 +62,6 @@ EXPECTED_EMPTY = {
     ("speculative-decoding.json", "SGLang: spec_accept_rate gauge (per rank)"):
         "passes through SGLang's sglang:spec_accept_rate gauge (schema sglang); the upstream here is vLLM",
 }
-
-
-def _rfc3339_seconds(text: str) -> float:
-    """Prometheus' RFC 3339 timestamps (nanosecond fractions, Z or offset) as Unix seconds."""
-    import datetime as dt
-
-    m = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)", text)
-    assert m, text
-    base = dt.datetime.fromisoformat(m.group(1) + (m.group(3).replace("Z", "+00:00")))
-    return base.timestamp() + float("0." + (m.group(2) or "0"))
 
 
 def _job(selector: str) -> str:
@@ -160,10 +151,9 @@ def stack(real_vllm, copy_traffic, prometheus_server, tmp_path_factory):
                        if s.name == "vllm:spec_decode_num_accepted_tokens_total")
         realstack.wait_for("Prometheus to scrape the final counters", lambda: realstack.prometheus_has_samples(
             prom_url, f'sum(specwatch_accepted_tokens_total{{upstream="{upstream}"}}) >= {accepted}'), 60)
-        scraped = time.time()
-        realstack.wait_for("a rule evaluation after the final scrape", lambda: all(
-            g["lastEvaluation"] and _rfc3339_seconds(g["lastEvaluation"]) > scraped
-            for g in requests.get(f"{prom_url}/api/v1/rules", timeout=5).json()["data"]["groups"]), 60)
+        # every rule group evaluated after the final scrape (the shared wait also used by the compose test)
+        groups = [g["name"] for n in rule_files for g in yaml.safe_load((rules_dir / n).read_text())["groups"]]
+        composestack.wait_for_fresh_scrape_and_eval(prom_url, time.time(), groups=groups, timeout=60)
         end = time.time()
         yield prom_url, start, end
     finally:
