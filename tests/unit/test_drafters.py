@@ -35,6 +35,8 @@ from specwatch.localvllm.drafters import (
 )
 from specwatch.localvllm.model import default_model_dir, model_dir_is_complete
 
+pytestmark = pytest.mark.vllmpkg
+
 
 def write_tokenizer(path: Path, vocab: dict[str, int], merges=(), added=()) -> None:
     """A real tokenizer.json (written by the tokenizers library): BPE over ``vocab`` with ``merges``
