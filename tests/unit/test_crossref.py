@@ -3,7 +3,8 @@ exists somewhere real, so that a rename in one artifact cannot silently empty an
 
 Known names come from:
 - real captured vLLM /metrics (tests/fixtures/metrics/vllm-0.32-*.txt without the CONSTRUCTED marker),
-- the exporter's output: ``specwatch serve --once`` run on each of those captures, served over loopback,
+- the exporter's output: one ``specwatch serve --once`` with each of those captures as its own upstream,
+  served over loopback (one run per capture gave the same names in 11 processes),
 - the load generator's registry (``specwatch.bench.metrics.BenchMetrics``; sample names derived from
   each family's type, as the client library exposes them),
 - the recorded series of prometheus/rules/*.yml,
@@ -37,12 +38,17 @@ def real_captures() -> list[Path]:
     return sorted(p for p in FIXTURES.glob("vllm-0.32-*.txt") if not p.read_text().startswith("# CONSTRUCTED"))
 
 
-def sample_names(text: str) -> set[str]:
-    """Sample names (and family names) of an exposition body, via prometheus_client's parser."""
+def sample_names(text: str, upstreams: set[str] | None = None) -> set[str]:
+    """Sample names (and family names) of an exposition body, via prometheus_client's parser. With
+    ``upstreams`` (the exporter's output), only those of the samples of these upstreams (their
+    ``upstream`` label) and of the exporter's own samples (no ``upstream`` label: build and cost
+    profile info)."""
     names = set()
     for fam in text_string_to_metric_families(text):
-        names.add(fam.name)
-        names.update(s.name for s in fam.samples)
+        kept = [s for s in fam.samples if upstreams is None or s.labels.get("upstream") in (None, *upstreams)]
+        if kept or not fam.samples:
+            names.add(fam.name)
+        names.update(s.name for s in kept)
     return names
 
 
@@ -96,27 +102,32 @@ def rule_refs() -> tuple[dict[str, set[str]], set[str]]:
 # ------------------------------------------------------------------------------------------------
 # the names that exist
 # ------------------------------------------------------------------------------------------------
-class _Body(QuietHandler):
-    body = b""
+class _Bodies(QuietHandler):
+    bodies: dict[str, bytes] = {}  # /NAME/metrics answers bodies[NAME]
 
     def do_GET(self):  # http.server API
-        send(self, self.body, "text/plain; version=0.0.4")
+        send(self, self.bodies[self.path.split("/")[1]], "text/plain; version=0.0.4")
 
 
 # the shipped CPU profile (the captures' own model and machine kind): its decisions are not all withheld
 PROFILE = Path(__file__).resolve().parents[2] / "exporter/specwatch/data/cost-profiles/cpu-2core-smollm2-135m-vllm0.32.yaml"
 
 
-def exporter_output(capture: Path) -> str:
-    """``specwatch serve --once --cost-profile …`` on a capture served from 127.0.0.1 (the
-    exporter's real CLI; with a profile, so that its cost-profile series exist)."""
-    handler = type("Handler", (_Body,), {"body": capture.read_bytes()})
+def exporter_output(captures: list[Path]) -> str:
+    """``specwatch serve --once --cost-profile …`` with each capture as its own upstream (named by
+    its file's stem), served from 127.0.0.1 (the exporter's real CLI; with a profile, so that its
+    cost-profile series exist). Every upstream must be up, as one run per capture required."""
+    handler = type("Handler", (_Bodies,), {"bodies": {c.stem: c.read_bytes() for c in captures}})
     with serve_in_thread(handler) as server:
-        url = f"{base_url(server)}/metrics"
-        res = subprocess.run([str(SPECWATCH), "serve", "--once", "--upstream", f"spec={url}", "--cost-profile", str(PROFILE),
-                              "--speculative-method", "ngram"],  # so specwatch_speculative_method_info exists
+        upstreams = [arg for c in captures for arg in ("--upstream", f"{c.stem}={base_url(server)}/{c.stem}/metrics")]
+        res = subprocess.run([str(SPECWATCH), "serve", "--once", *upstreams, "--cost-profile", str(PROFILE),
+                              "--speculative-method", "ngram",  # so specwatch_speculative_method_info exists
+                              "--timeout", "60"],  # the fetches run at once: room for a busy machine
                              capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
+    up = {s.labels["upstream"]: s.value for f in text_string_to_metric_families(res.stdout) if f.name == "specwatch_up"
+          for s in f.samples}
+    assert up == {c.stem: 1.0 for c in captures}, (up, res.stderr)
     return res.stdout
 
 
@@ -145,10 +156,12 @@ def captures() -> list[Path]:
 @pytest.fixture(scope="module")
 def known(captures) -> dict[str, set[str]]:
     vllm = set().union(*(sample_names(c.read_text()) for c in captures))
-    exporter = set().union(*(sample_names(exporter_output(c)) for c in captures))
-    _, recorded = rule_refs()
     # SGLang: no real server here; the exporter's output on the constructed SGLang 0.5.23 body
-    sglang = sample_names(exporter_output(captures[0].parent / "sglang-0.5.23-eagle-tp2-dp2-after-traffic-constructed.txt"))
+    sglang_body = captures[0].parent / "sglang-0.5.23-eagle-tp2-dp2-after-traffic-constructed.txt"
+    served = exporter_output([*captures, sglang_body])
+    exporter = sample_names(served, {c.stem for c in captures})
+    sglang = sample_names(served, {sglang_body.stem})
+    _, recorded = rule_refs()
     return {"capture": vllm, "exporter": exporter, "bench": bench_names(), "recorded": recorded, "prometheus": {"up"},
             "sglang (constructed)": sglang}
 

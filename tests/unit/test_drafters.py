@@ -14,12 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-torch = pytest.importorskip("torch", reason="needs the cpu extra (torch): pip install -e '.[cpu]'", exc_type=ImportError)
-
 from click.testing import CliRunner
-from safetensors.torch import load_file, save_file
-from tokenizers import Tokenizer, models
 
 from specwatch.cli import main
 from specwatch.common.processes import free_port
@@ -35,10 +30,22 @@ from specwatch.localvllm.drafters import (
 )
 from specwatch.localvllm.model import default_model_dir, model_dir_is_complete
 
+# The cpu extra's torch, safetensors and tokenizers are imported where they are used, not at the
+# top: every worker of scripts/test.sh's fast stage collects (imports) this module before -m
+# leaves its tests out, and importing torch costs each of them seconds.
+pytestmark = pytest.mark.vllmpkg
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cpu_extra():
+    pytest.importorskip("torch", reason="needs the cpu extra (torch): pip install -e '.[cpu]'", exc_type=ImportError)
+
 
 def write_tokenizer(path: Path, vocab: dict[str, int], merges=(), added=()) -> None:
     """A real tokenizer.json (written by the tokenizers library): BPE over ``vocab`` with ``merges``
     and ``added`` special tokens (appended after the vocabulary)."""
+    from tokenizers import Tokenizer, models
+
     tok = Tokenizer(models.BPE(vocab=vocab, merges=list(merges)))
     if added:
         tok.add_special_tokens(list(added))
@@ -46,6 +53,9 @@ def write_tokenizer(path: Path, vocab: dict[str, int], merges=(), added=()) -> N
 
 
 def make_target(root: Path, vocab: int = 64) -> Path:
+    import torch
+    from safetensors.torch import save_file
+
     d = root / "SmolLM2-135M-Instruct"
     d.mkdir(parents=True)
     g = torch.Generator().manual_seed(123)
@@ -63,6 +73,9 @@ def make_target(root: Path, vocab: int = 64) -> Path:
 
 
 def test_recipe_noise_is_relative_seeded_and_spares_embeddings_and_norms(tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
     target = make_target(tmp_path)
     path = derive_drafter("close", target)
     assert path == drafter_dir("close", target) and path != target
@@ -126,7 +139,7 @@ def test_same_size_vocabulary_with_other_tokens_is_refused(tmp_path):
 
 
 def test_added_tokens_and_merges_are_compared_and_other_fields_are_not(tmp_path):
-    from tokenizers import AddedToken
+    from tokenizers import AddedToken, Tokenizer
 
     target, close = _tiny_pair(tmp_path)
     base = {f"t{i}": i for i in range(62)}

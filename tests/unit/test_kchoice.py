@@ -300,6 +300,7 @@ def test_dynamic_schedule_ranges():
         dynamic_schedule({0: 2})
 
 
+@pytest.mark.vllmpkg
 def test_dynamic_schedule_is_accepted_by_vllm():
     utils = pytest.importorskip("vllm.v1.spec_decode.dynamic.utils")
     sched = dynamic_schedule({1: 8, 4: 4, 16: 2, 64: 0})
