@@ -93,6 +93,14 @@ fi
 
 bash "$here/scripts/setup.sh"
 cd "$here"
+# The suite starts hundreds of Python processes (specwatch commands, stub servers, xdist workers).
+# With PYTHONDONTWRITEBYTECODE set (some CI images set it), each one compiles specwatch's modules
+# from source again and every pytest worker rewrites every test module again (docs/results.md says
+# what that costs). Bytecode goes to __pycache__ folders (git- and docker-ignored).
+if [ -n "${PYTHONDONTWRITEBYTECODE:-}" ]; then
+  echo "[test] PYTHONDONTWRITEBYTECODE unset for the tests (bytecode is cached in __pycache__, git-ignored)" >&2
+  unset PYTHONDONTWRITEBYTECODE
+fi
 [ "$with_compose" = 1 ] && compose_plan
 echo "[test] $tier_name" >&2
 echo "[test] $estimate" >&2
