@@ -35,6 +35,22 @@ def demo_dir(tmp_path) -> Path:
     return d
 
 
+@pytest.fixture(scope="module")
+def demo_report_bytes(tmp_path_factory) -> bytes:
+    """report.html of the unchanged demo result as write_demo_report writes it, rendered once for
+    the module (the same result files give the same bytes, wherever the folder is)."""
+    d = tmp_path_factory.mktemp("demo-report") / "demo-result"
+    shutil.copytree(DEMO, d)
+    return write_demo_report(d).read_bytes()
+
+
+@pytest.fixture
+def reported_demo_dir(demo_dir, demo_report_bytes) -> Path:
+    """``demo_dir`` after ``write_demo_report(demo_dir)``: its report.html written."""
+    (demo_dir / "report.html").write_bytes(demo_report_bytes)
+    return demo_dir
+
+
 def test_report_of_a_real_demo_result(demo_dir):
     import matplotlib.image as mpimg
 
@@ -162,8 +178,8 @@ def test_interrupted_demo_still_reports(demo_dir):
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/setup.sh installs it)")
-def test_demo_report_renders_in_headless_chromium(demo_dir, tmp_path):
-    write_demo_report(demo_dir)
+def test_demo_report_renders_in_headless_chromium(reported_demo_dir, tmp_path):
+    demo_dir = reported_demo_dir  # write_demo_report(demo_dir) done
     sizes = check_report_opens_in_chromium(demo_dir, tmp_path)
     assert len(sizes) == IMAGES
     for w, h in sizes:
@@ -173,8 +189,8 @@ def test_demo_report_renders_in_headless_chromium(demo_dir, tmp_path):
     assert check_decision_table_first(demo_dir, tmp_path) == len(summary["comparison"]) == len(summary["decision"]["rows"])
 
 
-def test_latency_charts_are_the_bench_files_values(demo_dir):
-    write_demo_report(demo_dir)
+def test_latency_charts_are_the_bench_files_values(reported_demo_dir):
+    demo_dir = reported_demo_dir  # write_demo_report(demo_dir) done
     comparison = json.loads((demo_dir / "demo-summary.json").read_text())["comparison"]
     assert check_latency_charts_are_the_result_files(demo_dir) == 2 * len(comparison) >= 12  # both roles, every cell
     # a report whose TTFT chart is not the bench file's values fails the check
@@ -197,10 +213,11 @@ def test_damaged_demo_result_is_one_line(demo_dir):
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/setup.sh installs it)")
-def test_decision_check_fails_on_a_report_that_does_not_open_with_it(demo_dir, tmp_path):
+def test_decision_check_fails_on_a_report_that_does_not_open_with_it(reported_demo_dir, tmp_path):
     """The Chromium check is not vacuous: a decision that differs from the summary's, or a report
     whose decision table comes after the settings, fails it."""
-    out = write_demo_report(demo_dir)
+    demo_dir = reported_demo_dir
+    out = demo_dir / "report.html"  # as write_demo_report(demo_dir) wrote it
     summary_path = demo_dir / "demo-summary.json"
     doc = json.loads(summary_path.read_text())
     original = summary_path.read_text()

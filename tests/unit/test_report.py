@@ -44,6 +44,16 @@ def cell(k: int, wl: str, c: int, alpha: float = 0.8) -> dict:
 
 @pytest.fixture
 def sweep_doc() -> dict:
+    return make_sweep_doc()
+
+
+@pytest.fixture(scope="module")
+def sweep_report() -> str:
+    """``render_report(sweep_doc)`` of the unchanged document, rendered once for the module."""
+    return render_report(make_sweep_doc())
+
+
+def make_sweep_doc() -> dict:
     ks = (0, 1, 2, 4)
     return {
         "specwatch_sweep_format": 1, "status": "complete", "created_at": "2026-01-01T00:00:00+00:00",
@@ -62,10 +72,10 @@ def pngs(html: str) -> list[bytes]:
     return [base64.b64decode(m) for m in re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)]
 
 
-def test_report_is_self_contained_with_decodable_plots(sweep_doc):
+def test_report_is_self_contained_with_decodable_plots(sweep_report):
     import matplotlib.image as mpimg
 
-    html = render_report(sweep_doc)
+    html = sweep_report
     images = pngs(html)
     assert len(images) == 6  # servers, throughput, TPOT, TTFT, per-position, E(k)
     assert len(re.findall(r"<img ", html)) == 6
@@ -109,8 +119,8 @@ def test_report_cli(tmp_path, sweep_doc):
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (scripts/setup.sh installs it)")
-def test_report_renders_in_headless_chromium(tmp_path, sweep_doc):
-    html = render_report(sweep_doc)
+def test_report_renders_in_headless_chromium(tmp_path, sweep_report):
+    html = sweep_report
     sizes = chromium_image_sizes(html, tmp_path)
     assert len(sizes) == 6
     for w, h in sizes:
