@@ -15,10 +15,12 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import psutil
-import requests
+
+if TYPE_CHECKING:
+    import requests
 
 
 class NotReady(RuntimeError):
@@ -34,6 +36,10 @@ class _HttpOk:
         self.last_error: requests.RequestException | None = None
 
     def __call__(self) -> bool:
+        # imported here: `specwatch bench` loads this module for its signal handling and never
+        # waits for a server, so it does not pay requests' import (about 0.1 s a process)
+        import requests
+
         try:
             return requests.get(self.url, timeout=2).status_code == 200
         except requests.RequestException as exc:
