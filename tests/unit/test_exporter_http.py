@@ -224,12 +224,19 @@ def test_demo_with_a_port_in_use_leaves_no_result_dir(tmp_path):
     from specwatch.common.defaults import BASELINE_VLLM_PORT
 
     sock = socket.socket()
-    try:
+
+    def hold() -> bool:
         try:
             sock.bind(("127.0.0.1", BASELINE_VLLM_PORT))
             sock.listen(1)
+            return True
         except OSError:
-            pass  # already taken by something else: busy either way
+            return False
+
+    try:
+        # Taken by something else (another suite's demo on this machine) is busy either way, unless
+        # it lets go before the demo looks: keep trying to hold it ourselves for a while.
+        wait_until(hold, 30)
         target = tmp_path / "new" / "results"
         r = subprocess.run([sys.executable, "-m", "specwatch", "demo", "--workloads", "copy",
                             "--result-dir", str(target)], capture_output=True, text=True, timeout=120)
