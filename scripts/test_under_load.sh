@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The suite on a busy machine: clone this repository's HEAD into fresh temporary folders and run
+# The suite on a busy machine: clone this repository's HEAD (the commit at the start, for every
+# run) into fresh temporary folders and run
 # `bash .ci/run` there RUNS times in a row (default 2) while a CPU-heavy process runs beside it
 # (HOGS busy loops, default 1: `yes > /dev/null`). Exit 0 only if every run passed.
 # Logs: OUT_DIR/run-N.log (default: a new temporary folder, printed at the start).
@@ -14,12 +15,14 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 for _ in $(seq 1 "$hogs"); do yes > /dev/null & pids+=($!); done
+# Every run tests the commit HEAD was at the start, even if HEAD moves while they run.
 commit="$(git -C "$repo" rev-parse --short HEAD)"
+sha="$(git -C "$repo" rev-parse HEAD)"
 echo "[under-load] $runs run(s) of .ci/run at $commit beside $hogs busy loop(s); logs in $out" >&2
 failed=0
 for i in $(seq 1 "$runs"); do
   d="$(mktemp -d)"
-  git clone -q "$repo" "$d"
+  git clone -q "$repo" "$d" && git -C "$d" checkout -q "$sha" || { echo "[under-load] run $i: cannot clone $commit into $d" >&2; failed=1; continue; }
   start=$(date +%s)
   (cd "$d" && bash .ci/run) > "$out/run-$i.log" 2>&1
   rc=$?
