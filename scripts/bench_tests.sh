@@ -6,7 +6,7 @@
 #   bash scripts/bench_tests.sh [WORKERS ...]      default: auto 4
 #
 # Two trees side by side (e.g. main and a branch, each a git worktree): stage 2 as scripts/test.sh
-# runs it (-n auto --dist loadfile, or SPECWATCH_TEST_WORKERS) in BASE, then in NEW, then, with
+# runs it (-n <two per core, at most 16> --dist loadfile, or SPECWATCH_TEST_WORKERS) in BASE, then in NEW, then, with
 # --rounds 2, in NEW and BASE again (alternating order, so a drift in the machine's load falls on
 # both); prints each run's wall and CPU time and the ratios new/base of the sums.
 #   bash scripts/bench_tests.sh --compare BASE_DIR NEW_DIR [--rounds 1|2]
@@ -18,6 +18,7 @@ venv="${SPECWATCH_VENV:-$here/.venv}"
 cd "$here"
 [ -x "$venv/bin/python" ] || { echo "bench_tests: no virtualenv at $venv; run bash scripts/setup.sh first" >&2; exit 2; }
 expr="(unit or integration) and not realvllm and not vllmpkg and not compose"
+default_workers=$(( 2 * $(nproc) )); [ "$default_workers" -gt 16 ] && default_workers=16  # as scripts/test.sh
 out="$(mktemp -d)"
 declare -A wall cpu
 run_env=()  # VAR=value for the pytest run (the tree's PYTHONPATH with --compare)
@@ -42,7 +43,7 @@ if [ "${1:-}" = "--compare" ]; then
   tree() {  # tree NAME DIR
     echo "[bench-tests] $1 = $2 at $(git -C "$2" rev-parse --short HEAD)$(git -C "$2" diff --quiet HEAD || echo ' (+ uncommitted changes)')"
     run_env=("PYTHONPATH=$2/exporter:$2/tests/support${PYTHONPATH:+:$PYTHONPATH}")
-    cd "$2" && run "$1" -n "${SPECWATCH_TEST_WORKERS:-auto}" --dist loadfile
+    cd "$2" && run "$1" -n "${SPECWATCH_TEST_WORKERS:-$default_workers}" --dist loadfile
     cd "$here"
   }
   order=(base new); [ "$rounds" = 2 ] && order=(base new new2 base2)

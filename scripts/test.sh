@@ -13,7 +13,8 @@
 #   1. lint        ruff check . (a finding stops the run here)
 #   2. fast        tests/unit + tests/integration without vLLM (neither a real server nor its
 #                  packages), in parallel (pytest-xdist, SPECWATCH_TEST_WORKERS workers, default
-#                  "auto" = one per core; 1 = serial)
+#                  two per core, at most 16: the stage waits on sockets and subprocesses as much
+#                  as it computes; 1 = serial)
 #   3. vLLM        tests/unit + tests/integration that need vLLM: a real server (realvllm) or only
 #                  the cpu extra's packages, vllm/torch/transformers (vllmpkg); serial (one real
 #                  vLLM at a time on a machine: the flock /tmp/specwatch-vllm.lock)
@@ -77,13 +78,18 @@ fi
 # Stages 2 and 3 (below): the fast stage leaves vLLM out, server (realvllm) and packages (vllmpkg:
 # importing vllm or torch costs seconds of CPU per process); the vLLM stage runs both, serially.
 fast_expr="(unit or integration) and not realvllm and not vllmpkg$nocompose"
+# Two workers per core (at most 16): the fast stage spends about as long waiting (stub servers,
+# sockets, tmux, promtool, deliberate stalls) as computing, so two per core overlap the waits;
+# docs/results.md has the side-by-side runs.
+default_workers=$(( 2 * $(nproc) )); [ "$default_workers" -gt 16 ] && default_workers=16
+workers="${SPECWATCH_TEST_WORKERS:-$default_workers}"
 vllm_expr="(unit or integration) and (realvllm or vllmpkg)$nocompose"
 
 if [ "$plan_only" = 1 ]; then
   bash "$here/scripts/setup.sh" --plan
   [ "$with_compose" = 1 ] && compose_plan
   echo "[test] would run: ruff check . ; then the selection ${tier[*]:+${tier[0]} \"${tier[1]}\"} ${args[*]:-} in stages (given -m or -n: one pytest with the arguments as given):" >&2
-  echo "[test]   2/4 fast: pytest -ra -m \"$fast_expr\" -n ${SPECWATCH_TEST_WORKERS:-auto} --dist loadfile ${args[*]:-}" >&2
+  echo "[test]   2/4 fast: pytest -ra -m \"$fast_expr\" -n $workers --dist loadfile ${args[*]:-}" >&2
   echo "[test]   3/4 vLLM: pytest -ra -m \"$vllm_expr\" ${args[*]:-}" >&2
   echo "[test]   4/4 e2e:  pytest -ra -m \"e2e$nocompose\" ${args[*]:-}" >&2
   echo "[test] $tier_name; $estimate" >&2
@@ -116,7 +122,6 @@ for a in "${args[@]}"; do
   esac
 done
 
-workers="${SPECWATCH_TEST_WORKERS:-auto}"
 status=0
 summary=()
 stage() {  # stage NAME MARKEXPR PYTEST-ARGS...
