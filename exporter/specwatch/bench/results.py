@@ -45,6 +45,7 @@ from specwatch.bench import perrequest
 from specwatch.bench.records import (BatchError, BenchBatch, BenchCell, BenchResult, ComparisonRow, Equivalence, PerRequest,
                                      ThroughputInterval, csv_row, csv_text, finite_or_none)
 from specwatch.common.files import atomic_write_text
+from specwatch.specdecode.decision import t975
 from specwatch.specdecode.derive import derive, sum_counters
 from specwatch.specdecode.metrics import SpecDecodeCounters, StepCounters
 from specwatch.specdecode.ragged import draft_width
@@ -230,19 +231,6 @@ class BatchResult:
 
 
 #: Student's t 0.975 quantiles for 1 … 30 degrees of freedom (two-sided 95 % intervals).
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-         2.045, 2.042)
-
-
-def t975(df: int) -> float:
-    """Student's t 0.975 quantile for ``df`` ≥ 1 degrees of freedom (table to 30, then
-    1.96 + 2.4 / df, within 0.1 % of the exact value). Raises ValueError for df < 1."""
-    if df < 1:
-        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
-    return _T975[df - 1] if df <= len(_T975) else 1.96 + 2.4 / df
-
-
 def throughput_interval(per_batch: Sequence[float]) -> dict[str, Any]:
     """The 95 % interval of a cell's throughput (the mean of its measured batches' throughputs,
     tok/s): mean ± t₀.₉₇₅(n − 1) × stdev / √n over the n batches (Student's t; the batches are

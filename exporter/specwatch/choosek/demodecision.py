@@ -66,7 +66,7 @@ from specwatch.bench.records import BenchBatch, BenchCell, BenchResult
 from specwatch.choosek.decisionrecords import (CellCost, CostLine, Decision, DecisionChoice, DecisionEstimate, DecisionRow, ProfileFit,
                                                WhatIf)
 from specwatch.specdecode.derive import expected_lengths
-from specwatch.specdecode.decision import CANNOT_TELL, TOLERANCE, Z95, Estimate, best_k, choose_k, combine_log_halfwidths
+from specwatch.specdecode.decision import CANNOT_TELL, TOLERANCE, Estimate, t975, best_k, choose_k, combine_log_halfwidths
 
 #: Bases, strongest first, spelled as the exporter and :mod:`specwatch.specdecode.decision` do.
 MEASURED = "measured"
@@ -79,11 +79,6 @@ BASES = (MEASURED, CALIBRATED, PROFILE, EXTRAPOLATED)
 X_MARGIN = 0.15
 #: A profile whose plain step is within this factor of this machine's (either way) fits it.
 FIT_BAND = 1.25
-
-#: Student's t at 97.5 % (two-sided 95 %) for 1 … 30 degrees of freedom; beyond, the normal's.
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-         2.045, 2.042)
 
 HOW = {
     MEASURED: "client output throughput, speculative / baseline (mean of the measured batches); 95 % interval "
@@ -99,14 +94,6 @@ HOW = {
              "the measured range of x; interval: the anchor's and the slope's (t, m − 2 df) in quadrature",
     EXTRAPOLATED: "as profile, with x′ outside the range of x the line was fitted on",
 }
-
-
-def t975(df: int) -> float:
-    """Student's t quantile at 0.975 for ``df`` ≥ 1 degrees of freedom (table to 30, then 1.96).
-    Raises ValueError for df < 1."""
-    if df < 1:
-        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
-    return _T975[df - 1] if df <= len(_T975) else Z95
 
 
 def weakest(bases: Sequence[str]) -> str:

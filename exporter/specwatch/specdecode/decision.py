@@ -20,8 +20,10 @@ Used by the exporter (live), ``specwatch advise --exporter``, ``specwatch top`` 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 #: Relative tolerance: a smaller k within 2 % of the best speedup wins (the one constant; the
 #: exporter's HELP text and the k-choice model read it from here).
@@ -148,5 +150,415 @@ def choose_k(estimates: Mapping[int, Estimate], *, weakest: str, tolerance: floa
     return Choice(None, REASON_UNCERTAIN, lo, mid, hi, weakest)
 
 
-__all__ = ["CANNOT_TELL", "Choice", "Estimate", "LOSES", "PAYS", "REASON_UNCERTAIN", "TOLERANCE", "VERDICTS", "Z95",
+# ------------------------------------------------------------------------------------------------
+# The one t quantile of the project
+# ------------------------------------------------------------------------------------------------
+
+#: Student's t at 0.975 (two-sided 95 %) for 1 … 30 degrees of freedom.
+_T975 = (12.706204736, 4.302652730, 3.182446305, 2.776445105, 2.570581836, 2.446911851, 2.364624252,
+         2.306004135, 2.262157163, 2.228138852, 2.200985160, 2.178812830, 2.160368656, 2.144786688,
+         2.131449546, 2.119905299, 2.109815578, 2.100922040, 2.093024054, 2.085963447, 2.079613845,
+         2.073873068, 2.068657610, 2.063898562, 2.059538553, 2.055529439, 2.051830516, 2.048407142,
+         2.045229642, 2.042272456)
+
+
+def t975(df: int) -> float:
+    """Student's t quantile at 0.975 for ``df`` ≥ 1 degrees of freedom: the table to 30, beyond it
+    the Cornish-Fisher expansion to the df⁻³ term (within 1e-5 of the exact value for
+    df > 30). The one t quantile of the project: every interval
+    (throughputs, paired ratios, the demo's estimates) uses it. Raises ValueError for df < 1."""
+    if isinstance(df, bool) or not isinstance(df, int) or df < 1:
+        raise ValueError(f"degrees of freedom must be an integer >= 1, got {df!r}")
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = Z95
+    return (z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+            + (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / (384 * df ** 3))
+
+
+# ------------------------------------------------------------------------------------------------
+# Paired ratios: the evidence
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PairedRatio:
+    """A ratio of two configurations (``a / b``) from ``n`` paired observations (batch i of both
+    served the same seeded prompts): ``value`` = exp(mean log r_i), the geometric mean of the
+    per-batch ratios r_i = a_i / b_i; its 95 % interval ``[lower, upper]`` = exp(mean ± t(n−1) ·
+    sd / √n) with sd the sample standard deviation of log r_i (never negative, never straddling
+    zero). One pair (``n == 1``) gives a value and no interval (``lower``/``upper`` None).
+
+    ``paired`` is False for an unpaired comparison (the ratio of two independent estimates, its
+    log half-width the two in quadrature), which may be shown and is labelled so, never decided
+    on as paired evidence. ``log_sd`` is the spread of the log ratios (None with one pair)."""
+
+    value: float
+    lower: float | None
+    upper: float | None
+    n: int
+    log_sd: float | None
+    paired: bool = True
+
+    @property
+    def has_interval(self) -> bool:
+        """True when the ratio has a 95 % interval (two or more pairs, or an unpaired interval)."""
+        return self.lower is not None and self.upper is not None
+
+    @property
+    def verdict(self) -> str:
+        """``pays`` when lower > 1 (a over b), ``loses`` when upper < 1, else ``cannot_tell``
+        (always with one pair: no interval)."""
+        if not self.has_interval:
+            return CANNOT_TELL
+        return verdict(self.lower, self.upper)
+
+    def more_batches(self, cap: int = 1000) -> int | None:
+        """About how many more paired batches, at this spread and this mean, the interval needs to
+        exclude 1 (the smallest n with t(n−1) · sd / √n < |mean log r|, minus ``n``); 0 when it
+        already does; None when it cannot be said (one pair, or a ratio of exactly 1, or more
+        than ``cap`` batches)."""
+        if self.log_sd is None or self.n < 2:
+            return None
+        m = abs(math.log(self.value))
+        if m == 0.0:
+            return None
+        if self.log_sd == 0.0:
+            return 0
+        for n in range(2, cap + 1):
+            if t975(n - 1) * self.log_sd / math.sqrt(n) < m:
+                return max(0, n - self.n)
+        return None
+
+    def estimate(self, basis: str) -> Estimate | None:
+        """As an :class:`Estimate` with ``basis`` (None without an interval)."""
+        if not self.has_interval:
+            return None
+        return Estimate(self.value, min(self.lower, self.value), max(self.upper, self.value), basis)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"value", "lower", "upper", "n", "log_sd", "paired"}``."""
+        return {"value": self.value, "lower": self.lower, "upper": self.upper, "n": self.n, "log_sd": self.log_sd,
+                "paired": self.paired}
+
+
+def _positive(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+
+def ratio_from_logs(logs: Sequence[float]) -> PairedRatio:
+    """The :class:`PairedRatio` of per-pair log ratios (``log(a_i / b_i)``). Raises ValueError
+    for no pairs or a non-finite log ratio."""
+    xs = [float(x) for x in logs]
+    if not xs:
+        raise ValueError("no pairs to compare")
+    if not all(math.isfinite(x) for x in xs):
+        raise ValueError(f"log ratios must be finite, got {xs!r}")
+    n = len(xs)
+    mean = math.fsum(xs) / n
+    value = math.exp(mean)
+    if n < 2:
+        return PairedRatio(value, None, None, 1, None)
+    sd = statistics.stdev(xs)
+    h = t975(n - 1) * sd / math.sqrt(n)
+    return PairedRatio(value, math.exp(mean - h), math.exp(mean + h), n, sd)
+
+
+def paired_ratio(a: Sequence[float], b: Sequence[float]) -> PairedRatio:
+    """The paired ratio a / b of two equally long sequences of positive measurements in pair
+    order (e.g. output throughput, tok/s, of batch i of a speculative and of the baseline server,
+    both having served the same seeded prompts). Raises ValueError for sequences of different
+    lengths, no pairs, or a value that is not a finite number > 0."""
+    if len(a) != len(b):
+        raise ValueError(f"paired sequences differ in length: {len(a)} and {len(b)}")
+    bad = [v for v in (*a, *b) if not _positive(v)]
+    if bad:
+        raise ValueError(f"paired values must be finite numbers > 0, got {bad[0]!r}")
+    return ratio_from_logs([math.log(x / y) for x, y in zip(a, b, strict=True)])
+
+
+def unpaired_ratio(a: Estimate, b: Estimate) -> PairedRatio:
+    """a / b of two independent estimates (not paired: labelled ``paired=False``): the value
+    a.value / b.value, its log half-width the two log half-widths (the larger side of each) in
+    quadrature. Shown, never decided on as paired evidence."""
+    ha = max(math.log(a.upper / a.value), math.log(a.value / a.lower))
+    hb = max(math.log(b.upper / b.value), math.log(b.value / b.lower))
+    h = combine_log_halfwidths([ha, hb])
+    v = a.value / b.value
+    return PairedRatio(v, v * math.exp(-h), v * math.exp(h), 0, None, paired=False)
+
+
+# ------------------------------------------------------------------------------------------------
+# The one decision rule
+# ------------------------------------------------------------------------------------------------
+
+#: Bases, strongest first (how an estimate was obtained; see docs/choosing-k.md).
+BASES = ("measured", "calibrated", "profile", "extrapolated", "default")
+
+OFF = "off"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration the rule can pick, with its speedup over the baseline.
+
+    ``name``: as shown (``off``, ``k=4``, ``table [[1,2,4],[3,1024,1]]``, ``ngram k=4``);
+    ``k``: num_speculative_tokens (0 = speculation off; a dynamic table: its largest k, for the tie
+    order); ``value``: the speedup over the baseline (> 0; 1 for off); ``lower``/``upper``: its
+    95 % interval (None: one batch, no interval); ``basis``: measured, calibrated, profile,
+    extrapolated or default; ``log_ratios``: the per-batch log(config_i / baseline_i) in pair order
+    when measured paired (lets two candidates be compared batch by batch); ``never_accepted``:
+    the configuration proposed drafts and none was accepted in any batch, or proposed none
+    (physics: it cannot pay); ``table``: a dynamic ``num_speculative_tokens_per_batch_size``
+    table (a candidate of its own, never merged with a fixed k); ``batches``: measured batches."""
+
+    name: str
+    k: int
+    value: float
+    lower: float | None = None
+    upper: float | None = None
+    basis: str = "measured"
+    log_ratios: tuple[float, ...] | None = None
+    never_accepted: bool = False
+    table: bool = False
+    batches: int | None = None
+
+    def __post_init__(self) -> None:
+        if not _positive(self.value):
+            raise ValueError(f"{self.name}: value must be a finite number > 0, got {self.value!r}")
+        for end in (self.lower, self.upper):
+            if end is not None and not _positive(end):
+                raise ValueError(f"{self.name}: interval ends must be finite numbers > 0, got {end!r}")
+        if self.basis not in BASES:
+            raise ValueError(f"{self.name}: unknown basis {self.basis!r} (one of {', '.join(BASES)})")
+
+    @property
+    def off(self) -> bool:
+        """True for speculation off (k = 0)."""
+        return self.k == 0 and not self.table
+
+    @property
+    def has_interval(self) -> bool:
+        return self.lower is not None and self.upper is not None
+
+    @property
+    def verdict(self) -> str:
+        """Against the baseline: ``pays`` (lower > 1), ``loses`` (upper < 1, or drafts never
+        accepted), else ``cannot_tell`` (also without an interval)."""
+        if self.never_accepted and not self.off:
+            return LOSES
+        if not self.has_interval:
+            return CANNOT_TELL
+        return verdict(self.lower, self.upper)
+
+    @classmethod
+    def speculation_off(cls) -> "Candidate":
+        """k = 0: the baseline itself, exactly 1."""
+        return cls(OFF, 0, 1.0, 1.0, 1.0, "measured")
+
+    @classmethod
+    def from_ratio(cls, name: str, k: int, ratio: PairedRatio, *, basis: str = "measured",
+                   log_ratios: Sequence[float] | None = None, never_accepted: bool = False,
+                   table: bool = False) -> "Candidate":
+        """A candidate from its paired ratio over the baseline (``ratio.n`` batches)."""
+        return cls(name, k, ratio.value, ratio.lower, ratio.upper, basis,
+                   None if log_ratios is None else tuple(float(x) for x in log_ratios),
+                   never_accepted, table, ratio.n if ratio.paired else None)
+
+    @classmethod
+    def from_estimate(cls, name: str, k: int, e: Estimate, **kw: Any) -> "Candidate":
+        """A candidate from an :class:`Estimate` (its basis and interval)."""
+        return cls(name, k, e.value, e.lower, e.upper, e.basis, **kw)
+
+
+@dataclass(frozen=True)
+class Pick:
+    """The outcome of :func:`decide`.
+
+    ``pick``: the candidate with the best estimate (ties within ``tolerance`` at the estimates go
+    to the smaller k; off is k = 0); ``verdict``: speculation against the baseline — the pick's
+    verdict when it speculates; when the pick is off, ``loses`` if every speculative candidate
+    loses (or cannot pay: drafts never accepted), else ``cannot_tell``; ``runner_up``: the next
+    best candidate (None when there is only one); ``versus_runner_up``: pick / runner-up, paired
+    where both have per-batch log ratios of the same length, else unpaired (labelled), else None
+    (no intervals); ``separated``: that ratio's lower end > 1 (or the gap is exact: off against a
+    never-accepted configuration); ``more_batches``: about how many more paired batches at this
+    spread would separate them (None: cannot be said); ``tie``: the pick is a smaller k within
+    the tolerance of the best estimate; ``excluded``: the candidates that cannot pay (drafts
+    never accepted), each with its reason; ``candidates``: every candidate considered."""
+
+    pick: Candidate
+    verdict: str
+    runner_up: Candidate | None
+    versus_runner_up: PairedRatio | None
+    separated: bool
+    more_batches: int | None
+    tie: bool
+    best: Candidate
+    excluded: tuple[tuple[str, str], ...]
+    candidates: tuple[Candidate, ...]
+    tolerance: float
+
+    @property
+    def certain(self) -> bool:
+        """True when the pick is separated from its runner-up (or has none)."""
+        return self.separated
+
+    @property
+    def k(self) -> int:
+        """The pick's k (0 = off)."""
+        return self.pick.k
+
+    @property
+    def basis(self) -> str:
+        """The weakest basis among the pick and its runner-up (what the answer rests on)."""
+        bs = [self.pick.basis] + ([self.runner_up.basis] if self.runner_up is not None else [])
+        return max(bs, key=BASES.index)
+
+    def confidence_text(self) -> str:
+        """One line: how sure the pick is against its runner-up, e.g. ``k=2 within 0.98–1.35×:
+        cannot tell them apart; about 6 more paired batches at this spread``."""
+        return confidence_text(self)
+
+    def to_json(self) -> dict[str, Any]:
+        """The pick as a JSON object (names, k, verdict, runner-up ratio, tie, excluded)."""
+        v = self.versus_runner_up
+        return {"pick": self.pick.name, "k": self.pick.k, "table": self.pick.table, "value": self.pick.value,
+                "lower": self.pick.lower, "upper": self.pick.upper, "basis": self.pick.basis,
+                "verdict": self.verdict, "certain": self.certain, "tie": self.tie, "best": self.best.name,
+                "runner_up": None if self.runner_up is None else self.runner_up.name,
+                "versus_runner_up": None if v is None else v.to_json(), "more_batches": self.more_batches,
+                "excluded": [{"name": n, "reason": r} for n, r in self.excluded], "tolerance": self.tolerance,
+                "text": self.confidence_text()}
+
+
+NEVER_ACCEPTED = "no draft token was accepted in any batch: it cannot pay"
+
+
+def _order(c: Candidate) -> tuple[int, int, str]:
+    # The tie order: the smaller k first, a fixed k before a table of the same largest k.
+    return (c.k, int(c.table), c.name)
+
+
+def _versus(a: Candidate, b: Candidate) -> PairedRatio | None:
+    if a.log_ratios is not None and b.log_ratios is not None and len(a.log_ratios) == len(b.log_ratios) \
+            and a.log_ratios:
+        return ratio_from_logs([x - y for x, y in zip(a.log_ratios, b.log_ratios, strict=True)])
+    if b.off and a.log_ratios:
+        return ratio_from_logs(a.log_ratios)
+    if a.off and b.log_ratios:
+        return ratio_from_logs([-x for x in b.log_ratios])
+    if a.has_interval and b.has_interval:
+        return unpaired_ratio(Estimate(a.value, min(a.lower, a.value), max(a.upper, a.value), a.basis),
+                              Estimate(b.value, min(b.lower, b.value), max(b.upper, b.value), b.basis))
+    return None
+
+
+def decide(candidates: Sequence[Candidate], tolerance: float = TOLERANCE) -> Pick:
+    """THE decision rule of specwatch (docs/choosing-k.md), used by ``specwatch advise``,
+    ``specwatch report``, the demo, ``specwatch top`` and the exporter:
+
+    1. physics first: a speculative candidate whose drafts were never accepted (or that proposed
+       none) cannot pay; it is excluded, whatever its ratio's noise says;
+    2. off (k = 0, exactly 1) is always a candidate (added when missing);
+    3. the pick is the candidate with the best estimate; candidates within ``tolerance``
+       (relative, 2 %) of the best estimate tie and the smallest k wins (off is the smallest;
+       a fixed k before a table of the same largest k);
+    4. its confidence: the verdict against the baseline, and pick / runner-up (the best other
+       candidate) with its interval (paired where both have per-batch ratios). Where that
+       interval does not separate them the pick stays the better estimate and says so
+       (:attr:`Pick.more_batches`); uncertainty never turns into a smaller k or into off.
+
+    Raises ValueError for a tolerance outside [0, 1) or two candidates with the same name."""
+    if not 0.0 <= tolerance < 1.0:
+        raise ValueError(f"tolerance must be in [0, 1), got {tolerance!r}")
+    names = [c.name for c in candidates]
+    if len(set(names)) != len(names):
+        raise ValueError(f"candidates must have distinct names, got {names!r}")
+    cands = list(candidates)
+    if not any(c.off for c in cands):
+        cands.append(Candidate.speculation_off())
+    excluded = tuple((c.name, NEVER_ACCEPTED) for c in cands if c.never_accepted and not c.off)
+    live = [c for c in cands if not (c.never_accepted and not c.off)]
+    best = max(live, key=lambda c: (c.value, [-x for x in _order(c)[:2]]))
+    within = [c for c in live if c.value >= best.value * (1.0 - tolerance)]
+    pick = min(within, key=_order)
+    others = sorted((c for c in live if c is not pick), key=lambda c: (-c.value, _order(c)))
+    runner = others[0] if others else None
+    vs = None if runner is None else _versus(pick, runner)
+    more = None
+    if runner is None:
+        separated = True
+    elif vs is None:
+        separated = False
+    else:
+        separated = vs.has_interval and vs.lower > 1.0
+        if not separated and vs.paired:
+            more = vs.more_batches()
+    if pick.off:
+        spec = [c for c in cands if not c.off]
+        if spec and all(c.verdict == LOSES for c in spec):
+            v = LOSES
+        elif not spec:
+            v = CANNOT_TELL
+        else:
+            v = LOSES if all(c.verdict == LOSES for c in spec) else CANNOT_TELL
+    else:
+        v = pick.verdict
+    return Pick(pick, v, runner, vs, separated, more, pick is not best, best, excluded, tuple(cands), tolerance)
+
+
+def format_ratio(x: float | None, *, against: float = 1.0) -> str:
+    """A ratio at two decimals, with more where two decimals would round it onto ``against``
+    (1: the verdict's threshold) from the side it is on: 0.9989 → ``0.999``, 1.0004 →
+    ``1.0004``, 1.2345 → ``1.23``; ``–`` for None. The precision that decided a verdict is the one
+    printed."""
+    if x is None:
+        return "–"
+    for d in range(2, 7):
+        s = f"{x:.{d}f}"
+        if x == against or float(s) != against:
+            return s
+    return f"{x:.6g}"
+
+
+def format_interval(lower: float | None, upper: float | None) -> str:
+    """``[0.98–1.35]`` with :func:`format_ratio`'s precision; ``(1 batch: no interval)`` without."""
+    if lower is None or upper is None:
+        return "(1 batch: no interval)"
+    return f"[{format_ratio(lower)}–{format_ratio(upper)}]"
+
+
+def confidence_text(p: Pick) -> str:
+    """The one-line confidence of a :class:`Pick` (every surface prints this text)."""
+    if p.runner_up is None:
+        return "the only candidate"
+    r = p.runner_up.name
+    vs = p.versus_runner_up
+    if vs is None:
+        return f"{r} close: no interval to tell them apart (1 batch)"
+    label = "" if vs.paired else ", unpaired"
+    iv = format_interval(vs.lower, vs.upper) if vs.has_interval else "(1 batch: no interval)"
+    if p.separated:
+        return f"ahead of {r} by {format_ratio(vs.value)}× {iv}{label}"
+    more = ("" if p.more_batches is None
+            else f"; about {p.more_batches} more paired batches at this spread" if p.more_batches > 0 else "")
+    tie = f" (within {p.tolerance * 100:g} %: the smaller k wins)" if p.tie else ""
+    return f"{r} within {iv}{label}: cannot tell them apart{tie}{more}"
+
+
+def disagreement(measured: Estimate | None, calibrated: Estimate | None) -> str | None:
+    """Where two bases give different verdicts for one configuration, the line that says so and
+    which rules (measured: both servers live), with bounds at the precision that decided them;
+    None when they agree or one is missing."""
+    if measured is None or calibrated is None or measured.verdict == calibrated.verdict:
+        return None
+    return (f"measured {measured.verdict.replace('_', ' ')} {format_interval(measured.lower, measured.upper)}, "
+            f"calibrated {calibrated.verdict.replace('_', ' ')} {format_interval(calibrated.lower, calibrated.upper)}: "
+            "measured rules (both servers live)")
+
+
+__all__ = ["BASES", "CANNOT_TELL", "Candidate", "Choice", "OFF", "Pick", "PairedRatio", "confidence_text", "decide",
+           "disagreement", "format_interval", "format_ratio", "paired_ratio", "ratio_from_logs", "t975", "unpaired_ratio",
+           "Estimate", "LOSES", "PAYS", "REASON_UNCERTAIN", "TOLERANCE", "VERDICTS", "Z95",
            "best_k", "best_of", "choose_k", "combine_log_halfwidths", "verdict"]
