@@ -37,19 +37,25 @@ does not count as finished: :func:`measurements` leaves it out, :func:`failed_ce
 a resumed sweep measures it again (replacing the record) and the sweep ends "incomplete".
 
 Running the same command again with the same ``--result-file`` resumes: finished cells are
-skipped, and a server whose cells are all finished is not started. Measurement settings
+skipped, and a server whose cells are all finished is not started. A server an earlier sweep of
+the file left running (the sweep was killed with SIGKILL before it could stop it; on Linux its
+server gets SIGTERM then, but the server's own children may stay) is stopped first: each server's
+process group (pid and start time) is recorded while it runs (:class:`ServerRecord`). Measurement settings
 (output length, prompts, batches, seed), the server command template and the speculative config
 of every configuration name must match the file's, else the sweep refuses to mix them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import os
 import shlex
 import subprocess
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,7 +70,8 @@ from specwatch.bench.records import ThroughputInterval
 from specwatch.choosek.records import ServerSource, ServerStart, SweepCell, SweepConfig, SweepResult, SweepSettings
 from specwatch.choosek.resultfile import SweepError, _now, cell_key, load_sweep, result_file_lock
 from specwatch.common.files import atomic_write_json, log_tail
-from specwatch.common.processes import ManagedProcess, StartFailed, free_port, listen_error
+from specwatch.common.processes import (ManagedProcess, StartFailed, free_port, group_members, listen_error,
+                                         process_start_time, stop_recorded_group)
 from specwatch.localvllm import server as localvllm_server
 from specwatch.localvllm.model import SpecwatchEmbeddedError
 from specwatch.localvllm.server import DEFAULT_SPECULATIVE_CONFIG, LockTimeout, VllmLock, VllmServer
@@ -288,6 +295,7 @@ class TemplateServer:
     and releases the lock. Attributes as :class:`specwatch.localvllm.server.VllmServer`:
     ``base_url``, ``metrics_url``, ``startup_seconds``, ``command``, ``log_path``,
     ``served_model_name`` (the first model id listed), ``process``, ``stop_timeout``.
+    ``on_launch(process)`` is called as soon as the process started (before the readiness wait).
 
     Raises (from ``__enter__``): SweepError when the port is busy, the program cannot be run, the
     lock is still held after ``lock_timeout`` s, or the process exits or is not ready in
@@ -297,7 +305,7 @@ class TemplateServer:
     def __init__(self, argv: list[str], port: int, *, host: str = "127.0.0.1", log_path: Path,
                  startup_timeout: float = 900.0, stop_timeout: float = 30.0, lock: bool = True,
                  api_key: str | None = None, on_status=None, lock_timeout: float = 3600.0,
-                 lock_path: Path | None = None):
+                 lock_path: Path | None = None, on_launch=None):
         self.command = argv
         self.port = port
         self.host = host
@@ -316,7 +324,8 @@ class TemplateServer:
                                   on_wait=self.on_status, note=self.base_url)
         self._proc = ManagedProcess(argv, ready=self._lists_a_model, what="server", log_path=self.log_path,
                                     startup_timeout=startup_timeout, stop_timeout=stop_timeout, interval=0.25,
-                                    lock=self._lock, before_start=self._check_port, on_error=self._start_error)
+                                    lock=self._lock, before_start=self._check_port, on_error=self._start_error,
+                                    on_launch=on_launch)
 
     @property
     def process(self) -> subprocess.Popen | None:
@@ -375,31 +384,106 @@ def _tail(path: Path, lines: int = 30) -> str:
     return log_tail(path, lines)
 
 
+def servers_record_path(result_file: Path) -> Path:
+    """The side file in which a sweep writing ``result_file`` records the server it runs (beside
+    the sweep's lock in the temporary directory, named after the result file's absolute path):
+    ``{"servers": [{"config", "pid", "start_time", "sweep_pid", "command", "started_at"}]}``
+    (``pid`` leads the server's process group; ``start_time``: :func:`process_start_time`).
+    Written as soon as a server's process starts, emptied once it is stopped."""
+    key = hashlib.sha1(os.path.realpath(result_file).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"specwatch-sweep-{key}.servers.json"
+
+
+class ServerRecord:
+    """The running server of a sweep, recorded in :func:`servers_record_path` so that the next
+    sweep of the same result file can stop one this sweep leaves behind (when this process is
+    killed with SIGKILL, by the OOM killer or a CI timeout, before it could stop it)."""
+
+    def __init__(self, result_file: Path):
+        self.path = servers_record_path(result_file)
+
+    def entries(self) -> list[dict[str, Any]]:
+        """The recorded servers ([] when there is no record or it is unreadable)."""
+        try:
+            doc = json.loads(self.path.read_text(encoding="utf-8"))
+            servers = doc.get("servers") if isinstance(doc, dict) else None
+        except (OSError, ValueError):
+            return []
+        return [e for e in servers or () if isinstance(e, dict) and isinstance(e.get("pid"), int)]
+
+    def _write(self, entries: list[dict[str, Any]]) -> None:
+        if entries:
+            atomic_write_json(self.path, {"servers": entries})
+        else:
+            with suppress(FileNotFoundError):
+                self.path.unlink()
+
+    def launched(self, cfg: ServerConfig, process: subprocess.Popen) -> None:
+        """Record the process group of ``cfg``'s server, just started."""
+        entry = {"config": cfg.name, "pid": process.pid, "start_time": process_start_time(process.pid),
+                 "sweep_pid": os.getpid(), "command": redact_argv([str(a) for a in process.args]), "started_at": _now()}
+        self._write([*self.entries(), entry])
+
+    def stopped(self, process: subprocess.Popen | None) -> None:
+        """Forget the server of ``process`` once nothing of its process group is left."""
+        if process is None or group_members(process.pid):
+            return
+        self._write([e for e in self.entries() if e.get("pid") != process.pid])
+
+    def stop_leftovers(self, result_file: Path, echo, timeout: float = 30.0) -> None:
+        """Stop every server an earlier sweep of ``result_file`` recorded and left running (the
+        same process: checked by its start time), saying so through ``echo``. Raises SweepError
+        (one line) when one cannot be stopped: the sweep then starts nothing beside it."""
+        entries = self.entries()
+        for e in entries:
+            pid, what = e["pid"], f"{e.get('config', '?')}, pid {e['pid']}"
+            start_time = e.get("start_time") if isinstance(e.get("start_time"), int) else None
+            if start_time is not None and process_start_time(pid) in (None, start_time) and group_members(
+                    pid, started_since=start_time):
+                echo(f"stopping the server an earlier sweep of {result_file} left running ({what}; "
+                     f"process group {pid}), up to {timeout:.0f} s…")
+            try:
+                stop_recorded_group(pid, start_time, timeout)
+            except (PermissionError, RuntimeError) as exc:
+                reason = "it belongs to another user" if isinstance(exc, PermissionError) else str(exc)
+                raise SweepError(f"a server an earlier sweep of {result_file} left running ({what}) cannot be "
+                                 f"stopped: {reason}; stop it (kill -TERM -{pid}) or use another --result-file") from None
+        if entries:
+            self._write([])
+
+
 @contextmanager
 def start_server(cfg: ServerConfig, *, template: str | None, port: int | None, host: str,
                  log_path: Path, startup_timeout: float, lock: bool, api_key: str | None,
-                 model_dir: str | None, on_status) -> Iterator[Any]:
+                 model_dir: str | None, on_status, record: ServerRecord | None = None) -> Iterator[Any]:
     """Start the server of ``cfg`` (embedded vLLM, or ``template``) and yield it while it runs;
-    stop it afterwards (saying so through ``on_status``). Raises SweepError when it cannot start
+    stop it afterwards (saying so through ``on_status``). ``record``: where its process group is
+    recorded while it runs (:class:`ServerRecord`). Raises SweepError when it cannot start
     (busy port, missing program, lock timeout, start-up failure)."""
+    on_launch = None if record is None else (lambda process: record.launched(cfg, process))
     p = port or free_port(host)
     if template is None:
         busy = port_error(host, p)
         if busy:
             raise SweepError(f"{cfg.name}: {busy}")
         srv = VllmServer(p, model_dir=model_dir, speculative_config=cfg.speculative_config, host=host,
-                         log_path=log_path, startup_timeout=startup_timeout, on_status=on_status)
+                         log_path=log_path, startup_timeout=startup_timeout, on_status=on_status, on_launch=on_launch)
         try:
             srv.start()
         except SpecwatchEmbeddedError as exc:
+            if record is not None:
+                record.stopped(srv.process)
             raise SweepError(f"{cfg.name}: {exc}") from None
         stop = srv.stop
     else:
         srv = TemplateServer(render_command(template, p, cfg.speculative_config), p, host=host, log_path=log_path,
-                             startup_timeout=startup_timeout, lock=lock, api_key=api_key, on_status=on_status)
+                             startup_timeout=startup_timeout, lock=lock, api_key=api_key, on_status=on_status,
+                             on_launch=on_launch)
         try:
             srv.__enter__()
         except SweepError as exc:
+            if record is not None:
+                record.stopped(srv.process)
             raise SweepError(f"{cfg.name}: {exc.message}") from None
         stop = srv.__exit__
     try:
@@ -409,6 +493,8 @@ def start_server(cfg: ServerConfig, *, template: str | None, port: int | None, h
             on_status(f"{cfg.name}: stopping the server (up to {srv.stop_timeout:.0f} s)…")
         finally:
             stop()
+            if record is not None:
+                record.stopped(srv.process)
 
 
 def read_metrics(url: str, api_key: str | None = None) -> str | None:
@@ -597,6 +683,8 @@ def _run_sweep(plan: SweepPlan, result_file: Path, *, template, port, host, log_
     check_dataset(plan.workloads, plan.dataset_path)
     server_info = ServerSource.read({"kind": "template" if template else "embedded",
                                      "command_template": None if template is None else shlex.join(redact_argv(shlex.split(template)))})
+    record = ServerRecord(result_file)
+    record.stop_leftovers(result_file, echo)
     doc = _merge_doc(result_file, plan, server_info)
     done = {c.key for c in doc.cells if not c.problem()}
     options = WorkloadOptions(output_len=plan.output_len, seed=plan.seed, dataset_path=plan.dataset_path)
@@ -623,7 +711,7 @@ def _run_sweep(plan: SweepPlan, result_file: Path, *, template, port, host, log_
             log_path = log_dir / f"{cfg.name}.log"
             with start_server(cfg, template=template, port=port, host=host, log_path=log_path,
                               startup_timeout=startup_timeout, lock=lock, api_key=api_key,
-                              model_dir=model_dir, on_status=echo) as srv:
+                              model_dir=model_dir, on_status=echo, record=record) as srv:
                 kv = kv_capacity(read_metrics(srv.metrics_url, api_key) or "")
                 start = {"config": cfg.name, "k": cfg.k, "started_at": _now(),
                          "startup_seconds": srv.startup_seconds, "command": redact_argv(srv.command),

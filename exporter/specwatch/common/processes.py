@@ -1,5 +1,7 @@
 """Child processes, signals and ports: one managed child server (:class:`ManagedProcess`: start,
-wait until ready, stop its whole process group), stopping a process group, turning SIGTERM and
+wait until ready, stop its whole process group; on Linux the server gets SIGTERM when its parent
+dies, even by SIGKILL: :func:`die_with_parent`), stopping a process group (also one recorded by an
+earlier process: :func:`process_start_time`, :func:`stop_recorded_group`), turning SIGTERM and
 SIGHUP into Ctrl-C, probing and picking listen ports. Shared by bench, sweep, demo and the local
 vLLM launcher."""
 
@@ -79,6 +81,118 @@ def wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None, wh
         raise NotReady(_not_ready_message(what, timeout, url, check.last_error))
 
 
+#: prctl(2) option: the signal the calling process gets when its parent (thread) dies.
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None] | None:
+    """A ``preexec_fn`` for :class:`subprocess.Popen` that makes the child get ``sig`` when this
+    process dies, however it dies (SIGKILL, the OOM killer, a CI timeout): Linux's
+    ``prctl(PR_SET_PDEATHSIG)``, called through ctypes in the child before it executes the
+    program. A parent that died before the call is noticed (the child's parent pid changed) and
+    the child signals itself. The signal goes to the child alone, not its process group: a
+    server's own children are its business (vLLM stops its engine core on SIGTERM).
+
+    None where that is not available (not Linux, no libc ``prctl``) or when called outside the
+    main thread: the kernel sends the signal when the *thread* that started the child exits, so
+    a child started from a worker thread would die with the thread."""
+    import sys
+
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+    signum = int(sig)
+
+    def preexec() -> None:  # runs in the child between fork and exec: no imports, no allocation to speak of
+        prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os.kill(os.getpid(), signum)
+
+    return preexec
+
+
+def process_start_time(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot (field 22 of ``/proc/<pid>/stat``),
+    or None when there is no such process (or no /proc). With the pid it names one process for
+    good: a pid reused later belongs to a process with another start time."""
+    try:
+        stat = Path(f"/proc/{int(pid)}/stat").read_bytes()
+    except (OSError, ValueError):
+        return None
+    fields = stat[stat.rfind(b")") + 2:].split()
+    try:
+        return int(fields[19])  # field 22 of the line; fields here start at field 3 (state)
+    except (IndexError, ValueError):
+        return None
+
+
+def group_members(pgid: int, started_since: int | None = None) -> list[int]:
+    """The live processes (zombies left out) of process group ``pgid``; with ``started_since``
+    (ticks since boot, :func:`process_start_time`) only those started at or after it."""
+    out = []
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(proc.pid) != pgid or proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+        except (OSError, psutil.Error):
+            continue
+        if started_since is not None:
+            st = process_start_time(proc.pid)
+            if st is None or st < started_since:
+                continue
+        out.append(proc.pid)
+    return out
+
+
+def stop_recorded_group(pid: int, start_time: int | None, timeout: float) -> bool:
+    """Stop the process group that process ``pid`` led when it started at ``start_time``
+    (:func:`process_start_time`), recorded by another process (e.g. an earlier sweep that was
+    killed): SIGTERM to the group, SIGKILL after ``timeout`` s, then up to 10 s for it to vanish.
+
+    The group is that one only if its leader still has that start time, or, with the leader gone,
+    for its members started since (Linux does not reuse a pid while a process group still carries
+    it). A leader pid now used by another process means the group is long gone: nothing is
+    signalled. Returns True when something was stopped, False when nothing of the group was left.
+
+    Raises:
+        PermissionError: the group belongs to someone else (it cannot be signalled).
+        RuntimeError: ``start_time`` is None (the process cannot be identified) while the pid
+            runs, or the group survives SIGKILL.
+    """
+    now = process_start_time(pid)
+    if start_time is None:
+        if now is None and not group_members(pid):
+            return False
+        raise RuntimeError(f"process {pid} runs but its start time was not recorded: it may not be the same process")
+    if now is not None and now != start_time:
+        return False  # the pid belongs to a newer process: the recorded group is gone
+
+    def left() -> list[int]:
+        return group_members(pid, started_since=start_time)
+
+    if not left():
+        return False
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return True
+        deadline = time.monotonic() + wait
+        while left():
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+        else:
+            return True
+    raise RuntimeError(f"process group {pid} survived SIGKILL for 10 s")
+
+
 class StartFailed(NotReady):
     """Why a :class:`ManagedProcess` did not come up; the message is :func:`wait_http`'s.
 
@@ -127,6 +241,10 @@ class ManagedProcess:
     :meth:`stop`: :func:`stop_process_group` (SIGTERM, SIGKILL after ``stop_timeout`` s), then
     releases the lock if this object took it. Safe to call twice, and before :meth:`start`.
 
+    The child gets SIGTERM when this process dies without stopping it (:func:`die_with_parent`:
+    Linux, started from the main thread). ``on_launch(process)`` is called right after the
+    process started, before the readiness wait (e.g. to record its pid for a later clean-up).
+
     Attributes: ``command`` (the argv started, ``[]`` before), ``process`` (the
     :class:`subprocess.Popen`, None before), ``log_path`` (None for the terminal, or before a
     temporary one is made), ``startup_seconds``, ``what`` (names it in messages), ``stop_timeout``.
@@ -136,8 +254,10 @@ class ManagedProcess:
                  log_path: Path | str | None, what: str = "the server", env: Mapping[str, str] | None = None,
                  log_prefix: str = "specwatch-", startup_timeout: float = 60.0, stop_timeout: float = 30.0,
                  interval: float = 0.5, lock: LockLike | None = None, before_start: Callable[[], None] | None = None,
-                 on_error: Callable[[StartFailed], BaseException] | None = None):
+                 on_error: Callable[[StartFailed], BaseException] | None = None,
+                 on_launch: Callable[[subprocess.Popen], None] | None = None):
         self.argv = argv
+        self.on_launch = on_launch
         self.ready = ready
         self.what = what
         self.env = dict(env) if env is not None else None
@@ -193,10 +313,13 @@ class ManagedProcess:
             self._t0 = time.monotonic()
             try:
                 self.process = subprocess.Popen(self.command, stdout=out, stderr=subprocess.STDOUT if out is not None else None,
-                                                stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)
+                                                stdin=subprocess.DEVNULL, env=self.env, start_new_session=True,
+                                                preexec_fn=die_with_parent())
             except OSError as exc:
                 self._fail(StartFailed(f"cannot run {self.what} ({self.command[0]!r}): {exc.strerror or exc}",
                                        "cannot-run", cause=exc))
+        if self.on_launch is not None:
+            self.on_launch(self.process)
 
     def wait_ready(self) -> None:
         """The second half of :meth:`start`: poll ``ready`` (no clean-up on failure)."""

@@ -269,7 +269,8 @@ class VllmServer:
     process group with stdout/stderr appended to ``log_path`` (``None``: a temp file; ``"-"``:
     inherit the caller's terminal), and polls ``GET /v1/models`` until it lists
     ``served_model_name`` (:class:`specwatch.common.processes.ManagedProcess`).
-    ``startup_seconds`` is the time from process start to readiness. On exit: SIGTERM to the
+    ``startup_seconds`` is the time from process start to readiness; ``on_launch(process)`` is
+    called as soon as the process started. On exit: SIGTERM to the
     process group, SIGKILL after ``stop_timeout`` s, then releases the lock. (``lock_path`` exists
     for tests of the start-up error path only; real servers use the default /tmp/specwatch-vllm.lock.)
 
@@ -304,8 +305,10 @@ class VllmServer:
         stop_timeout: float = 30.0,
         on_status=None,
         lock_path: Path | str = LOCK_PATH,
+        on_launch=None,
     ):
         self.port = int(port)
+        self.on_launch = on_launch
         self.host = host
         self.model_dir = Path(model_dir) if model_dir is not None else None
         self.served_model_name = served_model_name
@@ -356,7 +359,7 @@ class VllmServer:
         self._proc = ManagedProcess(
             self._prepared_command, ready=self._serves_the_model, what="vLLM", env=vllm_env(self.kvcache_gib),
             log_path=self._log_arg, log_prefix=f"specwatch-vllm-{self.port}-", startup_timeout=self.startup_timeout,
-            stop_timeout=self.stop_timeout, lock=self._lock, on_error=self._start_error)
+            stop_timeout=self.stop_timeout, lock=self._lock, on_error=self._start_error, on_launch=self.on_launch)
         self._proc.start()
         return self
 
