@@ -48,11 +48,11 @@ from specwatch.bench.backend import OpenAIBackend
 from specwatch.bench.equivalence import compare_outputs, run_sequential
 from specwatch.bench.metrics import BenchMetrics
 from specwatch.bench.records import Equivalence
-from specwatch.bench.results import compare, keep_names_whole, render_tables, summarize
+from specwatch.bench.results import compare, render_tables, summarize
 from specwatch.bench.runner import BenchConfig, BenchConfigError, BenchInterrupted, run_bench
 from specwatch.bench.workloads import WorkloadOptions, equivalence_requests, parse_workloads
 from specwatch.choosek.decisionrecords import Decision
-from specwatch.choosek.demodecision import CHOICE_LEGEND, TABLE_COLUMNS, DecisionDoc, profile_fit_lines, row_notes, table_rows
+from specwatch.choosek.demodecision import DecisionDoc, render_decision
 from specwatch.choosek.demoreport import DemoReportError, demo_decision, load_demo_result, write_demo_report
 from specwatch.choosek.demosummary import CostProfileRef, DemoServer, DemoSummary, RunCurve
 from specwatch.common.defaults import BASELINE_VLLM_PORT, BENCH_METRICS_PORT, EXPORTER_PORT, PROMETHEUS_PORT, VLLM_PORT
@@ -71,6 +71,11 @@ REPO = Path(__file__).resolve().parents[2]
 SPEC_PORT, BASELINE_PORT, BENCH_PORT, PROM_PORT = VLLM_PORT, BASELINE_VLLM_PORT, BENCH_METRICS_PORT, PROMETHEUS_PORT
 PROM_URL, EXPORTER_URL = f"http://127.0.0.1:{PROM_PORT}", f"http://127.0.0.1:{EXPORTER_PORT}"
 DEFAULT_WORKLOADS = "copy,word-chain,random-output,code-return,explain,random-words"
+#: The demo exporter's windows: 15 s and 30 s follow the demo's cells (5-15 s each), 1m and 5m as
+#: Prometheus' rules and the decision check read them.
+EXPORTER_WINDOWS = ("15s", "30s", "1m", "5m")
+#: The live view the demo suggests: a window shorter than its cells (issue #36).
+TOP_COMMAND = "specwatch top --window 15s"
 
 # wide enough for the tables when the output goes to a file or a pipe
 console = Console() if sys.stdout.isatty() else Console(width=130)
@@ -145,7 +150,7 @@ def _click_error(failure: Exception) -> click.ClickException:
 
 class DemoStack:
     """What watches the demo's servers, as a context manager: the exporter (``specwatch serve`` on
-    19337, upstreams ``spec`` and ``baseline`` at the two vLLM ports, windows 1m and 5m, the cost
+    19337, upstreams ``spec`` and ``baseline`` at the two vLLM ports, windows :data:`EXPORTER_WINDOWS`, the cost
     profile of :func:`exporter_cost_options`), Prometheus (the repository's
     ``prometheus/prometheus.yml``, its data in ``OUT/prometheus-data``) and the load generator's
     metrics (``metrics``, served on 19338). Logs go to ``OUT/logs``.
@@ -190,7 +195,8 @@ class DemoStack:
         return [sys.executable, "-m", "specwatch", "serve",
                 "--upstream", f"spec=http://127.0.0.1:{SPEC_PORT},method={self.method}"
                 + (f",drafter={self.cost_drafter}" if self.cost_drafter else ""),
-                "--upstream", f"baseline=http://127.0.0.1:{BASELINE_PORT}", "--window", "1m", "--window", "5m",
+                "--upstream", f"baseline=http://127.0.0.1:{BASELINE_PORT}",
+                *[a for w in EXPORTER_WINDOWS for a in ("--window", w)],
                 "--listen-address", f"127.0.0.1:{EXPORTER_PORT}", "--cost-profile", str(self.cost_profile)]
 
     def prometheus_argv(self) -> list[str]:
@@ -346,8 +352,9 @@ def run_demo(settings: DemoSettings, stack: DemoStack, con: Console) -> None:
         try:
             running.enter_context(stack)
             con.print(f"Exporter: {stack.exporter_url}/metrics   Prometheus: {stack.prometheus_url}")
-            con.print("[bold]Watch it live:[/] run [bold]specwatch top[/] in a second terminal (it reads this exporter; "
-                      "keys 1/5/l switch the window, q quits).")
+            con.print(f"[bold]Watch it live:[/] run [bold]{TOP_COMMAND}[/] in a second terminal (it reads this "
+                      "exporter; its 15 s window follows each cell of the demo, which lasts 5-15 s; w cycles the "
+                      "windows, q quits).")
             options = WorkloadOptions(output_len=s.output_len)
             batches = []
             outputs: dict[str, list] = {}
@@ -468,7 +475,8 @@ def _print_end(s: DemoSettings, stack: DemoStack, con: Console) -> None:
     path (the last line, unless it keeps running: then how to stop it)."""
     con.print(f"\nResult files: {s.out}  (report.html, demo-summary.json, bench-baseline.json/.csv, "
               f"bench-speculative.json/.csv, logs/)")
-    con.print("Next: `specwatch sweep` runs every k and `specwatch advise` picks k per concurrency.")
+    con.print(f"Next: `specwatch advise {s.out}` decides again from the two bench files (the table above); "
+              "`specwatch sweep` runs every k and `specwatch advise` picks k per concurrency.", soft_wrap=True)
     if not s.keep_running:
         con.print(f"Prometheus has stopped; its data is kept: prometheus --config.file={stack.prometheus_config} "
                   f"--storage.tsdb.path={stack.prometheus_data} serves it again at {stack.prometheus_url}")
@@ -485,24 +493,11 @@ KEEP_RUNNING_HINT = ("Still running: Prometheus {prom} and the exporter {exporte
 
 def _print_decision(decision: DecisionDoc, con: Console | None = None) -> None:
     """The decision table, how its intervals were made, the per-cell notes and whether the
-    exporter's profile fits (to ``con``, default the module's ``console``). ``decision``: the
-    record (:class:`specwatch.choosek.decisionrecords.Decision`) or its parsed document."""
-    con = console if con is None else con
-    decision = Decision.coerce(decision)
-    k = decision.k
-    t = Table(title=f"the decision: does speculation (k={k}) pay here, and which k to run", title_justify="left")
-    for col in TABLE_COLUMNS:
-        t.add_column(col, justify="left" if col in ("workload", "verdict") or col.startswith("k to") else "right")
-    for row in table_rows(decision):
-        t.add_row(*row)
-    con.print(keep_names_whole(t))
-    con.print(f"  {CHOICE_LEGEND}", soft_wrap=True)
-    for basis, how in (decision.how or {}).items():
-        con.print(f"  [bold]{basis}[/]: {how}", soft_wrap=True)
-    for n in row_notes(decision):
-        con.print(f"  {n}", soft_wrap=True)
-    for line in profile_fit_lines(decision.profile_fit, decision.profile_name):
-        con.print(line, soft_wrap=True)
+    exporter's profile fits (to ``con``, default the module's ``console``), printed by
+    :func:`specwatch.choosek.demodecision.render_decision` as ``specwatch advise`` on the result
+    folder prints it. ``decision``: the record (:class:`specwatch.choosek.decisionrecords.Decision`)
+    or its parsed document."""
+    render_decision(Decision.coerce(decision), console if con is None else con)
 
 
 def _write_report(out: Path) -> str:

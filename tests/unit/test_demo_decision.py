@@ -20,10 +20,10 @@ from rich.table import Table
 
 from specwatch.choosek import demodecision as dd
 from specwatch.specdecode.costprofile import EMBEDDED_CPU_PROFILE, load_profile
-from specwatch.specdecode.decision import Estimate, best_k, choose_k
+from specwatch.specdecode.decision import Candidate, decide, ratio_from_logs
 
 DEMO = Path(__file__).parents[1] / "fixtures" / "demo"
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776}  # Student's t, two-sided 95 %
+T975 = {1: 12.706204736, 2: 4.302652730, 3: 3.182446305, 4: 2.776445105}  # Student's t, two-sided 95 %
 
 
 def _load(name):
@@ -56,6 +56,10 @@ def _t_interval(value, ratios):
     return value * math.exp(-h), value * math.exp(h)
 
 
+def _geomean(ratios):
+    return float(np.exp(np.mean(np.log(ratios))))
+
+
 def test_the_fixture_is_a_real_run_with_what_the_decision_needs(docs):
     base, spec, summary = docs
     assert summary["num_batches"] >= 3 and len(summary["workloads"]) >= 3 and len(summary["concurrencies"]) >= 2
@@ -76,9 +80,12 @@ def test_measured_ratio_and_its_interval_come_from_the_paired_batches(docs):
         value = _cell(spec, wl, c)["output_throughput"] / _cell(base, wl, c)["output_throughput"]
         (cmp_row,) = [r for r in summary["comparison"] if r["workload"] == wl and r["max_concurrency"] == c]
         assert row["ratio"] == pytest.approx(cmp_row["ratio"]) == pytest.approx(value)
-        lo, hi = _t_interval(value, [sb[i]["output_throughput"] / bb[i]["output_throughput"] for i in bb])
+        # the measured estimate is the paired ratio: exp(mean log r_i), exp(mean ± t sd / sqrt n)
+        ratios = [sb[i]["output_throughput"] / bb[i]["output_throughput"] for i in bb]
+        paired = _geomean(ratios)
+        lo, hi = _t_interval(paired, ratios)
         m = row["measured"]
-        assert (m["value"], m["lower"], m["upper"]) == pytest.approx((value, lo, hi), rel=1e-9)
+        assert (m["value"], m["lower"], m["upper"]) == pytest.approx((paired, lo, hi), rel=1e-9)
         assert m["basis"] == "measured"
         assert m["verdict"] == ("pays" if lo > 1 else "loses" if hi < 1 else "cannot_tell")
 
@@ -140,24 +147,33 @@ def test_what_ifs_use_the_exact_curve_and_the_fitted_slope(docs):
     assert checked >= len(summary["workloads"])
 
 
-def test_the_k_to_run_is_always_a_k_or_off_from_choose_k_on_the_intervals(docs):
+def test_the_k_to_run_is_the_one_rule_over_off_the_run_k_and_the_what_ifs(docs):
+    """decision.decide over off, the run's k (the measured paired ratio with its per-batch log
+    ratios) and the what-if k' (their estimates): the row's k, verdict and confidence are its."""
     base, spec, summary = docs
-    d = dd.decide(base, spec, summary["k"]).to_json()
+    k = summary["k"]
+    d = dd.decide(base, spec, k).to_json()
     runs = set()
     for row in d["rows"]:
-        ests = {w["k"]: Estimate(w["value"], w["lower"], w["upper"], w["basis"]) for w in row["what_if"]}
-        weakest = max((e.basis for e in ests.values()), key=["measured", "calibrated", "profile", "extrapolated"].index)
-        ch = choose_k(ests, weakest=weakest)
+        wl, c = row["workload"], row["concurrency"]
+        bb, sb = _batches(base, wl, c), _batches(spec, wl, c)
+        logs = [math.log(sb[i]["output_throughput"] / bb[i]["output_throughput"]) for i in sorted(bb)]
+        na = all(sb[i]["spec_decode_accepted_tokens"] == 0 for i in sb)
+        cands = [Candidate.from_ratio(f"k={k}", k, ratio_from_logs(logs), log_ratios=logs, never_accepted=na)]
+        cands += [Candidate(f"k={w['k']}", w["k"], w["value"], w["lower"], w["upper"], w["basis"], never_accepted=na)
+                  for w in row["what_if"] if w["k"] != k]
+        p = decide(sorted(cands, key=lambda x: x.k))
         got = row["choice"]
-        assert (got["k"], got["reason"], got["basis"]) == (ch.at_value, ch.reason, weakest)
-        assert got["certain"] == (ch.k is not None) == (ch.at_lower == ch.at_value == ch.at_upper)
+        assert (got["k"], got["basis"]) == (p.k, p.basis)
+        assert row["verdict"] == p.verdict and row["confidence"] == p.confidence_text()
+        assert row["pick"] == json.loads(json.dumps(p.to_json()))
+        assert row["never_accepted"] == na
+        assert got["certain"] == (p.certain and not na)
+        assert "at_value" not in got  # the three-scenario choice is gone
         text = dd.format_choice(row)
-        run = "off" if ch.at_value == 0 else f"k={ch.at_value}"
+        run = "off" if p.k == 0 else f"k={p.k}"
         runs.add(run)
-        assert text.startswith(f"{run} ({weakest}")  # a k or off in every row, never "withheld"
-        assert ("uncertain" in text) == (not got["certain"])
-        if not got["certain"]:
-            assert f"{'off' if ch.at_lower == 0 else f'k={ch.at_lower}'}/{run}/" in text
+        assert text.startswith(f"{run} (")  # a k or off in every row, never "withheld"
     assert runs  # every row says something
 
 
@@ -165,7 +181,7 @@ def test_demo_summary_holds_the_decision_the_module_computes(docs):
     base, spec, summary = docs
     got = json.loads(json.dumps(dd.decide(base, spec, summary["k"], plain_step=_plain()).to_json()))
     written = summary["decision"]
-    assert written["profile"]["file"].endswith(EMBEDDED_CPU_PROFILE.name)
+    assert written["profile"]["file"].endswith(EMBEDDED_CPU_PROFILE.name) and written["decision_format"] == 2
     assert {k: v for k, v in written.items() if k not in ("profile", "how")} == \
         {k: v for k, v in got.items() if k != "how"}
     assert dd.table_rows(written) == dd.table_rows(got)
@@ -207,15 +223,19 @@ def test_one_measured_batch_gives_no_interval_but_still_a_k_from_the_point_value
     for row in d["rows"]:
         assert row["measured"] is None and row["calibrated"] is None and row["batches"] == 1
         assert "--num-batches 2" in row["note"]
-        assert dd.format_verdict(row) == "cannot tell (no interval)"
         ch = row["choice"]
-        assert ch["reason"] == "no_interval" and not ch["certain"] and ch["k"] is not None
-        assert dd.format_choice(row).endswith("; no interval)")
-        # the point values: the client ratio at the run's k, the same R(k') as with an interval
-        ratio = row["ratio"]
+        assert ch["k"] is not None and not ch["certain"]
+        assert ch["reason"] == ("never_accepted" if row["never_accepted"] else "no_interval")
+        if not row["never_accepted"]:
+            assert dd.format_choice(row).endswith("; 1 batch: no interval)")
+            assert row["verdict"] == "cannot_tell" and "no interval" in row["confidence"]
+        # the point values: the one batch's client ratio at the run's k, the same R(k') as with an interval
+        bb, sb = _batches(b1, row["workload"], row["concurrency"]), _batches(s1, row["workload"], row["concurrency"])
+        ratio = sb[1]["output_throughput"] / bb[1]["output_throughput"]
         rel = {w["k"]: w["relative_to_run"] for w in full[(row["workload"], row["concurrency"])]["what_if"]}
-        points = {kk: ratio * r for kk, r in rel.items()}
-        assert ch["k"] == best_k(points)
+        points = [Candidate("off" if kk == 0 else f"k={kk}", kk, ratio * r, never_accepted=row["never_accepted"])
+                  for kk, r in sorted(rel.items())]
+        assert ch["k"] == decide(points).k
         assert dd.table_rows({"rows": [row]})[0][2].endswith("(no interval) measured")
 
 
@@ -225,7 +245,7 @@ def test_bad_k_and_missing_files():
     assert dd.decide(None, None, 4).to_json()["rows"] == []
     with pytest.raises(ValueError):
         dd.t975(0)
-    assert dd.t975(2) == pytest.approx(4.303) and dd.t975(500) == pytest.approx(1.96, abs=1e-3)
+    assert dd.t975(2) == pytest.approx(4.303, abs=1e-3) and dd.t975(500) == pytest.approx(1.96, abs=1e-2)
 
 
 def test_console_tables_keep_workload_names_whole(docs):

@@ -1,9 +1,9 @@
 """The demo's decision table as typed records (:mod:`specwatch.choosek.decisionrecords`):
-``decide()`` writes exactly the JSON the dict-building code wrote (tests/fixtures/demo-decision,
-captured at 49b871d, see its README), every decision document round-trips, older documents (a
-withheld choice, no ``certain``, a ``profile`` added by the report) read and render as before, a
-damaged decision in a demo summary is one line naming the field, and no package module reads a
-decision by key outside its record module."""
+``decide()`` writes exactly the JSON captured in tests/fixtures/demo-decision (format 2, the one
+decision rule, issue #36; see its README), every decision document round-trips, older documents
+(format 1: the real run's own decision, a withheld choice, no ``certain``, a ``profile`` added by
+the report) read and render as captured, a damaged decision in a demo summary is one line naming
+the field, and no package module reads a decision by key outside its record module."""
 
 from __future__ import annotations
 
@@ -76,12 +76,13 @@ def _variants(docs):
     }
 
 
-def test_decide_returns_a_record_that_writes_what_the_dict_code_wrote(docs, golden):
+def test_decide_returns_a_record_that_writes_the_captured_json(docs, golden):
     variants = _variants(docs)
     assert set(variants) == set(golden)
     for name, make in variants.items():
         d = make()
         assert isinstance(d, Decision) and all(isinstance(r, DecisionRow) for r in d.rows), name
+        assert d.decision_format == 2 and d.to_json()["decision_format"] == 2, name
         assert _same(d.to_json(), golden[name]), name
 
 
@@ -92,7 +93,8 @@ def test_a_decision_round_trips(docs, golden):
         assert Decision.from_json(d.to_json()).to_json() == d.to_json(), name
         assert _same(Decision.from_json(doc).to_json(), doc), name
     # the documents older versions wrote, and the fixture's own decision (with "profile")
-    for name, doc in {**_load(GOLDEN / "old-decisions.json"), "fixture": docs[2]["decision"]}.items():
+    for name, doc in {**_load(GOLDEN / "old-decisions.json"), "fixture": docs[2]["decision"],
+                      "fixture_format1": _load(GOLDEN / "fixture-format1-decision.json")}.items():
         assert _same(Decision.from_json(doc).to_json(), doc), name
 
 
@@ -113,7 +115,8 @@ def test_the_records_carry_the_numbers(docs):
 def test_old_documents_read_and_render_as_before(docs):
     rendered = _load(GOLDEN / "renderings.json")
     documents = {**_load(GOLDEN / "old-decisions.json"), **_load(GOLDEN / "decisions.json"),
-                 "fixture": docs[2]["decision"], "rows_only": {"rows": [docs[2]["decision"]["rows"][0]]}}
+                 "fixture": docs[2]["decision"], "fixture_format1": _load(GOLDEN / "fixture-format1-decision.json"),
+                 "rows_only": {"rows": [docs[2]["decision"]["rows"][0]]}}
     assert set(documents) | {"none"} == set(rendered)
     for name, doc in documents.items():
         rec = Decision.from_json(doc)
@@ -136,6 +139,19 @@ def test_old_documents_read_and_render_as_before(docs):
     assert old.rows[0].choice.k is None and dd.format_choice(old.rows[0]) == "withheld: uncertain"
     assert old.rows[1].choice.certain is None and old.rows[1].choice.is_certain
     assert old.rows[2].choice.certain is None and not old.rows[2].choice.is_certain
+    # a format-1 document renders with its own legend and no confidence; a format-2 one with the rule's
+    f1 = Decision.from_json(_load(GOLDEN / "fixture-format1-decision.json"))
+    assert f1.decision_format == 1 and dd.choice_legend(f1) == dd.CHOICE_LEGEND
+    assert all(row[-1] == "–" for row in dd.table_rows(f1)) and "uncertain: off/k=4/k=1" in dd.table_rows(f1)[0][5]
+    f2 = Decision.from_json(docs[2]["decision"])
+    assert f2.decision_format == 2 and dd.choice_legend(f2) == dd.RULE_LEGEND
+    assert all(row[-1] == r.confidence != "–" for row, r in zip(dd.table_rows(f2), f2.rows, strict=True))
+
+
+def test_a_decision_of_an_unknown_format_is_one_line_naming_it():
+    with pytest.raises(DecisionRecordError, match="decision_format: 3") as info:
+        Decision.from_json({"decision_format": 3, "k": 4, "rows": []}, "the decision")
+    assert "\n" not in str(info.value) and "format 1, 2" in str(info.value)
 
 
 def test_the_demo_summary_holds_a_typed_decision_and_writes_it_unchanged(docs):

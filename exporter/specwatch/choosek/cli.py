@@ -39,7 +39,7 @@ from specwatch.choosek.calibrate import (
     sample_live,
 )
 from specwatch.choosek.drafterstudy import family_labels, pick_drafters
-from specwatch.choosek.demoreport import DemoReportError, is_demo_summary_file, write_demo_report
+from specwatch.choosek.demoreport import DemoReportError, advise_demo, is_demo_summary_file, render_advice, write_demo_report
 from specwatch.choosek.model import DEFAULT_TOLERANCE, KChoiceError, parse_mix
 
 from specwatch.choosek.report import render_report
@@ -262,7 +262,7 @@ def sweep(result_file, ks, spec_configs, drafters, baseline, workloads, dataset_
 
 
 @click.command("advise")
-@click.argument("result_file", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("result_file", required=False, type=click.Path(path_type=Path))
 @click.option("--exporter", "exporter_url", default=None, help="Live: the specwatch exporter's /metrics URL (e.g. http://127.0.0.1:19337/metrics).")
 @click.option("--prometheus", "prometheus_url", default=None, help="Live: Prometheus base URL (uses the recording rules).")
 @click.option("--window", default="5m", show_default=True, help="Live (exporter): the window label of the curve (falls back to lifetime).")
@@ -293,11 +293,35 @@ def sweep(result_file, ks, spec_configs, drafters, baseline, workloads, dataset_
                    "copy=3,random-output=1 (default: the same work from every workload; throughputs combine through time).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the advice as JSON here (advise_format 2).")
+@click.option("--baseline", "baseline_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Two bench files: the baseline server's (with --speculative); the demo's decision table.")
+@click.option("--speculative", "speculative_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Two bench files: the speculative server's (with --baseline).")
+@click.option("--unpaired", is_flag=True, default=False,
+              help="Demo folder / two bench files: compare cells whose batches are not paired, unpaired (labelled so).")
 def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tolerance, candidates,
            cost_profile, method, drafter, old_cost_a, old_cost_b, base_config, acceptance, basis, fit_k, mix,
-           json_path) -> None:
-    """Recommend num_speculative_tokens per concurrency from a sweep RESULT_FILE (or live data)."""
+           json_path, baseline_file, speculative_file, unpaired) -> None:
+    """Recommend num_speculative_tokens per concurrency from a sweep RESULT_FILE (or live data), or
+    decide again from a `specwatch demo` result folder (RESULT_FILE a folder) or two bench files
+    (--baseline FILE --speculative FILE): the demo's decision table."""
     console = make_console()
+    demo_folder = result_file if result_file is not None and (result_file.is_dir() or is_demo_summary_file(result_file)) else None
+    if demo_folder is not None or baseline_file or speculative_file or unpaired:  # the demo's decision (choosek.demoreport)
+        if exporter_url or prometheus_url or (result_file is not None and demo_folder is None) \
+                or (demo_folder is not None and (baseline_file or speculative_file)):
+            raise click.UsageError("give a demo result folder, or --baseline FILE --speculative FILE, and nothing else")
+        if json_path:
+            check_writable(json_path, "--json")
+        try:
+            got = advise_demo(folder=None if demo_folder is None else (demo_folder if demo_folder.is_dir() else demo_folder.parent),
+                              baseline=baseline_file, speculative=speculative_file, unpaired=unpaired)
+        except DemoReportError as exc:
+            raise FlagError(str(exc)) from None
+        render_advice(got, console)
+        if json_path:
+            atomic_write_json(json_path, got.to_json())
+        return
     sources = [x for x in (result_file, exporter_url, prometheus_url) if x]
     if len(sources) != 1:
         raise click.UsageError("give exactly one of RESULT_FILE, --exporter or --prometheus")

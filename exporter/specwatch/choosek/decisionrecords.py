@@ -14,7 +14,15 @@ The document, in the key order it has always been written in::
      "profile_fit": [ProfileFit], "how": {basis: text}, "tolerance", "profile"?}
 
 ``profile`` (:class:`DecisionProfile`, the exporter profile the plain-step check used) is added by
-:func:`specwatch.choosek.demoreport.demo_decision`. Every older document reads and writes
+:func:`specwatch.choosek.demoreport.demo_decision`.
+
+**Formats.** ``decision_format`` 2 (written first; issue #36): the k to run comes from the one
+decision rule, :func:`specwatch.specdecode.decision.decide`, over off, the run's k and the
+what-if k′; each row adds ``verdict``, ``confidence`` (:meth:`~specwatch.specdecode.decision.Pick.confidence_text`),
+``pick`` (:meth:`~specwatch.specdecode.decision.Pick.to_json`), ``never_accepted`` and
+``disagreement``; its choice has no ``at_lower``/``at_value``/``at_upper``; an estimate may say
+``paired: false`` (an unpaired comparison, asked for). A document without the key is format 1
+(the three-scenario choice), read and rendered as written. Every older document reads and writes
 unchanged (``Decision.from_json(x).to_json() == x``, unknown keys kept): rows whose choice has no
 ``certain`` (a file written before the k to run was marked uncertain), a choice whose ``k`` is null
 and whose ``run`` is ``withheld`` (a file written before the demo always chose a k). Speedups are
@@ -27,10 +35,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from specwatch.common.records import (Bool, Int, JsonRecord, ListOf, MapOf, Num, Rec, RecordError, Str, jfield, read_document,
-                                      record_field)
+from specwatch.common.records import (Bool, Int, JsonRecord, ListOf, MapOf, Num, Obj, Rec, RecordError, Str, jfield,
+                                      read_document, record_field)
 
 _NUM, _STR, _INT = Num(), Str(), Int()
+
+#: The decision document's format (key :data:`FORMAT_KEY`); a document without the key is format 1.
+FORMAT = 2
+READABLE_FORMATS = (1, 2)
+FORMAT_KEY = "decision_format"
 
 
 class DecisionRecordError(RecordError):
@@ -50,15 +63,19 @@ class DecisionEstimate(JsonRecord):
     upper: float | None = jfield("upper", _NUM)
     basis: str | None = jfield("basis", _STR)
     verdict: str | None = jfield("verdict", _STR)
+    #: False for an unpaired comparison (asked for with ``--unpaired``); absent (None) when paired.
+    paired: bool | None = jfield("paired", Bool(), omit_none=True)
     extra: Mapping[str, Any] = record_field(default_factory=dict)
     keys: tuple[str, ...] | None = record_field(default=None)
 
     @classmethod
-    def of(cls, e: Any) -> DecisionEstimate | None:
-        """The record of a :class:`specwatch.specdecode.decision.Estimate` (None stays None)."""
+    def of(cls, e: Any, *, paired: bool = True) -> DecisionEstimate | None:
+        """The record of a :class:`specwatch.specdecode.decision.Estimate` (None stays None);
+        ``paired`` False marks an unpaired comparison."""
         if e is None:
             return None
-        return cls(value=e.value, lower=e.lower, upper=e.upper, basis=e.basis, verdict=e.verdict)
+        return cls(value=e.value, lower=e.lower, upper=e.upper, basis=e.basis, verdict=e.verdict,
+                   paired=None if paired else False)
 
     @classmethod
     def coerce(cls, doc: DecisionEstimate | Mapping[str, Any] | None) -> DecisionEstimate | None:
@@ -119,21 +136,23 @@ class CellCost(JsonRecord):
 
 @dataclass(frozen=True, kw_only=True)
 class DecisionChoice(JsonRecord):
-    """The k to run of a row (``rows[i].choice``, :func:`specwatch.specdecode.decision.choose_k`
-    over k′ = 0 … k): ``k`` (0 = off; None only in files written before the demo always chose,
-    ``run`` then ``withheld``), ``run`` its text (``off``, ``k=3``), ``certain`` (the lower ends,
-    values and upper ends agree; absent in older files), ``reason`` (None, ``uncertain``,
-    ``no_interval``, ``no_data``), ``basis`` (the weakest of the estimates compared) and the k at
-    the lower ends, values and upper ends (``at_lower``, ``at_value``, ``at_upper``)."""
+    """The k to run of a row (``rows[i].choice``): ``k`` (0 = off; None only in files written
+    before the demo always chose, ``run`` then ``withheld``), ``run`` its text (``off``, ``k=3``),
+    ``certain`` (format 2: the pick is separated from its runner-up; format 1: the lower ends,
+    values and upper ends agree; absent in older files), ``reason`` (None; format 2:
+    ``uncertain``, ``no_interval``, ``never_accepted``, ``no_data``; format 1 ``uncertain``,
+    ``no_interval``, ``no_data``), ``basis`` (format 2: the weakest of the pick and its runner-up;
+    format 1: of the estimates compared) and, in format 1 only, the k at the lower ends, values
+    and upper ends (``at_lower``, ``at_value``, ``at_upper``)."""
 
     k: int | None = jfield("k", _INT)
     run: str | None = jfield("run", _STR)
     certain: bool | None = jfield("certain", Bool())
     reason: str | None = jfield("reason", _STR)
     basis: str | None = jfield("basis", _STR)
-    at_lower: int | None = jfield("at_lower", _INT)
-    at_value: int | None = jfield("at_value", _INT)
-    at_upper: int | None = jfield("at_upper", _INT)
+    at_lower: int | None = jfield("at_lower", _INT, omit_none=True)
+    at_value: int | None = jfield("at_value", _INT, omit_none=True)
+    at_upper: int | None = jfield("at_upper", _INT, omit_none=True)
     extra: Mapping[str, Any] = record_field(default_factory=dict)
     keys: tuple[str, ...] | None = record_field(default=None)
 
@@ -152,7 +171,15 @@ class DecisionRow(JsonRecord):
     ``measured`` and ``calibrated`` estimates at the run's k (None when not measurable: one
     batch, no step times), ``cost`` (:class:`CellCost`), ``curve_source`` (``exact per-request``
     or ``counters (…)``), ``what_if`` (:class:`WhatIf` per k′), ``choice``
-    (:class:`DecisionChoice`) and ``note`` (what is missing, "; "-joined; "" when nothing)."""
+    (:class:`DecisionChoice`) and ``note`` (what is missing, "; "-joined; "" when nothing).
+
+    Format 2 adds (absent in format 1): ``verdict`` (the pick's verdict against the baseline,
+    :attr:`specwatch.specdecode.decision.Pick.verdict`: ``pays``, ``loses``, ``cannot_tell``),
+    ``confidence`` (:meth:`~specwatch.specdecode.decision.Pick.confidence_text`, the text every
+    surface prints), ``never_accepted`` (the speculative cell accepted no draft token in any
+    measured batch, or proposed none: physics, off), ``disagreement``
+    (:func:`specwatch.specdecode.decision.disagreement` of the measured and calibrated estimates,
+    None when they agree) and ``pick`` (:meth:`~specwatch.specdecode.decision.Pick.to_json`)."""
 
     workload: str | None = jfield("workload", _STR)
     concurrency: int | None = jfield("concurrency", _INT)
@@ -165,6 +192,11 @@ class DecisionRow(JsonRecord):
     what_if: tuple[WhatIf, ...] = jfield("what_if", ListOf(Rec(WhatIf)), default=())
     choice: DecisionChoice | None = jfield("choice", Rec(DecisionChoice))
     note: str | None = jfield("note", _STR)
+    verdict: str | None = jfield("verdict", _STR, omit_none=True)
+    confidence: str | None = jfield("confidence", _STR, omit_none=True)
+    never_accepted: bool | None = jfield("never_accepted", Bool(), omit_none=True)
+    disagreement: str | None = jfield("disagreement", _STR, omit_none=True)
+    pick: Mapping[str, Any] | None = jfield("pick", Obj(), omit_none=True)
     extra: Mapping[str, Any] = record_field(default_factory=dict)
     keys: tuple[str, ...] | None = record_field(default=None)
 
@@ -242,8 +274,12 @@ class Decision(JsonRecord):
     the cost line per concurrency (``cost_lines``, keyed by the concurrency as text; None where no
     line could be fitted), the profile check (``profile_fit``), how each basis was obtained
     (``how``: basis → text), the tie ``tolerance`` of the choice (a fraction, 0.02 = 2 %) and the
-    ``profile`` the check used."""
+    ``profile`` the check used; ``format`` (key ``decision_format``): 2 for a document written by
+    the one decision rule, 1 (no key) for an older one."""
 
+    write_order: ClassVar[tuple[str, ...]] = (FORMAT_KEY,)
+
+    format: int | None = jfield(FORMAT_KEY, _INT, omit_none=True)
     k: int | None = jfield("k", _INT)
     rows: tuple[DecisionRow, ...] = jfield("rows", ListOf(Rec(DecisionRow)), default=())
     cost_lines: Mapping[str, CostLine | None] | None = jfield("cost_lines", MapOf(Rec(CostLine), nullable_items=True))
@@ -257,7 +293,11 @@ class Decision(JsonRecord):
     @classmethod
     def from_json(cls, data: Any, where: str | None = None) -> Decision:
         """The record of a parsed decision document; ``where`` names it in errors. Raises
-        DecisionRecordError (one line naming the field) for a document of the wrong shape."""
+        DecisionRecordError (one line naming the field) for a document of the wrong shape or of a
+        format this version cannot read."""
+        if isinstance(data, Mapping) and data.get(FORMAT_KEY, 1) not in READABLE_FORMATS:
+            raise DecisionRecordError(f"{where or 'the decision'} is not a demo decision of format "
+                                      f"{', '.join(map(str, READABLE_FORMATS))} ({FORMAT_KEY}: {data[FORMAT_KEY]!r})")
         return read_document(cls, data, where, "demo decision", DecisionRecordError)
 
     @classmethod
@@ -273,10 +313,15 @@ class Decision(JsonRecord):
         return (self.cost_lines or {}).get(str(concurrency))
 
     @property
+    def decision_format(self) -> int:
+        """The document's format: 1 without the key (an older document), else the key's value."""
+        return 1 if self.format is None else self.format
+
+    @property
     def profile_name(self) -> str | None:
         """The name of the profile the check used (None when unknown)."""
         return None if self.profile is None else self.profile.name
 
 
 __all__ = ["CellCost", "CostLine", "Decision", "DecisionChoice", "DecisionEstimate", "DecisionProfile", "DecisionRecordError",
-           "DecisionRow", "ProfileFit", "WhatIf"]
+           "DecisionRow", "FORMAT", "FORMAT_KEY", "ProfileFit", "READABLE_FORMATS", "WhatIf"]

@@ -62,11 +62,16 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from rich.table import Table
+
 from specwatch.bench.records import BenchBatch, BenchCell, BenchResult
-from specwatch.choosek.decisionrecords import (CellCost, CostLine, Decision, DecisionChoice, DecisionEstimate, DecisionRow, ProfileFit,
-                                               WhatIf)
+from specwatch.bench.results import keep_names_whole
+from specwatch.choosek.decisionrecords import (FORMAT, CellCost, CostLine, Decision, DecisionChoice, DecisionEstimate, DecisionRow,
+                                               ProfileFit, WhatIf)
 from specwatch.specdecode.derive import expected_lengths
-from specwatch.specdecode.decision import CANNOT_TELL, TOLERANCE, Estimate, t975, best_k, choose_k, combine_log_halfwidths
+from specwatch.specdecode import decision as rule
+from specwatch.specdecode.decision import (CANNOT_TELL, TOLERANCE, Candidate, Estimate, PairedRatio, combine_log_halfwidths,
+                                          disagreement, format_ratio, ratio_from_logs, t975, unpaired_ratio)
 
 #: Bases, strongest first, spelled as the exporter and :mod:`specwatch.specdecode.decision` do.
 MEASURED = "measured"
@@ -81,9 +86,9 @@ X_MARGIN = 0.15
 FIT_BAND = 1.25
 
 HOW = {
-    MEASURED: "client output throughput, speculative / baseline (mean of the measured batches); 95 % interval "
-              "from the paired per-batch ratios (batch i of both servers serves the same seeded prompts): "
-              "exp(± t(n−1) × sd(log ratio) / √n)",
+    MEASURED: "client output throughput, speculative / baseline, paired batch by batch (batch i of both servers "
+              "serves the same seeded prompts): exp(mean log r_i) of the per-batch ratios r_i, 95 % interval "
+              "exp(mean ± t(n−1) × sd(log r_i) / √n)",
     CALIBRATED: "the run's k from server step times measured here: τ / c, c = t_spec / t0 (vLLM's step time, "
                 "speculative cell over baseline cell), τ = tokens per request-step the server emitted; "
                 "interval from the paired per-batch ratios",
@@ -216,22 +221,99 @@ def profile_fit(baseline: BenchDoc,
     return out
 
 
+def pairing(baseline: BenchDoc, speculative: BenchDoc) -> dict[tuple[str, int], str]:
+    """The cells measured on both servers whose batches are **not** paired, each with why (one
+    phrase): batch i of both must have served the same seeded prompts, so the two files must have
+    the same seed and workload options (``config.options``: seed, output_len, prompt_words,
+    dataset_path), the cell at least one common measured batch, and each common batch the same
+    number of prompts and the same input tokens. An empty mapping: every common cell is paired."""
+    brec, srec = BenchResult.coerce(baseline), BenchResult.coerce(speculative)
+    if brec is None or srec is None:
+        return {}
+    bcells, scells = brec.cells_by_key(), srec.cells_by_key()
+    keys = [key for key in scells if key in bcells]
+    bo = ((brec.config or {}).get("options") or {}) if isinstance(brec.config, Mapping) else {}
+    so = ((srec.config or {}).get("options") or {}) if isinstance(srec.config, Mapping) else {}
+    file_level = [f"{opt} {bo.get(opt)!r} vs {so.get(opt)!r}" for opt in PAIRING_OPTIONS
+                  if isinstance(bo, Mapping) and isinstance(so, Mapping) and bo.get(opt) != so.get(opt)]
+    bbat, sbat = brec.batches_by_key(), srec.batches_by_key()
+    out: dict[tuple[str, int], str] = {}
+    for key in keys:
+        if file_level:
+            out[key] = ", ".join(file_level)
+            continue
+        common = sorted(set(bbat.get(key, {})) & set(sbat.get(key, {})))
+        if not common:
+            out[key] = "no measured batch in common"
+            continue
+        for i in common:
+            b, s = bbat[key][i], sbat[key][i]
+            if _num(b.num_prompts) != _num(s.num_prompts):
+                out[key] = f"batch {i}: {_count(b.num_prompts)} vs {_count(s.num_prompts)} prompts"
+                break
+            if _num(b.total_input_tokens) is not None and _num(s.total_input_tokens) is not None \
+                    and b.total_input_tokens != s.total_input_tokens:
+                out[key] = (f"batch {i}: other prompts ({_count(b.total_input_tokens)} vs "
+                            f"{_count(s.total_input_tokens)} input tokens)")
+                break
+    return out
+
+
+#: The bench options that must be equal for batch i of two files to serve the same prompts.
+PAIRING_OPTIONS = ("seed", "output_len", "prompt_words", "dataset_path")
+
+
+def _count(v: Any) -> str:
+    x = _num(v)
+    return "?" if x is None else f"{x:g}"
+
+
+def never_accepted(cell: BenchCell, batches: Sequence[BenchBatch]) -> bool:
+    """Physics: the speculative cell accepted no draft token in any of its measured ``batches``
+    (or proposed no draft at all), so it cannot pay whatever its ratio's noise says. Judged on the
+    batches' counters when every batch has them, else on the cell's; False when unknown."""
+    accepted = [_num(b.accepted_tokens) for b in batches]
+    if batches and all(a is not None for a in accepted):
+        return all(a == 0 for a in accepted)
+    if _num(cell.num_drafts) == 0:
+        return True
+    acc = _num(cell.accepted_tokens)
+    return acc == 0 if acc is not None else False
+
+
+def _log_throughput(batches: Sequence[BenchBatch]) -> Estimate | None:
+    """A cell's throughput on the log scale (exp(mean log), exp(± t · sd / √n)); None for fewer
+    than two batches with a throughput."""
+    xs = [_pos(b.output_throughput) for b in batches]
+    xs = [x for x in xs if x is not None]
+    if len(xs) < 2:
+        return None
+    r = ratio_from_logs([math.log(x) for x in xs])
+    return Estimate(r.value, r.lower, r.upper, MEASURED)
+
+
 def decide(baseline: BenchDoc, speculative: BenchDoc, k: int, *,
-           plain_step: Callable[[float], float] | None = None, tolerance: float = TOLERANCE) -> Decision:
+           plain_step: Callable[[float], float] | None = None, tolerance: float = TOLERANCE,
+           unpaired: bool = False) -> Decision:
     """The decision table of a demo run (module doc) from its two bench documents and the run's
     k (≥ 1). ``plain_step``: the exporter profile's t0(b) in seconds (for :func:`profile_fit`);
-    ``tolerance``: the choice's tie tolerance (a fraction).
+    ``tolerance``: the rule's tie tolerance (a fraction); ``unpaired``: compare the cells whose
+    batches are not paired (:func:`pairing`) unpaired, labelled so (else such a row says "not
+    paired" and has no k).
 
-    Returns a :class:`~specwatch.choosek.decisionrecords.Decision` (its fields and units are
-    documented there): ``k``, ``rows`` (one :class:`~specwatch.choosek.decisionrecords.DecisionRow`
+    Returns a :class:`~specwatch.choosek.decisionrecords.Decision` of format 2 (its fields and
+    units are documented there): ``k``, ``rows`` (one :class:`~specwatch.choosek.decisionrecords.DecisionRow`
     per cell: ``measured`` and ``calibrated`` estimates, None when not measurable; ``cost``;
-    ``what_if`` per k′; ``choice``; ``note``), ``cost_lines`` (by concurrency as text),
-    ``profile_fit``, ``how`` (basis → text) and ``tolerance``. Rows follow the speculative file's
-    cell order; cells measured on one server only are left out. Raises ValueError for k < 1."""
+    ``what_if`` per k′; ``choice``, ``verdict``, ``confidence`` and ``pick`` from
+    :func:`specwatch.specdecode.decision.decide`; ``never_accepted``; ``disagreement``;
+    ``note``), ``cost_lines`` (by concurrency as text), ``profile_fit``, ``how`` (basis → text)
+    and ``tolerance``. Rows follow the speculative file's cell order; cells measured on one
+    server only are left out. Raises ValueError for k < 1."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     bcells, scells = _cells(baseline), _cells(speculative)
     bbat, sbat = _batches(baseline), _batches(speculative)
+    not_paired = pairing(baseline, speculative)
     keys = [key for key in scells if key in bcells]
     cost: dict[tuple[str, int], CellCost] = {}
     for key in keys:
@@ -251,21 +333,27 @@ def decide(baseline: BenchDoc, speculative: BenchDoc, k: int, *,
     for key in keys:
         wl, conc = key
         b, s = bcells[key], scells[key]
-        pairs = sorted(set(bbat.get(key, {})) & set(sbat.get(key, {})))
+        why_not_paired = not_paired.get(key)
+        pairs = [] if why_not_paired else sorted(set(bbat.get(key, {})) & set(sbat.get(key, {})))
         notes = []
-        # measured: the client ratio
         bt, st = _pos(b.output_throughput), _pos(s.output_throughput)
-        measured = None
-        if bt and st:
-            h = log_halfwidth([_pos(sbat[key][i].output_throughput) / _pos(bbat[key][i].output_throughput)
-                               for i in pairs if _pos(sbat[key][i].output_throughput)
-                               and _pos(bbat[key][i].output_throughput)])
-            if h is not None:
-                measured = Estimate.around(st / bt, h, MEASURED)
-            else:
-                notes.append(f"{len(pairs)} measured batch: no interval (run --num-batches 2 or more)")
         ratio = st / bt if bt and st else None
-        # calibrated: the run's k from the measured step costs
+        # measured: the paired ratio of the client's output throughputs (both servers live)
+        logs = [math.log(_pos(sbat[key][i].output_throughput) / _pos(bbat[key][i].output_throughput))
+                for i in pairs if _pos(sbat[key][i].output_throughput) and _pos(bbat[key][i].output_throughput)]
+        measured_ratio: PairedRatio | None = ratio_from_logs(logs) if logs else None
+        if why_not_paired:
+            if unpaired:
+                se = _log_throughput(list(sbat.get(key, {}).values()))
+                be = _log_throughput(list(bbat.get(key, {}).values()))
+                measured_ratio = unpaired_ratio(se, be) if se is not None and be is not None else None
+                notes.append(f"not paired ({why_not_paired}): an unpaired comparison, as asked (--unpaired)")
+            else:
+                notes.append(f"not paired ({why_not_paired}): no paired ratio (--unpaired compares it unpaired)")
+        measured = measured_ratio.estimate(MEASURED) if measured_ratio is not None else None
+        if measured_ratio is not None and not measured_ratio.has_interval:
+            notes.append(f"{len(logs)} measured batch: no interval (run --num-batches 2 or more)")
+        # calibrated: the run's k from the measured step costs (paired per-batch server ratios)
         cc = cost[key]
         curve, source = _curve(s)
         if not source.startswith("exact"):
@@ -282,21 +370,33 @@ def decide(baseline: BenchDoc, speculative: BenchDoc, k: int, *,
             notes.append("no server step times: nothing calibrated")
         elif h_cal is not None:
             calibrated = Estimate.around(tau_run / cc.c, h_cal, CALIBRATED)
-        # the anchor for the run's k: the client ratio (both servers live) when it has an interval,
-        # else the calibrated one; what-ifs k' < k are the anchor times the modelled ratio R(k')
+        na = never_accepted(s, [sbat[key][i] for i in pairs] if pairs else list(sbat.get(key, {}).values()))
+        if na:
+            notes.append("no draft token was accepted in any measured batch (or none was proposed): speculation "
+                         "cannot pay here, off whatever the ratio's noise says")
+        split = disagreement(measured if measured_ratio is not None and measured_ratio.paired else None, calibrated)
+        if split:
+            notes.append(f"the bases disagree: {split}")
+        # the run's k: the measured paired ratio where it has an interval, else the calibrated one,
+        # else (one batch) the measured point value; what-ifs k' < k are that anchor times R(k')
         anchor = measured if measured is not None else calibrated
-        h_anchor = (math.log(anchor.upper / anchor.value) if anchor is not None else None)
+        h_anchor = math.log(anchor.upper / anchor.value) if anchor is not None else None
+        run_name = _run(k)
+        cands: list[Candidate] = []
+        if measured is not None:
+            cands.append(Candidate.from_ratio(run_name, k, measured_ratio, basis=MEASURED,
+                                              log_ratios=logs if measured_ratio.paired else None, never_accepted=na))
+        elif calibrated is not None:
+            cands.append(Candidate.from_estimate(run_name, k, calibrated, never_accepted=na))
+        elif measured_ratio is not None:
+            cands.append(Candidate.from_ratio(run_name, k, measured_ratio, basis=MEASURED, never_accepted=na))
+        run_value = cands[0].value if cands else None
         what_if: list[WhatIf] = []
-        estimates: dict[int, Estimate] = {}
-        points: dict[int, float] = {}  # point values only (no interval): one measured batch
-        if anchor is not None:
-            estimates[k] = anchor
         line = lines.get(conc)
         if line is None:
             notes.append("no cost line at this concurrency (needs two workloads with different drafted tokens per step)")
         elif line.points == 2:
             notes.append("cost line through 2 workloads: no fit spread in the what-if intervals")
-        run_value = anchor.value if anchor is not None else ratio
         tau_k = tau.get(k, tau_run)  # the counters' τ where the exact curve stops short of k (ragged drafts)
         for kk in range(1, k):
             if kk not in tau or tau_k is None or line is None or cc.x is None or cc.c is None or not run_value:
@@ -306,34 +406,36 @@ def decide(baseline: BenchDoc, speculative: BenchDoc, k: int, *,
             if c2 <= 0:
                 continue
             rel = (tau[kk] / c2) / (tau_k / cc.c)  # R(k'): k' over the run's k, same curve and cost line
-            if h_anchor is None:
-                points[kk] = run_value * rel
-                continue
             span = line.x_max - line.x_min
             inside = line.x_min - X_MARGIN * span <= x2 <= line.x_max + X_MARGIN * span
+            basis = PROFILE if inside else EXTRAPOLATED
+            if h_anchor is None:  # one batch: the point value only
+                cands.append(Candidate(_run(kk), kk, run_value * rel, basis=basis, never_accepted=na))
+                continue
             h_line = line.slope_halfwidth * abs(x2 - cc.x) / c2
-            e = Estimate.around(anchor.value * rel, combine_log_halfwidths([h_anchor, h_line]),
-                                PROFILE if inside else EXTRAPOLATED)
-            estimates[kk] = e
+            e = Estimate.around(anchor.value * rel, combine_log_halfwidths([h_anchor, h_line]), basis)
+            cands.append(Candidate.from_estimate(_run(kk), kk, e, never_accepted=na))
             what_if.append(WhatIf.at(kk, e, x=x2, c=c2, relative_to_run=rel))
         if anchor is not None:
             what_if.append(WhatIf.at(k, anchor, x=cc.x, c=cc.c, relative_to_run=1.0))
-        if estimates:
-            ch = choose_k(estimates, weakest=weakest([e.basis for e in estimates.values()]), tolerance=tolerance)
-            choice = DecisionChoice(k=ch.at_value, run=_run(ch.at_value), certain=ch.k is not None, reason=ch.reason,
-                                    basis=ch.basis, at_lower=ch.at_lower, at_value=ch.at_value, at_upper=ch.at_upper)
-        elif run_value:
-            points[k] = run_value
-            kk = best_k(points, tolerance)
-            choice = DecisionChoice(k=kk, run=_run(kk), certain=False, reason="no_interval",
-                                    basis=MEASURED if len(points) == 1 else PROFILE, at_value=kk)
+        verdict_ = confidence = pick_json = None
+        if why_not_paired and not unpaired:
+            choice = DecisionChoice(run="withheld", certain=False, reason="not_paired")
+        elif cands:
+            p = rule.decide(sorted(cands, key=lambda c: c.k), tolerance)
+            reason = ("never_accepted" if na else None if any(c.has_interval for c in cands) else "no_interval")
+            if reason is None and not p.certain:
+                reason = "uncertain"
+            choice = DecisionChoice(k=p.k, run=_run(p.k), certain=reason is None, reason=reason, basis=p.basis)
+            verdict_, confidence, pick_json = p.verdict, p.confidence_text(), p.to_json()
         else:
             choice = DecisionChoice(run="withheld", certain=False, reason="no_data")
         rows.append(DecisionRow(workload=wl, concurrency=conc, batches=len(pairs), ratio=ratio,
-                                measured=DecisionEstimate.of(measured), calibrated=DecisionEstimate.of(calibrated),
-                                cost=cc, curve_source=source, what_if=tuple(what_if), choice=choice,
-                                note="; ".join(notes)))
-    return Decision(k=k, rows=tuple(rows), cost_lines={str(c): ln for c, ln in lines.items()},
+                                measured=DecisionEstimate.of(measured, paired=measured_ratio is None or measured_ratio.paired),
+                                calibrated=DecisionEstimate.of(calibrated), cost=cc, curve_source=source,
+                                what_if=tuple(what_if), choice=choice, note="; ".join(notes), verdict=verdict_,
+                                confidence=confidence, never_accepted=na, disagreement=split, pick=pick_json))
+    return Decision(format=FORMAT, k=k, rows=tuple(rows), cost_lines={str(c): ln for c, ln in lines.items()},
                     profile_fit=tuple(profile_fit(baseline, plain_step)), how=dict(HOW), tolerance=tolerance)
 
 
@@ -349,7 +451,9 @@ VERDICT_TEXT = {"pays": "pays", "loses": "loses", CANNOT_TELL: "cannot tell"}
 
 
 def _x(v: float) -> str:
-    return f"{v:.2f}" if v < 100 else f"{v:.3g}"
+    """A ratio at the precision that decides (:func:`~specwatch.specdecode.decision.format_ratio`:
+    0.9989 → 0.999, never "1.00"); three significant digits from 100 on."""
+    return format_ratio(v) if v < 100 else f"{v:.3g}"
 
 
 #: A decision: its record or a parsed ``decision`` document (read into the record).
@@ -364,32 +468,63 @@ def _estimate(e: DecisionEstimate | Mapping[str, Any] | None) -> DecisionEstimat
     return e if e is not None and e.given else None
 
 
+def _by_rule(row: DecisionRow) -> bool:
+    """True for a row written by the one decision rule (format 2: it has a verdict or a confidence)."""
+    return row.verdict is not None or row.confidence is not None
+
+
 def format_estimate(e: DecisionEstimate | Mapping[str, Any] | None, *, with_basis: bool = True) -> str:
-    """``2.95× [2.80–3.11] measured`` (value, 95 % interval, basis) of an estimate (or a what-if
-    row); "–" for None."""
+    """``2.95× [2.80–3.11] measured`` (value, 95 % interval, basis; ``, unpaired`` for an unpaired
+    comparison) of an estimate (or a what-if row), the bounds at the precision that decides the
+    verdict (0.9989 → ``0.999``); "–" for None."""
     e = _estimate(e)
     if e is None:
         return "–"
     s = f"{_x(e.value)}× [{_x(e.lower)}–{_x(e.upper)}]"
-    return f"{s} {e.basis}" if with_basis else s
+    if not with_basis:
+        return s
+    return f"{s} {e.basis}" + (", unpaired" if e.paired is False else "")
 
 
 def format_verdict(row: RowDoc) -> str:
-    """The row's verdict: on the measured interval, else "cannot tell (no interval)"."""
-    m = _estimate(DecisionRow.coerce(row).measured)
+    """The row's verdict. Format 2: the pick's verdict against the baseline, with ``(no draft
+    accepted)`` where physics decided and ``(calibrated: pays; measured rules)`` where the two
+    bases disagree. Format 1: on the measured interval, else "cannot tell (no interval)"."""
+    r = DecisionRow.coerce(row)
+    if r.verdict is not None:
+        text = VERDICT_TEXT.get(r.verdict, r.verdict)
+        if r.never_accepted:
+            return f"{text} (no draft accepted)"
+        cal = _estimate(r.calibrated)
+        if r.disagreement and cal is not None:
+            return f"{text} (calibrated: {VERDICT_TEXT.get(cal.verdict, cal.verdict)}; measured rules)"
+        return text
+    m = _estimate(r.measured)
     if m is not None:
         return VERDICT_TEXT.get(m.verdict, m.verdict)
     return "cannot tell (no interval)"
 
 
+_WITHHELD_TEXT = {"not_paired": "not paired", "no_data": "no data"}
+
+
 def format_choice(row: RowDoc) -> str:
-    """``k=3 (profile)`` when the choice is the same across the intervals; ``k=4 (profile;
-    uncertain: off/k=4/k=4)`` when it is not (the k at the lower ends / values / upper ends, the
-    one at the values run); ``off (measured; no interval)`` from point values; "–" without data.
-    See :data:`CHOICE_LEGEND`."""
-    ch = DecisionRow.coerce(row).choice or DecisionChoice()
-    if ch.k is None:  # a file written before the demo always chose (withheld then)
-        return f"withheld: {ch.reason or 'no data'}"
+    """The k to run. Format 2 (the one rule): ``k=4 (measured)`` when separated from its
+    runner-up, ``k=4 (profile; uncertain)`` when not (the confidence column says by how much),
+    ``off (no draft accepted)`` where physics decided, ``k=4 (measured; 1 batch: no interval)``
+    from point values, ``withheld: not paired``. Format 1: ``k=3 (profile)``, ``k=4 (profile;
+    uncertain: off/k=4/k=4)`` (the k at the lower ends / values / upper ends), ``off (measured;
+    no interval)``. See :func:`choice_legend`."""
+    r = DecisionRow.coerce(row)
+    ch = r.choice or DecisionChoice()
+    if ch.k is None:  # not paired, no data; a file written before the demo always chose (withheld then)
+        return f"withheld: {_WITHHELD_TEXT.get(ch.reason, ch.reason) if ch.reason else 'no data'}"
+    if _by_rule(r):
+        if ch.reason == "never_accepted":
+            return f"{ch.run} (no draft accepted)"
+        if ch.reason == "no_interval":
+            return f"{ch.run} ({ch.basis}; 1 batch: no interval)"
+        return f"{ch.run} ({ch.basis}{'' if ch.is_certain else '; uncertain'})"
     if ch.is_certain:
         return f"{ch.run} ({ch.basis})"
     if ch.reason == "uncertain":
@@ -397,35 +532,87 @@ def format_choice(row: RowDoc) -> str:
     return f"{ch.run} ({ch.basis}; no interval)"
 
 
-#: What the "k to run" column's texts mean (printed under the table).
+def format_confidence(row: RowDoc) -> str:
+    """The pick against its runner-up (format 2: the row's ``confidence``, the text of
+    :meth:`~specwatch.specdecode.decision.Pick.confidence_text`); "–" for a format-1 row."""
+    return DecisionRow.coerce(row).confidence or "–"
+
+
+#: What the "k to run" column's texts meant in format 1 (printed under an older document's table).
 CHOICE_LEGEND = ("k to run: the smallest k within 2 % of the best (off = no speculation, exactly 1), compared at the "
                  "intervals' lower ends, values and upper ends; the k at the values is the one to run. Where the three "
                  "differ it says 'uncertain (a/b/c)' with the k at each: measure more batches, or run the k at the "
                  "values and watch the exporter. 'no interval': one measured batch, point values only. The basis in "
                  "brackets is the weakest of the estimates compared.")
 
+#: What the columns of a format-2 table mean: the one decision rule (printed under the table).
+RULE_LEGEND = ("k to run: the one decision rule (docs/choosing-k.md): among off (exactly 1), the run's k and the "
+               "what-if k′ < k, the best estimate; within 2 % of it the smaller k wins; a configuration none of whose "
+               "draft tokens was accepted cannot pay, so it is off whatever the ratio's noise says. The basis in brackets "
+               "is the weaker of the pick's and its runner-up's. verdict: the pick against the baseline (pays: the "
+               "interval's lower end above 1; loses: its upper end below 1); where the measured and the calibrated "
+               "basis disagree the row says so, and measured (both servers live) rules. confidence: the pick against "
+               "its runner-up, pick / runner-up with its 95 % interval (paired batch by batch where both were measured, "
+               "else labelled unpaired); where it does not separate them the pick stays the better estimate "
+               "('uncertain'). '1 batch: no interval': point values only.")
+
+
+def choice_legend(decision: DecisionDoc) -> str:
+    """The legend printed under the table: :data:`RULE_LEGEND` for a format-2 decision,
+    :data:`CHOICE_LEGEND` for an older one."""
+    d = Decision.coerce(decision)
+    return RULE_LEGEND if d.decision_format >= 2 or any(_by_rule(r) for r in d.rows) else CHOICE_LEGEND
+
 
 def table_rows(decision: DecisionDoc) -> list[list[str]]:
-    """The decision table as text cells: workload, concurrency, measured ratio [95 %] basis,
-    verdict, calibrated at k [95 %] basis, k to run (basis). ``decision``: the record or its
-    parsed document (raises DecisionRecordError for a damaged one)."""
+    """The decision table as text cells (:data:`TABLE_COLUMNS`): workload, concurrency, measured
+    ratio [95 %] basis, verdict, calibrated at k [95 %] basis, k to run (basis), confidence.
+    ``decision``: the record or its parsed document (raises DecisionRecordError for a damaged
+    one). The console, report.html and ``specwatch advise`` on a demo folder print these cells."""
     out = []
     for r in Decision.coerce(decision).rows:
         m = _estimate(r.measured)
-        mtxt = format_estimate(m) if m else (f"{r.ratio:.2f}× (no interval) measured" if r.ratio else "–")
+        if m:
+            mtxt = format_estimate(m)
+        elif r.choice is not None and r.choice.reason == "not_paired":
+            mtxt = "not paired"
+        else:
+            mtxt = f"{_x(r.ratio)}× (no interval) measured" if r.ratio else "–"
         out.append([r.workload, str(r.concurrency), mtxt, format_verdict(r), format_estimate(r.calibrated),
-                    format_choice(r)])
+                    format_choice(r), format_confidence(r)])
     return out
 
 
 def row_notes(decision: DecisionDoc) -> list[str]:
-    """``<workload> c=<concurrency>: <note>`` for every row with a note (what is missing), in the
-    table's order."""
+    """``<workload> c=<concurrency>: <note>`` for every row with a note (what is missing, physics,
+    bases that disagree), in the table's order."""
     return [f"{r.workload} c={r.concurrency}: {r.note}" for r in Decision.coerce(decision).rows if r.note]
 
 
 TABLE_COLUMNS = ("workload", "concurrency", "measured ratio [95 %], basis", "verdict",
-                 "run's k from step costs [95 %], basis", "k to run (basis)")
+                 "run's k from step costs [95 %], basis", "k to run (basis)", "confidence (against the runner-up)")
+
+
+def render_decision(decision: DecisionDoc, con: Any) -> None:
+    """Print the decision table to the rich console ``con``, as the demo ends and as ``specwatch
+    advise`` on a demo folder prints it: the table (:func:`table_rows`), the legend
+    (:func:`choice_legend`), how each basis was obtained, the per-cell notes and whether the
+    exporter's cost profile fits this machine. ``decision``: the record or its parsed document."""
+    decision = Decision.coerce(decision)
+    t = Table(title=f"the decision: does speculation (k={decision.k}) pay here, and which k to run", title_justify="left")
+    for col in TABLE_COLUMNS:
+        t.add_column(col, justify="left" if col in ("workload", "verdict") or col.startswith(("k to", "confidence"))
+                     else "right")
+    for row in table_rows(decision):
+        t.add_row(*row)
+    con.print(keep_names_whole(t))
+    con.print(f"  {choice_legend(decision)}", soft_wrap=True)
+    for basis, how in (decision.how or {}).items():
+        con.print(f"  [bold]{basis}[/]: {how}", soft_wrap=True)
+    for n in row_notes(decision):
+        con.print(f"  {n}", soft_wrap=True)
+    for line in profile_fit_lines(decision.profile_fit, decision.profile_name):
+        con.print(line, soft_wrap=True)
 
 
 def profile_fit_lines(fit: Sequence[ProfileFit | Mapping[str, Any]], profile_name: str | None = None) -> list[str]:
@@ -448,6 +635,7 @@ def profile_fit_lines(fit: Sequence[ProfileFit | Mapping[str, Any]], profile_nam
     return out
 
 
-__all__ = ["BASES", "CALIBRATED", "CHOICE_LEGEND", "EXTRAPOLATED", "FIT_BAND", "HOW", "MEASURED", "PROFILE", "TABLE_COLUMNS",
-           "DecisionDoc", "RowDoc", "decide", "fit_line", "format_choice", "format_estimate", "format_verdict", "log_halfwidth",
-           "profile_fit", "profile_fit_lines", "row_notes", "t975", "table_rows", "weakest"]
+__all__ = ["BASES", "CALIBRATED", "CHOICE_LEGEND", "EXTRAPOLATED", "FIT_BAND", "HOW", "MEASURED", "PAIRING_OPTIONS", "PROFILE",
+           "RULE_LEGEND", "TABLE_COLUMNS", "DecisionDoc", "RowDoc", "choice_legend", "decide", "fit_line",
+           "format_choice", "format_confidence", "format_estimate", "format_verdict", "log_halfwidth", "never_accepted",
+           "pairing", "profile_fit", "profile_fit_lines", "render_decision", "row_notes", "t975", "table_rows", "weakest"]

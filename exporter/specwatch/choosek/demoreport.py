@@ -43,8 +43,9 @@ from specwatch.choosek.charts import (
 )
 from specwatch.bench.records import BenchRecordError, BenchResult
 from specwatch.choosek.decisionrecords import Decision, DecisionProfile
-from specwatch.choosek.demodecision import (CHOICE_LEGEND, TABLE_COLUMNS, VERDICT_TEXT, BenchDoc, DecisionDoc, decide,
-                                           format_estimate, profile_fit_lines, row_notes, table_rows)
+from specwatch.choosek.demodecision import (TABLE_COLUMNS, VERDICT_TEXT, BenchDoc, DecisionDoc, choice_legend, decide,
+                                           format_estimate, pairing, profile_fit_lines, render_decision, row_notes,
+                                           table_rows)
 from specwatch.choosek.demosummary import SUMMARY_FILE, DemoServer, DemoSummary, DemoSummaryError, RunCurve, is_demo_summary
 from specwatch.choosek.model import KChoiceError, Measurement
 from specwatch.common.files import atomic_write_text
@@ -315,29 +316,47 @@ def render_demo_report(summary: SummaryDoc, benches: Mapping[str, BenchDoc],
     return render_page(title, parts)
 
 
+def _exporter_profile(summary: DemoSummary | None) -> tuple[Path, Any]:
+    """(file, loaded profile or None) of the exporter cost profile named in ``summary`` (the
+    embedded CPU profile when it names none; the shipped profile of the same name when the
+    folder comes from another checkout)."""
+    ref = summary.exporter_cost_profile if summary is not None else None
+    prof_file = Path((ref.file if ref else None) or EMBEDDED_CPU_PROFILE)
+    try:
+        return prof_file, load_profile(prof_file)
+    except CostProfileError:
+        try:
+            return prof_file, load_profile(EMBEDDED_CPU_PROFILE.parent / prof_file.name)
+        except CostProfileError:
+            return prof_file, None
+
+
+def decide_demo(summary: SummaryDoc | None, benches: Mapping[str, BenchDoc], k: int, *,
+                unpaired: bool = False) -> Decision:
+    """The decision table of a demo's two bench results (``benches``: role → record or document)
+    at the run's ``k``, by :func:`specwatch.choosek.demodecision.decide`, with the plain-step check
+    against the exporter profile named in ``summary`` (``profile`` names its file and name; None
+    when it could not be loaded). What the demo stores and ``specwatch advise`` on its folder
+    prints. ``unpaired``: as for :func:`~specwatch.choosek.demodecision.decide`."""
+    summary = None if summary is None else DemoSummary.coerce(summary)
+    prof_file, prof = _exporter_profile(summary)
+    d = decide(benches.get("baseline"), benches.get("speculative"), k,
+               plain_step=None if prof is None else (lambda b: prof.plain_step(b).seconds), unpaired=unpaired)
+    return dataclasses.replace(d, profile=DecisionProfile(file=str(prof_file), name=None if prof is None else prof.name))
+
+
 def demo_decision(summary: SummaryDoc, benches: Mapping[str, BenchDoc]) -> Decision | None:
     """The run's decision table (:class:`specwatch.choosek.decisionrecords.Decision`): the
-    summary's ``decision`` as the demo wrote it, else (a result folder written before the demo
-    decided) computed from the bench files with the exporter's profile named in the summary
-    (:func:`specwatch.choosek.demodecision.decide`; ``profile`` then names that profile's file and
-    name, None when it could not be loaded). None when the run's k is unknown."""
+    summary's ``decision`` as the demo wrote it (of any readable format), else (a result folder
+    written before the demo decided) :func:`decide_demo` of the bench files. None when the run's
+    k is unknown."""
     summary = DemoSummary.coerce(summary)
     if summary.decision is not None:
         return summary.decision
     k = summary.k
     if k is None or k < 1:
         return None
-    prof_file = (summary.exporter_cost_profile.file if summary.exporter_cost_profile else None) or EMBEDDED_CPU_PROFILE
-    try:
-        prof = load_profile(prof_file)
-    except CostProfileError:
-        try:  # the folder may come from another checkout: the shipped profile of the same name
-            prof = load_profile(EMBEDDED_CPU_PROFILE.parent / Path(prof_file).name)
-        except CostProfileError:
-            prof = None
-    d = decide(benches.get("baseline"), benches.get("speculative"), k,
-               plain_step=None if prof is None else (lambda b: prof.plain_step(b).seconds))
-    return dataclasses.replace(d, profile=DecisionProfile(file=str(prof_file), name=None if prof is None else prof.name))
+    return decide_demo(summary, benches, k)
 
 
 def decision_section(decision: DecisionDoc | None) -> list[str]:
@@ -352,13 +371,20 @@ def decision_section(decision: DecisionDoc | None) -> list[str]:
         parts.append("<p class='note'>No decision: no cell was measured on both servers (an interrupted demo).</p>")
         return parts
     parts.append("<style>table.decision td:first-child{white-space:nowrap}</style>")
-    parts.append(f"<p>Per workload and concurrency, both servers measured on this machine: the client's throughput "
-                 f"ratio with its 95 % interval and the verdict on it (pays: lower end above 1; loses: upper end "
-                 f"below 1), the run's k (k={escape(decision.k)}) from the server step costs, and the k to "
-                 f"run: always a k or off, the best at the values, marked uncertain where the intervals' ends "
-                 f"would choose differently.</p>")
+    if decision.decision_format >= 2:
+        parts.append(f"<p>Per workload and concurrency, both servers measured on this machine: the client's paired "
+                     f"throughput ratio with its 95 % interval, the run's k (k={escape(decision.k)}) from the server "
+                     f"step costs, and the k to run by the one decision rule (docs/choosing-k.md): always a k or "
+                     f"off, with its verdict against the baseline (pays: lower end above 1; loses: upper end below "
+                     f"1) and how sure it is against the runner-up.</p>")
+    else:
+        parts.append(f"<p>Per workload and concurrency, both servers measured on this machine: the client's throughput "
+                     f"ratio with its 95 % interval and the verdict on it (pays: lower end above 1; loses: upper end "
+                     f"below 1), the run's k (k={escape(decision.k)}) from the server step costs, and the k to "
+                     f"run: always a k or off, the best at the values, marked uncertain where the intervals' ends "
+                     f"would choose differently.</p>")
     parts.append(html_table(list(TABLE_COLUMNS), table_rows(decision), "decision"))
-    parts.append("<ul class='note'>" + f"<li>{escape(CHOICE_LEGEND)}</li>"
+    parts.append("<ul class='note'>" + f"<li>{escape(choice_legend(decision))}</li>"
                  + "".join(f"<li><b>{escape(b)}</b>: {escape(t)}</li>" for b, t in (decision.how or {}).items())
                  + "</ul>")
     notes = row_notes(decision)
@@ -377,6 +403,125 @@ def decision_section(decision: DecisionDoc | None) -> list[str]:
         parts.append(html_table(["workload", "concurrency", "k′", "speedup [95 %]", "basis", "verdict",
                                  "drafted tokens per request-step x", "relative step cost c"], rows, "what-if"))
     return parts
+
+
+# -- `specwatch advise` on a demo result folder, or on two bench files ---------------------------------
+
+#: The bench files of a demo result folder, by role.
+BENCH_FILES = {"baseline": "bench-baseline.json", "speculative": "bench-speculative.json"}
+#: The format key of ``specwatch advise --json`` on a demo folder or two bench files.
+ADVICE_FORMAT_KEY = "specwatch_demo_advice_format"
+ADVICE_FORMAT = 1
+
+
+class DemoInputError(DemoReportError):
+    """Bad input for ``specwatch advise`` on a demo folder or two bench files (a missing or
+    unreadable file, batches that are not paired): one line naming the file or the cells; exit 2."""
+
+    exit_code = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoAdvice:
+    """What ``specwatch advise`` decided from two bench files: the ``decision`` (format 2, the
+    demo's table), the files it read, the cells measured on one server only (``left_out``, as
+    ``workload c=N``) and the cells whose batches were not paired (``not_paired``: cell → why;
+    compared unpaired only when ``unpaired``)."""
+
+    decision: Decision
+    baseline: str
+    speculative: str
+    left_out: tuple[str, ...] = ()
+    not_paired: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    unpaired: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--json`` document: :data:`ADVICE_FORMAT_KEY`, the files, ``decision`` (its
+        record's JSON, as ``demo-summary.json`` holds it), ``left_out``, ``not_paired`` and
+        ``unpaired``."""
+        return {ADVICE_FORMAT_KEY: ADVICE_FORMAT, "baseline": self.baseline, "speculative": self.speculative,
+                "unpaired": self.unpaired, "left_out": list(self.left_out), "not_paired": dict(self.not_paired),
+                "decision": self.decision.to_json()}
+
+
+def load_bench_file(path: Path, role: str) -> BenchResult:
+    """The bench result ``path`` (``role``: baseline or speculative, for the message). Raises
+    :class:`DemoInputError` (one line naming the file) when it is missing, not JSON, of a format
+    this version cannot read, damaged, or holds no cell."""
+    if not path.is_file():
+        raise DemoInputError(f"{path}: no {role} bench file there (a demo result folder holds "
+                             f"{BENCH_FILES['baseline']} and {BENCH_FILES['speculative']})")
+    try:
+        rec = BenchResult.load(path)
+    except BenchRecordError as exc:
+        raise DemoInputError(str(exc)) from None
+    if not rec.cells:
+        raise DemoInputError(f"{path} is not a specwatch bench result with measured cells (no 'summary' cells)")
+    return rec
+
+
+def run_k(speculative: BenchResult, summary: DemoSummary | None = None) -> int | None:
+    """The speculative server's k: the demo summary's, else the largest
+    ``spec_decode_num_speculative_tokens`` of the bench file's cells (None when neither says)."""
+    if summary is not None and summary.k is not None and summary.k >= 1:
+        return summary.k
+    ks = [int(c.num_speculative_tokens) for c in speculative.cells
+          if c.num_speculative_tokens is not None and c.num_speculative_tokens >= 1]
+    return max(ks) if ks else None
+
+
+def advise_demo(*, folder: Path | None = None, baseline: Path | None = None, speculative: Path | None = None,
+                unpaired: bool = False) -> DemoAdvice:
+    """The decision of a demo result ``folder`` (its ``bench-baseline.json`` and
+    ``bench-speculative.json``; its ``demo-summary.json``, when there, gives the run's k and the
+    exporter profile) or of two bench files, by the code the demo ran (:func:`decide_demo`), so
+    it prints the demo's table. Raises :class:`DemoInputError` (one line, exit 2) for a missing or
+    unreadable file, a k it cannot tell, or cells whose batches are not paired (unless
+    ``unpaired``: then they are compared unpaired, labelled so)."""
+    summary = None
+    if folder is not None:
+        if not folder.is_dir():
+            raise DemoInputError(f"{folder}: not a folder")
+        if (folder / SUMMARY_FILE).is_file():
+            try:
+                summary = DemoSummary.load(folder / SUMMARY_FILE)
+            except DemoSummaryError as exc:
+                raise DemoInputError(str(exc)) from None
+        baseline = folder / (summary.result_file_name("baseline") if summary else BENCH_FILES["baseline"])
+        speculative = folder / (summary.result_file_name("speculative") if summary else BENCH_FILES["speculative"])
+    if baseline is None or speculative is None:
+        raise DemoInputError("give a demo result folder, or both --baseline FILE and --speculative FILE")
+    brec, srec = load_bench_file(baseline, "baseline"), load_bench_file(speculative, "speculative")
+    k = run_k(srec, summary)
+    if k is None:
+        raise DemoInputError(f"{speculative}: no cell says the speculative server's k "
+                             "(spec_decode_num_speculative_tokens): is it the speculative server's bench file?")
+    bkeys, skeys = brec.cells_by_key(), srec.cells_by_key()
+    left_out = (tuple(f"{wl} c={c} (baseline only)" for wl, c in bkeys if (wl, c) not in skeys)
+                + tuple(f"{wl} c={c} (speculative only)" for wl, c in skeys if (wl, c) not in bkeys))
+    if not any(key in bkeys for key in skeys):
+        raise DemoInputError(f"{baseline} and {speculative} have no workload and concurrency in common")
+    not_paired = {f"{wl} c={c}": why for (wl, c), why in pairing(brec, srec).items()}
+    if not_paired and not unpaired:
+        raise DemoInputError("not paired (batch i of both files must serve the same seeded prompts): "
+                             + "; ".join(f"{cell}: {why}" for cell, why in not_paired.items())
+                             + ". Compare them unpaired with --unpaired (labelled so)")
+    d = decide_demo(summary, {"baseline": brec, "speculative": srec}, k, unpaired=unpaired)
+    return DemoAdvice(decision=d, baseline=str(baseline), speculative=str(speculative), left_out=left_out,
+                      not_paired=not_paired, unpaired=unpaired)
+
+
+def render_advice(advice: DemoAdvice, con: Any) -> None:
+    """Print ``advice`` to the rich console ``con``: what it read, the cells left out (measured on
+    one server only) and the cells compared unpaired, each in one line, then the decision table
+    exactly as the demo printed it (:func:`specwatch.choosek.demodecision.render_decision`)."""
+    con.print(f"decided from {advice.baseline} and {advice.speculative} (the demo's rule and table)", soft_wrap=True)
+    if advice.left_out:
+        con.print(f"left out (measured on one server only): {', '.join(advice.left_out)}", soft_wrap=True)
+    if advice.not_paired:
+        con.print("compared UNPAIRED, as asked (--unpaired): " + "; ".join(f"{c}: {why}" for c, why in advice.not_paired.items()),
+                  soft_wrap=True)
+    render_decision(advice.decision, con)
 
 
 def _pct(v: float | None) -> float | None:

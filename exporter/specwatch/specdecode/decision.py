@@ -531,6 +531,9 @@ def format_interval(lower: float | None, upper: float | None) -> str:
 
 def confidence_text(p: Pick) -> str:
     """The one-line confidence of a :class:`Pick` (every surface prints this text)."""
+    if p.runner_up is None and p.excluded:  # physics left nothing to compare with (off, or the one left)
+        names = sorted((n for n, _ in p.excluded), key=lambda n: (len(n), n))
+        return f"{', '.join(names)} excluded: {p.excluded[0][1]}"
     if p.runner_up is None:
         return "the only candidate"
     r = p.runner_up.name
