@@ -112,7 +112,7 @@ def test_a_recorded_pid_now_used_by_another_process_is_left_alone(tmp_path):
         real = process_start_time(other.pid)
         assert real is not None
         path = servers_record_path(out)
-        path.write_text(json.dumps({"servers": [{"config": "baseline", "pid": other.pid, "start_time": real - 1}]}))
+        path.write_text(json.dumps({"running_servers": [{"config": "baseline", "pid": other.pid, "start_time": real - 1}]}))
         msgs: list[str] = []
         ServerRecord(out).stop_leftovers(out, msgs.append, timeout=1)
         assert other.poll() is None and msgs == []
@@ -130,7 +130,7 @@ def test_a_leftover_that_cannot_be_stopped_is_refused_in_one_line(tmp_path, stub
     other = subprocess.Popen(["sleep", "60"], start_new_session=True)
     try:
         out = tmp_path / "s.json"
-        servers_record_path(out).write_text(json.dumps({"servers": [
+        servers_record_path(out).write_text(json.dumps({"running_servers": [
             {"config": "ngram-k2", "pid": other.pid, "start_time": process_start_time(other.pid)}]}))
 
         def refuse(pgid, sig):

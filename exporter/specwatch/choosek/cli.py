@@ -122,6 +122,22 @@ class FlagError(click.ClickException):
     exit_code = 2
 
 
+def _check_output_dir(path: Path, flag: str) -> None:
+    """Exit 2 (one line) when the directory ``path`` would be written into does not exist: a typo
+    in it is not a reason to create directories."""
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.exists() and not parent.is_symlink():  # (a file in its place: check_writable says so)
+        raise FlagError(f"{flag} {path}: the directory {parent} does not exist (create it first)")
+
+
+def _check_not_input(output: Path, inputs, flag: str) -> None:
+    """Exit 2 (one line) when ``output`` is one of the ``inputs`` files: writing it would destroy
+    what the command reads."""
+    for src in inputs:
+        if src is not None and same_file(output, src):
+            raise FlagError(f"{flag} {output} is the input {src} itself: writing it would destroy it; give another {flag}")
+
+
 def _target_ci_cb(ctx, param, value):
     if value is not None and not (0.0 < value < 1.0):
         raise FlagError(f"--target-ci must be in (0, 1) (a relative half width: 0.05 = ±5 %), got {value:g}")
@@ -250,6 +266,9 @@ def sweep(result_file, ks, spec_configs, drafters, baseline, workloads, dataset_
     except KeyboardInterrupt:
         echo(f"interrupted: finished cells are in {result_file}; run the same command to resume", err=True)
         sys.exit(130)
+    except OSError as exc:  # the result file or a log cannot be written (a full disk, a read-only mount)
+        raise click.ClickException(f"cannot write {exc.filename or result_file}: {exc.strerror or exc}; finished cells "
+                                   f"are in {result_file} up to the last write that succeeded") from None
     if doc.status == "incomplete":
         names = {c.name for c in configs}
         bad = doc.only_cells([c for c in doc.cells if c.config in names and c.workload in wls
@@ -262,7 +281,7 @@ def sweep(result_file, ks, spec_configs, drafters, baseline, workloads, dataset_
 
 
 @click.command("advise")
-@click.argument("result_file", required=False, type=click.Path(path_type=Path))
+@click.argument("result_file", required=False, type=click.Path(exists=True, path_type=Path))
 @click.option("--exporter", "exporter_url", default=None, help="Live: the specwatch exporter's /metrics URL (e.g. http://127.0.0.1:19337/metrics).")
 @click.option("--prometheus", "prometheus_url", default=None, help="Live: Prometheus base URL (uses the recording rules).")
 @click.option("--window", default="5m", show_default=True, help="Live (exporter): the window label of the curve (falls back to lifetime).")
@@ -353,7 +372,10 @@ def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tol
                               base_config=base_config)
     render_result(result, console)
     if json_path:
-        atomic_write_json(json_path, result.to_json())
+        try:
+            atomic_write_json(json_path, result.to_json())
+        except OSError as exc:
+            raise click.ClickException(f"cannot write {json_path}: {exc.strerror or exc}") from None
 
 
 def _advise_from_sweep(result_file: Path, console, *, tolerance, candidates, prior, acceptance, fit_k, basis,
@@ -452,6 +474,7 @@ def report(result_file: Path, output: Path | None, tolerance: float, candidates:
         raise click.BadParameter("is the sweep result itself: writing it would destroy the sweep", param_hint="--output")
     if is_demo_summary_file(result_file):  # a `specwatch demo` result: its own renderer, report.html beside it
         out = output or result_file.parent / "report.html"
+        _check_output_dir(out, "--output")
         check_writable(out, "--output")
         try:
             written = write_demo_report(result_file.parent, out)
@@ -472,6 +495,7 @@ def report(result_file: Path, output: Path | None, tolerance: float, candidates:
             f"{result_file} has no finished cell yet (status {doc.status!r}): nothing to report; run or resume "
             "specwatch sweep first" + (f". Left out for failed requests: {'; '.join(left_out)}" if left_out else ""))
     out = output or result_file.with_suffix(".html")
+    _check_output_dir(out, "--output")
     if same_file(out, result_file):
         raise click.BadParameter(f"{out} is the sweep result itself: writing it would destroy the sweep "
                                  "(give another --output)", param_hint="--output")
@@ -538,6 +562,7 @@ def calibrate(sweep_file, baseline_url, spec_url, duration, interval, forward_fi
         raise click.UsageError("give exactly one source: --from-sweep FILE, --baseline-url with --url, or --from-forward-json FILE")
     if (baseline_url is None) != (spec_url is None):
         raise click.UsageError("live calibration needs both --baseline-url and --url")
+    _check_not_input(output, (sweep_file, forward_file), "--output")
     check_writable(output, "--output")
     name = name or output.stem
     prov = {"hardware": hardware, "model": model, "served_model_name": served_model_name, "vllm_version": vllm_version}
@@ -573,13 +598,22 @@ def calibrate(sweep_file, baseline_url, spec_url, duration, interval, forward_fi
                     "how": f"two live servers sampled every {interval:g} s for {duration:g} s: step time = Δ ITL sum / "
                            "Δ ITL count, b = Δ ITL count / Δ iteration count; binned by b, medians"}
             profile = profile_from_live(samples, k=k, method=method, drafter=drafter, name=name, provenance=prov)
-    except (CalibrationError, CostProfileError) as exc:
+    except CostProfileError as exc:
+        # the profile made from the input did not validate: name the input, not the internal draft
+        text = str(exc).removeprefix(f"<profile {name}>: ")
+        src = sweep_file or forward_file
+        raise click.ClickException(f"{src}: cannot make a valid cost profile of it ({text})" if src is not None
+                                   else text) from None
+    except CalibrationError as exc:
         raise click.ClickException(str(exc)) from None
     except click.ClickException:  # a SweepError (an unreadable or damaged sweep), a usage error
         raise
     except ARITHMETIC_ERRORS as exc:
         raise click.ClickException(damaged_file_message(sweep_file, exc)) from None
-    atomic_write_text(output, profile.dumps())
+    try:
+        atomic_write_text(output, profile.dumps())
+    except OSError as exc:
+        raise click.ClickException(f"cannot write {output}: {exc.strerror or exc}") from None
     render_profile(profile, console)
     console.print(f"cost profile written: {output}\nuse it: specwatch serve --cost-profile {output} …; "
                   f"specwatch advise --cost-profile {output} …")

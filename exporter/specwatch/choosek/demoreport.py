@@ -48,7 +48,7 @@ from specwatch.choosek.demodecision import (TABLE_COLUMNS, VERDICT_TEXT, BenchDo
                                            table_rows)
 from specwatch.choosek.demosummary import SUMMARY_FILE, DemoServer, DemoSummary, DemoSummaryError, RunCurve, is_demo_summary
 from specwatch.choosek.model import KChoiceError, Measurement
-from specwatch.common.files import atomic_write_text
+from specwatch.common.files import atomic_write_text, read_regular_file
 from specwatch.specdecode.costprofile import EMBEDDED_CPU_PROFILE, CostProfileError, load_profile
 
 REPORT_FILE = "report.html"
@@ -80,7 +80,7 @@ def differing_token_text(tok) -> str:
 def is_demo_summary_file(path: Path) -> bool:
     """True when ``path`` is a readable JSON file holding a demo summary (False on any error)."""
     try:
-        return is_demo_summary(json.loads(Path(path).read_text(encoding="utf-8")))
+        return is_demo_summary(json.loads(read_regular_file(path, 64 << 20, "demo summary").decode("utf-8")))  # no FIFO, no /dev/zero
     except (OSError, ValueError, RecursionError):
         return False
 

@@ -30,6 +30,8 @@ from specwatch.common.records import (Anything, Int, JsonRecord, ListOf, Num, Ob
 
 FORMAT = 1
 FORMAT_KEY = "specwatch_sweep_format"
+#: The largest sweep result file read (a sweep of a thousand cells with their batches: a few MiB).
+MAX_SWEEP_BYTES = 256 * 1024 * 1024
 #: Settings that must match between a result file and a resumed sweep.
 MEASUREMENT_KEYS = ("output_len", "num_prompts", "prompts_per_concurrency", "num_batches",
                     "warmup_batches", "seed", "request_rate", "target_ci", "max_batches")
@@ -49,6 +51,12 @@ class SweepRecordError(SweepError, RecordError):
 
     def __init__(self, message: str) -> None:
         SweepError.__init__(self, message)
+
+
+class SweepFileArgumentError(SweepRecordError):
+    """A sweep result argument that is not a regular file or is too large: a usage error (exit 2)."""
+
+    exit_code = 2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -199,6 +207,57 @@ class SweepCell(JsonRecord):
         return None
 
 
+#: The largest measured quantity a sweep can hold (tokens, milliseconds, tokens per second, counts):
+#: beyond it a value is not a measurement (and its arithmetic would overflow).
+MAX_MEASURED = 1e15
+#: Summary fields that are fractions (0 to 1), single or per position.
+_FRACTIONS = ("acceptance_rate", "output_from_drafts_ratio", "missing_draft_tokens_ratio")
+_FRACTION_LISTS = ("per_position_acceptance_rates", "conditional_per_position_acceptance_rates")
+
+
+def impossible_value(summary: BenchCell) -> str | None:
+    """What no measurement can give in a cell summary, or None: a negative (or beyond
+    :data:`MAX_MEASURED`) count, time, token number or throughput, a rate outside 0–1, a mean
+    acceptance length below 1, more accepted than drafted tokens. Named by the file's key."""
+    keys = {name: meta["key"] for name, meta in type(summary)._jfields()}
+    for name, key in keys.items():
+        v = getattr(summary, name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        if name in _FRACTIONS:
+            if not 0.0 <= v <= 1.0:
+                return f"{key} {v * 100 if name == 'acceptance_rate' else v:g} is outside 0 to " \
+                       f"{'100 (percent)' if name == 'acceptance_rate' else '1'}"
+        elif not 0 <= v <= MAX_MEASURED:
+            return f"{key} {v:g} is not a possible measurement (0 to {MAX_MEASURED:g})"
+    for name in _FRACTION_LISTS:
+        for i, v in enumerate(getattr(summary, name) or ()):
+            if v is not None and not 0.0 <= v <= 1.0:
+                return f"{keys[name]}[{i}] {v:g} is outside 0 to 1"
+    if summary.acceptance_length is not None and 0 < summary.acceptance_length < 1:
+        return f"{keys['acceptance_length']} {summary.acceptance_length:g} is below 1 (the bonus token is always accepted)"
+    if summary.accepted_tokens is not None and summary.draft_tokens is not None and summary.accepted_tokens > summary.draft_tokens:
+        return f"{keys['accepted_tokens']} {summary.accepted_tokens:g} is more than {keys['draft_tokens']} {summary.draft_tokens:g}"
+    return None
+
+
+def check_cells(doc: SweepResult, where: str | None) -> None:
+    """Raise SweepRecordError naming the cell when ``doc`` holds a cell twice (the same
+    configuration, workload and concurrency: the sweep replaces a re-measured cell, so a second
+    one was added by hand or by a merge) or a cell summary with an impossible value
+    (:func:`impossible_value`)."""
+    prefix = f"{where} is a damaged sweep result" if where else "damaged sweep result"
+    seen: set[tuple[str, str, int]] = set()
+    for i, cell in enumerate(doc.cells):
+        if cell.key in seen:
+            raise SweepRecordError(f"{prefix}: cells[{i}]: cell {cell.name} appears twice (one measurement per "
+                                   "configuration, workload and concurrency)")
+        seen.add(cell.key)
+        bad = None if cell.summary is None else impossible_value(cell.summary)
+        if bad:
+            raise SweepRecordError(f"{prefix}: cells[{i}] (cell {cell.name}): summary.{bad}")
+
+
 @dataclass(frozen=True, kw_only=True)
 class SweepResult(JsonRecord):
     """A sweep result document (``specwatch sweep --result-file``)."""
@@ -219,18 +278,24 @@ class SweepResult(JsonRecord):
     @classmethod
     def from_json(cls, data: Any, where: str | None = None) -> SweepResult:
         """The record of a parsed sweep document; ``where`` names it in errors (the file). A
-        document without ``specwatch_sweep_format`` is format 1. Raises SweepRecordError."""
+        document without ``specwatch_sweep_format`` is format 1. Raises SweepRecordError (also for
+        a duplicated cell or an impossible value: :func:`check_cells`)."""
         if not isinstance(data, Mapping) or data.get(FORMAT_KEY, FORMAT) != FORMAT:
             raise SweepRecordError(f"{where or 'the document'} is not a specwatch sweep result (format {FORMAT})")
-        return read_document(cls, data, where, "sweep result", SweepRecordError)
+        doc = read_document(cls, data, where, "sweep result", SweepRecordError)
+        check_cells(doc, where)
+        return doc
 
     @classmethod
     def load(cls, path: str | Path) -> SweepResult:
         """Read a sweep result file. Raises SweepRecordError (one line naming the file and, for a
         damaged file, the field) when it is unreadable, not UTF-8 JSON, not a sweep result of
-        format 1 (the key is required in a file), has no ``cells`` list or is damaged."""
+        format 1 (the key is required in a file), has no ``cells`` list or is damaged;
+        SweepFileArgumentError (exit 2) when it is not a regular file (a FIFO, ``/dev/zero``) or
+        is larger than :data:`MAX_SWEEP_BYTES`."""
         p = Path(path)
-        data = read_json_file(p, "sweep result", SweepRecordError)
+        data = read_json_file(p, "sweep result", SweepRecordError, max_bytes=MAX_SWEEP_BYTES,
+                              shape_error=SweepFileArgumentError)
         if not isinstance(data, dict) or data.get(FORMAT_KEY) != FORMAT:
             raise SweepRecordError(f"{p} is not a specwatch sweep result (format {FORMAT})")
         if not isinstance(data.get("cells"), list):
@@ -271,5 +336,6 @@ class SweepResult(JsonRecord):
         return self.replace(cells=tuple(keep))
 
 
-__all__ = ["FORMAT", "FORMAT_KEY", "MEASUREMENT_KEYS", "ServerSource", "ServerStart", "SweepCell", "SweepConfig", "SweepError",
-           "SweepRecordError", "SweepResult", "SweepSettings"]
+__all__ = ["FORMAT", "FORMAT_KEY", "MAX_MEASURED", "MAX_SWEEP_BYTES", "MEASUREMENT_KEYS", "ServerSource",
+           "ServerStart", "SweepCell", "SweepConfig", "SweepError",
+           "SweepFileArgumentError", "SweepRecordError", "SweepResult", "SweepSettings", "check_cells", "impossible_value"]

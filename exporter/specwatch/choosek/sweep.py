@@ -387,7 +387,7 @@ def _tail(path: Path, lines: int = 30) -> str:
 def servers_record_path(result_file: Path) -> Path:
     """The side file in which a sweep writing ``result_file`` records the server it runs (beside
     the sweep's lock in the temporary directory, named after the result file's absolute path):
-    ``{"servers": [{"config", "pid", "start_time", "sweep_pid", "command", "started_at"}]}``
+    ``{"running_servers": [{"config", "pid", "start_time", "sweep_pid", "command", "started_at"}]}``
     (``pid`` leads the server's process group; ``start_time``: :func:`process_start_time`).
     Written as soon as a server's process starts, emptied once it is stopped."""
     key = hashlib.sha1(os.path.realpath(result_file).encode()).hexdigest()[:16]
@@ -406,14 +406,14 @@ class ServerRecord:
         """The recorded servers ([] when there is no record or it is unreadable)."""
         try:
             doc = json.loads(self.path.read_text(encoding="utf-8"))
-            servers = doc.get("servers") if isinstance(doc, dict) else None
+            servers = doc.get("running_servers") if isinstance(doc, dict) else None
         except (OSError, ValueError):
             return []
         return [e for e in servers or () if isinstance(e, dict) and isinstance(e.get("pid"), int)]
 
     def _write(self, entries: list[dict[str, Any]]) -> None:
         if entries:
-            atomic_write_json(self.path, {"servers": entries})
+            atomic_write_json(self.path, {"running_servers": entries})
         else:
             with suppress(FileNotFoundError):
                 self.path.unlink()

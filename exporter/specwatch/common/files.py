@@ -11,6 +11,48 @@ from pathlib import Path
 from typing import Any
 
 
+class NotARegularFile(ValueError):
+    """A file a command reads that is not a regular file (a FIFO, a device, a directory) or is
+    larger than accepted; the message is one line naming it."""
+
+
+def read_regular_file(path: str | Path, max_bytes: int, what: str) -> bytes:
+    """The bytes of ``path``, a regular file of at most ``max_bytes`` bytes. A FIFO (which would
+    block), a device (``/dev/zero`` never ends) or a directory is refused before it is opened for
+    reading (opened non-blocking, and checked again on the descriptor); a larger file is refused,
+    and so is one that grows past the cap while it is read. ``what`` names it in messages ("sweep
+    result").
+
+    Raises:
+        NotARegularFile: not a regular file, or too large.
+        OSError: it cannot be read (missing, permissions).
+    """
+    p = Path(path)
+    st = os.stat(p)
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode)
+                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a regular file")
+        raise NotARegularFile(f"{p}: the {what} must be a regular file, this is {kind}")
+    if st.st_size > max_bytes:
+        raise NotARegularFile(f"{p}: the {what} is {st.st_size} bytes, more than the {max_bytes} accepted")
+    fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the stat
+            raise NotARegularFile(f"{p}: the {what} must be a regular file")
+        chunks, size = [], 0
+        while size <= max_bytes:
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    if size > max_bytes:
+        raise NotARegularFile(f"{p}: the {what} is more than the {max_bytes} bytes accepted")
+    return b"".join(chunks)
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` via a temporary file in the same directory, fsync and
     ``os.replace``: a crash or Ctrl-C leaves the previous complete file, never a torn one.

@@ -24,6 +24,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from specwatch.common.files import NotARegularFile, read_regular_file
+
 R = TypeVar("R", bound="JsonRecord")
 
 
@@ -383,12 +385,21 @@ def record_field(**kw: Any) -> Any:
     return dataclasses.field(**kw, compare=False, repr=False)
 
 
-def read_json_file(path: str | Path, what: str, error: type[RecordError] = RecordError) -> Any:
+#: The largest JSON result file read (a sweep of thousands of cells is a few MiB).
+MAX_JSON_BYTES = 256 * 1024 * 1024
+
+
+def read_json_file(path: str | Path, what: str, error: type[RecordError] = RecordError, *,
+                   max_bytes: int = MAX_JSON_BYTES, shape_error: type[Exception] | None = None) -> Any:
     """The parsed JSON of ``path``; ``error`` (one line naming the file) when it cannot be read,
-    is not UTF-8 or not JSON. ``what``: the document in messages ("sweep result")."""
+    is not UTF-8 or not JSON. ``what``: the document in messages ("sweep result"). Only a regular
+    file of at most ``max_bytes`` is read (:func:`specwatch.common.files.read_regular_file`: a
+    FIFO would block, ``/dev/zero`` never ends); otherwise ``shape_error`` (default ``error``)."""
     p = Path(path)
     try:
-        return json.loads(p.read_text(encoding="utf-8"))
+        return json.loads(read_regular_file(p, max_bytes, what).decode("utf-8"))
+    except NotARegularFile as exc:
+        raise (shape_error or error)(str(exc)) from None
     except OSError as exc:
         raise error(f"cannot read {p}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
