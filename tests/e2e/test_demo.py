@@ -36,12 +36,26 @@ def test_demo_runs_the_main_job(tmp_path):
     assert len(curve["per_position_acceptance_rate"]) == 4
     assert curve["mean_acceptance_length"] == pytest.approx(1 + sum(curve["per_position_acceptance_rate"]))
     assert summary["equivalence"]["total"] == 12
-    # it ends with a decision: one row per cell, measured ratio with an interval, always a k or "off"
+    # it ends with a decision by the one rule: one row per cell, the paired measured ratio with an
+    # interval, always a k or "off", its verdict and confidence (issue #36)
     (drow,) = summary["decision"]["rows"]
-    assert drow["measured"]["basis"] == "measured" and drow["measured"]["lower"] <= row["ratio"] <= drow["measured"]["upper"]
+    assert summary["decision"]["decision_format"] == 2
+    m = drow["measured"]
+    assert m["basis"] == "measured" and 0 < m["lower"] <= m["value"] <= m["upper"]
     assert drow["calibrated"]["basis"] == "calibrated" and drow["choice"]["k"] is not None
     assert drow["choice"]["run"] == ("off" if drow["choice"]["k"] == 0 else f"k={drow['choice']['k']}")
+    assert drow["verdict"] in ("pays", "loses", "cannot_tell") and drow["confidence"]
+    (cell,) = json.loads((out / "bench-speculative.json").read_text())["summary"]
+    if cell["spec_decode_accepted_tokens"] == 0 or cell["spec_decode_num_drafts"] == 0:
+        assert drow["choice"]["k"] == 0 and drow["never_accepted"]  # physics first
     assert "the decision: does speculation (k=4) pay here" in r.stdout and "this machine measured" in r.stdout
+    assert "specwatch top --window 15s" in r.stdout
+    # `specwatch advise` on the result folder decides the same k, verdict and confidence
+    adv = subprocess.run([sys.executable, "-m", "specwatch", "advise", str(out), "--json", str(tmp_path / "advice.json")],
+                         capture_output=True, text=True, timeout=300)
+    assert adv.returncode == 0, adv.stdout[-3000:] + adv.stderr[-3000:]
+    (arow,) = json.loads((tmp_path / "advice.json").read_text())["decision"]["rows"]
+    assert (arow["choice"], arow["verdict"], arow["confidence"]) == (drow["choice"], drow["verdict"], drow["confidence"])
     # Prometheus scraped the exporter and evaluated the rules while the speculative server ran
     prom = summary["prometheus"]
     assert prom['specwatch_draft_acceptance_rate{upstream="spec",window="lifetime"}']
