@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from specwatch.choosek.drafterstudy import acceptance_by_drafter, drafter_labels, family_labels, pick_drafters, study_markdown, study_rows
 from specwatch.choosek.model import Advice, Measurement, Recommendation
 from specwatch.choosek.resultfile import load_result, measurements
+from specwatch.specdecode.decision import Candidate, decide
 from specwatch.choosek.sweep import build_configs
 
 from sweep_stub import make_stub
@@ -31,18 +32,28 @@ def _advice(family: str, recs: list[Recommendation]) -> Advice:
     return Advice(family=family, tolerance=0.02, acceptance=[], throughput=[], fits=[], recommendations=recs, accuracy=[])
 
 
+def _rec(c: int, speedups: dict[int, float]) -> Recommendation:
+    cands = [Candidate(f"k={k}", k, v, v * 0.99, v * 1.01) for k, v in speedups.items()]
+    p = decide(cands, 0.02)
+    return Recommendation("copy", c, p.pick.k, p.best.k, 0.02, {x.name: x.value for x in p.candidates}, p.pick.value,
+                          pick=p, config=p.pick.name)
+
+
 def test_pick_drafters_hand_computed():
-    # concurrency 1: close k=2 scores 30 tok/s, far k=1 22, baseline 20 -> close k=2 (1.5x)
-    # concurrency 8: close k=1 99.5, baseline 100 (within 2 %) -> speculation off
-    a = _advice("F-close", [Recommendation("copy", 1, 2, 2, 0.02, {0: 20.0, 1: 25.0, 2: 30.0}, 1.5),
-                            Recommendation("copy", 8, 0, 1, 0.02, {0: 100.0, 1: 99.5, 2: 80.0}, 1.0)])
-    b = _advice("F-far", [Recommendation("copy", 1, 1, 1, 0.02, {0: 20.0, 1: 22.0, 2: 21.0}, 1.1),
-                          Recommendation("copy", 8, 0, 0, 0.02, {0: 100.0, 1: 90.0, 2: 70.0}, 1.0)])
+    # concurrency 1: close k=2 1.5x, far k=1 1.1x -> close k=2
+    # concurrency 8: close k=1 0.995x, the baseline 1 (within 2 %) -> speculation off
+    a = _advice("F-close", [_rec(1, {1: 1.25, 2: 1.5}), _rec(8, {1: 0.995, 2: 0.8})])
+    b = _advice("F-far", [_rec(1, {1: 1.1, 2: 1.05}), _rec(8, {1: 0.9, 2: 0.7})])
     picks = {p.concurrency: p for p in pick_drafters([a, b, _advice("ngram", [])], {"F-close": "close", "F-far": "far"}, 0.02)}
     assert (picks[1].drafter, picks[1].k, picks[1].speedup) == ("close", 2, pytest.approx(1.5))
-    assert picks[1].candidates["far k=1"] == 22.0 and len(picks[1].candidates) == 5
+    assert picks[1].candidates["far k=1"] == 1.1 and len(picks[1].candidates) == 5
+    assert picks[1].pick["runner_up"] == "close k=1" and "close k=1" in picks[1].confidence
     assert (picks[8].drafter, picks[8].k) == (None, 0)
-    assert picks[8].best == (None, 0, 100.0)
+    assert picks[8].best == (None, 0, 1.0)
+    # 3 % ahead of off (beyond the 2 % tolerance): close k=2 is the pick, not off
+    a2 = _advice("F-close", [_rec(1, {2: 1.03})])
+    (p,) = pick_drafters([a2], {"F-close": "close"}, 0.02)
+    assert (p.drafter, p.k) == ("close", 2)
 
 
 def _m(config, k, c, thr, tpot, ttft, acc=None, drafted=None) -> Measurement:

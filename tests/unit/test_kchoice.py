@@ -15,6 +15,8 @@ import pytest
 from exporter_helpers import exporter_text as _exporter_text, serve_pages as _pages
 from specwatch.specdecode.cost import estimated_speedups, recommend_k
 from specwatch.specdecode.cost import CostModel
+from dataclasses import replace
+
 from specwatch.choosek.model import (
     KChoiceError,
     Measurement,
@@ -22,7 +24,6 @@ from specwatch.choosek.model import (
     advise,
     advise_from_curve,
     cell_scores,
-    cross_validate,
     dynamic_schedule,
     evaluate_choices,
     expected_length,
@@ -33,6 +34,7 @@ from specwatch.choosek.model import (
     predict_throughputs,
     recommend,
     speculative_config_advice,
+    throughput_interval,
 )
 
 
@@ -179,10 +181,17 @@ def test_speculation_off_when_every_k_loses():
 def test_recommend_candidates_measured_vs_all():
     ms = [synth(0, 0.95, tbase=0.06), synth(1, 0.95), synth(8, 0.95, beta=0.0005)]
     preds, _ = predict_throughputs(ms)
-    measured_only = {r.workload: r for r in recommend(preds, 0.0, "measured")}["copy"]
-    assert set(measured_only.scores) == {0, 1, 8}
-    everything = {r.workload: r for r in recommend(preds, 0.0, "all")}["copy"]
-    assert set(everything.scores) == set(range(9))
+    measured_only = {r.workload: r for r in recommend(preds, 0.0, "measured", measurements=ms)}["copy"]
+    assert set(measured_only.scores) == {"off", "k=1", "k=8"}
+    everything = {r.workload: r for r in recommend(preds, 0.0, "all", measurements=ms)}["copy"]
+    assert set(everything.scores) == {"off"} | {f"k={k}" for k in range(1, 9)}
+    # what-ifs carry their basis and no per-batch ratios; measured configurations are paired
+    cands = {c.name: c for c in everything.pick.candidates}
+    assert cands["k=3"].basis == "calibrated" and cands["k=3"].log_ratios is None
+    assert cands["k=8"].basis == "calibrated"  # basis "model" (recommend's default): scored by the prediction
+    measured = {r.workload: r for r in recommend(preds, 0.0, "all", "measured", measurements=ms)}["copy"]
+    cands = {c.name: c for c in measured.pick.candidates}
+    assert cands["k=8"].basis == "measured" and len(cands["k=8"].log_ratios) == 4
     best_true = max(range(1, 9), key=lambda k: true_throughput(k, 0.95, beta=0.0005))
     assert everything.k == best_true
     with pytest.raises(KChoiceError):
@@ -207,8 +216,11 @@ def test_advice_end_to_end_on_a_model_world():
     assert max(true_throughput(k, 0.9, c=16, beta=0.1) for k in (1, 2, 3, 4, 6, 8)) < base16  # every k loses
     assert per[("copy", 16)] == 0
     assert a.k_by_concurrency == {1: expected1, 16: 0}
-    assert a.speculative_config["num_speculative_tokens"] == expected1
-    assert a.speculative_config["num_speculative_tokens_per_batch_size"] == [[1, 4, expected1], [5, 16, 0]]
+    # different picks per concurrency: no single answer; the composed table is a candidate to
+    # measure, never the config to paste
+    assert a.answer == "per_concurrency" and a.speculative_config is None
+    assert a.candidate_config["num_speculative_tokens"] == expected1
+    assert a.candidate_config["num_speculative_tokens_per_batch_size"] == [[1, 4, expected1], [5, 16, 0]]
     assert a.acceptance_error["max_abs_relative"] == pytest.approx(0, abs=1e-12)
     assert a.worst_shortfall <= 0.02 + 1e-12  # smaller k within the tolerance costs at most 2 %
     d = a.to_dict()
@@ -233,7 +245,7 @@ def test_measured_basis_follows_the_measurement_and_calibrates_unmeasured_k():
     model = {r.workload: r for r in recommend(ps, 0.02, "measured", "model")}["copy"]
     assert model.k == 6  # within the 2 % tolerance of the predicted best
     measured = {r.workload: r for r in recommend(ps, 0.02, "measured", "measured")}["copy"]
-    assert measured.k == 8 and measured.scores == {0: 100.0, 6: 200.0, 8: 208.0}
+    assert measured.k == 8 and measured.scores == pytest.approx({"off": 1.0, "k=6": 2.0, "k=8": 2.08})
     assert measured.speedup == pytest.approx(2.08)
     # k=7 was not run: prediction × the measured/predicted ratio interpolated between k=6 (1.0)
     # and k=8 (208 / 201.6)
@@ -257,9 +269,10 @@ def test_measured_basis_shortfall_is_bounded_by_the_tolerance():
         ps = [_tpm(k, rng.uniform(50, 150), rng.uniform(50, 150)) for k in ks]
         tol = rng.choice((0.0, 0.01, 0.02, 0.05))
         (r,) = [r for r in recommend(ps, tol, "measured", "measured") if r.workload == "copy"]
-        best = max(p.measured for p in ps)
-        assert r.scores[r.k] >= best * (1 - tol) - 1e-9
-        assert all(r.scores[k] < best * (1 - tol) for k in r.scores if k < r.k)  # the smallest such k
+        best = max(p.measured for p in ps) / ps[0].measured
+        assert r.scores[r.config] >= best * (1 - tol) - 1e-9
+        k_of = {n: (0 if n == "off" else int(n.split("=")[1])) for n in r.scores}
+        assert all(v < best * (1 - tol) for n, v in r.scores.items() if k_of[n] < r.k)  # the smallest such k
 
 
 def _mb(k: int, batches: tuple[float, ...], wl: str = "copy", c: int = 1) -> Measurement:
@@ -267,26 +280,21 @@ def _mb(k: int, batches: tuple[float, ...], wl: str = "copy", c: int = 1) -> Mea
                        family="" if k == 0 else "ngram", batch_throughputs=batches)
 
 
-def test_cross_validation_picks_on_one_half_and_judges_on_the_other():
-    ms = [_mb(0, (100.0, 100.0, 100.0, 100.0)),
-          _mb(2, (150.0, 140.0, 150.0, 140.0)),   # even batches: 150, odd: 140
-          _mb(4, (148.0, 160.0, 148.0, 160.0))]   # even batches: 148, odd: 160
-    cvs = {cv.fold: cv for cv in cross_validate(ms, tolerance=0.02)}
-    # even half: k=2 (150) and k=4 (148) within 2 % -> k=2; judged on odd: best k=4 (160)
-    assert (cvs["even→odd"].picked_k, cvs["even→odd"].best_k) == (2, 4)
-    assert cvs["even→odd"].shortfall == pytest.approx(1 - 140.0 / 160.0)
-    # odd half: k=4 (160) -> judged on even: best k=2 (150), k=4 gets 148
-    assert (cvs["odd→even"].picked_k, cvs["odd→even"].best_k) == (4, 2)
-    assert cvs["odd→even"].shortfall == pytest.approx(1 - 148.0 / 150.0)
-    # unequal batch counts or a single batch: no cross-validation for that cell
-    assert cross_validate([_mb(0, (1.0, 2.0)), _mb(2, (3.0, 4.0, 5.0))]) == []
-    assert cross_validate([_mb(0, (1.0,)), _mb(2, (3.0,))]) == []
-    # advise() carries it, with its summary
-    a = advise([synth(0, 0.8), synth(2, 0.8), synth(4, 0.8)])
-    assert len(a.cross_validation) == 2
-    summ = a.cross_validation_summary
-    assert summ["n"] == 2 and summ["worst_shortfall"] >= summ["mean_shortfall"] >= 0.0
-    assert a.to_dict()["cross_validation_summary"] == summ
+def test_paired_batches_decide_where_unpaired_intervals_overlap():
+    """Batch i of every configuration served the same prompts: a drifting host moves the baseline
+    and k=4 together, so their unpaired intervals overlap widely while every paired ratio is
+    above k=2's; the rule picks k=4 and says it is certain (the overlap rule picked k=2)."""
+    drift = (1.0, 1.4, 0.7, 1.2)
+    ms = [_mb(0, tuple(100.0 * d for d in drift)), _mb(2, tuple(150.0 * d for d in drift)),
+          _mb(4, tuple(180.0 * d * e for d, e in zip(drift, (1.0, 1.02, 0.99, 1.01), strict=True)))]
+    ms = [replace(m, accepted_tokens=10.0, draft_tokens=20.0, drafts=10.0) if m.k else m for m in ms]
+    (r, _star) = recommend([], 0.02, measurements=ms)
+    assert r.config == "k=4" and r.pick.certain and r.pick.runner_up.name == "k=2"
+    assert r.pick.pick.lower > 1.7 and r.pick.versus_runner_up.lower > 1.1
+    # the unpaired 95 % intervals of the two throughputs overlap (what the old rule tied on)
+    lo4, hi4 = throughput_interval(ms[2])
+    lo2, hi2 = throughput_interval(ms[1])
+    assert lo4 < hi2
 
 
 # ------------------------------------------------------------------------------- vLLM config

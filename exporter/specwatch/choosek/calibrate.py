@@ -126,13 +126,19 @@ def _rel_sd(values: Sequence[float]) -> float | None:
 
 
 def profile_from_sweep(doc: SweepResult | Mapping[str, Any], *, name: str, source_path: str,
-                       provenance: Mapping[str, Any] | None = None) -> CostProfile:
+                       provenance: Mapping[str, Any] | None = None, notes: list[str] | None = None) -> CostProfile:
     """A format-2 cost profile from a sweep result document (see the module doc): one plain point
     per baseline cell (workload × concurrency: b, context, t0) and one speculative point per
     speculative cell with its relative cost c = t / t0 against the baseline cell of the same
     workload and concurrency, its drafted tokens per request-step x and prefill ratio (mean TTFT
     over the baseline's); each curve's ``spread`` pools the batch-to-batch spread of its cells and
     of their baselines (at least :data:`SPREAD_FLOOR`).
+
+    A configuration is its whole speculative config: a dynamic table
+    (``num_speculative_tokens_per_batch_size``) is not the cost of a fixed k (its steps run other
+    widths), and a profile's curves are keyed by (method, drafter, k), so a table is left out, as
+    is a second configuration with the same (method, drafter, k) — never a refusal of the file;
+    each gets one line in ``notes`` (when given) and in the provenance's ``how``.
 
     Raises CalibrationError when the sweep has no finished baseline cell or no step times."""
     rec = SweepResult.coerce(doc)
@@ -151,7 +157,15 @@ def profile_from_sweep(doc: SweepResult | Mapping[str, Any], *, name: str, sourc
     plain_spread = max(SPREAD_FLOOR, math.sqrt(statistics.fmean(v * v for v in plain_sds))) if plain_sds else None
     configs = rec.configs_by_name()
     curves = []
+    left_out: list[str] = []
+    keys: dict[tuple[str, str | None, int], str] = {}
     for cfg_name in dict.fromkeys(c.config for c in cells if c.k > 0):
+        cfg0 = configs.get(cfg_name)
+        if cfg0 is not None and cfg0.variable_width:
+            table = (cfg0.speculative_config or {}).get("num_speculative_tokens_per_batch_size")
+            left_out.append(f"{cfg_name}: left out: a dynamic table ({json.dumps(table, separators=(',', ':'))}) runs other "
+                            "widths than its k, and a cost profile holds one curve per method, drafter and fixed k")
+            continue
         pts, sds = [], []
         k = None
         for c in cells:
@@ -182,6 +196,11 @@ def profile_from_sweep(doc: SweepResult | Mapping[str, Any], *, name: str, sourc
             # a draft model directory: its last component (a machine's local path names nothing
             # on another machine; `specwatch serve --drafter` states the same name)
             drafter = Path(drafter).name or drafter
+        if (method, drafter, k) in keys:
+            left_out.append(f"{cfg_name}: left out: a second configuration with method {method}, drafter {drafter}, k = {k} "
+                            f"(the profile keeps {keys[(method, drafter, k)]}'s)")
+            continue
+        keys[(method, drafter, k)] = cfg_name
         curves.append(SpeculativeCurve(method, drafter, k, tuple(pts), spread))
     embedded = rec.server is not None and rec.server.kind == "embedded"
     workloads = sorted({m.workload for m in ms})
@@ -190,7 +209,10 @@ def profile_from_sweep(doc: SweepResult | Mapping[str, Any], *, name: str, sourc
            "from vLLM's histograms (Δ ITL sum / Δ ITL count, Δ ITL count / Δ iteration count); one point per "
            "workload and concurrency; relative cost = speculative step / plain step of the same workload and "
            "concurrency; drafted tokens per request-step = Δ draft tokens / Δ ITL count; spread = RMS of the "
-           "batch-to-batch relative standard deviations")
+           "batch-to-batch relative standard deviations"
+           + "".join(f"; {line}" for line in left_out))
+    if notes is not None:
+        notes.extend(left_out)
     prov = {
         "hardware": machine_description(),
         "model": "SmolLM2-135M-Instruct (embedded)" if embedded else "unknown (set --model)",

@@ -401,7 +401,7 @@ def _advise_from_sweep(result_file: Path, console, *, tolerance, candidates, pri
                 f"(runs at k = {', '.join(map(str, sorted(run_ks))) or 'none'})")
     try:
         advices = advise_sweep(doc, tolerance=tolerance, candidates=candidates, prior=prior, acceptance=acceptance,
-                               fit_ks=fit_k, basis=basis, mix=mix_weights, measured=ms)
+                               fit_ks=fit_k, basis=basis, mix=mix_weights, measured=ms, source=str(result_file))
     except KChoiceError as exc:
         raise click.ClickException(str(exc)) from None
     except SweepError:
@@ -570,7 +570,10 @@ def calibrate(sweep_file, baseline_url, spec_url, duration, interval, forward_fi
     try:
         if sweep_file is not None:
             doc = load_sweep(sweep_file)
-            profile = profile_from_sweep(doc, name=name, source_path=str(sweep_file), provenance=prov)
+            left_out: list[str] = []
+            profile = profile_from_sweep(doc, name=name, source_path=str(sweep_file), provenance=prov, notes=left_out)
+            for line in left_out:
+                console.print(line, markup=False, highlight=False, soft_wrap=True)
         elif forward_file is not None:
             if not method or not hardware or not model:
                 raise click.UsageError("--from-forward-json needs --method, --hardware and --model (the JSON does not say)")

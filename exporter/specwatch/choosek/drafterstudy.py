@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from rich.table import Table
@@ -32,6 +32,7 @@ from specwatch.choosek.charts import (
 from specwatch.choosek.model import Advice, Measurement, family_of
 from specwatch.choosek.records import SweepResult
 from specwatch.choosek.resultfile import SweepError, load_sweep, measurements
+from specwatch.specdecode.decision import Candidate, decide
 
 
 def drafter_labels(doc: SweepResult | Mapping[str, Any]) -> dict[str, str]:
@@ -58,11 +59,13 @@ def family_labels(doc: SweepResult | Mapping[str, Any]) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class DrafterPick:
-    """The drafter and k to run for ``workload`` ("*" = all workloads) at ``concurrency``:
-    ``drafter`` None and ``k`` 0 = no speculation. ``score``: its advice score (output tokens/s
-    for one workload; geometric-mean speedup over the baseline for "*"), ``best``: the best
-    (drafter, k, score) before the tolerance, ``speedup``: score over the baseline's score;
-    ``candidates``: every (drafter, k) → score compared."""
+    """The drafter and k to run for ``workload`` ("*" = all workloads) at ``concurrency``, decided
+    by the one rule (:func:`specwatch.specdecode.decision.decide`) over every drafter's
+    configurations: ``drafter`` None and ``k`` 0 = no speculation. ``score``: the pick's speedup
+    over the baseline (paired), ``best``: the best estimate (drafter, k, speedup) before the
+    tolerance, ``speedup``: the pick's speedup; ``candidates``: every ``"<drafter> k=<k>"`` (and
+    ``baseline``) → speedup compared; ``confidence``: the pick's confidence text; ``pick``: its
+    :meth:`specwatch.specdecode.decision.Pick.to_json`."""
 
     workload: str
     concurrency: int
@@ -72,6 +75,8 @@ class DrafterPick:
     speedup: float | None
     best: tuple[str | None, int, float]
     candidates: dict[str, float]
+    confidence: str = ""
+    pick: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -79,43 +84,46 @@ class DrafterPick:
 
 def pick_drafters(advices: Sequence[Advice], labels: Mapping[str, str], tolerance: float) -> list[DrafterPick]:
     """Across the draft_model families of ``advices`` (``labels``: family → drafter label, from
-    :func:`family_labels`), per (workload, concurrency): every (drafter, k) scored by its family's
-    advice (measured throughput where run), the baseline as k = 0; the pick is the cheapest
-    candidate within ``tolerance`` of the best (baseline first, then the smallest k, then the
-    higher score). Families that are not draft_model are ignored."""
-    cells: dict[tuple[str, int], dict[tuple[str | None, int], float]] = defaultdict(dict)
+    :func:`family_labels`), per (workload, concurrency): every (drafter, configuration) with its
+    paired speedup over the baseline (the candidates of its family's pick), off as k = 0, decided
+    by the one rule (:func:`specwatch.specdecode.decision.decide`: best estimate, ties within
+    ``tolerance`` to the smaller k, physics first). Families that are not draft_model are ignored."""
+    cells: dict[tuple[str, int], dict[str, tuple[str | None, Candidate]]] = defaultdict(dict)
     for a in advices:
         label = labels.get(a.family)
         if label is None:
             continue
         for r in a.recommendations:
-            for k, v in r.scores.items():
-                cells[(r.workload, r.concurrency)][(None if k == 0 else label, k)] = v
+            if r.pick is None:
+                continue
+            for c in r.pick.candidates:
+                if c.off:
+                    cells[(r.workload, r.concurrency)]["baseline"] = (None, replace(c, name="baseline"))
+                else:
+                    name = f"{label} {c.name}"
+                    cells[(r.workload, r.concurrency)][name] = (label, replace(c, name=name))
     out = []
-    for (wl, c), scores in sorted(cells.items(), key=lambda kv: (kv[0][0] != "*", kv[0])):
-        best_key = max(scores, key=lambda key: scores[key])
-        best = scores[best_key]
-        ok = [key for key, v in scores.items() if v >= best * (1 - tolerance)]
-        pick = min(ok, key=lambda key: (key[1], -scores[key]))
-        base = scores.get((None, 0))
-        out.append(DrafterPick(wl, c, pick[0], pick[1], scores[pick],
-                               None if not base else scores[pick] / base, (best_key[0], best_key[1], best),
-                               {("baseline" if d is None else f"{d} k={k}"): v for (d, k), v in sorted(
-                                   scores.items(), key=lambda kv: (kv[0][1], kv[0][0] or ""))}))
+    for (wl, c), cands in sorted(cells.items(), key=lambda kv: (kv[0][0] != "*", kv[0])):
+        p = decide([x for _, x in cands.values()], tolerance)
+        drafter = cands[p.pick.name][0] if p.pick.name in cands else None
+        best_d = cands[p.best.name][0] if p.best.name in cands else None
+        out.append(DrafterPick(wl, c, drafter, p.pick.k, p.pick.value, p.pick.value, (best_d, p.best.k, p.best.value),
+                               {n: x.value for n, (_, x) in sorted(cands.items(), key=lambda kv: (kv[1][1].k, kv[0]))},
+                               p.confidence_text(), p.to_json()))
     return out
 
 
 def render_picks(picks: Sequence[DrafterPick], console, tolerance: float) -> None:
     """Print the drafter-and-k table (rich) on ``console``."""
-    t = Table(title=f"Drafter and k per concurrency (cheapest within {tolerance * 100:.1f} % of the best; "
-                    "measured throughput where run)")
-    for col in ("workload", "conc.", "drafter", "k", "speedup vs baseline", "best"):
+    t = Table(title=f"Drafter and k per concurrency (the decision rule: best paired speedup, smaller k within "
+                    f"{tolerance * 100:g} %)")
+    for col in ("workload", "conc.", "drafter", "k", "speedup vs baseline", "best", "confidence"):
         t.add_column(col, justify="left" if col in ("workload", "drafter", "best") else "right")
     for p in picks:
         best = "baseline" if p.best[0] is None else f"{p.best[0]} k={p.best[1]}"
         t.add_row("all workloads" if p.workload == "*" else p.workload, str(p.concurrency),
                   "none (speculation off)" if p.drafter is None else p.drafter, str(p.k),
-                  "" if p.speedup is None else f"{p.speedup:.2f}×", best)
+                  "" if p.speedup is None else f"{p.speedup:.2f}×", best, p.confidence)
     console.print(t)
 
 
@@ -251,12 +259,14 @@ def report_sections(doc: SweepResult | Mapping[str, Any], ms: Sequence[Measureme
                                  for c, vals in rows.items()]))
     picks = pick_drafters(advices, family_labels(doc), tolerance)
     if picks:
-        parts.append("<p>Drafter and k per concurrency (cheapest within the tolerance of the best):</p>")
-        parts.append(html_table(["workload", "concurrency", "drafter", "k", "speedup vs baseline", "best"],
+        parts.append("<p>Drafter and k per concurrency (the decision rule, docs/choosing-k.md#the-decision-rule: the best "
+                     "paired speedup, smaller k within the tolerance):</p>")
+        parts.append(html_table(["workload", "concurrency", "drafter", "k", "speedup vs baseline", "best", "confidence"],
                                 [["all workloads" if p.workload == "*" else p.workload, p.concurrency,
                                   "none (speculation off)" if p.drafter is None else p.drafter, p.k,
                                   "–" if p.speedup is None else f"{p.speedup:.2f}×",
-                                  "baseline" if p.best[0] is None else f"{p.best[0]} k={p.best[1]}"] for p in picks]))
+                                  "baseline" if p.best[0] is None else f"{p.best[0]} k={p.best[1]}", p.confidence]
+                                 for p in picks]))
     return parts
 
 

@@ -19,6 +19,27 @@ class KChoiceError(ValueError):
     """Inputs the advice cannot use (message says which and why)."""
 
 
+@dataclass(frozen=True)
+class BatchPoint:
+    """One measured (non-warm-up) batch of a cell, the unit of pairing: ``index`` is the
+    batch's ``batch_index`` (warm-ups counted; the position among the measured batches when the
+    file has no batch records), ``throughput`` its output throughput (tok/s), ``num_prompts`` the
+    requests it sent and ``seed`` the run seed its prompts were drawn with
+    (:func:`specwatch.bench.workloads.requests_for_batch`: batch i of every configuration at the
+    same workload, seed and number of prompts served the same prompts). ``accepted_tokens``: the
+    batch's accepted draft tokens (None: not recorded)."""
+
+    index: int
+    throughput: float
+    num_prompts: float | None = None
+    seed: Any = None
+    accepted_tokens: float | None = None
+
+    def pairs_with(self, other: "BatchPoint") -> bool:
+        """Both batches served the same seeded prompts: same index, seed and number of prompts."""
+        return self.index == other.index and self.seed == other.seed and self.num_prompts == other.num_prompts
+
+
 def _f(v: float | None) -> float | None:
     """A record's number as a float (None stays None)."""
     return None if v is None else float(v)
@@ -73,14 +94,43 @@ class Measurement:
     #: server whose drafts were short — ngram without a full match, drafts clipped at the end of an
     #: output — is still the server at that k: its throughput stays the measured value at k.)
     variable_width: bool = False
+    #: The measured batches with their pairing keys (:class:`BatchPoint`; empty: only the
+    #: summary's per-batch throughputs are known, see :attr:`batch_points`).
+    batches: tuple[BatchPoint, ...] = ()
+    #: The dynamic table (``num_speculative_tokens_per_batch_size``) of a variable-width
+    #: configuration, as ``((start_bs, end_bs, k), …)``; None for a fixed k.
+    table: tuple[tuple[int, ...], ...] | None = None
+
+    @property
+    def batch_points(self) -> tuple[BatchPoint, ...]:
+        """The measured batches to pair: :attr:`batches` when recorded, else the summary's
+        per-batch throughputs by position (index 0, 1, … among measured batches, seed unknown)."""
+        if self.batches:
+            return self.batches
+        return tuple(BatchPoint(i, x, self.prompts_per_batch) for i, x in enumerate(self.batch_throughputs))
+
+    @property
+    def never_accepted(self) -> bool:
+        """Physics: a speculative run whose server counted drafts and accepted none of their tokens
+        (0 accepted in every batch), or that proposed no draft at all; False for the baseline and
+        when the counters are missing (unknown)."""
+        if self.k == 0:
+            return False
+        if self.drafts is not None and self.drafts == 0:
+            return True
+        if self.draft_tokens is not None and self.draft_tokens == 0:
+            return True
+        return self.accepted_tokens is not None and self.accepted_tokens == 0 and bool(self.draft_tokens)
 
     @classmethod
     def from_cell(cls, cell: BenchCell, *, config: str, k: int, family: str = "", variable_width: bool = False,
-                  workload: str | None = None, concurrency: int | None = None) -> Measurement:
+                  workload: str | None = None, concurrency: int | None = None,
+                  batches: tuple[BatchPoint, ...] = (), table: Any = None) -> Measurement:
         """Build from a load generator cell summary (:class:`specwatch.bench.records.BenchCell`);
         ``workload`` / ``concurrency``: the cell's when the summary does not say (a sweep cell names
         them itself); ``variable_width``: the server's speculative config had
-        ``num_speculative_tokens_per_batch_size``. Raises KChoiceError if the cell has no output
+        ``num_speculative_tokens_per_batch_size``; ``batches``: the measured batches with their
+        pairing keys; ``table``: that table. Raises KChoiceError if the cell has no output
         throughput, or no workload or concurrency."""
         wl = workload if workload is not None else cell.workload
         conc = concurrency if concurrency is not None else cell.max_concurrency
@@ -126,6 +176,8 @@ class Measurement:
             server_running_requests=_f(cell.server_running_requests),
             server_request_decode_tokens_per_second=_f(cell.server_request_decode_tokens_per_second),
             mean_itl_ms=_f(cell.mean_itl_ms),
+            batches=tuple(batches),
+            table=None if not table else tuple(tuple(int(x) for x in row) for row in table),
         )
 
     @classmethod

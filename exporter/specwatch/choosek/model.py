@@ -56,19 +56,25 @@ the measured batches).
    was not run takes the curve's value scaled by the measured / curve ratio interpolated between
    its nearest measured neighbours; ``"curve"`` predicts every k from the curve alone.
 
-4. Recommendation (:func:`recommend`): the k with the highest score, preferring the smallest k
-   whose score is within ``tolerance`` (relative) of the best (:func:`specwatch.specdecode.cost.recommend_k`),
-   k = 0 included — so speculation is switched off when it does not beat the baseline by more than
-   the tolerance. With ``basis="measured"`` (the CLI's default) the score of a k that was run is its
-   measured throughput (the model does not overrule a measurement) and the score of a k that was
-   not run is its prediction times the measured / predicted ratio interpolated between its nearest
-   measured neighbours; ``"model"`` scores every k by its prediction alone. Per concurrency over
-   all workloads, the score of k is the geometric mean over workloads of score(k) / score(baseline).
-   :func:`cross_validate` checks how well a pick made on half of a sweep's batches holds on the
-   other half (the batches are paired: batch b sends the same prompts to every configuration).
+4. Recommendation (:func:`recommend`): the one decision rule of the project
+   (:func:`specwatch.specdecode.decision.decide`, docs/choosing-k.md#the-decision-rule) on paired
+   evidence. Batch i (same ``batch_index``, seed and number of prompts) of every configuration at
+   a (workload, concurrency) served the same seeded prompts, so each configuration's speedup over
+   the baseline is the paired ratio of its per-batch throughputs (:func:`paired_logs`; exp(mean
+   log r_i) with interval exp(mean ± t·sd/√n), never negative; one batch: a value, no interval).
+   The candidates (:func:`cell_candidates`) are off, every measured configuration — a fixed k and
+   a dynamic table are two configurations — and, with ``candidates="all"``, the what-if k′ from
+   the curve and the measured costs (basis calibrated). A configuration whose drafts were never
+   accepted cannot pay (physics first). "All workloads" combines the per-workload ratios through
+   time batch by batch on the log scale (:func:`combine_ratios_by_time`). The pick carries its
+   confidence against the runner-up; uncertainty never turns into the smaller k or into off.
+   :func:`evaluate_choices` measures each pick's shortfall against the best measured
+   configuration of its cell.
 
-5. vLLM's dynamic speculative decoding (:func:`dynamic_schedule`): the per-concurrency choices
-   become ``num_speculative_tokens_per_batch_size`` ranges ``[start_bs, end_bs, k]`` (inclusive,
+5. What to run (:func:`configuration_advice`): the configuration picked at every measured
+   concurrency, or per concurrency; a table composed from per-concurrency fixed-k picks
+   (:func:`dynamic_schedule`) is a candidate to measure, never the answer: its
+   ``num_speculative_tokens_per_batch_size`` ranges ``[start_bs, end_bs, k]`` (inclusive,
    starting at 1, boundaries at the geometric midpoint of neighbouring concurrencies, the last k
    carried forward by vLLM to max_num_seqs), and ``num_speculative_tokens`` = the largest k.
 """
@@ -84,9 +90,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from specwatch.choosek.measurement import KChoiceError, Measurement
-from specwatch.specdecode.cost import estimated_speedups, recommend_k
+from specwatch.specdecode.cost import estimated_speedups
 from specwatch.specdecode.cost import CostModel
-from specwatch.specdecode.decision import TOLERANCE
+from specwatch.specdecode.decision import BASES, OFF, TOLERANCE, Candidate, Pick, decide, ratio_from_logs
 from specwatch.specdecode.derive import expected_lengths
 
 __all__ = [
@@ -100,8 +106,12 @@ __all__ = [
     "advise",
     "advise_from_curve",
     "cell_scores",
-    "CrossValidationCell",
-    "cross_validate",
+    "candidate_name",
+    "cell_candidates",
+    "combine_ratios_by_time",
+    "configuration_advice",
+    "paired_logs",
+    "throughput_interval",
     "dynamic_schedule",
     "evaluate_choices",
     "expected_length",
@@ -197,7 +207,8 @@ def _cells(ms: Iterable[Measurement]) -> dict[tuple[str, int], list[Measurement]
 def _source(runs: Sequence[Measurement]) -> Measurement | None:
     """The speculative run with the largest k that has a per-position curve and drafts."""
     spec = [m for m in runs if m.k > 0 and m.position_rates and m.drafts and m.curve_basis != "lower_bound"]
-    return max(spec, key=lambda m: (m.k, len(m.position_rates))) if spec else None
+    # a fixed k before a dynamic table (its curve mixes widths), then the largest k
+    return max(spec, key=lambda m: (not m.variable_width, m.k, len(m.position_rates))) if spec else None
 
 
 def _lower_bound_source(runs: Sequence[Measurement]) -> Measurement | None:
@@ -210,7 +221,7 @@ def _lower_bound_source(runs: Sequence[Measurement]) -> Measurement | None:
 def _measured_only(wl: str, c: int, by_k: Mapping[int, Measurement], basis: str) -> list[ThroughputPrediction]:
     """Predictions that are the measurements (no model): every fixed-k run of a cell."""
     return [ThroughputPrediction(wl, c, k, m.output_throughput, m.output_throughput, m.tokens_per_step or 1.0,
-                                 m.verified_per_step or 0.0, m.step_time_s, m.noise, basis, m.interval,
+                                 m.verified_per_step or 0.0, m.step_time_s, m.noise, basis, throughput_interval(m),
                                  len(m.batch_throughputs) or None)
             for k, m in sorted(by_k.items()) if k > 0 and not m.variable_width]
 
@@ -366,12 +377,13 @@ def predict_throughputs(
     fits: list[StepCostFit] = []
     for (wl, c), runs in _cells(measurements).items():
         by_k: dict[int, Measurement] = {}
-        for m in runs:  # one run per k (the latest wins if a family ran twice)
-            by_k[m.k] = m
+        for m in runs:  # one fixed-k run per k (the latest wins if a family ran twice); a dynamic
+            if not m.variable_width:  # table is a configuration of its own, never the run at its k
+                by_k[m.k] = m
         if 0 in by_k:
             b = by_k[0]
             preds.append(ThroughputPrediction(wl, c, 0, b.output_throughput, b.output_throughput, 1.0, 0.0, b.step_time_s,
-                                              b.noise, "exact", b.interval, len(b.batch_throughputs) or None))
+                                              b.noise, "exact", throughput_interval(b), len(b.batch_throughputs) or None))
         src = _source(runs)
         basis = "exact"
         if src is None and any(m.curve_basis == "lower_bound" and m.drafts for m in runs):
@@ -381,7 +393,11 @@ def predict_throughputs(
             if src is None:  # a dynamic table's ragged run only: nothing at a fixed k to predict from
                 preds.extend(_measured_only(wl, c, by_k, "none"))
                 continue
-        fit = fit_step_cost(runs if keep is None else [m for m in runs if m.k in keep], prior)
+        # a table's step mixes widths: not a point of T(x) beside fixed-k runs (alone, the only one)
+        fixed = [m for m in runs if not m.variable_width]
+        if not any(m.k > 0 for m in fixed):
+            fixed = list(runs)
+        fit = fit_step_cost(fixed if keep is None else [m for m in fixed if m.k in keep], prior)
         if fit is None:
             preds.extend(_measured_only(wl, c, by_k, "none"))  # no step time: no model, the runs still count
             continue
@@ -397,7 +413,7 @@ def predict_throughputs(
         else:
             # no drafts at all (e.g. ngram never found a match): every k verifies nothing and
             # gains nothing, so each k costs the speculative server's T0
-            src = max((m for m in runs if m.k > 0 and m.step_time_s is not None), key=lambda m: m.k)
+            src = max((m for m in fixed if m.k > 0 and m.step_time_s is not None), key=lambda m: m.k)
             rates, f, dbar = (0.0,) * src.k, 0.0, float(src.k)
         fits.append(fit)
         ceff = src.effective_concurrency
@@ -435,7 +451,7 @@ def predict_throughputs(
             t = fit.step_time(x)
             preds.append(ThroughputPrediction(
                 wl, c, k, ceff * tau / t, None if m is None else m.output_throughput, tau, x, t,
-                None if m is None else m.noise, basis, None if m is None else m.interval,
+                None if m is None else m.noise, basis, None if m is None else throughput_interval(m),
                 None if m is None else (len(m.batch_throughputs) or None),
             ))
         # a measured k beyond the source curve (e.g. a ragged k = 4 beside an exact k = 2): still a measurement
@@ -450,60 +466,70 @@ def predict_throughputs(
 
 @dataclass(frozen=True)
 class Recommendation:
-    """The k to use for ``workload`` ("*" = all workloads together) at ``concurrency``.
+    """The configuration to run for ``workload`` ("*" = all workloads together) at ``concurrency``,
+    decided by the one rule (:func:`specwatch.specdecode.decision.decide`, docs/choosing-k.md#the-decision-rule)
+    on paired per-batch ratios over the baseline.
 
-    ``scores``: k → throughput (one workload: measured where run, tok/s) or, for "*", the
-    combined speedup over the baseline through time (:func:`combine_by_time`; the combined
-    throughput relative to the best k when there is no baseline); ``best_k``: argmax of the
-    scores; ``k``: the smallest k within ``tolerance`` of the best or whose 95 % interval overlaps
-    the best's (a tie: the smaller k wins; 0 = speculation off); None when the row cannot be
-    scored (``reason`` says why); ``speedup``: score at k over the baseline's (None without a
-    baseline run). ``intervals``: k → 95 % interval of the score (measured k with ≥ 2 batches);
-    ``batches``: k → measured batches; ``tied``: the k whose interval overlaps the best's;
-    ``tie``: True when ``k`` rests on such a tie (it is not within ``tolerance`` of the best);
-    ``combination``: how "*" combined the workloads (e.g. "time, equal work: copy, random-output").
-    """
+    ``pick``: the :class:`~specwatch.specdecode.decision.Pick` (None when the row cannot be
+    scored: ``reason`` says why); ``config``: the pick's name (``off``, ``k=4``, ``table
+    [[1,2,4],[3,1024,1]]``); ``k``: its k (0 = speculation off; a table: its largest k);
+    ``table``: the pick is a dynamic table; ``best_k``: the k of the best estimate; ``scores``:
+    candidate name → speedup over the baseline (the paired geometric-mean ratio of a measured
+    configuration, the calibrated prediction of a what-if k); ``speedup``: the pick's;
+    ``batches``: candidate name → paired batches; ``tie``: the pick is a smaller k within the
+    tolerance of the best estimate; ``notes``: one line per thing the row must say (batches
+    that could not be paired, a configuration left out); ``combination``: how "*" combined the
+    workloads; ``lower_bound_ks``: what-if k from a lower-bound curve (ragged drafts)."""
 
     workload: str
     concurrency: int
     k: int | None
     best_k: int | None
     tolerance: float
-    scores: dict[int, float]
+    scores: dict[str, float]
     speedup: float | None
     measured_ks: tuple[int, ...] = ()
-    intervals: dict[int, tuple[float, float]] = field(default_factory=dict)
-    batches: dict[int, int] = field(default_factory=dict)
-    tied: tuple[int, ...] = ()
+    batches: dict[str, int] = field(default_factory=dict)
     tie: bool = False
     reason: str | None = None
     combination: str | None = None
-    #: Scores of k that rest on a lower-bound curve (ragged drafts; a what-if, not a measurement).
     lower_bound_ks: tuple[int, ...] = ()
+    pick: Pick | None = None
+    config: str | None = None
+    table: bool = False
+    notes: tuple[str, ...] = ()
 
     @property
     def speculation_off(self) -> bool:
         return self.k == 0
 
     @property
-    def one_batch_ks(self) -> tuple[int, ...]:
-        """Measured k with a single measured batch (no interval: only the tolerance applies)."""
-        return tuple(k for k, n in sorted(self.batches.items()) if n == 1)
+    def one_batch(self) -> tuple[str, ...]:
+        """Measured candidates with a single paired batch (a value, no interval)."""
+        return tuple(n for n, b in self.batches.items() if b == 1)
 
+    @property
+    def verdict(self) -> str | None:
+        """Speculation against the baseline (pays, loses, cannot_tell); None when not scored."""
+        return None if self.pick is None else self.pick.verdict
 
-def _overlap(a: tuple[float, float] | None, b: tuple[float, float] | None) -> bool:
-    return a is not None and b is not None and a[0] <= b[1] and b[0] <= a[1]
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        """The pick's speedup interval (positive; None: one batch or speculation off)."""
+        p = self.pick
+        if p is None or p.pick.off or not p.pick.has_interval:
+            return None
+        return (p.pick.lower, p.pick.upper)
 
-
-def _choose(scores: dict[int, float], tolerance: float,
-            intervals: Mapping[int, tuple[float, float]] | None = None) -> tuple[int, int, tuple[int, ...], bool]:
-    """(k, best k, k tied with the best by overlapping intervals, whether k rests on a tie)."""
-    best = max(scores, key=lambda k: (scores[k], -k))
-    by_tol = recommend_k(scores, tolerance)
-    iv = intervals or {}
-    tied = tuple(sorted(k for k in scores if k != best and _overlap(iv.get(k), iv.get(best))))
-    k = min((by_tol, *tied))
-    return k, best, tied, k != by_tol
+    def to_json(self) -> dict[str, Any]:
+        """The row as JSON: workload, concurrency, k, config, table, reason, scores, batches,
+        notes, combination and ``pick`` (:meth:`specwatch.specdecode.decision.Pick.to_json`)."""
+        return {"workload": self.workload, "concurrency": self.concurrency, "k": self.k, "config": self.config,
+                "table": self.table, "best_k": self.best_k, "speedup": self.speedup, "verdict": self.verdict,
+                "tie": self.tie, "reason": self.reason, "scores": dict(self.scores), "batches": dict(self.batches),
+                "measured_ks": list(self.measured_ks), "notes": list(self.notes), "combination": self.combination,
+                "lower_bound_ks": list(self.lower_bound_ks), "tolerance": self.tolerance,
+                "pick": None if self.pick is None else self.pick.to_json()}
 
 
 def parse_mix(text: str, workloads: Iterable[str]) -> dict[str, float]:
@@ -512,9 +538,10 @@ def parse_mix(text: str, workloads: Iterable[str]) -> dict[str, float]:
     ``workloads`` or a weight that is not a positive finite number."""
     known = list(dict.fromkeys(workloads))
     out: dict[str, float] = {}
-    for item in (x.strip() for x in text.split(",")):
+    for item in (x.strip() for x in text.split(",") if text.strip()):
         if not item:
-            continue
+            raise KChoiceError(f"--mix: an empty item in {text!r} (a comma too many?); give WORKLOAD=WEIGHT items, "
+                               "e.g. copy=3,random-output=1")
         name, eq, val = item.partition("=")
         name = name.strip()
         if not eq or not name:
@@ -532,6 +559,9 @@ def parse_mix(text: str, workloads: Iterable[str]) -> dict[str, float]:
         out[name] = w
     if not out:
         raise KChoiceError("--mix is empty (give WORKLOAD=WEIGHT items, e.g. copy=3,random-output=1)")
+    if not math.isfinite(sum(out.values())):  # (fsum raises OverflowError instead)
+        raise KChoiceError("--mix: the weights add up to more than a float holds; only their ratios count, so give "
+                           "smaller numbers (e.g. copy=3,random-output=1)")
     return out
 
 
@@ -556,6 +586,43 @@ def combine_by_time(throughputs: Mapping[str, float], weights: Mapping[str, floa
         return comb, None
     ht = math.sqrt(math.fsum((weights[wl] / total * half_widths[wl] / throughputs[wl] ** 2) ** 2 for wl in weights))
     return comb, ht * comb * comb
+
+
+def combine_ratios_by_time(ratios: Mapping[str, Candidate], time_shares: Mapping[str, float], name: str,
+                           k: int, *, table: bool = False) -> Candidate:
+    """One candidate's speedup over the baseline for a mix of workloads (:func:`combine_by_time`'s
+    semantics on speedups: S = 1 / Σ v_w / r_w, v_w the workload's share of the baseline's time,
+    normalised here), on the log scale so the interval stays positive: when every workload has
+    per-batch log ratios of the same length n, batch i's speedups combine into S_i and the
+    candidate is the paired ratio of the log S_i (kept as its ``log_ratios``); otherwise S from
+    the values with the log half-width Σ-propagated (∂log S/∂log r_w = (v_w / r_w) / Σ v / r,
+    in quadrature), no interval when a workload has none. ``ratios``: workload → candidate;
+    the basis is the weakest among them; never accepted only when it is in every workload.
+    Raises KChoiceError for a missing workload or a non-positive share."""
+    if set(ratios) != set(time_shares) or not ratios:
+        raise KChoiceError(f"{name}: ratios for {sorted(ratios)} but shares for {sorted(time_shares)}")
+    total = math.fsum(time_shares.values())
+    if total <= 0 or any(v <= 0 for v in time_shares.values()):
+        raise KChoiceError("time shares must be positive")
+    v = {w: s / total for w, s in time_shares.items()}
+    parts = list(ratios.values())
+    if all(c.off for c in parts):
+        return Candidate.speculation_off()
+    basis = max((c.basis for c in parts), key=BASES.index)
+    never = all(c.never_accepted for c in parts)
+    logs = [c.log_ratios for c in parts]
+    if all(lr for lr in logs) and len({len(lr) for lr in logs}) == 1:
+        n = len(logs[0])
+        per_batch = [-math.log(math.fsum(v[w] / math.exp(ratios[w].log_ratios[i]) for w in ratios)) for i in range(n)]
+        return Candidate.from_ratio(name, k, ratio_from_logs(per_batch), basis=basis, log_ratios=per_batch,
+                                    never_accepted=never, table=table)
+    inv = {w: v[w] / ratios[w].value for w in ratios}
+    s = 1.0 / math.fsum(inv.values())
+    if not all(c.has_interval for c in parts):
+        return Candidate(name, k, s, None, None, basis, None, never, table, None)
+    h = math.sqrt(math.fsum((inv[w] * s * max(math.log(ratios[w].upper / ratios[w].value),
+                                              math.log(ratios[w].value / ratios[w].lower))) ** 2 for w in ratios))
+    return Candidate(name, k, s, min(s, s * math.exp(-h)), max(s, s * math.exp(h)), basis, None, never, table, None)
 
 
 def cell_scores(ps: Mapping[int, ThroughputPrediction], basis: str = "measured") -> dict[int, float]:
@@ -587,6 +654,104 @@ def cell_scores(ps: Mapping[int, ThroughputPrediction], basis: str = "measured")
     return out
 
 
+def candidate_name(m: Measurement) -> str:
+    """How a configuration is shown and keyed in the advice: ``off`` (the baseline), ``k=4`` (a
+    fixed k), ``table [[1,2,4],[3,1024,1]]`` (a dynamic table: a configuration of its own)."""
+    if m.k == 0:
+        return OFF
+    if m.variable_width:
+        rows = [list(r) for r in m.table] if m.table else None
+        return "table " + (json.dumps(rows, separators=(",", ":")) if rows else f"(k ≤ {m.k})")
+    return f"k={m.k}"
+
+
+def paired_logs(spec: Measurement, base: Measurement) -> tuple[list[float], list[int]]:
+    """The per-batch log(spec_i / base_i) of the batches both served with the same seeded prompts
+    (:meth:`specwatch.choosek.measurement.BatchPoint.pairs_with`: same batch index, seed and
+    number of prompts), in batch order, and the indices of ``spec``'s batches that have no such
+    partner (another seed, another number of prompts, a batch the baseline did not run)."""
+    by_index = {b.index: b for b in base.batch_points}
+    logs, unpaired = [], []
+    for b in sorted(spec.batch_points, key=lambda b: b.index):
+        o = by_index.get(b.index)
+        if o is not None and b.pairs_with(o) and b.throughput > 0 and o.throughput > 0:
+            logs.append(math.log(b.throughput / o.throughput))
+        else:
+            unpaired.append(b.index)
+    return logs, unpaired
+
+
+def throughput_interval(m: Measurement) -> tuple[float, float] | None:
+    """The 95 % interval (tok/s) of a cell's throughput on the log scale (exp(mean log x ± t·sd/√n)
+    over its measured batches: always positive; shown, never decided on); None with one batch."""
+    xs = [x for x in m.batch_throughputs if x > 0]
+    if len(xs) < 2:
+        return None
+    r = ratio_from_logs([math.log(x) for x in xs])
+    return (r.lower, r.upper)
+
+
+def _halfwidth(c: Candidate) -> float | None:
+    if not c.has_interval:
+        return None
+    return max(math.log(c.upper / c.value), math.log(c.value / c.lower))
+
+
+def cell_candidates(runs: Sequence[Measurement], ps: Mapping[int, ThroughputPrediction], *,
+                    candidates: str = "measured", basis: str = "measured") -> tuple[list[Candidate], list[str]]:
+    """The decision's candidates in one (workload, concurrency) cell and the lines the row must
+    say: off, every measured configuration (fixed k and dynamic tables alike) with its paired
+    ratio over the baseline (``log_ratios`` kept; never accepted from the counters), and with
+    ``candidates="all"`` every what-if k′ from the curve and the measured costs (basis
+    calibrated, the interval of the nearest measured k's paired ratio, no log ratios).
+    ``basis="model"``: a measured fixed k is scored by its prediction (calibrated) instead.
+    Returns ([], [reason]) when the cell has no baseline run."""
+    base = next((m for m in runs if m.k == 0), None)
+    if base is None:
+        return [], ["no baseline (k = 0) run here: a speedup needs the baseline's batches to pair with"]
+    out: list[Candidate] = [Candidate.speculation_off()]
+    notes: list[str] = []
+    seen: set[str] = {OFF}
+    fixed_iv: dict[int, float] = {}
+    for m in sorted((m for m in runs if m.k > 0), key=lambda m: (m.variable_width, m.k, m.config)):
+        name = candidate_name(m)
+        if name in seen:
+            name = f"{name} ({m.config})"
+        seen.add(name)
+        logs, unpaired = paired_logs(m, base)
+        where = f"{m.config}/{m.workload}/c={m.concurrency}"
+        if unpaired:
+            notes.append(f"{where}: batch {', '.join(map(str, unpaired))} not paired with the baseline's "
+                         "(another seed, number of prompts or batch): left out of the ratio")
+        if not logs:
+            cand = Candidate(name, m.k, m.output_throughput / base.output_throughput, None, None, "measured",
+                             None, m.never_accepted, m.variable_width, None)
+        else:
+            cand = Candidate.from_ratio(name, m.k, ratio_from_logs(logs), log_ratios=logs,
+                                        never_accepted=m.never_accepted, table=m.variable_width)
+        if not m.variable_width and cand.has_interval:
+            fixed_iv[m.k] = _halfwidth(cand) or 0.0
+        p = ps.get(m.k)
+        if basis == "model" and not m.variable_width and p is not None and p.curve_basis not in ("none", "beyond_curve"):
+            v = p.predicted / base.output_throughput
+            h = _halfwidth(cand)
+            cand = Candidate(name, m.k, v, None if h is None else v * math.exp(-h), None if h is None else v * math.exp(h),
+                             "calibrated", None, m.never_accepted, False, cand.batches)
+        out.append(cand)
+    if candidates == "all" and ps:
+        scores = cell_scores(ps, basis)
+        measured_fixed = {m.k for m in runs if m.k > 0 and not m.variable_width}
+        for k in sorted(scores):
+            if k == 0 or k in measured_fixed or ps[k].measured is not None:
+                continue
+            v = scores[k] / base.output_throughput
+            near = min(fixed_iv, key=lambda j: (abs(j - k), j), default=None)
+            h = None if near is None else fixed_iv[near]
+            out.append(Candidate(f"k={k}", k, v, None if h is None else v * math.exp(-h),
+                                 None if h is None else v * math.exp(h), "calibrated"))
+    return out, notes
+
+
 def recommend(
     predictions: Iterable[ThroughputPrediction],
     tolerance: float = DEFAULT_TOLERANCE,
@@ -595,20 +760,19 @@ def recommend(
     *,
     mix: Mapping[str, float] | None = None,
     expected: Mapping[tuple[str, int], str] | None = None,
+    measurements: Sequence[Measurement] | None = None,
 ) -> list[Recommendation]:
-    """Per (workload, concurrency) and per concurrency over all workloads ("*").
-
-    ``candidates``: "measured" (k = 0 and the k that were run) or "all" (every k ≤ K, including
-    k that were only predicted). ``basis``: what a k is scored by (:func:`cell_scores`):
-    "measured" or "model". Within a cell, k whose 95 % intervals (measured batches) overlap the
-    best's are tied with it and the smallest wins (as does the smallest k within ``tolerance``).
-    "*" combines the workloads through time (:func:`combine_by_time`): ``mix`` = workload → share
-    of the work (default: the same work from every workload; workloads left out of a given mix
-    are not in "*"); its interval comes from the workloads' intervals. ``expected``: every
-    (workload, concurrency) that must get a row, with the reason to give when it cannot be scored
-    (a row with k None); "*" is not scored at a concurrency where a workload of the mix has no
-    scored row. Raises KChoiceError for a bad tolerance, candidates, basis or mix.
-    """
+    """Per (workload, concurrency) and per concurrency over all workloads ("*"): the pick of the
+    one decision rule (:func:`specwatch.specdecode.decision.decide`) among
+    :func:`cell_candidates` (off, every measured configuration with its paired ratio over the
+    baseline, and with ``candidates="all"`` the what-if k′). ``measurements``: the cells' runs
+    (their batches are the paired evidence); without them each measured k of ``predictions``
+    is a candidate with its throughput ratio and no interval (nothing to pair). "*" combines
+    the workloads through time on the log scale (:func:`combine_ratios_by_time`): ``mix`` =
+    workload → share of the work (default: the same work from every workload). ``expected``:
+    every (workload, concurrency) that must get a row, with the reason to give when it cannot
+    be scored; "*" is not scored at a concurrency where a workload of the mix has no scored row.
+    Raises KChoiceError for a bad tolerance, candidates, basis or mix."""
     if not (0.0 <= tolerance < 1.0):
         raise KChoiceError(f"tolerance must be in [0, 1), got {tolerance!r}")
     if candidates not in ("measured", "all"):
@@ -620,37 +784,33 @@ def recommend(
     cells: dict[tuple[str, int], dict[int, ThroughputPrediction]] = defaultdict(dict)
     for p in predictions:
         cells[(p.workload, p.concurrency)][p.k] = p
-    keys = sorted(set(cells) | set(expected or {}))
+    runs_by_cell = _cells(measurements or [])
+    if measurements is None:  # predictions only: their measured throughputs, one "batch" each
+        runs_by_cell = {key: [Measurement(f"k{k}", k, key[0], key[1], p.measured, batch_throughputs=(p.measured,))
+                              for k, p in ps.items() if p.measured is not None and p.measured > 0]
+                        for key, ps in cells.items()}
+    keys = sorted(set(cells) | set(runs_by_cell) | set(expected or {}))
     out: list[Recommendation] = []
-    per_conc: dict[int, dict[str, Recommendation]] = defaultdict(dict)
+    per_conc: dict[int, dict[str, tuple[Recommendation, list[Candidate], float]]] = defaultdict(dict)
     unscored: dict[int, dict[str, str]] = defaultdict(dict)
     for wl, c in keys:
         ps = cells.get((wl, c), {})
-        all_scores = cell_scores(ps, basis) if ps else {}
-        scores = {k: v for k, v in all_scores.items() if candidates == "all" or ps[k].measured is not None}
-        if not any(k > 0 for k in scores):
-            reason = (expected or {}).get((wl, c)) or (
-                "no speculative run with a measured throughput at a fixed k" if 0 in scores else
-                "no finished run")
-            r = Recommendation(wl, c, None, None, tolerance, {}, None,
-                               tuple(sorted(kk for kk, p in ps.items() if p.measured is not None)), reason=reason)
-            out.append(r)
+        runs = runs_by_cell.get((wl, c), [])
+        cands, notes = cell_candidates(runs, ps, candidates=candidates, basis=basis)
+        measured_ks = tuple(sorted({m.k for m in runs}))
+        if not any(not x.off for x in cands):
+            reason = notes[0] if not cands and runs else (expected or {}).get((wl, c)) or (
+                "no speculative run with a measured throughput" if cands else "no finished run")
+            out.append(Recommendation(wl, c, None, None, tolerance, {}, None, measured_ks, reason=reason,
+                                      notes=tuple(notes)))
             unscored[c][wl] = reason
             continue
-        intervals = {k: ps[k].interval for k in scores if ps[k].interval is not None and ps[k].measured is not None
-                     and (basis == "measured" or k == 0)}
-        k, best, tied, tie = _choose(scores, tolerance, intervals)
-        r = Recommendation(
-            wl, c, k, best, tolerance, scores,
-            None if 0 not in scores else scores[k] / scores[0],
-            tuple(sorted(kk for kk, p in ps.items() if p.measured is not None)),
-            intervals=intervals, batches={kk: ps[kk].batches for kk in scores if ps[kk].batches},
-            tied=tied, tie=tie,
-            lower_bound_ks=tuple(sorted(kk for kk in scores if kk > 0 and ps[kk].curve_basis == "lower_bound"
-                                        and ps[kk].measured is None)),
-        )
+        r = _recommendation(wl, c, cands, tolerance, measured_ks, notes,
+                            lower_bound=tuple(sorted(k for k, p in ps.items() if k > 0 and p.curve_basis == "lower_bound"
+                                                     and p.measured is None)) if candidates == "all" else ())
         out.append(r)
-        per_conc[c][wl] = r
+        base = next(m for m in runs if m.k == 0)
+        per_conc[c][wl] = (r, cands, base.output_throughput)
     for c in sorted(set(per_conc) | set(unscored)):
         rows = per_conc.get(c, {})
         present = sorted(set(rows) | set(unscored.get(c, {})))
@@ -664,31 +824,32 @@ def recommend(
             out.append(Recommendation("*", c, None, None, tolerance, {}, None, reason=f"not every workload is scored ({why})",
                                       combination=how))
             continue
-        common = set.intersection(*(set(rows[wl].scores) for wl in weights))
-        if not any(k > 0 for k in common):
+        by_name = {wl: {x.name: x for x in rows[wl][1]} for wl in weights}
+        common = [n for n in by_name[next(iter(weights))] if all(n in by_name[wl] for wl in weights)]
+        left = sorted({n for wl in weights for n in by_name[wl]} - set(common))
+        if not any(n != OFF for n in common):
             out.append(Recommendation("*", c, None, None, tolerance, {}, None, combination=how,
-                                      reason="no k > 0 was scored for every workload of the mix"))
+                                      reason="no configuration was measured for every workload of the mix"
+                                      + (f" ({', '.join(left)} only for some)" if left else "")))
             continue
-        comb: dict[int, float] = {}
-        halves: dict[int, float | None] = {}
-        for k in sorted(common):
-            hw = {}
-            for wl in weights:
-                iv = rows[wl].intervals.get(k)
-                hw[wl] = None if iv is None else (iv[1] - iv[0]) / 2.0
-            comb[k], halves[k] = combine_by_time({wl: rows[wl].scores[k] for wl in weights}, weights, hw)
-        ref = comb[0] if 0 in comb else max(comb.values())
-        scores = {k: v / ref for k, v in comb.items()}
-        intervals = {k: ((comb[k] - h) / ref, (comb[k] + h) / ref) for k, h in halves.items() if h is not None}
-        k, best, tied, tie = _choose(scores, tolerance, intervals)
-        batches = {kk: min(rows[wl].batches.get(kk, 0) for wl in weights) for kk in common}
-        out.append(Recommendation("*", c, k, best, tolerance, scores, scores[k] if 0 in common else None,
-                                  tuple(sorted(common)), intervals=intervals,
-                                  batches={kk: n for kk, n in batches.items() if n}, tied=tied, tie=tie,
-                                  combination=how,
-                                  lower_bound_ks=tuple(sorted({kk for wl in weights for kk in rows[wl].lower_bound_ks}
-                                                              & common))))
+        shares = {wl: weights[wl] / rows[wl][2] for wl in weights}  # the baseline's time per unit of work
+        cands = [combine_ratios_by_time({wl: by_name[wl][n] for wl in weights}, shares, n, by_name[next(iter(weights))][n].k,
+                                        table=by_name[next(iter(weights))][n].table) for n in common]
+        notes = [f"{n}: not measured for every workload of the mix, left out of all workloads" for n in left]
+        lb = tuple(sorted({k for wl in weights for k in rows[wl][0].lower_bound_ks}))
+        out.append(_recommendation("*", c, cands, tolerance, tuple(sorted({k for wl in weights for k in rows[wl][0].measured_ks})),
+                                   notes, lower_bound=lb, combination=how))
     return out
+
+
+def _recommendation(wl: str, c: int, cands: Sequence[Candidate], tolerance: float, measured_ks: tuple[int, ...],
+                    notes: Sequence[str], *, lower_bound: tuple[int, ...] = (), combination: str | None = None) -> Recommendation:
+    p = decide(cands, tolerance)
+    return Recommendation(wl, c, p.pick.k, p.best.k, tolerance, {x.name: x.value for x in p.candidates},
+                          p.pick.value, measured_ks,
+                          batches={x.name: x.batches for x in p.candidates if x.batches and not x.off},
+                          tie=p.tie, combination=combination, lower_bound_ks=lower_bound, pick=p, config=p.pick.name,
+                          table=p.pick.table, notes=tuple(notes))
 
 
 # --------------------------------------------------------------------------------------------
@@ -743,8 +904,10 @@ def speculative_config_advice(base_config: Mapping[str, Any] | None, k_by_concur
 
 @dataclass(frozen=True)
 class AccuracyCell:
-    """Measured throughput at the recommended k against the best measured k of one cell.
-    ``shortfall`` = 1 − picked / best (0 when the best was picked)."""
+    """Measured throughput of the picked configuration against the best measured configuration
+    of one cell (fixed k, dynamic table or off: mean output tokens/s of the measured batches).
+    ``shortfall`` = 1 − picked / best (0 when the best was picked; None when the pick is a
+    what-if that was not measured)."""
 
     workload: str
     concurrency: int
@@ -752,11 +915,14 @@ class AccuracyCell:
     best_k: int
     picked_throughput: float | None
     best_throughput: float
-    #: 95 % intervals (tok/s) of the picked and the best k's measured throughputs (None: 1 batch).
+    #: 95 % intervals (tok/s, log scale: positive) of the picked and the best configurations'
+    #: throughputs (None: 1 batch). Shown, never decided on.
     picked_interval: tuple[float, float] | None = None
     best_interval: tuple[float, float] | None = None
-    #: The pick rests on a tie (its interval overlaps the best's, beyond the tolerance).
+    #: The pick is a smaller k within the tolerance of the best estimate.
     tie: bool = False
+    picked: str = ""
+    best: str = ""
 
     @property
     def shortfall(self) -> float | None:
@@ -766,81 +932,25 @@ class AccuracyCell:
 
 
 def evaluate_choices(recs: Iterable[Recommendation], measurements: Iterable[Measurement]) -> list[AccuracyCell]:
-    """For every per-workload recommendation, compare the measured throughput at its k with the
-    best measured throughput of the cell (k = 0 is the baseline)."""
-    measured: dict[tuple[str, int], dict[int, float]] = defaultdict(dict)
-    ms_list = list(measurements)
-    for m in ms_list:
-        measured[(m.workload, m.concurrency)][m.k] = m.output_throughput
-    intervals: dict[tuple[str, int], dict[int, tuple[float, float] | None]] = defaultdict(dict)
-    for m in ms_list:
-        intervals[(m.workload, m.concurrency)][m.k] = m.interval
+    """For every scored per-workload recommendation, the measured throughput of the picked
+    configuration against the best measured configuration of the cell (off = the baseline; a
+    dynamic table is a configuration of its own)."""
+    measured: dict[tuple[str, int], dict[str, Measurement]] = defaultdict(dict)
+    for m in measurements:
+        measured[(m.workload, m.concurrency)][candidate_name(m)] = m
     out = []
     for r in recs:
-        if r.workload == "*" or r.k is None:
+        if r.workload == "*" or r.k is None or r.config is None:
             continue
         ms = measured.get((r.workload, r.concurrency))
         if not ms:
             continue
-        best_k = max(ms, key=lambda k: ms[k])
-        iv = intervals[(r.workload, r.concurrency)]
-        out.append(AccuracyCell(r.workload, r.concurrency, r.k, best_k, ms.get(r.k), ms[best_k],
-                                iv.get(r.k), iv.get(best_k), r.tie))
-    return out
-
-
-@dataclass(frozen=True)
-class CrossValidationCell:
-    """A pick made on one half of a cell's measured batches (``fold`` "even→odd": chosen on
-    batches 0, 2, …, judged on 1, 3, …; "odd→even" the other way), judged on the other half:
-    throughputs (output tokens/s) are the judging half's mean per-batch throughputs."""
-
-    workload: str
-    concurrency: int
-    fold: str
-    picked_k: int
-    best_k: int
-    picked_throughput: float
-    best_throughput: float
-
-    @property
-    def shortfall(self) -> float:
-        """1 − picked / best on the judging half (0 when the pick is the judging half's best)."""
-        return 1.0 - self.picked_throughput / self.best_throughput if self.best_throughput > 0 else 0.0
-
-
-def cross_validate(measurements: Iterable[Measurement], tolerance: float = DEFAULT_TOLERANCE,
-                   cells: Iterable[tuple[str, int]] | None = None) -> list[CrossValidationCell]:
-    """How well a measured-basis pick holds on batches it did not see.
-
-    For every (workload, concurrency) cell whose runs (baseline and every k) have the same number
-    n ≥ 2 of measured batches (``Measurement.batch_throughputs``, from the load generator's
-    ``output_throughput_per_batch``), the k is chosen on the even-numbered batches (smallest k
-    within ``tolerance`` of the best mean, as :func:`recommend` does) and judged on the
-    odd-numbered ones, and the other way round. The load generator sends batch b the same prompts
-    on every server, so the halves are paired samples. Cells with unequal batch counts are left
-    out, as are cells where a half has no positive throughput. ``cells``: only these
-    (workload, concurrency) cells (None: all). Returns two :class:`CrossValidationCell` per
-    usable cell.
-    """
-    keep = None if cells is None else set(cells)
-    out: list[CrossValidationCell] = []
-    for (wl, c), runs in sorted(_cells(measurements).items()):
-        if keep is not None and (wl, c) not in keep:
-            continue
-        by_k = {m.k: m.batch_throughputs for m in runs}
-        ns = {len(b) for b in by_k.values()}
-        if len(ns) != 1 or min(ns) < 2 or not any(k > 0 for k in by_k):
-            continue
-        halves = {"even": {k: statistics.fmean(b[0::2]) for k, b in by_k.items()},
-                  "odd": {k: statistics.fmean(b[1::2]) for k, b in by_k.items()}}
-        if any(max(h.values()) <= 0 for h in halves.values()):
-            continue
-        for pick_on, judge_on in (("even", "odd"), ("odd", "even")):
-            picked = recommend_k(halves[pick_on], tolerance)
-            judge = halves[judge_on]
-            best = max(judge, key=lambda k: (judge[k], -k))
-            out.append(CrossValidationCell(wl, c, f"{pick_on}→{judge_on}", picked, best, judge[picked], judge[best]))
+        best = max(ms, key=lambda n: ms[n].output_throughput)
+        picked = ms.get(r.config)
+        out.append(AccuracyCell(r.workload, r.concurrency, r.k, ms[best].k,
+                                None if picked is None else picked.output_throughput, ms[best].output_throughput,
+                                None if picked is None else throughput_interval(picked), throughput_interval(ms[best]),
+                                r.tie, r.config, best))
     return out
 
 
@@ -851,7 +961,17 @@ def cross_validate(measurements: Iterable[Measurement], tolerance: float = DEFAU
 
 @dataclass
 class Advice:
-    """All advice for one speculative family (``family``: its config without k, JSON)."""
+    """All advice for one speculative family (``family``: its config without k and without a
+    dynamic table, JSON; its fixed k and its tables are configurations of their own).
+
+    ``config_by_concurrency``: the all-workloads pick's name per concurrency;
+    ``k_by_concurrency``: its k; ``speculative_config``: the config to paste when one
+    configuration is the pick at every measured concurrency (None: speculation off everywhere,
+    or no single answer); ``answer``: ``off``, ``one`` (one configuration everywhere),
+    ``per_concurrency`` (different picks) or None (nothing scored); ``config_of``: each picked
+    name → its speculative config (None for off); ``candidate_config``: a table composed from the
+    per-concurrency fixed-k picks — a candidate to measure (``measure_command``), never the
+    answer."""
 
     family: str
     tolerance: float
@@ -864,18 +984,17 @@ class Advice:
     speculative_config: dict[str, Any] | None = None
     noise: float | None = None
     basis: str = "measured"
-    cross_validation: list[CrossValidationCell] = field(default_factory=list)
     #: --mix: workload → share of the work for "all workloads" (None: the same work from each).
     mix: dict[str, float] | None = None
-
-    @property
-    def cross_validation_summary(self) -> dict[str, Any]:
-        """``{"n", "worst_shortfall", "mean_shortfall", "within_3_percent"}`` over
-        :attr:`cross_validation` (None values when it is empty)."""
-        vals = [cv.shortfall for cv in self.cross_validation]
-        return {"n": len(vals), "worst_shortfall": max(vals) if vals else None,
-                "mean_shortfall": statistics.fmean(vals) if vals else None,
-                "within_3_percent": sum(1 for v in vals if v <= 0.03)}
+    config_by_concurrency: dict[int, str] = field(default_factory=dict)
+    answer: str | None = None
+    config_of: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    candidate_config: dict[str, Any] | None = None
+    measure_command: str | None = None
+    #: The measured dynamic tables: name → (workload, concurrency) → (throughput tok/s, its 95 %
+    #: interval on the log scale or None, measured batches). Shown beside the fixed k.
+    table_throughputs: dict[str, dict[tuple[str, int], tuple[float, tuple[float, float] | None, int]]] = \
+        field(default_factory=dict)
 
     def acceptance_error_over(self, min_drafts: float = 0.0) -> dict[str, float | None]:
         """Mean and max |relative error| of E(k) over the measured k < K whose run made at least
@@ -913,19 +1032,13 @@ class Advice:
 
     @property
     def worst_shortfall(self) -> float | None:
+        """The largest shortfall of a pick against the best measured configuration of its cell."""
         vals = [a.shortfall for a in self.accuracy if a.shortfall is not None]
         return max(vals) if vals else None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (dict keys as strings)."""
-        def rec(r: Recommendation) -> dict[str, Any]:
-            d = asdict(r)
-            d["scores"] = {str(k): v for k, v in r.scores.items()}
-            d["intervals"] = {str(k): list(v) for k, v in r.intervals.items()}
-            d["batches"] = {str(k): v for k, v in r.batches.items()}
-            d["one_batch_ks"] = list(r.one_batch_ks)
-            return d
-
+        """JSON-ready form (dict keys as strings); each recommendation carries its pick
+        (:meth:`Recommendation.to_json`)."""
         return {
             "family": self.family,
             "tolerance": self.tolerance,
@@ -936,18 +1049,63 @@ class Advice:
             "throughput_predictions": [dict(asdict(p), relative_error=p.relative_error) for p in self.throughput],
             "throughput_error": self.throughput_error,
             "step_cost_fits": [dict(asdict(f), max_residual=f.max_residual) for f in self.fits],
-            "recommendations": [rec(r) for r in self.recommendations],
+            "recommendations": [r.to_json() for r in self.recommendations],
             "basis": self.basis,
             "mix": self.mix,
             "accuracy": [dict(asdict(a), shortfall=a.shortfall) for a in self.accuracy],
             "worst_shortfall": self.worst_shortfall,
-            "cross_validation": [dict(asdict(cv), shortfall=cv.shortfall) for cv in self.cross_validation],
-            "cross_validation_summary": self.cross_validation_summary,
             "k_by_concurrency": {str(c): k for c, k in self.k_by_concurrency.items()},
+            "config_by_concurrency": {str(c): n for c, n in self.config_by_concurrency.items()},
+            "answer": self.answer,
             "speculative_config": self.speculative_config,
+            "config_of": self.config_of,
             "num_speculative_tokens_per_batch_size": None if not self.speculative_config
             else self.speculative_config.get("num_speculative_tokens_per_batch_size"),
+            "table_throughputs": {n: [{"workload": wl, "concurrency": c, "throughput": v[0],
+                                       "interval": None if v[1] is None else list(v[1]), "batches": v[2]}
+                                      for (wl, c), v in sorted(cells.items())]
+                                  for n, cells in self.table_throughputs.items()},
+            "candidate_to_measure": None if self.candidate_config is None
+            else {"speculative_config": self.candidate_config, "command": self.measure_command},
         }
+
+
+def configuration_advice(recs: Sequence[Recommendation], base_config: Mapping[str, Any] | None,
+                         table_configs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """What to run from the all-workloads picks ("*" rows of ``recs``): ``{"answer",
+    "config_by_concurrency", "k_by_concurrency", "speculative_config", "config_of",
+    "candidate_config"}``. One configuration picked at every measured concurrency is the answer
+    (its config: ``base_config`` with its k, or the measured table's own config from
+    ``table_configs``, name → config); off everywhere: run without speculation; different picks:
+    no single answer — each concurrency's config is given, and when every pick is a fixed k or off
+    a table composed from them (:func:`speculative_config_advice`) is a candidate to measure."""
+    stars = {r.concurrency: r for r in recs if r.workload == "*" and r.k is not None and r.config is not None}
+    by_c = {c: r.config for c, r in sorted(stars.items())}
+    k_by_c = {c: r.k for c, r in sorted(stars.items())}
+
+    def cfg_of(name: str) -> dict[str, Any] | None:
+        if name == OFF:
+            return None
+        if name in table_configs:
+            return dict(table_configs[name])
+        return speculative_config_advice(base_config, {0: int(name.split("=", 1)[1].split()[0])})
+
+    config_of = {n: cfg_of(n) for n in dict.fromkeys(by_c.values())}
+    out: dict[str, Any] = {"config_by_concurrency": by_c, "k_by_concurrency": k_by_c, "config_of": config_of,
+                           "speculative_config": None, "candidate_config": None, "answer": None}
+    if not by_c:
+        return out
+    names = set(by_c.values())
+    if names == {OFF}:
+        out["answer"] = "off"
+    elif len(names) == 1:
+        out["answer"] = "one"
+        out["speculative_config"] = config_of[next(iter(names))]
+    else:
+        out["answer"] = "per_concurrency"
+        if not any(stars[c].table for c in stars):
+            out["candidate_config"] = speculative_config_advice(base_config, k_by_c)
+    return out
 
 
 def advise(
@@ -963,10 +1121,12 @@ def advise(
     basis: str = "measured",
     mix: Mapping[str, float] | None = None,
     expected: Mapping[tuple[str, int], str] | None = None,
+    table_configs: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> Advice:
     """Run steps 1–6 on the baseline runs and the speculative runs of one family (``fit_ks``,
     ``acceptance``: see :func:`predict_throughputs`; ``basis``, ``mix``, ``expected``: see
-    :func:`recommend`), with the half-batch cross-validation of :func:`cross_validate`.
+    :func:`recommend`; ``table_configs``: candidate name → speculative config of the family's
+    dynamic tables, for :func:`configuration_advice`).
 
     Raises KChoiceError if there is no speculative run or an argument is out of range.
     """
@@ -975,8 +1135,8 @@ def advise(
         raise KChoiceError("no speculative run to advise from")
     acc = predict_acceptance_lengths(ms)
     preds, fits = predict_throughputs(ms, prior, fit_ks, acceptance)
-    recs = recommend(preds, tolerance, candidates, basis, mix=mix, expected=expected)
-    k_by_c = {r.concurrency: r.k for r in recs if r.workload == "*" and r.k is not None}
+    recs = recommend(preds, tolerance, candidates, basis, mix=mix, expected=expected, measurements=ms)
+    ca = configuration_advice(recs, base_config, table_configs or {})
     noises = [m.noise for m in ms if m.noise is not None]
     return Advice(
         family=family,
@@ -986,14 +1146,26 @@ def advise(
         fits=fits,
         recommendations=recs,
         accuracy=evaluate_choices(recs, ms),
-        k_by_concurrency=k_by_c,
-        speculative_config=speculative_config_advice(base_config, k_by_c) if k_by_c else None,
+        k_by_concurrency=ca["k_by_concurrency"],
+        speculative_config=ca["speculative_config"],
         noise=statistics.median(noises) if noises else None,
         basis=basis,
-        cross_validation=cross_validate(ms, tolerance, {(r.workload, r.concurrency) for r in recs
-                                                        if r.workload != "*" and r.k is not None}),
         mix=None if mix is None else dict(mix),
+        config_by_concurrency=ca["config_by_concurrency"],
+        answer=ca["answer"],
+        config_of=ca["config_of"],
+        candidate_config=ca["candidate_config"],
+        table_throughputs=_table_throughputs(ms),
     )
+
+
+def _table_throughputs(ms: Sequence[Measurement]) -> dict[str, dict[tuple[str, int], tuple[float, tuple[float, float] | None, int]]]:
+    out: dict[str, dict[tuple[str, int], tuple[float, tuple[float, float] | None, int]]] = defaultdict(dict)
+    for m in ms:
+        if m.variable_width and m.k > 0:
+            out[candidate_name(m)][(m.workload, m.concurrency)] = (m.output_throughput, throughput_interval(m),
+                                                                  len(m.batch_throughputs))
+    return dict(out)
 
 
 def advise_from_curve(

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specwatch.choosek import exactcurves
-from specwatch.choosek.advise import advise_sweep, recommendation_note
+from specwatch.choosek.advise import VERDICT_TEXT, advise_sweep, recommendation_note, speedup_text
 from specwatch.choosek.charts import (
     config_order,
     escape,
@@ -35,25 +35,63 @@ from specwatch.choosek.charts import (
     render_page,
 )
 from specwatch.choosek.drafterstudy import report_sections
-from specwatch.choosek.model import DEFAULT_TOLERANCE, Advice, KChoiceError, Measurement
+from specwatch.choosek.model import DEFAULT_TOLERANCE, Advice, KChoiceError, Measurement, candidate_name, paired_logs
+from specwatch.specdecode.decision import format_interval, format_ratio, ratio_from_logs
 from specwatch.choosek.records import SweepResult
 from specwatch.choosek.resultfile import measurements
 
 
 def comparison_rows(ms: Sequence[Measurement]) -> tuple[list[str], list[list[str]]]:
-    """The comparison table: one row per (workload, concurrency, configuration) with throughput,
-    ratio to the baseline, TPOT, TTFT, acceptance rate and mean acceptance length."""
-    base = {(m.workload, m.concurrency): m.output_throughput for m in ms if m.k == 0}
-    head = ["workload", "concurrency", "configuration", "k", "output tok/s", "vs baseline", "mean TPOT ms",
+    """The comparison table: one row per (workload, concurrency, configuration) — a dynamic table
+    is a row of its own — with throughput, the paired ratio to the baseline with its 95 %
+    interval (log scale), TPOT, TTFT, acceptance rate and mean acceptance length."""
+    base = {(m.workload, m.concurrency): m for m in ms if m.k == 0}
+    head = ["workload", "concurrency", "configuration", "k", "output tok/s", "vs baseline (paired 95 %)", "mean TPOT ms",
             "mean TTFT ms", "acceptance", "acc. length"]
     rows = []
-    for m in sorted(ms, key=lambda m: (m.workload, m.concurrency, m.k, m.config)):
+    for m in sorted(ms, key=lambda m: (m.workload, m.concurrency, m.k, m.variable_width, m.config)):
         b = base.get((m.workload, m.concurrency))
-        rows.append([m.workload, m.concurrency, m.config, m.k, fmt_num(m.output_throughput),
-                     "–" if not b else f"{m.output_throughput / b:.2f}×", fmt_num(m.mean_tpot_ms), fmt_num(m.mean_ttft_ms),
+        ratio = "–"
+        if b is not None and m.k > 0:
+            logs, _ = paired_logs(m, b)
+            if logs:
+                r = ratio_from_logs(logs)
+                ratio = f"{format_ratio(r.value)}× {format_interval(r.lower, r.upper)}"
+            else:
+                ratio = f"{format_ratio(m.output_throughput / b.output_throughput)}× (not paired)"
+        rows.append([m.workload, m.concurrency, f"{m.config} ({candidate_name(m)})" if m.k else m.config, m.k,
+                     fmt_num(m.output_throughput), ratio, fmt_num(m.mean_tpot_ms), fmt_num(m.mean_ttft_ms),
                      fmt_num(None if m.acceptance_rate is None else m.acceptance_rate * 100, ".1f", " %"),
                      fmt_num(m.acceptance_length, ".2f")])
     return head, rows
+
+
+def config_html(a: Advice) -> str:
+    """What to run, as the report says it (:func:`specwatch.choosek.advise.render_sweep_config`'s
+    cases): one configuration everywhere, off everywhere, or per concurrency with a composed
+    table as a candidate to measure (its sweep command), never as the answer."""
+    if a.answer is None:
+        return ""
+    picks = ", ".join(f"c={c}: {escape(n)}" for c, n in sorted(a.config_by_concurrency.items()))
+    if a.answer == "off":
+        return (f"<p>Pick by concurrency (all workloads): {picks}.</p><p><b>vLLM:</b> speculation is not the pick at any "
+                "measured concurrency: run without <code>--speculative-config</code>.</p>")
+    if a.answer == "one":
+        return (f"<p>Pick by concurrency (all workloads): {picks}.</p><p><b>vLLM flag</b> (the pick at every measured "
+                "concurrency):</p><pre>--speculative-config '"
+                + escape(json.dumps(a.speculative_config, separators=(",", ":"))) + "'</pre>")
+    out = [f"<p>Pick by concurrency (all workloads): {picks}: no single configuration is the pick at every measured "
+           "concurrency.</p><ul>"]
+    for c, n in sorted(a.config_by_concurrency.items()):
+        cfg = a.config_of.get(n)
+        out.append(f"<li>c={c}: {escape(n)}: " + ("run without <code>--speculative-config</code>" if cfg is None else
+                                                  "<code>--speculative-config '" + escape(json.dumps(cfg, separators=(",", ":")))
+                                                  + "'</code>") + "</li>")
+    out.append("</ul>")
+    if a.candidate_config is not None:
+        out.append("<p>A table composed from these picks is a <b>candidate to measure</b>, not an answer:</p><pre>"
+                   + escape(a.measure_command or json.dumps(a.candidate_config, separators=(",", ":"))) + "</pre>")
+    return "".join(out)
 
 
 def render_report(doc: SweepResult | Mapping[str, Any], *, tolerance: float = DEFAULT_TOLERANCE, candidates: str = "measured",
@@ -130,34 +168,29 @@ def render_report(doc: SweepResult | Mapping[str, Any], *, tolerance: float = DE
                                   fmt_num(p.measured_drafts, ".0f"),
                                   fmt_num(None if p.relative_error is None else p.relative_error * 100, "+.1f", " %")]
                                  for p in a.acceptance]))
+        parts.append("<p>The pick per cell: the decision rule (docs/choosing-k.md#the-decision-rule) on paired "
+                     "per-batch ratios over the baseline; a dynamic table is a configuration of its own.</p>")
         parts.append(html_table(
-            ["workload", "concurrency", "recommended k", "best k", "speedup vs baseline", "batches", "note"],
+            ["workload", "concurrency", "pick", "speedup vs baseline (paired 95 %)", "verdict", "batches", "confidence / note"],
             [["all workloads" if r.workload == "*" else r.workload, r.concurrency,
-              "–" if r.k is None else (f"{r.k} (speculation off)" if r.k == 0 else r.k),
-              "–" if r.best_k is None else r.best_k, fmt_num(r.speedup, ".2f", "×"),
-              ", ".join(f"k={k}: {n}" for k, n in sorted(r.batches.items())), recommendation_note(r)]
+              "–" if r.config is None else (f"{r.config} (speculation off)" if r.k == 0 else r.config),
+              speedup_text(r), "–" if r.verdict is None else VERDICT_TEXT.get(r.verdict, r.verdict),
+              ", ".join(f"{n}: {b}" for n, b in r.batches.items()), recommendation_note(r)]
              for r in a.recommendations]))
+        for note in dict.fromkeys(n for r in a.recommendations for n in r.notes):
+            parts.append(f"<p class='note'>{escape(note)}</p>")
         for how in sorted({r.combination for r in a.recommendations if r.workload == "*" and r.combination}):
-            parts.append(f"<p>All workloads: throughputs combined through {escape(how)} (total baseline time / total "
-                         "time at k: the harmonic mean of the per-workload speedups, weighted by baseline time).</p>")
+            parts.append(f"<p>All workloads: speedups combined through {escape(how)}, batch by batch on the log scale "
+                         "(total baseline time / total time with the configuration: the harmonic mean of the "
+                         "per-workload speedups, weighted by baseline time).</p>")
         if a.accuracy:
-            parts.append("<p>Check: measured throughput at the recommended k against the best measured k "
+            parts.append("<p>Check: measured throughput of the pick against the best measured configuration "
                          f"(worst shortfall {fmt_num(None if a.worst_shortfall is None else a.worst_shortfall * 100, '.1f', ' %')}).</p>")
-            parts.append(html_table(["workload", "concurrency", "picked k", "best measured k", "picked tok/s", "best tok/s", "shortfall"],
-                                    [[x.workload, x.concurrency, x.picked_k, x.best_k, fmt_num(x.picked_throughput),
+            parts.append(html_table(["workload", "concurrency", "pick", "best measured", "pick tok/s", "best tok/s", "shortfall"],
+                                    [[x.workload, x.concurrency, x.picked, x.best, fmt_num(x.picked_throughput),
                                       fmt_num(x.best_throughput), fmt_num(None if x.shortfall is None else x.shortfall * 100, ".1f", " %")]
                                      for x in a.accuracy]))
-        cv = a.cross_validation_summary
-        if cv["n"]:
-            parts.append(f"<p>Cross-validation (k picked on half of each cell's batches, judged on the other half): "
-                         f"within 3 % of that half's best in {cv['within_3_percent']} of {cv['n']} picks, worst shortfall "
-                         f"{cv['worst_shortfall'] * 100:.1f} %.</p>")
-        if a.speculative_config is None:
-            parts.append("<p><b>vLLM:</b> speculation does not pay at any measured concurrency: run without "
-                         "<code>--speculative-config</code>.</p>")
-        else:
-            parts.append("<p><b>vLLM flag:</b></p><pre>--speculative-config '"
-                         + escape(json.dumps(a.speculative_config, separators=(",", ":"))) + "'</pre>")
+        parts.append(config_html(a))
     parts.extend(report_sections(rec, ms, advices, tolerance))
     parts.append("<p class='note'>Generated by specwatch report. Throughputs are means over the measured batches of each cell "
                  "(warm-up excluded); spec-decode values come from the servers' vllm:spec_decode_* counters.</p>")

@@ -22,11 +22,11 @@ from typing import Any
 
 import click
 
-from specwatch.choosek.measurement import KChoiceError, Measurement
+from specwatch.choosek.measurement import BatchPoint, KChoiceError, Measurement
 from specwatch.choosek.records import FORMAT, MEASUREMENT_KEYS, SweepError, SweepRecordError, SweepResult
 from specwatch.common.locks import FileLock, LockHeld
 
-__all__ = ["ARITHMETIC_ERRORS", "FORMAT", "MEASUREMENT_KEYS", "SweepError", "SweepRecordError", "SweepResult", "cell_key",
+__all__ = ["ARITHMETIC_ERRORS", "FORMAT", "batch_points", "MEASUREMENT_KEYS", "SweepError", "SweepRecordError", "SweepResult", "cell_key",
            "check_dir_writable", "check_writable", "damaged_file_message", "failed_cells", "load_result", "load_sweep",
            "measurements", "result_file_lock", "servers_by_config"]
 
@@ -68,7 +68,9 @@ def measurements(doc: SweepResult | Mapping[str, Any]) -> list[Measurement]:
     out: cells with no successful request, and cells with failed requests or whose server died (see
     :func:`failed_cells`). Raises SweepRecordError for a malformed document."""
     rec = SweepResult.coerce(doc)
-    dynamic = {c.name for c in rec.configs if c.variable_width}
+    dynamic = {c.name: (c.speculative_config or {}).get("num_speculative_tokens_per_batch_size")
+               for c in rec.configs if c.variable_width}
+    seed = rec.settings.seed if rec.settings is not None else None
     out = []
     for cell in rec.cells:
         s = cell.summary
@@ -77,10 +79,26 @@ def measurements(doc: SweepResult | Mapping[str, Any]) -> list[Measurement]:
         try:
             out.append(Measurement.from_cell(s, config=cell.config, k=cell.k, family=cell.family or "",
                                              variable_width=cell.config in dynamic, workload=cell.workload,
-                                             concurrency=cell.max_concurrency))
+                                             concurrency=cell.max_concurrency, batches=batch_points(cell, seed),
+                                             table=dynamic.get(cell.config)))
         except KChoiceError as exc:
             raise SweepRecordError(f"damaged sweep result: cell {cell.name}: {exc}") from None
     return out
+
+
+def batch_points(cell: Any, seed: Any = None) -> tuple[BatchPoint, ...]:
+    """The measured (non-warm-up) batches of a sweep cell (:class:`specwatch.choosek.records.SweepCell`)
+    as :class:`specwatch.choosek.measurement.BatchPoint` (batch_index, output throughput tok/s,
+    num_prompts, the sweep's ``seed``, accepted draft tokens), in the file's order; batches without
+    an index or a positive throughput are left out; empty when the cell has no batch records."""
+    out = []
+    for b in cell.batches or ():
+        if b.warmup or b.batch_index is None or not b.output_throughput or b.output_throughput <= 0:
+            continue
+        out.append(BatchPoint(int(b.batch_index), float(b.output_throughput),
+                              None if b.num_prompts is None else float(b.num_prompts), seed,
+                              None if b.accepted_tokens is None else float(b.accepted_tokens)))
+    return tuple(out)
 
 
 def servers_by_config(doc: SweepResult | Mapping[str, Any]) -> dict[str, Any]:
