@@ -305,3 +305,39 @@ def test_response_cap_and_read_timeout_reach_the_backend(tmp_path):
     for bad in (dict(read_timeout=0), dict(timeout=-1), dict(max_response_bytes=0)):
         with pytest.raises(BenchConfigError):
             cfg("http://x", tmp_path, **bad)
+
+
+def test_paired_rounds_alternate_the_servers_on_the_same_prompts(tmp_path):
+    """--paired: per cell, warm-ups on both, then measured pairs in ABBA order (issue #37)."""
+    with ThreadedStub(StubConfig(k=0)) as base, ThreadedStub(StubConfig(k=4)) as spec:
+        res = run_bench(cfg(spec.url, tmp_path, baseline_url=base.url, paired=True, num_batches=4,
+                            workloads=("copy", "random-output")))
+        base_payloads, spec_payloads = list(base.state.payloads), list(spec.state.payloads)
+    per_cell = [(b.role[0], b.batch_index, b.warmup) for b in res.batches[:10]]
+    assert per_cell == [("b", 0, True), ("s", 0, True),
+                        ("b", 1, False), ("s", 1, False), ("s", 2, False), ("b", 2, False),
+                        ("b", 3, False), ("s", 3, False), ("s", 4, False), ("b", 4, False)]
+    assert [b.workload for b in res.batches] == ["copy"] * 10 + ["random-output"] * 10
+    # batch i of both servers served the same seeded prompts
+    assert [p["prompt"] for p in base_payloads] == [p["prompt"] for p in spec_payloads]
+    rows = res.comparison()
+    assert [(r["workload"], r["max_concurrency"]) for r in rows] == [("copy", 1), ("random-output", 1)]
+
+
+def test_paired_needs_a_baseline_and_stops_on_the_paired_interval(tmp_path):
+    with pytest.raises(BenchConfigError, match="baseline server"):
+        cfg("http://127.0.0.1:9", tmp_path, paired=True)
+    from specwatch.bench.runner import paired_relative_half_width
+    assert paired_relative_half_width([100.0], [200.0]) == math.inf
+    # a constant ratio has no spread: exactly 0, whatever the throughputs did
+    assert paired_relative_half_width([100.0, 50.0, 80.0], [200.0, 100.0, 160.0]) == pytest.approx(0.0)
+    with ThreadedStub(StubConfig(k=0)) as base, ThreadedStub(StubConfig(k=4)) as spec:
+        res = run_bench(cfg(spec.url, tmp_path, baseline_url=base.url, paired=True, num_batches=2,
+                            target_ci=0.5, max_batches=6))
+    measured = [b for b in res.batches if not b.warmup]
+    n = len(measured) // 2
+    assert 2 <= n <= 6 and len(measured) == 2 * n
+    thr = {(b.role, b.batch_index): b.output_throughput for b in measured}
+    idx = sorted({b.batch_index for b in measured})
+    rel = paired_relative_half_width([thr[("baseline", i)] for i in idx], [thr[("speculative", i)] for i in idx])
+    assert rel <= 0.5 or n == 6

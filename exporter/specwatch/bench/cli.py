@@ -21,14 +21,14 @@ from specwatch.bench.results import render_tables
 from specwatch.bench.runner import BenchConfig, BenchConfigError, BenchInterrupted, run_bench
 from specwatch.bench.workloads import DEFAULT_VOCAB_SIZE, WORKLOADS, WorkloadError, WorkloadOptions, load_sharegpt, parse_workloads
 from specwatch.common.defaults import BENCH_METRICS_PORT, MAX_RESPONSE_BYTES, VLLM_PORT
-from specwatch.common.params import int_list
+from specwatch.common.params import FloatRange, int_list
 from specwatch.common.processes import install_stop_signals
 
 DEFAULT_METRICS_PORT = BENCH_METRICS_PORT
 
 #: BenchConfig field → the flag that sets it (error messages name the flag).
 FIELD_FLAGS = {
-    "base_url": "--base-url", "baseline_url": "--baseline-url", "role": "--role",
+    "base_url": "--base-url", "baseline_url": "--baseline-url", "role": "--role", "paired": "--paired",
     "concurrencies": "--max-concurrency", "num_prompts": "--num-prompts", "num_batches": "--num-batches",
     "warmup_batches": "--warmup-batches", "request_rate": "--request-rate",
     "equivalence_output_len": "--equivalence-output-len", "timeout": "--timeout",
@@ -61,6 +61,9 @@ def _workloads(ctx: click.Context, param: click.Parameter, value: str) -> tuple[
 @click.option("--base-url", default=f"http://127.0.0.1:{VLLM_PORT}", help="Root URL of the (speculative) vLLM server.")
 @click.option("--baseline-url", default=None,
               help="Root URL of a baseline server: the same run is made against it first, then the table compares both.")
+@click.option("--paired", is_flag=True, default=False,
+              help="With --baseline-url: alternate the two servers batch by batch on the same prompts "
+                   "(ABBA rounds, both servers up) instead of the whole run on one, then the other.")
 @click.option("--role", type=click.Choice(["speculative", "baseline"]), default="speculative",
               help="Role label of --base-url when no --baseline-url is given.")
 @click.option("--model", default=None, help="Model name (default: first id of GET /v1/models).")
@@ -78,7 +81,7 @@ def _workloads(ctx: click.Context, param: click.Parameter, value: str) -> tuple[
 @click.option("--output-len", type=click.IntRange(min=1), default=None,
               help="Output tokens per request (default: the workload's: 256, or natural end for chat).")
 @click.option("--ignore-eos/--no-ignore-eos", default=None, help="Override the workload's ignore_eos.")
-@click.option("--temperature", type=click.FloatRange(min=0.0), default=None, help="Override the workload's temperature.")
+@click.option("--temperature", type=FloatRange(min=0.0), default=None, help="Override the workload's temperature.")
 @click.option("--seed", type=int, default=0, help="Seed of prompt sampling (same prompts on every server).")
 @click.option("--input-len", "prompt_words", type=click.IntRange(min=1), default=200, help="Words / token ids per generated prompt.")
 @click.option("--vocab-size", type=click.IntRange(min=2), default=DEFAULT_VOCAB_SIZE,
@@ -87,7 +90,7 @@ def _workloads(ctx: click.Context, param: click.Parameter, value: str) -> tuple[
               help="Bearer token for the servers (never written to results or logs).")
 @click.option("--metrics-port", type=click.IntRange(min=0, max=65535), default=DEFAULT_METRICS_PORT,
               help="Serve specwatch_bench_* metrics here (0: off).")
-@click.option("--metrics-linger", type=click.FloatRange(min=0.0), default=0.0,
+@click.option("--metrics-linger", type=FloatRange(min=0.0), default=0.0,
               help="Seconds to keep serving --metrics-port after the run completes, so Prometheus scrapes the last batch.")
 @click.option("--metrics-url", default=None, help="Where to read the server's Prometheus metrics (default <base-url>/metrics).")
 @click.option("--baseline-metrics-url", default=None, help="Same for the baseline server.")
@@ -99,8 +102,8 @@ def _workloads(ctx: click.Context, param: click.Parameter, value: str) -> tuple[
               help="JSON file name (CSV beside it); an existing file of this name is overwritten. "
                    "Default specwatch-bench-<YYYYmmdd-HHMMSS>.json, made unique with a -2, -3, ... suffix "
                    "(never overwrites an existing file).")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=3600.0, help="Seconds a request may take in total before it fails.")
-@click.option("--read-timeout", type=click.FloatRange(min=0.1), default=300.0,
+@click.option("--timeout", type=FloatRange(min=0.1), default=3600.0, help="Seconds a request may take in total before it fails.")
+@click.option("--read-timeout", type=FloatRange(min=0.1), default=300.0,
               help="Seconds without any byte from the server before a request fails (stalled server).")
 @click.option("--max-response-bytes", type=click.IntRange(min=1), default=MAX_RESPONSE_BYTES,
               help="Bytes one streamed response may have; a larger one fails the request.")

@@ -2,7 +2,9 @@
 
 A run is roles × workloads × concurrencies × batches. Roles: with ``baseline_url`` the whole run
 is done against the baseline server first, then against the speculative one (never both at once:
-on one machine they would share the CPU/GPU); without it only ``base_url`` is run, with the role
+on one machine they would share the CPU/GPU), or, with ``paired``, cell by cell in alternating
+rounds (batch i on the baseline and on the speculative server back to back, the same seeded
+prompts, ABBA order; both servers stay up, only one is loaded at a time); without it only ``base_url`` is run, with the role
 ``config.role`` (so a baseline and a speculative run made at different times — e.g. when only one
 server fits at a time — can be compared with :func:`specwatch.bench.results.compare`).
 
@@ -48,6 +50,7 @@ from specwatch.bench.workloads import (
     build_requests,
     load_sharegpt,
 )
+from specwatch.specdecode.decision import paired_ratio
 from specwatch.specdecode.derive import counters_delta, sum_counters
 from specwatch.specdecode.metrics import MetricsParseError, StepCounters, UpstreamSnapshot, parse_metrics
 from specwatch.specdecode.steptime import delta_between
@@ -109,6 +112,11 @@ class BenchConfig:
     #: the cell's throughput has a relative half width <= target_ci, or max_batches ran. None: fixed.
     target_ci: float | None = None
     max_batches: int | None = None
+    #: Paired rounds (needs ``baseline_url``, both servers up): every cell alternates the two
+    #: servers batch by batch on the same prompts (warm-ups baseline first, then measured pairs in
+    #: ABBA order: baseline, speculative, speculative, baseline, …); ``target_ci`` applies to the
+    #: paired ratio's interval. False: the whole run on the baseline, then on the speculative server.
+    paired: bool = False
 
     def __post_init__(self) -> None:
         for name in ("base_url", "baseline_url"):
@@ -121,6 +129,8 @@ class BenchConfig:
                 raise BenchConfigError(f"{name}: {exc}") from None
         if self.role not in ROLES:
             raise BenchConfigError(f"role must be one of {ROLES}, got {self.role!r}")
+        if self.paired and not self.baseline_url:
+            raise BenchConfigError("paired rounds need a baseline server beside the speculative one (--baseline-url)")
         if not self.workloads:
             raise BenchConfigError("at least one workload is needed")
         unknown = [w for w in self.workloads if w not in WORKLOADS]
@@ -358,6 +368,44 @@ def _aggregate(role: str, workload: str, concurrency: int, index: int, warmup: b
     )
 
 
+def paired_relative_half_width(base: Sequence[float], spec: Sequence[float]) -> float:
+    """The relative half width of the 95 % interval of the paired ratio spec / baseline of
+    per-batch throughputs (tok/s, pair order): exp(t(n−1) · sd(log r) / √n) − 1
+    (:func:`specwatch.specdecode.decision.paired_ratio`); ``inf`` with fewer than two usable
+    pairs (a batch with no output throughput cannot be paired)."""
+    pairs = [(s_, b_) for s_, b_ in zip(spec, base, strict=False) if s_ > 0 and b_ > 0]
+    if len(pairs) < 2:
+        return math.inf
+    r = paired_ratio([p[0] for p in pairs], [p[1] for p in pairs])
+    return r.upper / r.value - 1.0
+
+
+async def _run_paired(config: BenchConfig, one_batch, batch_label, need_more_paired) -> None:
+    """The paired schedule (``config.paired``): per (workload, concurrency), the warm-up batches on
+    the baseline then on the speculative server, then measured pairs, batch i of both serving the
+    same seeded prompts, in ABBA order (pair 0: baseline first; pair 1: speculative first; …) so a
+    drift of the host weighs on both sides alike, until :func:`need_more_paired` is satisfied."""
+    for wl in config.workloads:
+        for conc in config.concurrencies:
+            for b in range(config.warmup_batches):
+                for role in ("baseline", "speculative"):
+                    await one_batch(role, wl, conc, b, True, batch_label(role, wl, conc, b, True))
+            base: list[float] = []
+            spec: list[float] = []
+            failed = False
+            b = config.warmup_batches - 1
+            while need_more_paired(base, spec, failed):
+                b += 1
+                pair = b - config.warmup_batches
+                order = ("baseline", "speculative") if pair % 2 == 0 else ("speculative", "baseline")
+                got = {}
+                for role in order:
+                    got[role] = await one_batch(role, wl, conc, b, False, batch_label(role, wl, conc, b, False))
+                base.append(got["baseline"].output_throughput)
+                spec.append(got["speculative"].output_throughput)
+                failed = failed or bool(got["baseline"].failed or got["speculative"].failed)
+
+
 def _batch_line(label: str, b: BatchResult) -> str:
     rate = b.spec.acceptance_rate
     acc = "" if rate is None else f", acceptance {rate * 100:.1f} %"
@@ -441,8 +489,69 @@ async def run_bench_async(config: BenchConfig, *, metrics: BenchMetrics | None =
             return False
         rel = throughput_interval(measured)["relative_half_width"]
         return rel is None or rel > config.target_ci
+
+    def need_more_paired(base: list[float], spec: list[float], failed: bool) -> bool:
+        """As :func:`need_more`, on the paired ratio spec / baseline of the measured pairs: its 95 %
+        interval's relative half width, exp(t(n−1) · sd(log r) / √n) − 1, against ``target_ci``."""
+        if len(spec) < config.num_batches:
+            return True
+        if config.target_ci is None or len(spec) >= max_measured or failed:
+            return False
+        return paired_relative_half_width(base, spec) > config.target_ci
     backends: dict[str, OpenAIBackend] = {}
     froze = False
+
+    async def one_batch(role: str, wl: str, conc: int, b: int, warm: bool, label: str) -> BatchResult:
+        """Run batch ``b`` of (wl, conc) on ``role``'s server: build its seeded requests, scrape
+        /metrics around it, record and save it."""
+        nonlocal froze
+        n = config.num_prompts or conc
+        backend = backends[role]
+        bm.set_active(role, wl, conc)
+        cell = bm.cell(role, wl, conc)
+        reqs = build_requests(wl, n, config.options, batch=b, sharegpt_items=sharegpt)
+        task_id = None
+        if progress is not None:
+            task_id = progress.add_task(label, total=len(reqs))
+
+        def on_done(o: RequestOutcome, _cell=cell, _tid=task_id) -> None:
+            bm.request_finished(_cell, o)
+            if progress is not None:
+                progress.advance(_tid)
+
+        before = await _scrape(backend)
+        # As vllm bench serve does: no GC pauses over long-lived objects. What an
+        # earlier batch froze stays frozen until the run ends, so this collect
+        # walks only what is new since then, not the whole heap every batch.
+        gc.collect()
+        gc.freeze()
+        froze = True
+        started = _now()
+        t0 = time.perf_counter()
+        outcomes = await _dispatch(backend, reqs, conc, config.request_rate,
+                                   f"{config.options.seed}:{wl}:{conc}:{b}:arrivals",
+                                   lambda _c=cell: bm.request_started(_c), on_done)
+        duration = time.perf_counter() - t0
+        after = await _scrape(backend)
+        spec = spec_stats(before.snapshot, after.snapshot, backend.model, before.error or after.error)
+        spec = dataclasses.replace(spec, steps=delta_between(before.steps, after.steps, backend.model))
+        batch = _aggregate(role, wl, conc, b, warm, started, duration, outcomes, config.request_rate, spec)
+        bm.observe_itls(cell, batch.itls)
+        res.batches.append(batch)
+        save()
+        if progress is not None:
+            progress.remove_task(task_id)
+            progress.console.print(_batch_line(label, batch))
+        if not warm:
+            bm.batch_finished(role, wl, conc, batch.output_throughput, spec.acceptance_rate)
+        return batch
+
+    def batch_label(role: str, wl: str, conc: int, b: int, warm: bool) -> str:
+        return f"{role} {wl} c={conc} " + (f"warm-up {b + 1}" if warm else
+                                             f"batch {b - config.warmup_batches + 1}/"
+                                             + (str(config.num_batches) if config.target_ci is None
+                                                else f"{config.num_batches}-{max_measured}"))
+
     try:
         save()
         for role, url, murl in config.targets:
@@ -452,59 +561,22 @@ async def run_bench_async(config: BenchConfig, *, metrics: BenchMetrics | None =
             await backend.__aenter__()
             backends[role] = backend
             backend.model = config.served_model_name or config.model or await backend.first_model()
-            for wl in config.workloads:
-                for conc in config.concurrencies:
-                    bm.set_active(role, wl, conc)
-                    cell = bm.cell(role, wl, conc)
-                    n = config.num_prompts or conc
-                    measured_thr: list[float] = []
-                    measured_failed = False
-                    b = -1
-                    while b + 1 < config.warmup_batches or need_more(measured_thr, measured_failed):
-                        b += 1
-                        warm = b < config.warmup_batches
-                        reqs = build_requests(wl, n, config.options, batch=b, sharegpt_items=sharegpt)
-                        task_id = None
-                        label = f"{role} {wl} c={conc} " + (f"warm-up {b + 1}" if warm else
-                                                             f"batch {b - config.warmup_batches + 1}/"
-                                                             + (str(config.num_batches) if config.target_ci is None
-                                                                else f"{config.num_batches}-{max_measured}"))
-                        if progress is not None:
-                            task_id = progress.add_task(label, total=len(reqs))
-
-                        def on_done(o: RequestOutcome, _cell=cell, _tid=task_id) -> None:
-                            bm.request_finished(_cell, o)
-                            if progress is not None:
-                                progress.advance(_tid)
-
-                        before = await _scrape(backend)
-                        # As vllm bench serve does: no GC pauses over long-lived objects. What an
-                        # earlier batch froze stays frozen until the run ends, so this collect
-                        # walks only what is new since then, not the whole heap every batch.
-                        gc.collect()
-                        gc.freeze()
-                        froze = True
-                        started = _now()
-                        t0 = time.perf_counter()
-                        outcomes = await _dispatch(backend, reqs, conc, config.request_rate,
-                                                   f"{config.options.seed}:{wl}:{conc}:{b}:arrivals",
-                                                   lambda _c=cell: bm.request_started(_c), on_done)
-                        duration = time.perf_counter() - t0
-                        after = await _scrape(backend)
-                        spec = spec_stats(before.snapshot, after.snapshot, backend.model, before.error or after.error)
-                        spec = dataclasses.replace(spec, steps=delta_between(before.steps, after.steps, backend.model))
-                        batch = _aggregate(role, wl, conc, b, warm, started, duration, outcomes,
-                                           config.request_rate, spec)
-                        bm.observe_itls(cell, batch.itls)
-                        res.batches.append(batch)
-                        save()
-                        if progress is not None:
-                            progress.remove_task(task_id)
-                            progress.console.print(_batch_line(label, batch))
-                        if not warm:
-                            measured_thr.append(batch.output_throughput)
-                            measured_failed = measured_failed or bool(batch.failed)
-                            bm.batch_finished(role, wl, conc, batch.output_throughput, spec.acceptance_rate)
+        if config.paired:
+            await _run_paired(config, one_batch, batch_label, need_more_paired)
+        else:
+            for role, _url, _murl in config.targets:
+                for wl in config.workloads:
+                    for conc in config.concurrencies:
+                        measured_thr: list[float] = []
+                        measured_failed = False
+                        b = -1
+                        while b + 1 < config.warmup_batches or need_more(measured_thr, measured_failed):
+                            b += 1
+                            warm = b < config.warmup_batches
+                            batch = await one_batch(role, wl, conc, b, warm, batch_label(role, wl, conc, b, warm))
+                            if not warm:
+                                measured_thr.append(batch.output_throughput)
+                                measured_failed = measured_failed or bool(batch.failed)
         if config.equivalence and config.baseline_url:
             res.equivalence = await check_equivalence(
                 backends["baseline"], backends["speculative"], output_len=config.equivalence_output_len,
