@@ -130,7 +130,7 @@ class BenchConfig:
         if self.role not in ROLES:
             raise BenchConfigError(f"role must be one of {ROLES}, got {self.role!r}")
         if self.paired and not self.baseline_url:
-            raise BenchConfigError("paired rounds need a baseline server beside the speculative one (--baseline-url)")
+            raise BenchConfigError("paired: needs a baseline server beside the speculative one (--baseline-url)")
         if not self.workloads:
             raise BenchConfigError("at least one workload is needed")
         unknown = [w for w in self.workloads if w not in WORKLOADS]
