@@ -43,6 +43,7 @@ def build(cfg: MixinConfig):
     POS_LEGEND = "position {{position}} · {{upstream}} · engine {{engine}} · {{basis}}"
     K_LEGEND = "k={{k}} · {{upstream}} · engine {{engine}} · {{basis}}"
     WITHHELD = f"specwatch_recommendation_withheld{S.exporter(WINDOW)}"
+    CERTAIN = f"specwatch_recommendation_certain{S.exporter(WINDOW)}"
     RAGGED = f"specwatch_ragged_drafts{S.exporter(WINDOW)}"
     MISSING = f"specwatch_missing_draft_tokens_ratio{S.exporter(WINDOW)}"
     BASIS_NOTE = (" Legends carry basis: exact when every draft carried k tokens, lower_bound when drafts were "
@@ -61,9 +62,8 @@ def build(cfg: MixinConfig):
         f"{factor}specwatch_speculation_verdict{S.exporter(WINDOW, matcher)}"
         for factor, matcher in (("", 'verdict="pays"'), ("0 * ", 'verdict="cannot_tell"'), ("-1 * ", 'verdict="loses"')))
     WITHHELD_NOTE = (
-        " Withheld (specwatch_recommendation_withheld{reason}) with reason uncertain: the best k differs between the "
-        "interval's lower ends, its values and its upper ends (more traffic, a baseline upstream or a profile "
-        "calibrated on this server narrows it); no_cost_curve: the profile has no curve for this method and drafter; "
+        " Withheld (specwatch_recommendation_withheld{reason}) with reason no_cost_curve: the profile has no curve for "
+        "this method and drafter; "
         "default_contradicted: no profile applies and the built-in guess contradicts the live speedup; "
         "insufficient_data: too few steps or drafts in the window for an interval.")
 
@@ -86,10 +86,14 @@ def build(cfg: MixinConfig):
              graph=False, color_mode="background", text_mode="value_and_name", w=5),
         stat("Recommended k",
              "specwatch_recommended_num_speculative_tokens over the exporter window $window: the k with the best "
-             "speedup (the smallest within 2 % of the best), 0 = turn speculation off, served only when that choice "
-             "is the same at the lower ends, the values and the upper ends of the speedups' intervals; its basis is "
-             "the weakest of the speedups it compared." + WITHHELD_NOTE,
-             "none", [q(RECOMMENDED, BASIS_LEGEND), q(WITHHELD, "withheld: {{reason}} · " + BY_UE)], graph=False, w=5),
+             "speedup estimate (ties within 2 % go to the smaller k; docs/choosing-k.md), 0 = turn speculation off "
+             "(always when no draft token was accepted in the window); its basis is the weaker of the pick's and its "
+             "runner-up's. It is served with how sure it is: certain (specwatch_recommendation_certain 1) when the "
+             "95 % interval of pick / runner-up (specwatch_recommendation_over_runner_up) lies above 1, else "
+             "the better estimate only (more traffic, a baseline upstream or a profile calibrated on this server "
+             "narrows it)." + WITHHELD_NOTE,
+             "none", [q(RECOMMENDED, BASIS_LEGEND), q(WITHHELD, "withheld: {{reason}} · " + BY_UE),
+                      q(CERTAIN, "certain (1) or not (0) · " + BY_UE)], graph=False, w=5),
         stat("Cost-profile drift",
              "specwatch_cost_profile_error_ratio over $window: the live step time / the cost profile's prediction at "
              "the live running requests per step, drafted tokens per step and context. basis " + DRIFT_MEASURED_BASIS + ": a k the "
@@ -121,7 +125,7 @@ def build(cfg: MixinConfig):
                  "specwatch_cost_profile_step_seconds: the profile's measured step times (plain, k = 0, and per k) at "
                  "each running-request count it was calibrated at; the live points above are read against this curve.",
                  "s", [q(f"specwatch_cost_profile_step_seconds{PROFILE_SEL}",
-                         "k={{k}} · b={{running_requests}} · {{method}}", instant=True)], minimum=0),
+                         "k={{k}} · b={{running_requests}} · {{method}} · {{workload}}", instant=True)], minimum=0),
     ])
 
     positions = Section("Per-position acceptance", [

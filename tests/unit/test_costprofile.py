@@ -526,9 +526,10 @@ def test_the_built_in_guess_contradicted_by_the_measurement_is_not_a_recommendat
     assert got[("3", "measured")] < 1
     alone, _, _ = make_exporter({"d": close})
     assert {dict(k)["basis"] for k in series(alone, "specwatch_speedup", **sel)} == {DEFAULT}
-    # a guess (a factor 2 either way) decides nothing
-    assert series(alone, "specwatch_recommended_num_speculative_tokens", **sel) == {}
-    assert [dict(k)["reason"] for k in series(alone, "specwatch_recommendation_withheld", **sel)] == ["uncertain"]
+    # a guess (a factor 2 either way) tells no k apart: the best estimate is served, not certain (#36)
+    assert len(series(alone, "specwatch_recommended_num_speculative_tokens", basis=DEFAULT, **sel)) == 1
+    assert list(series(alone, "specwatch_recommendation_certain", **sel).values()) == [0.0]
+    assert series(alone, "specwatch_recommendation_withheld", **sel) == {}
 
 
 def test_calibrate_names_the_sweeps_drafters_and_the_shipped_drafter_profile_is_its_output(tmp_path):
@@ -606,8 +607,10 @@ def test_the_mixin_reads_the_bases_and_reasons_the_exporter_serves():
 
     assert set(mixin_config.CURRENT_K_BASES) == {MEASURED, CALIBRATED} and set(mixin_config.CURRENT_K_BASES) <= set(BASES)
     assert mixin_config.DRIFT_MEASURED_BASIS == PROFILE
-    assert set(mixin_config.WITHHELD_REASONS) == {decision.REASON_UNCERTAIN, speedup.REASON_INSUFFICIENT_DATA,
-                                                   speedup.REASON_NO_COST_CURVE, speedup.REASON_DEFAULT_CONTRADICTED}
+    # an uncertain pick is served with its confidence, never withheld (#36)
+    assert set(mixin_config.WITHHELD_REASONS) == {speedup.REASON_INSUFFICIENT_DATA, speedup.REASON_NO_COST_CURVE,
+                                                   speedup.REASON_DEFAULT_CONTRADICTED}
+    assert decision.REASON_UNCERTAIN not in mixin_config.WITHHELD_REASONS
 
 
 def test_the_real_capture_carries_prefill_and_context_into_the_speedup():

@@ -448,7 +448,7 @@ def test_advise_cli_against_a_live_exporter(tmp_path):
 
     from specwatch.choosek.cli import advise
     from specwatch.specdecode.costprofile import load_profile
-    from specwatch.specdecode.speedup import LiveCost, choose, speedups
+    from specwatch.specdecode.speedup import LiveCost, pick, speedups
 
     profile_path = PROFILES / "h200-llama-8b-forward-only.yaml"
     with _pages({"/metrics": (200, "text/plain", _exporter_text().encode())}) as base:
@@ -462,14 +462,17 @@ def test_advise_cli_against_a_live_exporter(tmp_path):
         assert doc["cost_profile"] == str(profile_path) and live["cost_profile"] == "h200-llama-8b-forward-only"
         rates = tuple(live["position_acceptance_rates"])
         for c in (1, 64):
-            choice = choose(speedups(rates, LiveCost(profile=load_profile(profile_path),
-                                                     running_requests_fallback=float(c)), current_k=0))
-            # a forward-pass-only profile gives upper bounds (its intervals reach 11.2x down): no k from it
-            assert choice.k is None and live["withheld_by_concurrency"][str(c)] == "uncertain"
-            assert str(c) not in live["k_by_concurrency"] and live["basis_by_concurrency"][str(c)] == choice.basis == "profile"
+            choice = pick(speedups(rates, LiveCost(profile=load_profile(profile_path),
+                                                   running_requests_fallback=float(c)), current_k=0))
+            # a forward-pass-only profile gives upper bounds (its intervals reach 11.2x down): the best estimate
+            # is served, never certain, never withheld (#36)
+            assert not choice.certain and live["certain_by_concurrency"][str(c)] is False
+            assert str(c) not in live["withheld_by_concurrency"]
+            assert live["k_by_concurrency"][str(c)] == choice.k and live["basis_by_concurrency"][str(c)] == choice.basis == "profile"
             for v in live["speedup"][str(c)].values():
                 assert v["upper"] == pytest.approx(v["value"]) and v["lower"] < v["value"] / 10
-        assert "recommended k" in r.output and "h200-llama-8b-forward-only" in r.output and "withheld (uncertain)" in r.output
+        assert "recommended k" in r.output and "h200-llama-8b-forward-only" in r.output and "(not certain)" in r.output
+        assert "withheld" not in r.output
         # without a profile: the built-in guess, and every number says so
         r = CliRunner().invoke(advise, ["--exporter", url, "--concurrency", "1,64", "--json", str(out)])
         assert r.exit_code == 0, r.output
@@ -567,14 +570,14 @@ def test_advise_prometheus_shows_a_lower_bound_curve_without_recommending_k(tmp_
         r = CliRunner().invoke(advise, ["--prometheus", base_url(srv), "--concurrency", "1,4", "--json", str(out)])
     assert r.exit_code == 0, r.output
     assert queries == ["model_name:specwatch_position_acceptance_rate:ratio_rate5m"]
-    assert "dyn / smollm2" in r.output and "basis=lower_bound" in r.output and "no k recommended" in r.output
+    assert "dyn / smollm2" in r.output and "basis=lower_bound" in r.output and "(not certain)" in r.output
     live = {tuple(x["series"]): x for x in json.loads(out.read_text())["live"]}
     assert live[("dyn", "smollm2")]["curve_basis"] == "lower_bound"
-    # a lower-bound curve: its speedups stay, upper ends with every undrafted position accepted; no k where that
-    # changes the choice (no blanket "ragged" refusal any more)
+    # a lower-bound curve: its speedups stay, upper ends with every undrafted position accepted; the best
+    # estimate is served with its confidence, never withheld as uncertain (#36; no blanket "ragged" refusal)
     dyn = live[("dyn", "smollm2")]
-    assert "withheld" not in dyn and dyn["k_by_concurrency"] == {}
-    assert set(dyn["withheld_by_concurrency"].values()) == {"uncertain"}
-    assert live[("dyn", "smollm2")]["speculative_config"] is None
+    assert "withheld" not in dyn and set(dyn["k_by_concurrency"]) == {"1", "4"} and not dyn["withheld_by_concurrency"]
+    assert False in dyn["certain_by_concurrency"].values()
+    assert "not yet the answer" in r.output
     assert live[("fixed", "smollm2")]["curve_basis"] == "exact"
     assert set(live[("fixed", "smollm2")]["k_by_concurrency"]) == {"1", "4"}

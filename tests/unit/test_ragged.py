@@ -178,7 +178,10 @@ def test_advise_json_carries_engine_formats_for_live_curves():
     out = live_advice(curves, (1, 64), None, 0.02, None, bases={("ragged", "m", "0"): "lower_bound"})
     by = {tuple(x["series"]): x for x in out}
     rag = by[("ragged", "m", "0")]
-    assert "withheld" not in rag and not rag["k_by_concurrency"] and set(rag["withheld_by_concurrency"].values()) == {"uncertain"}
+    # the best estimate at every concurrency, with its confidence, never withheld as uncertain (#36)
+    assert "withheld" not in rag and set(rag["k_by_concurrency"]) == {"1", "64"} and not rag["withheld_by_concurrency"]
+    assert rag["certain_by_concurrency"] == {"1": False, "64": False}
+    assert all("cannot tell them apart" in t for t in rag["confidence_by_concurrency"].values())
     assert by[("spec", "m", "0")]["curve_basis"] == "exact" and by[("spec", "m", "0")]["k_by_concurrency"]
 
 
@@ -276,9 +279,9 @@ def test_real_payloads_damaged_are_counted_per_reason():
     assert rec["per_position_acceptance_rates"][0] == 1.0
 
 
-def test_exporter_labels_real_dynamic_capture_lower_bound_and_withholds_k():
+def test_exporter_labels_real_dynamic_capture_lower_bound_and_serves_an_uncertain_k():
     """The exporter on the real /metrics of the dynamic run (c = 1, then c = 4): the window and the
-    lifetime series say basis="lower_bound", no recommended k, a withheld reason; on the fixed-k
+    lifetime series say basis="lower_bound", the recommended k is served as not certain; on the fixed-k
     draft_model capture everything says basis="exact" and a k is recommended."""
     from exporter_helpers import make_exporter, series
     from prometheus_client import generate_latest
@@ -293,12 +296,12 @@ def test_exporter_labels_real_dynamic_capture_lower_bound_and_withholds_k():
     for name in ("specwatch_position_acceptance_rate", "specwatch_position_conditional_acceptance_rate",
                  "specwatch_expected_acceptance_length"):
         assert {s.labels["basis"] for s in fams[name].samples} == {"lower_bound"}, name
-    assert "specwatch_recommended_num_speculative_tokens" not in fams
-    withheld = {(s.labels["window"], s.labels["reason"]) for s in fams["specwatch_recommendation_withheld"].samples}
     # a curve 66 % undrafted: its upper bound (every undrafted position accepted) and its lower bound
-    # choose different k, so the choice is withheld as uncertain (no blanket "ragged" reason)
-    assert ("lifetime", "uncertain") in withheld and len(withheld) >= 2
-    assert not any(r == "ragged_drafts" for _, r in withheld)
+    # are far apart, so the best estimate is served as not certain (#36; no blanket "ragged" reason)
+    assert "specwatch_recommendation_withheld" not in fams
+    rec = {s.labels["window"] for s in fams["specwatch_recommended_num_speculative_tokens"].samples}
+    certain = {s.labels["window"]: s.value for s in fams["specwatch_recommendation_certain"].samples}
+    assert rec == {"lifetime", "1m"} and certain == {"lifetime": 0.0, "1m": 0.0}
     assert {s.value for s in fams["specwatch_ragged_drafts"].samples} == {1.0}
     # fixed k: full drafts
     reg, _, _ = make_exporter({"spec": (PERREQ / "draft-k3-c4.metrics.txt").read_text()})
@@ -309,7 +312,7 @@ def test_exporter_labels_real_dynamic_capture_lower_bound_and_withholds_k():
     assert lo and all(hi[key] / lo[key] == pytest.approx(4.0) for key in lo)
 
 
-def test_landing_page_says_when_the_recommendation_is_withheld():
+def test_landing_page_says_when_the_recommendation_is_not_certain():
     from exporter_helpers import make_exporter
     from prometheus_client import generate_latest
 
@@ -324,15 +327,16 @@ def test_landing_page_says_when_the_recommendation_is_withheld():
 
     app = make_app(reg.specwatch_collector.config, reg)
     status, page = get(app)
-    assert status.startswith("200") and "lower_bound" in page and "Recommendation withheld" not in page
+    assert status.startswith("200") and "lower_bound" in page and "Recommendation not certain" not in page
     generate_latest(reg)  # one fetch round
     status, page = get(app)
-    assert "Recommendation withheld" in page and "uncertain" in page and "lifetime" in page
+    assert "Recommendation not certain" in page and "the better estimate only" in page and "lifetime" in page
+    assert "Recommendation withheld" not in page
 
 
 def test_advise_cli_against_an_exporter_with_a_ragged_curve(tmp_path):
     """specwatch advise --exporter on the exporter's exposition of the real dynamic-table capture:
-    the curve is shown with basis lower_bound and no k is recommended; the fixed-k capture still
+    the curve is shown with basis lower_bound and its k is not certain; the fixed-k capture still
     gets its advice and a curve basis of exact."""
     from click.testing import CliRunner
     from exporter_helpers import make_exporter
@@ -353,10 +357,11 @@ def test_advise_cli_against_an_exporter_with_a_ragged_curve(tmp_path):
     with _pages({"/metrics": (200, "text/plain", text.encode())}) as base:
         r = CliRunner().invoke(advise, ["--exporter", base + "/metrics", "--concurrency", "1,4", "--json", str(out)])
     assert r.exit_code == 0, r.output
-    assert "basis=lower_bound" in r.output and "no k recommended" in r.output
+    assert "basis=lower_bound" in r.output and "(not certain)" in r.output and "no k recommended" not in r.output
     live = {tuple(x["series"]): x for x in _json(out)["live"]}
-    assert set(live[("dyn", "smollm2", "0")]["withheld_by_concurrency"].values()) == {"uncertain"}
-    assert live[("dyn", "smollm2", "0")]["k_by_concurrency"] == {}
+    assert live[("dyn", "smollm2", "0")]["withheld_by_concurrency"] == {}
+    assert set(live[("dyn", "smollm2", "0")]["k_by_concurrency"]) == {"1", "4"}
+    assert False in live[("dyn", "smollm2", "0")]["certain_by_concurrency"].values()
     assert live[("fixed", "smollm2", "0")]["curve_basis"] == "exact"
     assert set(live[("fixed", "smollm2", "0")]["k_by_concurrency"]) == {"1", "4"}
 

@@ -32,6 +32,9 @@ def test_the_live_result_renders_and_writes_its_json():
     buf = io.StringIO()
     render_result(res, Console(file=buf, width=200))
     text = buf.getvalue()
-    assert "spec / m / 0 (curve basis=exact)" in text and "ragged / m / 0: no k recommended" in text
+    assert "spec / m / 0 (curve basis=exact)" in text and "ragged / m / 0 (curve basis=lower_bound)" in text
+    # guesses (basis default) tell no k apart: the best estimate is served and says so (#36)
+    assert "no k recommended" not in text and "withheld" not in text
+    assert "(not certain)" in text and "cannot tell them apart" in text and "not yet the answer" in text
     assert res.to_json() == {"source": "http://x/metrics", "tolerance": 0.02, "cost_profile": None,
                              "live": [a.to_json() for a in items]}

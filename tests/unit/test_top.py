@@ -551,16 +551,19 @@ def test_once_against_upstreams_reads_request_gauges_and_reports_down():
     assert "no 1m values (no drafts in it yet): showing lifetime" in r.output
 
 
-def test_once_shows_the_withheld_k_on_the_real_k8_capture(tmp_path):
-    """The real k8 capture (ragged drafts): through the exporter and in --upstream mode (the
-    collector in-process), the recommended-k row says it was withheld and why."""
+def test_once_shows_the_uncertain_k_with_its_confidence_on_the_real_k8_capture(tmp_path):
+    """The real k8 capture (ragged drafts, no profile: factor-2 guesses): through the exporter and
+    in --upstream mode (the collector in-process), the recommended k is the best estimate, served
+    with how sure it is (not certain, the runner-up named), never "withheld (uncertain)" (#36)."""
     srv = ExporterServer({"spec": [fixture(K8_AFTER)]})
     try:
         r = CliRunner().invoke(top, ["--exporter", srv.url, "--once", "--window", "lifetime"])
     finally:
         srv.close()
     assert r.exit_code == 0, r.output
-    assert re.search(r"recommended k: +withheld \(uncertain\)", r.output), r.output  # a guess decides nothing
+    assert "withheld" not in r.output
+    assert re.search(r"recommended k: +[1-8]  \[basis=default\]", r.output), r.output
+    assert re.search(r"how sure: +best estimate, not certain +(off|k=[1-8]) within \[[0-9.]+–[0-9.]+\]", r.output), r.output
     assert "ragged drafts (" in r.output
     up = BodyServer(fixture(K8_AFTER))
     try:
@@ -568,7 +571,8 @@ def test_once_shows_the_withheld_k_on_the_real_k8_capture(tmp_path):
     finally:
         up.stop()
     assert r.exit_code == 0, r.output
-    assert re.search(r"recommended k: +withheld \(uncertain\)", r.output), r.output
+    assert "withheld" not in r.output
+    assert re.search(r"how sure: +best estimate, not certain", r.output), r.output
 
 
 def _serve_once(*args: str) -> str:

@@ -130,22 +130,37 @@ def make_app(config: ExporterConfig, registry: CollectorRegistry):
         f'<p><a href="/metrics">/metrics</a></p><p>Upstreams:</p><ul>{names}</ul>'
         "<p>Per-position, conditional and what-if series carry <code>basis=\"exact\"</code> when every "
         "draft in the window carried k tokens and <code>basis=\"lower_bound\"</code> when drafts were ragged "
-        "(k &times; drafts &minus; draft tokens &gt; max(1, 0.5 % of drafts)); no recommended k is derived "
-        "from a lower-bound curve (<code>specwatch_recommendation_withheld{reason}</code>).</p>"
+        "(k &times; drafts &minus; draft tokens &gt; max(1, 0.5 % of drafts)); a lower-bound curve widens the "
+        "what-if speedups' intervals upwards, and the recommended k says how sure it is "
+        "(<code>specwatch_recommendation_certain</code>).</p>"
     )
 
     def landing() -> bytes:
-        """The landing page, with the windows whose recommendation the latest round withheld."""
-        rows = []
+        """The landing page, with the windows whose recommendation the latest round withheld, and
+        those whose recommended k is the better estimate only (not told apart from its runner-up)."""
+        rows, unsure = [], []
+
+        def where(lab) -> str:
+            return (f"{html.escape(lab.get('upstream', ''))} / {html.escape(lab.get('model_name', ''))}"
+                    f" engine {html.escape(lab.get('engine', ''))}, window {html.escape(lab.get('window', ''))}")
+
         if collector is not None:
-            for fam in collector.latest_families():
-                if fam.name == "specwatch_recommendation_withheld":
-                    for smp in fam.samples:
-                        lab = smp.labels
-                        rows.append(f"<li>{html.escape(lab.get('upstream', ''))} / {html.escape(lab.get('model_name', ''))}"
-                                    f" engine {html.escape(lab.get('engine', ''))}, window "
-                                    f"{html.escape(lab.get('window', ''))}: {html.escape(lab.get('reason', ''))}</li>")
+            fams = {fam.name: fam for fam in collector.latest_families()}
+            fam = fams.get("specwatch_recommendation_withheld")
+            for smp in fam.samples if fam is not None else ():
+                rows.append(f"<li>{where(smp.labels)}: {html.escape(smp.labels.get('reason', ''))}</li>")
+            ks = {tuple(sorted((k, v) for k, v in smp.labels.items() if k != "basis")): smp.value
+                  for smp in (fams["specwatch_recommended_num_speculative_tokens"].samples
+                              if "specwatch_recommended_num_speculative_tokens" in fams else ())}
+            fam = fams.get("specwatch_recommendation_certain")
+            for smp in fam.samples if fam is not None else ():
+                k = ks.get(tuple(sorted(smp.labels.items())))
+                if smp.value == 0.0 and k is not None:
+                    unsure.append(f"<li>{where(smp.labels)}: k = {k:g}, the better estimate only</li>")
         withheld = (f"<p>Recommendation withheld (latest fetch):</p><ul>{''.join(rows)}</ul>" if rows else "")
+        if unsure:
+            withheld += ("<p>Recommendation not certain (latest fetch; the best estimate, not told apart from its "
+                         f"runner-up):</p><ul>{''.join(unsure)}</ul>")
         return (head + withheld + "</body></html>").encode()
 
     def app(environ, start_response):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import concurrent.futures
 import ctypes
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import math
 import threading
 import time
@@ -130,6 +130,9 @@ class SpecwatchCollector(Collector):
         self._round: _Round | None = None
         self._states = {u.name: _UpstreamState(u.name, config) for u in config.upstreams}
         self._upstreams = {u.name: u for u in config.upstreams}
+        self._baseline_refused = False  # the baseline upstream speculates (logged once per episode)
+        self._baseline_speculating: set[tuple[str, str]] = set()
+        self._baseline_bad_logged: set[str] = set()  # upstreams told once that the baseline's values are unusable
         n = len(config.upstreams)
         if fetch is None or fetch is http_fetch:
             self._runner: FetchRunner = AsyncHttpRunner(config.timeout_seconds, config.max_body_bytes, n)
@@ -182,6 +185,8 @@ class SpecwatchCollector(Collector):
                 log.exception("fetch round failed")
                 fams = _Families()
                 fams.build_info.add_metric([__version__], 1.0)
+                for u in self.config.upstreams:  # every scrape carries specwatch_up of every upstream
+                    fams.up.add_metric([u.name], 0.0)
                 r.families = list(fams.all())
             finally:
                 r.finished_at = self._clock()
@@ -233,6 +238,7 @@ class SpecwatchCollector(Collector):
                 try:
                     state.engine.observe(now, res.snapshot)
                     self._add_upstream(part, name, state, res.snapshot, now, wvs, costs)
+                    part.check_finite()
                 except FetchError as exc:  # e.g. windows.TooManySeries: its own reason
                     error, part, wvs, costs = exc, None, [], []
                 except Exception as exc:  # isolate the upstream, never the scrape
@@ -246,27 +252,81 @@ class SpecwatchCollector(Collector):
         self._fetch_all(process)
         f = _Families()
         f.build_info.add_metric([__version__], 1.0)
-        _add_profile(f, cfg.cost_profile)
-        pending: list[_CostInputs] = []
+        try:
+            _add_profile(f, cfg.cost_profile)
+        except Exception:  # never the round (the profile was checked at start)
+            log.exception("the cost profile's series could not be built")
+        # after every upstream's fetch: a baseline upstream's speed is an input of the others' costs
+        base_step = self._baseline_steps(done)
         for upstream in cfg.upstreams:
             name = upstream.name
             state = self._states[name]
             res, part, error, wvs, costs = done[name]
+            if part is not None and costs:
+                part, error, wvs = self._costs_of(name, state, part, costs, base_step, wvs)
             f.duration.add_metric([name], res.seconds)
             f.up.add_metric([name], 0.0 if error is not None else 1.0)
             if part is not None:
                 f.merge(part)
             r.window_values.extend(wvs)
-            pending.extend(costs)
             f.fetches.add_metric([name], float(state.fetches))
             for reason, count in sorted(state.fetch_errors.items()):
                 f.fetch_errors.add_metric([name, reason], float(count))
             for inv, count in state.violations.items():
                 f.violations.add_metric([name, inv], float(count))
-        self._add_costs(f, pending)  # after every upstream: a baseline upstream's speed is an input
         r.families = list(f.all())
         del f
         release_memory()
+
+    def _costs_of(self, name: str, state: _UpstreamState, part: "_Families", costs: list["_CostInputs"],
+                  base_step: dict[tuple[str, str], StepTimes], wvs: list[WindowValues]
+                  ) -> tuple["_Families | None", FetchError | None, list[WindowValues]]:
+        """One upstream's cost series (speedups, verdict, recommended k, drift) added to its
+        ``part``, isolated: an exception or a non-finite value while deriving them leaves out that
+        upstream's derived series (``specwatch_up 0``, reason ``invalid_value``, one log line),
+        never the round. An item whose measured speedup fails only through the baseline upstream's
+        values is served without it (calibrated), with ``specwatch_not_derivable`` naming why.
+        Returns ``(part or None, error or None, window values)``."""
+        cpart = _Families()
+        try:
+            self._add_costs(cpart, costs, base_step)
+            cpart.check_finite()
+        except Exception as exc:  # isolate the upstream, never the round
+            error = FetchError("invalid_value", f"derived values not usable: {type(exc).__name__}: {exc}")
+            state.fetch_errors[error.reason] = state.fetch_errors.get(error.reason, 0) + 1
+            log.warning("upstream %s: %s: %s; its derived series are left out", name, error.reason, error)
+            return None, error, []
+        part.merge(cpart)
+        return part, None, wvs
+
+    def _baseline_steps(self, done: dict) -> dict[tuple[str, str], StepTimes]:
+        """The baseline upstream's (``--baseline-upstream``) live step values per (model_name,
+        window), the denominator of the measured speedups; empty without one, when its fetch
+        failed, or when it speculates itself (its ``vllm:spec_decode_*`` counters moved in the
+        window: refused as a denominator, logged once per episode)."""
+        cfg = self.config
+        name = cfg.baseline_upstream
+        if not name or name not in done:
+            return {}
+        _, part, error, _, costs = done[name]
+        if error is not None or part is None:
+            return {}
+        out: dict[tuple[str, str], StepTimes] = {}
+        speculating: set[tuple[str, str]] = set()
+        for it in costs:
+            if (it.drafts or 0) > 0 or (it.draft_tokens or 0) > 0:
+                speculating.add((it.key[0], it.window))
+        for it in costs:
+            if it.step and it.step.request_decode_tokens_per_second and (it.key[0], it.window) not in speculating:
+                out.setdefault((it.key[0], it.window), it.step)
+        was = self._baseline_refused
+        self._baseline_refused = bool(speculating)
+        if speculating and not was:
+            log.warning("--baseline-upstream %s runs speculative decoding itself (its vllm:spec_decode_* counters move): "
+                        "it is not used as the denominator of the measured speedup (%s)", name,
+                        ", ".join(f"{clip(m, 60)} {w}" for m, w in sorted(speculating)[:4]))
+        self._baseline_speculating = speculating
+        return out
 
     def _add_upstream(self, f: "_Families", name: str, state: _UpstreamState, snap: UpstreamSnapshot,
                       now: float, out: list[WindowValues], costs: list["_CostInputs"]) -> None:
@@ -394,6 +454,9 @@ class SpecwatchCollector(Collector):
         """Series of one :class:`WindowValues` (extension point for series derived from it)."""
         if wv.counters is not None:
             self._add_derived(f, labels, wv.window, derive(wv.counters), running, draft_width(wv.counters))
+        tps = wv.output_tokens_per_second
+        if tps is not None:
+            f.output_tps.add_metric(labels + [wv.window], tps)
         if wv.step is not None:
             lw = labels + [wv.window]
             for fam, v in ((f.step_duration, wv.step.step_duration_seconds),
@@ -428,17 +491,17 @@ class SpecwatchCollector(Collector):
         if d.output_from_drafts_ratio is not None:
             f.from_drafts.add_metric(lw, d.output_from_drafts_ratio)
 
-    def _add_costs(self, f: "_Families", items: list["_CostInputs"]) -> None:
-        """Speedup per k with its interval and basis, the verdict, the recommended k (or why it is
-        withheld) and the cost-profile drift of every (upstream, model, engine, window) of this
-        round (:mod:`specwatch.specdecode.speedup`). A baseline upstream (``--baseline-upstream``)
-        gives the measured basis its denominator: its live step values for the same model and window."""
+    def _add_costs(self, f: "_Families", items: list["_CostInputs"],
+                   base_step: dict[tuple[str, str], StepTimes] | None = None) -> None:
+        """Speedup per k with its interval and basis, the verdict, the recommended k with its
+        confidence (or why it is withheld) and the cost-profile drift of every (model, engine,
+        window) of one upstream (:mod:`specwatch.specdecode.speedup`). ``base_step``: the baseline
+        upstream's (``--baseline-upstream``) live step values per (model_name, window), the measured
+        basis's denominator (:meth:`_baseline_steps`). Raises whatever deriving raises (the caller
+        isolates the upstream)."""
         cfg = self.config
-        base_step: dict[tuple[str, str], StepTimes] = {}
-        if cfg.baseline_upstream:
-            for it in items:
-                if it.upstream == cfg.baseline_upstream and it.step and it.step.request_decode_tokens_per_second:
-                    base_step.setdefault((it.key[0], it.window), it.step)
+        base_step = base_step or {}
+        refused_said: set[str] = set()
         for it in items:
             up = self._upstreams[it.upstream]
             method, drafter = up.speculative_method, up.drafter
@@ -458,14 +521,36 @@ class SpecwatchCollector(Collector):
             if it.step is not None and it.draft_tokens is not None and it.step.request_steps:
                 x = it.draft_tokens / it.step.request_steps
             is_base = it.upstream == cfg.baseline_upstream
-            cost = LiveCost(step=it.step, draft_share=share, drafted_tokens_per_step=x,
-                            baseline=None if is_base else base_step.get((it.key[0], it.window)),
-                            profile=profile, method=method, drafter=drafter, running_requests_fallback=it.running,
-                            profile_model_mismatch=mismatch, missing_ratio=it.missing_ratio, drafts=it.drafts)
+            baseline = None if is_base else base_step.get((it.key[0], it.window))
+            if (not is_base and cfg.baseline_upstream and (it.key[0], it.window) in self._baseline_speculating
+                    and "baseline_speculates" not in refused_said):
+                refused_said.add("baseline_speculates")
+                f.not_derivable.add_metric([it.upstream, 'specwatch_speedup{basis="measured"}',
+                                            "baseline_speculates"], 1.0)
             k = len(it.rates) or it.k
             if is_base:
                 k = 0
-            ans = answer(it.rates, cost, k)
+
+            cost = LiveCost(step=it.step, draft_share=share, drafted_tokens_per_step=x, baseline=baseline,
+                            profile=profile, method=method, drafter=drafter, running_requests_fallback=it.running,
+                            profile_model_mismatch=mismatch, missing_ratio=it.missing_ratio, drafts=it.drafts)
+            try:
+                ans = _checked_answer(it.rates, cost, k)
+            except (ValueError, ArithmeticError) as exc:
+                if baseline is None:
+                    raise
+                # the baseline's values give no finite measured speedup: served without it
+                ans = _checked_answer(it.rates, replace(cost, baseline=None), k)
+                if "baseline_invalid_value" not in refused_said:
+                    refused_said.add("baseline_invalid_value")
+                    f.not_derivable.add_metric([it.upstream, 'specwatch_speedup{basis="measured"}',
+                                                "baseline_invalid_value"], 1.0)
+                    first = it.upstream not in self._baseline_bad_logged
+                    self._baseline_bad_logged.add(it.upstream)
+                    (log.warning if first else log.debug)(
+                                "upstream %s %s window %s: the baseline upstream %s gives no finite measured speedup "
+                                "(%s); served without it", it.upstream, clip(it.key[0], 60), it.window,
+                                cfg.baseline_upstream, clip(str(exc), 120))
             if ans.drift is not None and it.step is not None:
                 f.drift.add_metric(lw + [ans.drift.basis], ans.drift.ratio)
                 f.predicted_step.add_metric(lw, ans.drift.predicted_seconds)
@@ -475,6 +560,15 @@ class SpecwatchCollector(Collector):
                 f.verdict.add_metric(lw + [ans.verdict_basis or "", ans.verdict], 1.0)
             if ans.k is not None:
                 f.recommended.add_metric(lw + [ans.k_basis or ""], float(ans.k))
+                p = ans.decision
+                f.certain.add_metric(lw, 1.0 if ans.never_accepted or p is None or p.certain else 0.0)
+                vs = None if p is None else p.versus_runner_up
+                if p is not None and p.runner_up is not None and vs is not None:
+                    rl = lw + [str(p.runner_up.k)]
+                    f.runner_up.add_metric(rl, vs.value)
+                    if vs.lower is not None and vs.upper is not None:
+                        f.runner_up_lower.add_metric(rl, vs.lower)
+                        f.runner_up_upper.add_metric(rl, vs.upper)
             elif ans.withheld is not None:
                 f.withheld.add_metric(lw + [ans.withheld], 1.0)
 
@@ -503,6 +597,33 @@ class _CostInputs:
     missing_ratio: float = 0.0  # share of k x drafts positions never drafted (specdecode.ragged)
 
 
+#: The speedups (and their interval ends) a server can show: one outside came from values no server
+#: gives (an ITL sum of 1.7e308, a baseline's of 1e-304), and the upstream's derived series are left out.
+SPEEDUP_RANGE = (1e-4, 1e4)
+
+
+def _checked_answer(rates: tuple[float, ...], cost: LiveCost, k: int):
+    """:func:`specwatch.specdecode.speedup.answer`; raises ValueError when one of its numbers is not
+    finite (the upstream's derived series are then left out: :meth:`SpecwatchCollector._costs_of`)."""
+    ans = answer(rates, cost, k)
+    nums: list[float | None] = []
+    for v in ans.speedups.values():
+        nums += [v.value, v.lower, v.upper]
+    if ans.drift is not None:
+        nums += [ans.drift.ratio, ans.drift.predicted_seconds]
+    p = ans.decision
+    if p is not None and p.versus_runner_up is not None:
+        nums += [p.versus_runner_up.value, p.versus_runner_up.lower, p.versus_runner_up.upper]
+    bad = [x for x in nums if x is not None and not math.isfinite(x)]
+    if bad:
+        raise ValueError(f"a derived value is not finite ({bad[0]!r})")
+    lo, hi = SPEEDUP_RANGE
+    odd = [x for v in ans.speedups.values() for x in (v.value, v.lower, v.upper) if x is not None and not lo <= x <= hi]
+    if odd:
+        raise ValueError(f"a speedup of {odd[0]:.3g} is outside {lo:g}-{hi:g}: the values it came from are not a server's")
+    return ans
+
+
 def _step_of(wv: WindowValues) -> StepTimes | None:
     """The window's :class:`StepTimes` (computed once, by :func:`specwatch.specdecode.steptime.step_times_of`)."""
     return None if wv.step is None else wv.step.times
@@ -516,11 +637,20 @@ def _add_profile(f: "_Families", profile: CostProfile | None) -> None:
     f.profile_info.add_metric([profile.name, str(p.get("source", "")), str(p.get("hardware", "")), str(p.get("model", "")),
                                str(p.get("served_model_name") or ""), str(p.get("vllm_version") or ""),
                                "true" if profile.forward_only else "false"], 1.0)
+    seen: set[tuple[str, ...]] = set()
+
+    def step(labels: list[str], seconds: float) -> None:
+        # one sample per label set: points that differ only in context or drafted tokens keep the first
+        key = tuple(labels)
+        if key not in seen:
+            seen.add(key)
+            f.profile_step.add_metric(labels, seconds)
+
     for pt in profile.plain:
-        f.profile_step.add_metric(["none", "", "0", f"{pt.running_requests:g}"], pt.step_seconds)
+        step(["none", "", "0", f"{pt.running_requests:g}", pt.workload or ""], pt.step_seconds)
     for c in profile.speculative:
         for pt in c.points:
-            f.profile_step.add_metric([c.method, c.drafter or "", str(c.k), f"{pt.running_requests:g}"], pt.step_seconds)
+            step([c.method, c.drafter or "", str(c.k), f"{pt.running_requests:g}", pt.workload or ""], pt.step_seconds)
 
 
 #: What SGLang's /metrics cannot give, with the reason (specwatch_not_derivable).
@@ -644,10 +774,29 @@ class _Families:
             labels=E + W + ["basis", "verdict"])
         self.recommended = GaugeMetricFamily(
             "specwatch_recommended_num_speculative_tokens",
-            f"k with the best specwatch_speedup (smallest within {TOLERANCE * 100:g}%); 0 = turn speculation off; served only when the "
-            "same k wins at the lower ends, the values and the upper ends of the intervals; basis = the weakest basis among the speedups "
-            "compared.",
+            f"k with the best specwatch_speedup estimate (ties within {TOLERANCE * 100:g}% go to the smaller k; docs/choosing-k.md); 0 = "
+            "turn speculation off (also whenever drafts were proposed in the window and none was accepted); served with its confidence "
+            "(specwatch_recommendation_certain, specwatch_recommendation_over_runner_up), never withheld as uncertain; basis = the weaker "
+            "basis of the pick and its runner-up.",
             labels=E + W + ["basis"])
+        self.certain = GaugeMetricFamily(
+            "specwatch_recommendation_certain",
+            "1 when the recommended k is told apart from its runner-up (the lower end of the 95% interval of pick / runner-up is above 1, "
+            "there is no runner-up, or no draft token was accepted in the window), 0 when it is only the better estimate.",
+            labels=E + W)
+        self.runner_up = GaugeMetricFamily(
+            "specwatch_recommendation_over_runner_up",
+            "specwatch_speedup of the recommended k / that of the runner-up (the next best candidate, runner_up_k 0 = off); the "
+            "estimates of one window are compared unpaired. Interval: specwatch_recommendation_over_runner_up_lower/upper.",
+            labels=E + W + ["runner_up_k"])
+        self.runner_up_lower = GaugeMetricFamily(
+            "specwatch_recommendation_over_runner_up_lower",
+            "Lower end of the 95% interval of specwatch_recommendation_over_runner_up (same labels); above 1: certain.",
+            labels=E + W + ["runner_up_k"])
+        self.runner_up_upper = GaugeMetricFamily(
+            "specwatch_recommendation_over_runner_up_upper",
+            "Upper end of the 95% interval of specwatch_recommendation_over_runner_up (same labels).",
+            labels=E + W + ["runner_up_k"])
         self.ragged = GaugeMetricFamily(
             "specwatch_ragged_drafts",
             "1 when drafts in the window carried fewer than k tokens beyond rounding (k x increase(drafts) - increase(draft_tokens) > "
@@ -660,8 +809,8 @@ class _Families:
             labels=E + W)
         self.withheld = GaugeMetricFamily(
             "specwatch_recommendation_withheld",
-            "1 when no recommended k is served for the window, with the reason: uncertain (the best k differs across the speedups' "
-            "intervals), insufficient_data (too few engine steps or drafts), no_cost_curve (the cost profile has no curve for the "
+            "1 when no recommended k is served for the window, with the reason: insufficient_data (too few engine steps or drafts), "
+            "no_cost_curve (the cost profile has no curve for the "
             "upstream's method and drafter; no what-if speedups either), default_contradicted (no profile and the built-in guess at the "
             "server's k is more than 25% off its live speedup; no what-if speedups either).",
             labels=E + W + ["reason"])
@@ -687,8 +836,8 @@ class _Families:
         self.profile_step = GaugeMetricFamily(
             "specwatch_cost_profile_step_seconds",
             "Step times of the configured cost profile, seconds: method none, k 0 = the plain step t0(b); else t(b, k) of that method and "
-            "drafter.",
-            labels=["method", "drafter", "k", "running_requests"])
+            "drafter; workload: the workload the point was measured with (empty in a format-1 profile).",
+            labels=["method", "drafter", "k", "running_requests", "workload"])
         self.v0_rate = GaugeMetricFamily(
             "specwatch_v0_draft_acceptance_rate",
             "vLLM V0 gauge vllm:spec_decode_draft_acceptance_rate (most recent interval; V0 counts accepted tokens after a rejection too).",
@@ -716,6 +865,11 @@ class _Families:
             "specwatch_running_requests_per_step",
             f"Running requests an engine step served, b: increase({itl}_count) / increase({it}_count) over the window (step-weighted; the "
             "b at which cost profiles are read).",
+            labels=E + W)
+        self.output_tps = GaugeMetricFamily(
+            "specwatch_output_tokens_per_second",
+            "Output throughput of the server, tokens per second of all requests together: increase(vllm:generation_tokens_total) / "
+            "window span (exporter clock); vllm bench serve's and AIPerf's output token throughput (docs/metrics.md).",
             labels=E + W)
         self.decode_speed = GaugeMetricFamily(
             "specwatch_request_decode_tokens_per_second",
@@ -760,12 +914,22 @@ class _Families:
             labels=U + ["method", "drafter", "source"])
         self.not_derivable = GaugeMetricFamily(
             "specwatch_not_derivable",
-            "A specwatch series this upstream's /metrics cannot give, with the reason; always 1.",
+            "A specwatch series this upstream's /metrics cannot give, with the reason (baseline_speculates: the --baseline-upstream's "
+            "vllm:spec_decode_* counters move, so it is no denominator of the measured speedup; baseline_invalid_value: its values give "
+            "no finite measured speedup); always 1.",
             labels=U + ["series", "reason"])
         self.v0_efficiency = GaugeMetricFamily(
             "specwatch_v0_spec_decode_efficiency",
             "vLLM V0 gauge vllm:spec_decode_efficiency = emitted / (draft_tokens / k x (k+1)).",
             labels=["upstream", "model_name"])
+
+    def check_finite(self) -> None:
+        """Raise ValueError naming the first sample whose value is not a finite number (one
+        upstream's derived values: the caller leaves them all out)."""
+        for fam in vars(self).values():
+            for smp in fam.samples:
+                if not math.isfinite(smp.value):
+                    raise ValueError(f"{fam.name} is not finite ({smp.value!r})")
 
     def merge(self, other: "_Families") -> None:
         """Append ``other``'s samples (one upstream's, built apart so a failure drops them all);
@@ -801,15 +965,18 @@ VALUE_RANGES: dict[str, tuple[float, float]] = {
                           "specwatch_missing_draft_tokens_ratio", "specwatch_ragged_drafts",
                           "specwatch_sglang_spec_accept_rate", "specwatch_v0_draft_acceptance_rate",
                           "specwatch_v0_spec_decode_efficiency", "specwatch_cost_profile_applied",
-                          "specwatch_spec_decode_enabled", "specwatch_up")},
+                          "specwatch_spec_decode_enabled", "specwatch_up", "specwatch_recommendation_certain")},
     **{n: _LENGTH for n in ("specwatch_mean_acceptance_length", "specwatch_expected_acceptance_length")},
     **{n: _NONNEG for n in ("specwatch_draft_tokens_per_draft", "specwatch_step_duration_seconds",
                             "specwatch_engine_steps_per_second", "specwatch_running_requests",
                             "specwatch_running_requests_per_step", "specwatch_request_decode_tokens_per_second",
+                            "specwatch_output_tokens_per_second",
                             "specwatch_speedup", "specwatch_cost_profile_error_ratio",
                             "specwatch_cost_profile_predicted_step_duration_seconds", "specwatch_num_speculative_tokens",
                             "specwatch_recommended_num_speculative_tokens", "specwatch_sglang_spec_accept_length",
-                            "specwatch_sglang_spec_value", "specwatch_scrape_duration_seconds")},
+                            "specwatch_sglang_spec_value", "specwatch_scrape_duration_seconds",
+                            "specwatch_recommendation_over_runner_up", "specwatch_recommendation_over_runner_up_lower",
+                            "specwatch_recommendation_over_runner_up_upper")},
 }
 
 

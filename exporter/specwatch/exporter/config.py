@@ -188,19 +188,81 @@ def split_upstreams(values: list[str] | tuple[str, ...]) -> list[str]:
     return out
 
 
+#: The windows ``specwatch serve`` serves by default (besides ``lifetime``): short ones that follow
+#: the load (a benchmark cell of 15-60 s) beside the minutes Prometheus rules read.
+DEFAULT_WINDOWS: tuple[str, ...] = ("15s", "30s", "1m", "5m")
+
+_ASCII_DURATION_RE = re.compile(r"^[0-9a-z]+$")
+
+
+def window_label(seconds: float) -> str:
+    """The one label of a window of ``seconds``: Prometheus' own spelling of the duration
+    (``15s``, ``1m``, ``1m30s``, ``1h``, ``1d``, ``5s500ms``), so ``01m``, ``60s`` and ``1m`` are one
+    window labelled ``1m``."""
+    ms = round(seconds * 1000)
+    out = []
+    for unit, size in (("y", 365 * 86400000), ("w", 7 * 86400000), ("d", 86400000), ("h", 3600000), ("m", 60000),
+                       ("s", 1000), ("ms", 1)):
+        n, ms = divmod(ms, size)
+        if n:
+            out.append(f"{n}{unit}")
+    return "".join(out) or "0s"
+
+
 def parse_window(spec: str) -> Window:
     """Parse a window, a Prometheus duration such as ``30s``, ``1m``, ``5m``, ``1h`` or ``1h30m``
-    (5 s … 24 h); the label served is the text as given.
+    (5 s … 24 h) in ASCII digits; the label served is its normalised spelling
+    (:func:`window_label`: ``01m`` and ``60s`` are served as ``1m``), so no spelling makes a new
+    label that no rule matches.
 
-    Raises :class:`ConfigError` otherwise; ``lifetime`` is reserved (always served).
+    Raises :class:`ConfigError` otherwise (``'١m'``: digits other than ASCII); ``lifetime`` is
+    reserved (always served).
     """
+    text = spec.strip()
+    if not _ASCII_DURATION_RE.match(text):
+        raise ConfigError(f"window {spec!r}: expected a duration like 15s, 30s, 1m, 5m or 1h (ASCII digits and units)")
     try:
-        seconds = parse_duration(spec.strip())
+        seconds = parse_duration(text)
     except ValueError:
-        raise ConfigError(f"window {spec!r}: expected a duration like 30s, 1m, 5m or 1h") from None
+        raise ConfigError(f"window {spec!r}: expected a duration like 15s, 30s, 1m, 5m or 1h") from None
     if not 5 <= seconds <= 86400:
         raise ConfigError(f"window {spec!r}: must be between 5s and 24h")
-    return Window(label=spec.strip(), seconds=float(seconds))
+    return Window(label=window_label(seconds), seconds=float(seconds))
+
+
+#: The range in which a cost profile's numbers can give a finite speedup with a finite interval
+#: (ratios: relative cost c and prefill ratio; a step in seconds): outside it the speedups under-
+#: or overflow (a cost_ratio of 1e300 gives a lower end of 0.0), so the profile is refused at start.
+PROFILE_RATIO_RANGE = (1e-3, 1e3)
+PROFILE_STEP_SECONDS_RANGE = (1e-9, 1e4)
+PROFILE_TOKENS_RANGE = (0.0, 1e9)
+
+
+def check_profile_estimates(profile: CostProfile) -> None:
+    """Raise :class:`ConfigError` naming the file and the field when a number of ``profile`` lies
+    outside what can give a finite estimate (:data:`PROFILE_RATIO_RANGE`,
+    :data:`PROFILE_STEP_SECONDS_RANGE`; running requests, context and drafted tokens within
+    :data:`PROFILE_TOKENS_RANGE`)."""
+    def check(where: str, name: str, v: float | None, rng: tuple[float, float]) -> None:
+        if v is None:
+            return
+        lo, hi = rng
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and lo <= v <= hi):
+            raise ConfigError(f"--cost-profile: {profile.source}: {where}.{name}: {v!r} cannot give a finite speedup "
+                              f"(expected {lo:g} to {hi:g})")
+
+    def point(where: str, pt) -> None:
+        check(where, "step_seconds", pt.step_seconds, PROFILE_STEP_SECONDS_RANGE)
+        check(where, "cost_ratio", pt.cost_ratio, PROFILE_RATIO_RANGE)
+        check(where, "prefill_ratio", pt.prefill_ratio, PROFILE_RATIO_RANGE)
+        for name in ("running_requests", "context_tokens", "drafted_tokens_per_step"):
+            check(where, name, getattr(pt, name, None), PROFILE_TOKENS_RANGE)
+
+    for i, pt in enumerate(profile.plain):
+        point(f"plain[{i}]", pt)
+    for j, c in enumerate(profile.speculative):
+        for i, pt in enumerate(c.points):
+            point(f"speculative[{j}].points[{i}]", pt)
 
 
 def parse_listen_address(spec: str) -> tuple[str, int]:
@@ -241,6 +303,8 @@ def build_config(
     if not upstreams:
         raise ConfigError("at least one --upstream is required")
     for flag, value in (("--speculative-method", speculative_method), ("--drafter", drafter)):
+        if value is not None and not value.strip():  # as ,method= with nothing after it
+            raise ConfigError(f"{flag}: expected a non-empty value")
         if value is not None:
             try:
                 check_label_value(value, what=flag, max_len=MAX_METHOD_CHARS)
@@ -253,7 +317,9 @@ def build_config(
         raise ConfigError(f"duplicate upstream names: {', '.join(sorted(dup))} (use NAME=URL)")
     wins = tuple(parse_window(w) for w in windows)
     if len({w.seconds for w in wins}) != len(wins):
-        raise ConfigError("duplicate --window values")
+        raise ConfigError("duplicate --window values (" + ", ".join(sorted({w.label for w in wins
+                                                                             if [x.seconds for x in wins].count(w.seconds) > 1}))
+                          + " given twice, maybe spelled differently)")
     if not 0.1 <= timeout_seconds <= 60:
         raise ConfigError("timeout must be between 0.1 and 60 seconds")
     if max_body_bytes < 1024:
@@ -264,6 +330,7 @@ def build_config(
             profile = load_profile(cost_profile)
         except CostProfileError as exc:
             raise ConfigError(f"--cost-profile: {exc}") from None
+        check_profile_estimates(profile)
         for u in ups:
             m = u.speculative_method if u.options_source == "upstream" else speculative_method
             if m is not None and all(pm != m for pm, _ in profile.methods()):

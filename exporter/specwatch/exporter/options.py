@@ -16,7 +16,7 @@ import click
 #: (flag, parameter name, environment variable or None, help)
 COST_OPTIONS: tuple[tuple[str, str, str | None, str], ...] = (
     ("--cost-profile", "cost_profile", "SPECWATCH_COST_PROFILE",
-     "Measured step times (specwatch calibrate): speedups with basis measured/profile. "
+     "Measured step times (specwatch calibrate): speedups with basis calibrated (the server's k) and profile (what-if k). "
      "Without it they are a built-in guess, labelled basis=default."),
     ("--baseline-upstream", "baseline_upstream", "SPECWATCH_BASELINE_UPSTREAM",
      "NAME of an --upstream that runs without speculation: its live decode speed is the "

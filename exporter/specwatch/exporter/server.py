@@ -14,7 +14,7 @@ import click
 from specwatch import __version__
 from specwatch.exporter.app import make_app, make_registry, render_round
 from specwatch.exporter.collector import limit_malloc_arenas
-from specwatch.exporter.config import DEFAULT_LISTEN_ADDRESS, ConfigError, build_config, split_upstreams
+from specwatch.exporter.config import DEFAULT_LISTEN_ADDRESS, DEFAULT_WINDOWS, ConfigError, build_config, split_upstreams
 from specwatch.exporter.listener import Listener
 from specwatch.exporter.options import cost_options
 
@@ -37,9 +37,11 @@ class FlagError(click.ClickException):
                    ",method=M and ,drafter=D: what this server runs (overrides --speculative-method/--drafter); "
                    ",server_info=on: also read its vLLM dev-mode /server_info (VLLM_SERVER_DEV_MODE=1). "
                    "Repeatable; env SPECWATCH_UPSTREAMS takes a space-separated list.")
-@click.option("--window", "windows", multiple=True, default=("1m", "5m"), show_default=True,
+@click.option("--window", "windows", multiple=True, default=DEFAULT_WINDOWS, show_default=True,
               envvar="SPECWATCH_WINDOWS",
-              help="Sliding window for derived values, besides window=\"lifetime\" (e.g. 30s, 1m, 5m). Repeatable.")
+              help="Sliding window for derived values, besides window=\"lifetime\" (e.g. 15s, 30s, 1m, 5m): the short ones "
+                   "follow the load (a benchmark cell), the long ones feed the rules. Served under its normalised spelling "
+                   "(01m and 60s as 1m). Repeatable; giving one replaces the defaults.")
 @click.option("--listen-address", default=DEFAULT_LISTEN_ADDRESS, show_default=True,
               envvar="SPECWATCH_LISTEN_ADDRESS", help="HOST:PORT to serve / and /metrics on.")
 @click.option("--timeout", "timeout_seconds", type=float, default=5.0, show_default=True,

@@ -133,7 +133,8 @@ class WindowValues:
     request-finish counters (key ``(model_name, "")``; ``verify_calls`` None while absent), None
     for other schemas; its mean acceptance length is
     :attr:`specwatch.specdecode.metrics.SglangCounters.mean_acceptance_length`. ``span_seconds``: exporter-clock
-    time from the baseline fetch to now (0 with one fetch); ``fetches``: fetches after the baseline.
+    time from the baseline fetch to now (0 with one fetch); ``fetches``: fetches after the baseline;
+    ``generation_tokens``: Δ ``vllm:generation_tokens_total`` (None: not exported).
     """
 
     upstream: str
@@ -145,6 +146,16 @@ class WindowValues:
     counters: SpecDecodeCounters | None
     step: StepValues | None
     sglang: SglangCounters | None = None
+    generation_tokens: float | None = None
+
+    @property
+    def output_tokens_per_second(self) -> float | None:
+        """Output throughput over the window: Δ ``vllm:generation_tokens_total`` / the window's span
+        (exporter clock), tokens per second of all requests together, as ``vllm bench serve``'s and
+        AIPerf's output token throughput; None without the counter or before a second fetch."""
+        if self.generation_tokens is None or self.span_seconds <= 0 or self.generation_tokens < 0:
+            return None
+        return self.generation_tokens / self.span_seconds
 
 
 class _Series:
@@ -427,4 +438,4 @@ class WindowEngine:
             if gen is not None and fin is not None:
                 sgl = SglangCounters(key[0], gen, fin, d("sgl_verify"))
         return WindowValues(self.upstream, key[0], key[1], label, span,
-                            int(fetches_d) if fetches_d is not None else 0, counters, step, sgl)
+                            int(fetches_d) if fetches_d is not None else 0, counters, step, sgl, d("gen"))

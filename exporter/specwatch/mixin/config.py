@@ -41,8 +41,9 @@ LEVEL_LABELS: dict[str, tuple[str, ...]] = {
 # where the profile measured the live k (extrapolated where it was interpolated or extrapolated).
 CURRENT_K_BASES: tuple[str, ...] = ("measured", "calibrated")
 DRIFT_MEASURED_BASIS = "profile"
-# Reasons of specwatch_recommendation_withheld (the exporter's), as the dashboards describe them.
-WITHHELD_REASONS: tuple[str, ...] = ("uncertain", "no_cost_curve", "default_contradicted", "insufficient_data")
+# Reasons of specwatch_recommendation_withheld (the exporter's), as the dashboards describe them. An
+# uncertain pick is no longer withheld (issue #36): it is served with specwatch_recommendation_certain 0.
+WITHHELD_REASONS: tuple[str, ...] = ("no_cost_curve", "default_contradicted", "insufficient_data")
 
 _SELECTOR_RE = re.compile(r'^\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"\s*'
                           r'(,\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"\s*)*$')

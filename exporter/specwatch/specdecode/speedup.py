@@ -65,7 +65,8 @@ from specwatch.specdecode.costprofile import (
     default_step_cost_ratio,
     weakest_basis,
 )
-from specwatch.specdecode.decision import TOLERANCE, Z95, Choice, Estimate, best_k, choose_k, combine_log_halfwidths
+from specwatch.specdecode.decision import (LOSES, TOLERANCE, Z95, Candidate, Choice, Estimate, Pick, best_k, choose_k,
+                                           combine_log_halfwidths, decide)
 from specwatch.specdecode.derive import expected_lengths
 from specwatch.specdecode.steptime import StepTimes
 
@@ -413,23 +414,51 @@ def recommend(values: dict[int, Speedup], tolerance: float = TOLERANCE) -> tuple
 
 
 def choose(values: dict[int, Speedup], tolerance: float = TOLERANCE) -> Choice:
-    """Which k, decided on the intervals (:func:`specwatch.specdecode.decision.choose_k`): served
-    when the same at the lower ends, the values and the upper ends; else withheld (``uncertain``).
-    Raises ValueError when ``values`` is empty."""
+    """The older three-scenario choice (:func:`specwatch.specdecode.decision.choose_k`: served when
+    the same at the lower ends, the values and the upper ends, else withheld ``uncertain``), kept
+    for callers outside the live surfaces; the exporter, ``top`` and ``advise --exporter`` use
+    :func:`pick` (the one rule). Raises ValueError when ``values`` is empty."""
     if not values:
         raise ValueError("no speedups to choose from")
     return choose_k({k: v.estimate for k, v in values.items()}, weakest=weakest_basis([v.basis for v in values.values()]),
                     tolerance=tolerance)
 
 
+def candidates(values: dict[int, Speedup], *, never_accepted: bool = False) -> list[Candidate]:
+    """The :class:`~specwatch.specdecode.decision.Candidate` of every k′ (named ``k=<k′>``, its
+    interval and basis; off is added by :func:`~specwatch.specdecode.decision.decide`).
+    ``never_accepted``: drafts were proposed in the window and none was accepted (physics: no k
+    can pay)."""
+    out = []
+    for k, v in sorted(values.items()):
+        e = v.estimate
+        out.append(Candidate(f"k={k}", k, e.value, e.lower, e.upper, e.basis, never_accepted=never_accepted))
+    return out
+
+
+def pick(values: dict[int, Speedup], tolerance: float = TOLERANCE, *, never_accepted: bool = False) -> Pick:
+    """Which k, by the one decision rule (:func:`specwatch.specdecode.decision.decide`, see
+    docs/choosing-k.md) over the window's per-k estimates: the best estimate (off = k 0 included;
+    ties within ``tolerance`` to the smaller k), always with its confidence (the pick / runner-up
+    ratio and whether it separates them: :attr:`~specwatch.specdecode.decision.Pick.certain`).
+    The estimates of one window share their errors, so they carry no per-batch log ratios: pick /
+    runner-up is the unpaired ratio (labelled so). ``never_accepted``: see :func:`candidates`.
+    Raises ValueError when ``values`` is empty."""
+    if not values:
+        raise ValueError("no speedups to choose from")
+    return decide(candidates(values, never_accepted=never_accepted), tolerance)
+
+
 # ------------------------------------------------------------------------------------------------
 # One window's answer: the cost policy (the exporter only renders it)
 # ------------------------------------------------------------------------------------------------
 
-#: Reasons of specwatch_recommendation_withheld (with decision.REASON_UNCERTAIN and
-#: REASON_INSUFFICIENT_DATA).
+#: Reasons of specwatch_recommendation_withheld (with REASON_INSUFFICIENT_DATA). The earlier
+#: ``uncertain`` is gone: an uncertain pick is served with its confidence (issue #36).
 REASON_NO_COST_CURVE = "no_cost_curve"
 REASON_DEFAULT_CONTRADICTED = "default_contradicted"
+#: A value derived for the window was not a finite number (the exporter's per-upstream isolation).
+REASON_INVALID_VALUE = "invalid_value"
 
 
 @dataclass(frozen=True)
@@ -437,8 +466,11 @@ class WindowAnswer:
     """Everything the cost side says about one (upstream, model, engine, window):
     ``speedups`` per k (the server's own k alone when the what-ifs are withheld), ``verdict`` of
     the server's k (pays / loses / cannot_tell, None without an interval or from a guess) with its
-    ``verdict_basis``, the recommended ``k`` with its ``k_basis`` or the ``withheld`` reason, and
-    the ``drift``."""
+    ``verdict_basis``, the recommended ``k`` with its ``k_basis`` or the ``withheld`` reason, the
+    ``drift``, the :class:`~specwatch.specdecode.decision.Pick` the k came from (``decision``:
+    its confidence, runner-up and pick / runner-up ratio; None when withheld) and
+    ``never_accepted`` (drafts proposed, none accepted: the k is 0 and the verdict loses whatever
+    the speedups' noise says)."""
 
     speedups: dict[int, Speedup]
     verdict: str | None
@@ -447,6 +479,14 @@ class WindowAnswer:
     k_basis: str | None
     withheld: str | None
     drift: Drift | None
+    decision: Pick | None = None
+    never_accepted: bool = False
+
+
+def never_accepted(rates: Sequence[float], drafts: float | None) -> bool:
+    """True when the window proposed at least :data:`MIN_DRAFTS` drafts and accepted none of their
+    tokens (every per-position rate 0): speculation cannot pay there, whatever the speedups say."""
+    return bool(rates) and drafts is not None and drafts >= MIN_DRAFTS and not any(r > 0 for r in rates)
 
 
 def answer(rates: Sequence[float], cost: LiveCost, current_k: int) -> WindowAnswer:
@@ -455,21 +495,28 @@ def answer(rates: Sequence[float], cost: LiveCost, current_k: int) -> WindowAnsw
     - no k (no speculation): only the drift;
     - too few drafts for a curve (:data:`MIN_DRAFTS`, e.g. ngram on output it cannot predict): the
       server's own k's live speedup, no what-if, withheld ``insufficient_data``;
+    - physics first: drafts proposed (at least :data:`MIN_DRAFTS`) and none accepted: recommended
+      k 0 (off) and verdict ``loses``, whatever the speedups' noise or the cost side says;
     - a profile without a curve for the method/drafter: withheld ``no_cost_curve`` (the built-in
       guess must not stand in for a drafter's cost), the server's k only where a baseline gives it;
     - no profile and the built-in guess at the server's k more than 25 % off its live speedup:
       withheld ``default_contradicted``;
-    - else every k′ with its interval, and the choice on the intervals (:func:`choose`): a k, or
-      withheld ``uncertain``.
+    - else every k′ with its interval, and the pick by the one rule (:func:`pick`): the best
+      estimate, served with its confidence (never withheld as uncertain).
 
     A lower-bound (ragged) curve is no reason by itself: its upper ends are raised instead."""
     dr = drift(cost, current_k) if cost.profile is not None else None
     if not current_k:
         return WindowAnswer({}, None, None, None, None, None, dr)
+    never = never_accepted(rates, cost.drafts)
 
     def only(reason: str) -> WindowAnswer:
         live = current_speedup(cost, current_k)
         sp = {current_k: live} if live is not None else {}
+        if never:
+            p = pick(sp, never_accepted=True) if sp else None
+            return WindowAnswer(sp, LOSES, live.basis if live is not None else None, 0,
+                                p.basis if p is not None else MEASURED, None, dr, p, True)
         v = live.estimate.verdict if live is not None and live.lower is not None else None
         return WindowAnswer(sp, v, live.basis if v else None, None, None, reason, dr)
 
@@ -478,16 +525,21 @@ def answer(rates: Sequence[float], cost: LiveCost, current_k: int) -> WindowAnsw
     if cost.profile is not None and not cost.profile.has_curve(cost.method, cost.drafter):
         return only(REASON_NO_COST_CURVE)
     values = speedups(rates, cost, current_k=current_k)
-    if any(v.basis == DEFAULT for kk, v in values.items() if kk != current_k) and default_contradicted(rates, cost, current_k):
+    if (not never and any(v.basis == DEFAULT for kk, v in values.items() if kk != current_k)
+            and default_contradicted(rates, cost, current_k)):
         return only(REASON_DEFAULT_CONTRADICTED)
     own = values.get(current_k)
-    verdict = own.estimate.verdict if own is not None and own.basis != DEFAULT and own.lower is not None else None
-    c = choose(values)
-    return WindowAnswer(values, verdict, own.basis if verdict else None, c.k, c.basis if c.k is not None else None,
-                        c.reason, dr)
+    if never:
+        verdict = LOSES
+    else:
+        verdict = own.estimate.verdict if own is not None and own.basis != DEFAULT and own.lower is not None else None
+    p = pick(values, never_accepted=never)
+    return WindowAnswer(values, verdict, own.basis if verdict and own is not None else None, p.k, p.basis, None, dr,
+                        p, never)
 
 
 __all__ = ["CALIBRATED", "DEFAULT", "EXTRAPOLATED", "MEASURED", "PROFILE", "Drift", "LiveCost", "Speedup",
-           "REASON_DEFAULT_CONTRADICTED", "REASON_INSUFFICIENT_DATA", "REASON_NO_COST_CURVE", "WindowAnswer", "answer", "choose",
+           "REASON_DEFAULT_CONTRADICTED", "REASON_INSUFFICIENT_DATA", "REASON_INVALID_VALUE", "REASON_NO_COST_CURVE", "WindowAnswer",
+           "answer", "candidates", "choose", "never_accepted", "pick",
            "current_speedup", "default_contradicted", "drift", "measured_speedup", "profile_error_ratio", "recommend", "speedups",
            "upper_rates"]

@@ -21,6 +21,7 @@ import click
 from rich.console import Console
 from rich.live import Live
 
+from specwatch.common.params import FloatRange
 from specwatch.common.processes import install_stop_signals
 from specwatch.common.defaults import EXPORTER_PORT
 from specwatch.exporter.config import ConfigError, parse_window
@@ -31,6 +32,9 @@ from specwatch.top.sources import ExporterSource, Fetched, SourceError, Upstream
 
 DEFAULT_EXPORTER = f"http://127.0.0.1:{EXPORTER_PORT}/metrics"
 KEY_WINDOWS = {"1": "1m", "5": "5m", "l": LIFETIME, "L": LIFETIME}
+#: ``--window`` when not given (the view follows one minute of load; ``--window 15s`` follows a
+#: benchmark cell of 15-60 s, if the exporter serves it: ``specwatch serve`` does by default).
+DEFAULT_WINDOW = "1m"
 #: ``specwatch serve`` options that change what ``top --upstream`` shows (the collector runs in this
 #: process with them): speedups with basis measured/profile instead of the built-in guess
 #: (basis=default), the baseline server's decode speed, the cost-profile curve that applies.
@@ -154,13 +158,14 @@ def _validate_window(value: str) -> str:
 @click.option("--upstream", "upstreams", multiple=True,
               help="Read vLLM servers directly instead (no exporter running): URL or NAME=URL, as for "
                    "`specwatch serve --upstream`; the exporter's collector runs in this process with windows "
-                   "1m and 5m and the serve flags below (no other serve flag). Repeatable. (Not read from "
+                   "15s, 30s, 1m and 5m and the serve flags below (no other serve flag). Repeatable. (Not read from "
                    "SPECWATCH_UPSTREAMS: inside the exporter's container `specwatch top` still reads the exporter.)")
-@click.option("--window", default="1m", show_default=True,
-              help="Window shown first: 1m, 5m, lifetime (or any window the exporter serves).")
-@click.option("--interval", type=click.FloatRange(0.5, 60), default=2.0, show_default=True,
+@click.option("--window", default=DEFAULT_WINDOW, show_default=True,
+              help="Window shown first: 15s, 30s, 1m, 5m, lifetime (any window the exporter serves; 01m reads as 1m). "
+                   "A short window follows the load: use one shorter than a benchmark's cells.")
+@click.option("--interval", type=FloatRange(0.5, 60), default=2.0, show_default=True,
               help="Seconds between refreshes.")
-@click.option("--timeout", type=click.FloatRange(0.1, 60), default=10.0, show_default=True,
+@click.option("--timeout", type=FloatRange(0.1, 60), default=10.0, show_default=True,
               help="Per-fetch deadline in seconds (the exporter itself waits up to its own --timeout, 5 s, "
                    "per upstream).")
 @click.option("--once", is_flag=True,

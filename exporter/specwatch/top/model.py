@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from specwatch.common.params import parse_duration
+
 #: Labels that address a series; any other label is shown beside the value.
 ADDRESS_LABELS = frozenset({"upstream", "model_name", "engine", "window", "position", "k"})
 LIFETIME = "lifetime"
@@ -45,6 +47,10 @@ RAGGED_NAME = "specwatch_ragged_drafts"
 MISSING_RATIO_NAME = "specwatch_missing_draft_tokens_ratio"
 #: 1 with a ``reason`` label when the exporter derives no recommended k for the window.
 WITHHELD_NAME = "specwatch_recommendation_withheld"
+#: The confidence of the recommended k (issue #36): 1 when it is told apart from its runner-up, and
+#: pick / runner-up (label ``runner_up_k``, 0 = off) with its interval.
+CERTAIN_NAME = "specwatch_recommendation_certain"
+OVER_RUNNER_UP_NAME = "specwatch_recommendation_over_runner_up"
 #: ``basis`` value of the per-position series when the curve is only a lower bound (ragged drafts).
 LOWER_BOUND = "lower_bound"
 
@@ -134,6 +140,18 @@ class Speedup:
 
 
 @dataclass(frozen=True)
+class RunnerUp:
+    """The recommended k against its runner-up (the next best candidate, ``k`` 0 = off): ``ratio``
+    = pick / runner-up from specwatch_recommendation_over_runner_up, with its interval (None: not
+    served)."""
+
+    k: int
+    ratio: float
+    lower: float | None = None
+    upper: float | None = None
+
+
+@dataclass(frozen=True)
 class EngineView:
     """One (model_name, engine) of one upstream, for one window.
 
@@ -153,7 +171,9 @@ class EngineView:
     ``requests_source`` where they came from (``exporter``: specwatch_running_requests, the mean
     over the window; ``upstream``: vLLM's gauges read by ``top --upstream``; None: not served);
     ``drift`` specwatch_cost_profile_error_ratio (its ``basis`` in ``extra``); ``verdicts``
-    (verdict, basis) of specwatch_speculation_verdict == 1 for the current k.
+    (verdict, basis) of specwatch_speculation_verdict == 1 for the current k; ``certain``
+    specwatch_recommendation_certain (1: the recommended k is told apart from its runner-up; 0:
+    only the better estimate; None: not served) and ``runner_up`` (:class:`RunnerUp`).
     """
 
     model_name: str
@@ -178,6 +198,8 @@ class EngineView:
     requests_source: str | None = None
     drift: Value | None = None
     verdicts: tuple[tuple[str, str], ...] = ()
+    certain: bool | None = None
+    runner_up: RunnerUp | None = None
 
     @property
     def ceiling(self) -> int | None:
@@ -258,9 +280,8 @@ def _matches(labels: Mapping[str, str], want: Mapping[str, str]) -> bool:
 def _window_key(w: str) -> tuple[int, float, str]:
     if w == LIFETIME:
         return (1, 0.0, w)
-    unit = {"s": 1, "m": 60, "h": 3600}.get(w[-1:], 0)
     try:
-        return (0, float(w[:-1]) * unit, w)
+        return (0, float(parse_duration(w)), w)
     except ValueError:
         return (0, math.inf, w)
 
@@ -386,6 +407,13 @@ def _engine_view(get, one, up_name: str, model: str, engine: str, window: str, w
     withheld = tuple(sorted({s.labels.get("reason", "") for s in strict(WITHHELD_NAME, w) if s.value == 1.0}))
     verdicts = tuple(sorted({(s.labels.get("verdict", ""), s.labels.get("basis", "")) for s in strict(VERDICT_NAME, w)
                              if s.value == 1.0}))
+    cert = windowed(CERTAIN_NAME)
+    runner = None
+    for s in strict(OVER_RUNNER_UP_NAME, w):
+        if s.labels.get("runner_up_k", "").isdigit():
+            runner = RunnerUp(int(s.labels["runner_up_k"]), s.value,
+                              bound(OVER_RUNNER_UP_NAME + "_lower", s.labels), bound(OVER_RUNNER_UP_NAME + "_upper", s.labels))
+            break
     if running is not None or waiting is not None:
         source = "exporter"
     elif r2 is not None or w2 is not None:
@@ -412,4 +440,6 @@ def _engine_view(get, one, up_name: str, model: str, engine: str, window: str, w
         requests_source=source,
         drift=windowed(DRIFT_NAME),
         verdicts=verdicts,
+        certain=None if cert is None else cert.value == 1.0,
+        runner_up=runner,
     )

@@ -16,6 +16,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from specwatch.specdecode.decision import format_interval, format_ratio
 from specwatch.top.model import DRIFT_FITS, EngineView, PositionRow, TopView, UpstreamView, Value
 
 #: Below this many columns the bars are dropped; below MIN_WIDTH only a notice is shown.
@@ -139,6 +140,9 @@ def engine_rows(e: EngineView) -> list[Row]:
     if rec is not None:
         rows.append(Row("recommended k", "0 (speculation off)" if rec_k == 0 else str(rec_k),
                         note=_labels(rec) or "from the speedup estimate"))
+        conf = confidence_text(e)
+        if conf:
+            rows.append(Row("how sure", conf[0], note=conf[1]))
     elif e.withheld:
         rows.append(Row("recommended k", f"withheld ({', '.join(_reason_text(r) for r in e.withheld)})",
                         note="; ".join(WITHHELD_NOTES.get(r, f'specwatch_recommendation_withheld{{reason="{r}"}}')
@@ -146,10 +150,38 @@ def engine_rows(e: EngineView) -> list[Row]:
     return rows
 
 
+def _k_name(k: int) -> str:
+    return "off" if k == 0 else f"k={k}"
+
+
+def confidence_text(e: EngineView) -> tuple[str, str] | None:
+    """(text, note) of the recommended k's confidence, read from the exporter's
+    specwatch_recommendation_certain and specwatch_recommendation_over_runner_up (the one rule,
+    docs/choosing-k.md): ``certain: ahead of k=2 by 1.35× [1.10–1.60]`` or ``best estimate: k=2
+    within [0.90–1.30]: cannot tell them apart``; physics when no draft token was accepted in
+    the window. None when the exporter serves no confidence (an older exporter)."""
+    rec = e.recommended_k
+    acc = e.draft_acceptance_rate
+    if rec is not None and int(rec.value) == 0 and acc is not None and acc.value == 0.0 and e.certain:
+        return "certain: off", "no draft token was accepted in this window: speculation cannot pay"
+    if e.certain is None and e.runner_up is None:
+        return None
+    ru = e.runner_up
+    if ru is None:
+        return ("certain" if e.certain else "not certain"), "no other candidate"
+    iv = format_interval(ru.lower, ru.upper) if ru.lower is not None and ru.upper is not None else "(no interval)"
+    if e.certain:
+        return "certain", f"ahead of {_k_name(ru.k)} by {format_ratio(ru.ratio)}× {iv}"
+    return ("best estimate, not certain",
+            f"{_k_name(ru.k)} within {iv} (pick / {_k_name(ru.k)}): cannot tell them apart yet; "
+            "more traffic in the window, a baseline upstream or a calibrated profile narrows it")
+
+
 #: Why the exporter withheld the recommended k, per ``reason`` label of specwatch_recommendation_withheld.
 WITHHELD_NOTES = {
     "ragged_drafts": "(an older exporter) the per-position curve is only a lower bound",
-    "uncertain": "the speedup intervals do not tell the candidates apart (an interval straddles the best)",
+    "uncertain": "(an older exporter) the speedup intervals did not tell the candidates apart",
+    "invalid_value": "a value derived for this window was not a finite number",
     "no_cost_curve": "the cost profile has no curve for this method/drafter: no what-if speedup per k",
     "default_contradicted": "the built-in default cost disagrees with the measured speedup: not used to pick k",
     "insufficient_data": "too few drafts or steps in the window to decide",

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from specwatch.exporter.collector import SpecwatchCollector
 from specwatch.exporter.fetching import FetchError, http_fetch
-from specwatch.exporter.config import ConfigError, Upstream, build_config, parse_upstream
+from specwatch.exporter.config import DEFAULT_WINDOWS, ConfigError, Upstream, build_config, parse_upstream
 from specwatch.top.model import ExpositionError, Sample, check_specwatch, parse_exposition
 from specwatch.specdecode.metrics import MetricsParseError, parse_metrics
 
@@ -132,8 +132,8 @@ def _request_gauges(upstream: str, body: str) -> dict[tuple[str, str, str], tupl
 
 
 class UpstreamSource:
-    """vLLM upstreams scraped in-process by the exporter's collector (windows 1m and 5m, the
-    ``serve`` defaults; the windows fill as the view keeps refreshing).
+    """vLLM upstreams scraped in-process by the exporter's collector (windows 15s, 30s, 1m and 5m,
+    the ``serve`` defaults; the windows fill as the view keeps refreshing).
 
     ``upstreams`` are ``URL`` or ``NAME=URL`` as for ``specwatch serve --upstream``;
     ``cost_profile`` (a path), ``baseline_upstream``, ``speculative_method`` and ``drafter`` mean
@@ -142,7 +142,7 @@ class UpstreamSource:
     (the cost profile is read here, once).
     """
 
-    def __init__(self, upstreams: list[str], windows: tuple[str, ...] = ("1m", "5m"), timeout: float = 5.0,
+    def __init__(self, upstreams: list[str], windows: tuple[str, ...] = DEFAULT_WINDOWS, timeout: float = 5.0,
                  cost_profile: str | None = None, baseline_upstream: str | None = None,
                  speculative_method: str | None = None, drafter: str | None = None):
         # the exporter's own range for its per-upstream deadline is 0.1-60 s; keep it within
