@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import sys
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -36,6 +37,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.table import Table
 
+from specwatch.specdecode.decision import format_interval, format_ratio
 from specwatch.choosek import model as kchoice
 from specwatch.choosek.drafterstudy import picks_json, render_picks
 from specwatch.choosek.model import DEFAULT_TOLERANCE, Advice, KChoiceError, speculative_config_advice
@@ -58,7 +60,7 @@ def expected_rows(doc: SweepResult | Mapping[str, Any], family: str, ms) -> dict
     """Every (workload, concurrency) a family's advice must have a row for — each cell the sweep
     measured for the family or for the baseline, finished or not — with the reason to show when it
     cannot be scored: the family's cells there failed (:meth:`specwatch.choosek.records.SweepCell.problem`),
-    only ran a dynamic table, or the family was not measured there."""
+    or the family was not measured there (a dynamic table is a configuration of its own, scored like a fixed k)."""
     rec = SweepResult.coerce(doc)
     fam_cells = [c for c in rec.cells if c.k > 0 and (c.family or "") == family]
     base_cells = [c for c in rec.cells if c.k == 0]
@@ -71,12 +73,10 @@ def expected_rows(doc: SweepResult | Mapping[str, Any], family: str, ms) -> dict
         runs = [m for m in ms if (m.workload, m.concurrency) == key and m.k > 0]
         if problems and not runs:
             out[key] = "not scored: " + "; ".join(problems) + " (resume the sweep to measure it again)"
-        elif runs and all(m.variable_width for m in runs):
-            out[key] = "not scored: only a dynamic-table run (its throughput is not that of a fixed k)"
         elif not here:
             out[key] = f"not scored: no {name} run was measured here (baseline only)"
         else:
-            out[key] = "not scored: no finished run with a measured throughput at a fixed k"
+            out[key] = "not scored: no finished speculative run with a measured throughput"
     return out
 
 
@@ -91,13 +91,15 @@ def _family_name(family: str) -> str:
 def advise_sweep(doc: SweepResult | Mapping[str, Any], *, tolerance: float = DEFAULT_TOLERANCE, candidates: str = "measured",
                  prior: CostModel | None = None, fit_ks=None, acceptance: str = "measured",
                  basis: str = "measured", mix: dict[str, float] | None = None,
-                 measured: Sequence[kchoice.Measurement] | None = None) -> list[Advice]:
+                 measured: Sequence[kchoice.Measurement] | None = None, source: str | None = None) -> list[Advice]:
     """One :class:`specwatch.choosek.model.Advice` per speculative family of a sweep result (its
     record, or a parsed document), each with the baseline runs and a row for every (workload,
     concurrency) measured for it or the baseline (:func:`expected_rows`); ``mix``: workload → share
     of the work for "all workloads" (:func:`specwatch.choosek.model.recommend`); ``measured``: the
-    sweep's :func:`specwatch.choosek.resultfile.measurements` when the caller has them already.
-    Raises KChoiceError if the sweep has no usable speculative run."""
+    sweep's :func:`specwatch.choosek.resultfile.measurements` when the caller has them already;
+    ``source``: the result file's path (names the file of the sweep command that measures a
+    composed table, :func:`measure_command`). Raises KChoiceError if the sweep has no usable
+    speculative run."""
     rec = SweepResult.coerce(doc)
     ms = list(measurements(rec) if measured is None else measured)
     base = [m for m in ms if m.k == 0]
@@ -111,21 +113,61 @@ def advise_sweep(doc: SweepResult | Mapping[str, Any], *, tolerance: float = DEF
     out = []
     for fam, spec in fams.items():
         base_cfg = None
+        tables: dict[str, dict[str, Any]] = {}
         for m in spec:
             cfg = configs.get(m.config)
             sc = cfg.speculative_config if cfg is not None else None
-            if sc:
-                base_cfg = {k: v for k, v in sc.items() if k != "num_speculative_tokens"}
-                break
+            if sc and m.variable_width:
+                tables[kchoice.candidate_name(m)] = dict(sc)
+            elif sc and base_cfg is None:
+                base_cfg = {k: v for k, v in sc.items() if k not in ("num_speculative_tokens",
+                                                                     "num_speculative_tokens_per_batch_size")}
+        if base_cfg is None and tables:
+            base_cfg = {k: v for k, v in next(iter(tables.values())).items()
+                        if k not in ("num_speculative_tokens", "num_speculative_tokens_per_batch_size")}
         try:
-            out.append(kchoice.advise(base + spec, tolerance=tolerance, prior=prior, candidates=candidates,
-                                      base_config=base_cfg, family=fam, fit_ks=fit_ks, acceptance=acceptance,
-                                      basis=basis, mix=mix, expected=expected_rows(rec, fam, spec)))
+            a = kchoice.advise(base + spec, tolerance=tolerance, prior=prior, candidates=candidates,
+                               base_config=base_cfg, family=fam, fit_ks=fit_ks, acceptance=acceptance,
+                               basis=basis, mix=mix, expected=expected_rows(rec, fam, spec), table_configs=tables)
+            if a.candidate_config is not None:
+                compare = [c for n, c in a.config_of.items() if c is not None and n not in tables]
+                a.measure_command = measure_command(rec, [*compare, a.candidate_config], source)
+            out.append(a)
         except KChoiceError as exc:
             if len(fams) == 1:
                 raise
             click.echo(f"family {fam}: {exc}", err=True)
     return out
+
+
+def measure_command(doc: SweepResult | Mapping[str, Any], configs: Sequence[Mapping[str, Any]],
+                    source: str | None = None) -> str:
+    """The ``specwatch sweep`` command that measures ``configs`` (e.g. the fixed-k picks and a
+    table composed from them) beside a baseline with the sweep's own settings (workloads,
+    concurrencies, output length, prompts, batches, seed; its server command template when it
+    used one), into a new result file beside ``source`` (``<stem>-table.json``)."""
+    rec = SweepResult.coerce(doc)
+    st = rec.settings.to_json() if rec.settings is not None else {}
+    stem = (source or "specwatch-sweep.json").rsplit(".json", 1)[0]
+    parts = ["specwatch sweep", f"--result-file {shlex.quote(stem + '-table.json')}"]
+    wls = rec.workloads()
+    if wls:
+        parts.append(f"--workloads {','.join(wls)}")
+    concs = sorted({int(c.max_concurrency) for c in rec.cells})
+    if concs:
+        parts.append(f"--concurrency {','.join(map(str, concs))}")
+    for key, flag in (("output_len", "--output-len"), ("num_prompts", "--num-prompts"),
+                      ("prompts_per_concurrency", "--prompts-per-concurrency"), ("num_batches", "--num-batches"),
+                      ("max_batches", "--max-batches"), ("target_ci", "--target-ci"),
+                      ("warmup_batches", "--warmup-batches"), ("seed", "--seed"), ("dataset_path", "--dataset-path")):
+        v = st.get(key)
+        if v is not None and not (key == "prompts_per_concurrency" and st.get("num_prompts") is not None):
+            parts.append(f"{flag} {shlex.quote(str(v))}")
+    if rec.server is not None and rec.server.kind == "template" and rec.server.command_template:
+        parts.append(f"--server-command {shlex.quote(rec.server.command_template)}")
+    for c in configs:
+        parts.append("--speculative-config " + shlex.quote(json.dumps(dict(c), separators=(",", ":"))))
+    return " ".join(parts)
 
 
 WIDE_CONSOLE = 160
@@ -164,24 +206,31 @@ def _f(v: float | None, spec: str = ".2f", suffix: str = "") -> str:
 
 
 def _ci_text(iv, mean) -> str:
-    """`` ±3.1 %`` (95 % half width relative to ``mean``); `` 1 batch`` without an interval."""
+    """`` [41.6–46.6]`` (the 95 % interval of a throughput, log scale: positive; shown, never
+    decided on); `` 1 batch`` without an interval."""
     if mean is None:
         return ""
     if iv is None:
         return " 1 batch"
-    return f" ±{(iv[1] - iv[0]) / 2 / mean * 100:.1f} %"
+    return f" [{iv[0]:.1f}–{iv[1]:.1f}]"
 
 
 def _iv_text(iv) -> str:
-    return "" if iv is None else f" [{iv[0]:.1f}, {iv[1]:.1f}]"
+    return "" if iv is None else f" [{iv[0]:.1f}–{iv[1]:.1f}]"
 
 
-def _ci_ratio(r) -> str:
-    """The 95 % interval of the recommended k's speedup (relative to the baseline's throughput)."""
-    iv = r.intervals.get(r.k)
-    if iv is None or r.speedup is None or 0 not in r.scores or r.scores[0] <= 0:
-        return ""
-    return f" [{iv[0] / r.scores[0]:.2f}, {iv[1] / r.scores[0]:.2f}]"
+def speedup_text(r) -> str:
+    """The pick's speedup over the baseline with its paired 95 % interval, e.g. ``3.22×
+    [2.54–3.90]`` (``1×`` for speculation off; ``(1 batch: no interval)`` with one batch)."""
+    if r.pick is None:
+        return "–"
+    c = r.pick.pick
+    if c.off:
+        return "1× (off)"
+    return f"{format_ratio(c.value)}× {format_interval(c.lower, c.upper)}"
+
+
+VERDICT_TEXT = {"pays": "pays", "loses": "loses", "cannot_tell": "cannot tell"}
 
 
 def _row_label(r, a: Advice) -> str:
@@ -191,22 +240,20 @@ def _row_label(r, a: Advice) -> str:
 
 
 def recommendation_note(r) -> str:
-    """What a row of the recommendation table says beside its k: speculation off, why a row is
-    not scored, ties (overlapping intervals), k within the tolerance, lower-bound what-ifs and
-    single-batch cells (no interval)."""
-    if r.k is None:
+    """What a row of the recommendation table says beside its pick: why a row is not scored, or
+    the pick's confidence against its runner-up (:meth:`specwatch.specdecode.decision.Pick.confidence_text`),
+    configurations that cannot pay (drafts never accepted), lower-bound what-ifs and
+    single-batch candidates (a value, no interval)."""
+    if r.k is None or r.pick is None:
         return r.reason or "not scored"
-    parts = []
-    if r.k == 0:
-        parts.append("speculation off")
-    if r.tie:
-        parts.append(f"tie: the 95 % intervals of k={r.k} and k={r.best_k} overlap, the smaller k wins")
-    elif r.k != r.best_k:
-        parts.append(f"k={r.best_k} within {r.tolerance * 100:g} %")
+    parts = [r.pick.confidence_text()]
+    if r.pick.runner_up is not None:  # else the confidence text names them already
+        for name, _why in r.pick.excluded:
+            parts.append(f"{name}: no draft token accepted in any batch: cannot pay")
     if r.lower_bound_ks:
         parts.append("what-if k=" + ",".join(map(str, r.lower_bound_ks)) + " from a lower-bound curve (ragged drafts)")
-    if r.one_batch_ks:
-        parts.append("1 batch (no interval) at k=" + ",".join(map(str, r.one_batch_ks)))
+    if r.one_batch:
+        parts.append("1 batch (no interval): " + ", ".join(r.one_batch))
     return "; ".join(parts)
 
 
@@ -237,15 +284,20 @@ def render_advice(a: Advice, console) -> None:
     console.print(t)
 
     ks = sorted({p.k for p in a.throughput})
-    t = Table(title="Output throughput tok/s: predicted (measured ± 95 % interval); \"lower bound\": a what-if from "
-                    "a ragged cell's lower-bound curve; –: no model for the cell (its measurement still counts)")
+    t = Table(title="Output throughput tok/s: predicted (measured [95 % interval, log scale: shown, never decided on]); "
+                    "\"lower bound\": a what-if from a ragged cell's lower-bound curve; –: no model for the cell (its "
+                    "measurement still counts); a dynamic table: measured only")
     t.add_column("workload")
     t.add_column("conc.", justify="right")
     for k in ks:
         t.add_column("baseline" if k == 0 else f"k={k}", justify="right")
+    for name in a.table_throughputs:
+        t.add_column(name, justify="right")
     rows: dict[tuple[str, int], dict[int, Any]] = defaultdict(dict)
     for p in a.throughput:
         rows[(p.workload, p.concurrency)][p.k] = p
+    for key in {key for cells in a.table_throughputs.values() for key in cells}:
+        rows.setdefault(key, {})
     for (wl, c), ps in sorted(rows.items()):
         cells = []
         for k in ks:
@@ -260,6 +312,9 @@ def render_advice(a: Advice, console) -> None:
                 cells.append(f"{p.predicted:.1f}" + ("" if p.measured is None
                                                        else f" ({p.measured:.1f}{_ci_text(p.interval, p.measured)})")
                              + (" lower bound" if p.curve_basis == "lower_bound" and p.measured is None else ""))
+        for name, tcells in a.table_throughputs.items():
+            v = tcells.get((wl, c))
+            cells.append("" if v is None else f"– ({v[0]:.1f}{_ci_text(v[1], v[0])})")
         t.add_row(wl, str(c), *cells)
     console.print(t)
     no_model = sorted({(p.workload, p.concurrency) for p in a.throughput if p.k > 0 and p.curve_basis == "none"})
@@ -282,44 +337,82 @@ def render_advice(a: Advice, console) -> None:
                       f"{te['mean_abs_relative'] * 100:.1f} %, max {te['max_abs_relative'] * 100:.1f} %"
                       + ("" if a.noise is None else f"; measurement noise (median rel. std. error) {a.noise * 100:.1f} %"))
 
-    what = "throughput (measured where run, else calibrated prediction)" if a.basis == "measured" else "predicted throughput"
-    t = Table(title=f"Recommended k (smallest k within {a.tolerance * 100:.1f} % of the best {what}, or whose 95 % "
-                    "interval overlaps the best's: a tie, the smaller k wins; 0 = speculation off)")
-    for col in ("workload", "conc.", "recommended k", "best k", "speedup vs baseline", "batches", "note"):
-        t.add_column(col, justify="left" if col in ("workload", "note") else "right")
+    t = Table(title="Pick per cell (the decision rule, docs/choosing-k.md#the-decision-rule: the best speedup "
+                    "estimate from paired per-batch ratios over the baseline, smaller k within "
+                    f"{a.tolerance * 100:g} %; off = speculation off; a dynamic table is a configuration of its own)")
+    for col in ("workload", "conc.", "pick", "speedup vs baseline (paired 95 %)", "verdict", "batches", "confidence / note"):
+        t.add_column(col, justify="left" if col in ("workload", "pick", "verdict", "confidence / note") else "right")
     for r in a.recommendations:
-        t.add_row(_row_label(r, a), str(r.concurrency), "–" if r.k is None else str(r.k),
-                  "–" if r.best_k is None else str(r.best_k),
-                  _f(r.speedup, ".2f", "×") + ("" if r.k is None else _ci_ratio(r)),
-                  ", ".join(f"k={k}: {n}" for k, n in sorted(r.batches.items())), recommendation_note(r))
+        t.add_row(_row_label(r, a), str(r.concurrency), "–" if r.config is None else r.config, speedup_text(r),
+                  "–" if r.verdict is None else VERDICT_TEXT.get(r.verdict, r.verdict),
+                  ", ".join(f"{n}: {b}" for n, b in r.batches.items()), recommendation_note(r))
     console.print(t)
+    notes = list(dict.fromkeys(n for r in a.recommendations for n in r.notes))
+    for n in notes:
+        console.print(f"[yellow]{n}[/yellow]", soft_wrap=True, highlight=False)
     combos = {r.combination for r in a.recommendations if r.workload == "*" and r.combination}
     for how in sorted(combos):
-        console.print(f"all workloads: throughputs combined through {how} — the speedup is total baseline time / "
-                      "total time at k (the harmonic mean of the per-workload speedups, weighted by baseline time)",
-                      soft_wrap=True)
+        console.print(f"all workloads: speedups combined through {how}, batch by batch on the log scale — total baseline "
+                      "time / total time with the configuration (the harmonic mean of the per-workload speedups, "
+                      "weighted by baseline time)", soft_wrap=True)
     if a.accuracy:
-        t = Table(title="Check against the measurements: throughput at the recommended k vs the best measured k")
-        for col in ("workload", "conc.", "picked k", "best measured k", "picked tok/s (95 %)", "best tok/s (95 %)",
-                    "shortfall"):
-            t.add_column(col, justify="left" if col == "workload" else "right")
+        t = Table(title="Check against the measurements: throughput of the pick vs the best measured configuration "
+                        "(mean tok/s [95 %, log scale])")
+        for col in ("workload", "conc.", "pick", "best measured", "pick tok/s", "best tok/s", "shortfall"):
+            t.add_column(col, justify="left" if col in ("workload", "pick", "best measured") else "right")
         for x in a.accuracy:
-            t.add_row(x.workload, str(x.concurrency), str(x.picked_k) + (" (tie)" if x.tie else ""), str(x.best_k),
+            t.add_row(x.workload, str(x.concurrency), x.picked + (" (within tolerance)" if x.tie else ""), x.best,
                       _f(x.picked_throughput, ".1f") + _iv_text(x.picked_interval),
                       _f(x.best_throughput, ".1f") + _iv_text(x.best_interval),
                       _f(None if x.shortfall is None else x.shortfall * 100, ".1f", " %"))
         console.print(t)
+        if a.worst_shortfall is not None:
+            console.print(f"shortfall of the picks against the best measured configuration of their cell: worst "
+                          f"{a.worst_shortfall * 100:.1f} % over {len(a.accuracy)} cells (mean throughputs; the picks "
+                          "are decided on paired ratios)", soft_wrap=True)
     if not any(r.k is not None for r in a.recommendations):
-        console.print("[yellow]no recommendation: no measured cell has both a speculative run with spec-decode counters "
-                      "and a throughput to compare (did the servers run with speculation? a vLLM whose /metrics lacks "
-                      "vllm:spec_decode_* counters gives no acceptance data)[/yellow]")
-    cv = a.cross_validation_summary
-    if cv["n"]:
-        console.print(f"cross-validation (k picked by measured throughput on half of the batches, judged on the other "
-                      f"half, {cv['n']} picks): within 3 % of that half's best in {cv['within_3_percent']}/{cv['n']}, "
-                      f"mean shortfall {cv['mean_shortfall'] * 100:.1f} %, worst {cv['worst_shortfall'] * 100:.1f} %",
-                      soft_wrap=True)
-    render_config(a.speculative_config, a.k_by_concurrency, console)
+        console.print("[yellow]no recommendation: no measured cell has both a speculative run and a baseline run to "
+                      "pair it with[/yellow]")
+    render_sweep_config(a, console)
+
+
+def render_sweep_config(a: Advice, console) -> None:
+    """What to run from a sweep's all-workloads picks (:attr:`specwatch.choosek.model.Advice.answer`):
+    one configuration everywhere (its flag to paste; a dynamic table only when that measured
+    table was the pick), off everywhere, or per concurrency — then a table composed from the
+    fixed-k picks is printed as a candidate to measure with the sweep command that measures it,
+    never as the answer."""
+    if a.answer is None:
+        return
+    console.print("[bold]pick by concurrency (all workloads):[/bold] "
+                  + ", ".join(f"c={c}: {n}" for c, n in sorted(a.config_by_concurrency.items())))
+    if a.answer == "off":
+        console.print("[bold]vLLM:[/bold] speculation is not the pick at any measured concurrency: run without "
+                      "--speculative-config.")
+        return
+    if a.answer == "one":
+        name = next(iter(a.config_by_concurrency.values()))
+        console.print(f"[bold]vLLM flag to paste[/bold] ({name}, the pick at every measured concurrency):")
+        console.print(f"--speculative-config '{json.dumps(a.speculative_config, separators=(',', ':'))}'",
+                      markup=False, highlight=False, soft_wrap=True)
+        if (a.speculative_config or {}).get("num_speculative_tokens_per_batch_size"):
+            console.print("(a dynamic table measured in this sweep, ahead of every fixed k)", markup=False)
+            render_engine_formats(engine_formats(a.speculative_config, a.k_by_concurrency), console)
+        return
+    console.print("[bold]no single configuration is the pick at every measured concurrency[/bold]; per concurrency:")
+    for c, name in sorted(a.config_by_concurrency.items()):
+        cfg = a.config_of.get(name)
+        console.print(f"  c={c}: {name}: " + ("run without --speculative-config" if cfg is None else
+                                              f"--speculative-config '{json.dumps(cfg, separators=(',', ':'))}'"),
+                      markup=False, highlight=False, soft_wrap=True)
+    if a.candidate_config is not None:
+        console.print("a table composed from these picks is a [bold]candidate to measure[/bold], not an answer (a table "
+                      "can lose where every fixed k gains):", soft_wrap=True)
+        console.print(f"  --speculative-config '{json.dumps(a.candidate_config, separators=(',', ':'))}'",
+                      markup=False, highlight=False, soft_wrap=True)
+        if a.measure_command:
+            console.print("measure it beside the fixed k:", markup=False)
+            console.print(f"  {a.measure_command}", markup=False, highlight=False, soft_wrap=True)
 
 
 def render_config(cfg: dict[str, Any] | None, k_by_c: dict[int, int], console) -> None:
@@ -564,8 +657,13 @@ def live_advice(curves: dict[tuple[str, ...], tuple[float, ...]], concurrencies,
 # --------------------------------------------------------------------------------------------
 
 #: ``advise --json`` format: 2 added rows that cannot be scored (``k`` null with a ``reason``),
-#: intervals, ties, batches and the all-workloads combination (``combination``, ``mix``).
-ADVISE_FORMAT = 2
+#: intervals, ties, batches and the all-workloads combination (``combination``, ``mix``); 3: each
+#: row is decided by the one rule on paired ratios and carries its ``pick``
+#: (:meth:`specwatch.specdecode.decision.Pick.to_json`), its ``config`` (a dynamic table is a
+#: configuration of its own), ``scores`` and ``batches`` keyed by configuration name, ``notes``;
+#: the family's ``answer``, ``config_by_concurrency`` and ``candidate_to_measure``; no
+#: ``intervals``/``tied`` (the overlap rule is gone) and no cross-validation.
+ADVISE_FORMAT = 3
 
 
 @dataclass(frozen=True)
