@@ -70,7 +70,7 @@ from specwatch.choosek.sweep import (
     uses_speculation,
 )
 from specwatch.common.files import atomic_write_json, atomic_write_text, same_file
-from specwatch.common.params import int_list
+from specwatch.common.params import FloatRange, int_list
 from specwatch.common.processes import install_stop_signals
 from specwatch.localvllm.drafters import DrafterError, resolve_drafter
 from specwatch.specdecode.cost import CostModel
@@ -209,7 +209,7 @@ def _drafter_models(drafters, server_command, model_dir) -> list[tuple[str, str]
 @click.option("--port", type=click.IntRange(1, 65535), default=None, help="Server port (default: a free port for each server).")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--model-dir", default=None, help="Embedded vLLM: the prepared model directory (default: prepare it).")
-@click.option("--startup-timeout", type=click.FloatRange(min=0, min_open=True), default=900.0, show_default=True,
+@click.option("--startup-timeout", type=FloatRange(min=0, min_open=True), default=900.0, show_default=True,
               help="Seconds to wait for each server.")
 @click.option("--lock/--no-lock", default=True, show_default=True,
               help="Hold flock /tmp/specwatch-vllm.lock while a template server runs (the embedded one always does).")
@@ -540,9 +540,9 @@ def render_profile(profile: CostProfile, console) -> None:
               help="A specwatch sweep result with a baseline and speculative configurations.")
 @click.option("--baseline-url", default=None, help="Live: the baseline server (no speculation), e.g. http://127.0.0.1:8001.")
 @click.option("--url", "spec_url", default=None, help="Live: the speculative server, e.g. http://127.0.0.1:8000.")
-@click.option("--duration", type=click.FloatRange(min=1), default=300.0, show_default=True,
+@click.option("--duration", type=FloatRange(min=1), default=300.0, show_default=True,
               help="Live: seconds to sample both servers (send traffic to both meanwhile).")
-@click.option("--interval", type=click.FloatRange(min=0.5), default=10.0, show_default=True, help="Live: seconds per sample.")
+@click.option("--interval", type=FloatRange(min=0.5), default=10.0, show_default=True, help="Live: seconds per sample.")
 @click.option("--from-forward-json", "forward_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="GPU hosts: the JSON of `vllm bench forward --output-json` (forward pass only).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,

@@ -1,9 +1,11 @@
-"""Parameter parsing shared by the commands and configs: comma-separated integer lists
-(``--k 1,2,4``, ``--concurrency 1,4``, ``--max-concurrency 1,8``, ``--fit-k 1,8``) and
-Prometheus durations (the exporter's ``--window``, the mixin's windows and intervals)."""
+"""Parameter parsing shared by the commands and configs: float ranges that refuse NaN
+(:class:`FloatRange`), comma-separated integer lists (``--k 1,2,4``, ``--concurrency 1,4``,
+``--max-concurrency 1,8``, ``--fit-k 1,8``) and Prometheus durations (the exporter's
+``--window``, the mixin's windows and intervals)."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 
@@ -26,6 +28,20 @@ def parse_duration(text: str) -> float:
     if not m or not any(m.groups()):
         raise ValueError(f"not a Prometheus duration: {text!r} (e.g. 15s, 5m, 1h30m)")
     return sum(int(g) * unit for g, unit in zip(m.groups(), _DURATION_UNITS, strict=True) if g)
+
+
+class FloatRange(click.FloatRange):
+    """:class:`click.FloatRange` that also refuses NaN: click's range checks compare, and NaN
+    compares false with every bound, so ``--startup-timeout nan`` would pass ``min=0`` and never
+    time out. Every float option with a range uses this one (a test checks); infinity stays as
+    click treats it (refused by a finite ``max``, accepted by a ``min`` alone)."""
+
+    def convert(self, value, param, ctx):
+        """The float of ``value`` within the range; exit 2 naming the option for NaN."""
+        rv = super().convert(value, param, ctx)
+        if isinstance(rv, float) and math.isnan(rv):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        return rv
 
 
 def parse_int_list(text: str, what: str) -> tuple[int, ...]:

@@ -42,6 +42,7 @@ import asyncio
 import concurrent.futures
 import json
 import logging
+import re
 import threading
 import time
 import zlib
@@ -139,6 +140,13 @@ def decode_body(data: bytes) -> str:
     return text[1:] if text.startswith("\ufeff") else text
 
 
+#: What the last line of a body cut inside a line can read: the start of a comment, or of a sample
+#: (a name, cut labels, or labels and the start of a value and timestamp). Anything else (``</html>``,
+#: ``{"status": "ok"}``, ``hello world``) was never an exposition line: the body is "parse".
+_CUT_LINE = re.compile(r"#.*|[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{.*|(?:\{.*\})?[ \t]+(?:[-+]?[0-9.eE+-]*|[-+]?[IiNn][a-zA-Z]*)"
+                       r"(?:[ \t]+-?[0-9]*)?)?", re.S)
+
+
 def parse_body(text: str, max_bytes: int, content_type: str = "") -> UpstreamSnapshot:
     """:func:`specwatch.specdecode.metrics.parse_metrics` + :func:`check_complete`, errors as
     :class:`FetchError` (reason ``parse``, ``invalid_value`` or ``truncated``)."""
@@ -152,6 +160,9 @@ def parse_body(text: str, max_bytes: int, content_type: str = "") -> UpstreamSna
         # cut, or no exposition at all? Only a body whose complete lines are exposition lines
         # was cut; anything else (an HTML page holding a "vllm:" line…) is "parse"
         bad = find_non_exposition_line(text[: text.rfind("\n") + 1])
+        last = text[text.rfind("\n") + 1:]
+        if bad is None and last and last != "# EOF" and not _CUT_LINE.fullmatch(last):
+            bad = last
         if bad is not None:
             raise FetchError("parse", f"not a /metrics exposition: a line reads '{clip(bad, 80)}'") from None
         raise

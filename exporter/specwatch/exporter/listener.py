@@ -218,9 +218,9 @@ class Listener:
             end = buf.find(b"\r\n\r\n")
             if end < 0:
                 end = buf.find(b"\n\n")
-            if end >= 0:
-                return bytes(buf[:end])
-            if len(buf) > self.max_header_bytes:
+            if end >= 0:  # the cap is exact: a head that arrived whole in one read is no exception
+                return bytes(buf[:end]) if end <= self.max_header_bytes else 431
+            if len(buf) - 3 > self.max_header_bytes:  # (the blank line may be cut after its first byte)
                 return 431
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from specwatch.common.params import FloatRange
 from specwatch.common.processes import install_stop_signals, listen_error
 from specwatch.localvllm.drafters import DRAFTERS, DrafterError, derive_drafter, draft_model_config, resolve_drafter
 from specwatch.localvllm.model import (
@@ -135,7 +136,7 @@ def _parse_spec_config(value: str) -> dict[str, Any]:
               help=f"KV cache in GiB (VLLM_CPU_KVCACHE_SPACE); default: that variable, else {DEFAULT_KVCACHE_GIB}.")
 @click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write vLLM's output here instead of the terminal.")
-@click.option("--startup-timeout", type=click.FloatRange(min=1.0), default=600.0, show_default=True)
+@click.option("--startup-timeout", type=FloatRange(min=1.0), default=600.0, show_default=True)
 @click.argument("extra_args", nargs=-1, type=click.UNPROCESSED)
 def vllm_cmd(
     port: int,
