@@ -236,3 +236,22 @@ def test_report_shows_both_configurations(table_doc):
             assert re.search(rf"<td>{wl}</td><td>{c}</td><td>ngram-k4-2 \(table \[\[1,2,4\],\[3,1024,1\]\]\)</td>", html)
     assert all(0 < lo <= hi for lo, hi in _intervals(html))
     assert "confidence / note" in html
+
+
+def test_curves_and_measured_lengths_come_from_the_fixed_k_not_the_table(table_doc):
+    from specwatch.choosek.charts import expected_length_series, largest_k_runs
+    from specwatch.choosek.resultfile import measurements
+
+    ms = measurements(table_doc)
+    # the table listed first: a tie in basis and k must still go to the fixed k
+    ms = sorted(ms, key=lambda m: not m.variable_width)
+    runs = largest_k_runs(ms)
+    assert runs and all(not m.variable_width for m in runs.values())
+    fixed = {(m.workload, m.concurrency): m for m in ms if m.config == "ngram-k4"}
+    for s in expected_length_series(ms):
+        assert s["measured"] == ([] if fixed[(s["workload"], s["concurrency"])].ragged_drafts
+                                 else [(4, fixed[(s["workload"], s["concurrency"])].acceptance_length)])
+    a, _ = _family(table_doc)
+    for p in a.acceptance:
+        if p.k == 4 and p.measured is not None:
+            assert p.measured == fixed[(p.workload, p.concurrency)].acceptance_length

@@ -222,13 +222,14 @@ def largest_k_runs(ms: Sequence[Measurement]) -> dict[tuple[str, int], Measureme
     k with a curve and drafts whose curve is not a lower bound (``curve_basis`` exact or
     exact_per_request, as :func:`specwatch.choosek.model.predict_acceptance_lengths` uses); a cell
     with lower-bound curves only (ragged drafts, counters) gets its largest-k lower-bound run, which
-    the charts draw dashed and label "lower bound"."""
+    the charts draw dashed and label "lower bound". A fixed k comes before a dynamic table of the
+    same k (a configuration of its own, whose curve mixes widths)."""
     out: dict[tuple[str, int], Measurement] = {}
     for m in ms:
         if m.k > 0 and m.position_rates and m.drafts:
             cur = out.get((m.workload, m.concurrency))
-            rank = (m.curve_basis != "lower_bound", m.k)
-            if cur is None or rank > (cur.curve_basis != "lower_bound", cur.k):
+            rank = (m.curve_basis != "lower_bound", not m.variable_width, m.k)
+            if cur is None or rank > (cur.curve_basis != "lower_bound", not cur.variable_width, cur.k):
                 out[(m.workload, m.concurrency)] = m
     return out
 
@@ -258,7 +259,7 @@ def expected_length_series(ms: Sequence[Measurement]) -> list[dict[str, Any]]:
         lower = m.curve_basis == "lower_bound"
         meas = sorted((x.k, x.acceptance_length) for x in ms
                       if x.workload == wl and x.concurrency == c and x.k > 0 and x.acceptance_length is not None
-                      and not x.ragged_drafts)
+                      and not x.ragged_drafts and not x.variable_width)
         out.append({"workload": wl, "concurrency": c, "source_k": m.k, "basis": m.curve_basis, "lower_bound": lower,
                     "label": f"{wl} c={c}: " + ("lower bound from" if lower else "predicted from")
                              + f" k={m.k} ({CURVE_BASIS_LABELS.get(m.curve_basis, m.curve_basis)})",

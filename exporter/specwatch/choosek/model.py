@@ -235,7 +235,7 @@ def predict_acceptance_lengths(measurements: Iterable[Measurement]) -> list[Acce
         src = _source(runs)
         if src is None:
             continue
-        measured = {m.k: m for m in runs if m.k > 0 and not m.ragged_drafts}
+        measured = {m.k: m for m in runs if m.k > 0 and not m.ragged_drafts and not m.variable_width}
         for k in range(1, len(src.position_rates) + 1):
             m = measured.get(k)
             out.append(AcceptancePrediction(wl, c, k, src.k, expected_length(src.position_rates, k),
