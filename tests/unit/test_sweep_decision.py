@@ -255,3 +255,18 @@ def test_curves_and_measured_lengths_come_from_the_fixed_k_not_the_table(table_d
     for p in a.acceptance:
         if p.k == 4 and p.measured is not None:
             assert p.measured == fixed[(p.workload, p.concurrency)].acceptance_length
+
+
+def test_what_ifs_are_candidates_with_their_basis_and_physics(draft_doc):
+    """--candidates all: the what-if k′ (k = 1, 3 for ngram) are candidates, basis calibrated, with
+    no per-batch ratios; where every measured k's drafts were never accepted, they cannot pay either."""
+    (a,) = [x for x in advise_sweep(draft_doc, candidates="all") if "ngram" in x.family]
+    recs = {(r.workload, r.concurrency): r for r in a.recommendations}
+    for key in (("copy", 2), ("random-output", 1)):
+        cands = {c.name: c for c in recs[key].pick.candidates}
+        assert cands["k=3"].basis == "calibrated" and cands["k=3"].log_ratios is None
+        assert cands["k=4"].basis == "measured" and cands["k=4"].log_ratios is not None
+    r = recs[("random-output", 1)]
+    assert r.config == "off" and r.verdict == "loses"
+    assert {n for n, _ in r.pick.excluded} == {"k=1", "k=2", "k=3", "k=4"}
+    assert recs[("copy", 2)].config == "k=4"

@@ -741,6 +741,8 @@ def cell_candidates(runs: Sequence[Measurement], ps: Mapping[int, ThroughputPred
     if candidates == "all" and ps:
         scores = cell_scores(ps, basis)
         measured_fixed = {m.k for m in runs if m.k > 0 and not m.variable_width}
+        # physics: a what-if from a curve of drafts never accepted cannot pay either
+        never = bool(measured_fixed) and all(m.never_accepted for m in runs if m.k > 0 and not m.variable_width)
         for k in sorted(scores):
             if k == 0 or k in measured_fixed or ps[k].measured is not None:
                 continue
@@ -748,7 +750,7 @@ def cell_candidates(runs: Sequence[Measurement], ps: Mapping[int, ThroughputPred
             near = min(fixed_iv, key=lambda j: (abs(j - k), j), default=None)
             h = None if near is None else fixed_iv[near]
             out.append(Candidate(f"k={k}", k, v, None if h is None else v * math.exp(-h),
-                                 None if h is None else v * math.exp(h), "calibrated"))
+                                 None if h is None else v * math.exp(h), "calibrated", never_accepted=never))
     return out, notes
 
 
