@@ -22,8 +22,10 @@ lock is held by an ancestor process of this pytest (a driver that started vLLM, 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -54,8 +56,21 @@ def _folder_tier(item) -> str | None:
     return rel.parts[0] if len(rel.parts) > 1 and rel.parts[0] in _FOLDER_TIERS else None
 
 
+def _on_the_terminal(config):
+    """A message function that writes past pytest's output capture (a wait for the vLLM lock can
+    last many minutes: it must be seen while it lasts, not after the test)."""
+    capman = config.pluginmanager.getplugin("capturemanager")
+
+    def say(message: str) -> None:
+        with capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext():
+            sys.stderr.write(f"\n[real_vllm] {message}\n")
+            sys.stderr.flush()
+
+    return say
+
+
 @pytest.fixture(scope="session")
-def real_vllm():
+def real_vllm(request):
     reason = realstack.skip_real_reason()
     if reason:
         pytest.skip(reason)
@@ -65,7 +80,7 @@ def real_vllm():
     if existing:
         yield realstack.existing_real_vllm(existing)
         return
-    server = realstack.start_real_vllm(k=realstack.REAL_K)
+    server = realstack.start_real_vllm(k=realstack.REAL_K, on_status=_on_the_terminal(request.config))
     try:
         yield realstack.as_real_vllm(server)
     finally:

@@ -173,7 +173,7 @@ class DemoStack:
         self.prometheus_config = REPO / "prometheus" / "prometheus.yml"
         self.prometheus_data = out / "prometheus-data"
         # the embedded default's measured step times, with a curve for what the speculative server
-        # runs: speedups with basis measured/profile (see exporter_cost_options)
+        # runs: speedups with basis calibrated/profile (see exporter_cost_options)
         self.cost_profile, self.cost_drafter = exporter_cost_options(method, drafter_label)
         self.exporter_url, self.prometheus_url = EXPORTER_URL, PROM_URL
         self.metrics = BenchMetrics()
@@ -320,7 +320,7 @@ def demo(workloads, concurrency, k, method, drafter, output_len, num_batches, eq
         workloads=tuple(wl), concurrencies=tuple(concurrency), k=k, method=method, drafter_label=drafter_label,
         drafter_path=drafter_path, output_len=output_len, num_batches=num_batches,
         equivalence_output_len=equivalence_output_len, out=out, stamp=stamp,
-        keep_running=sys.stdin.isatty() if keep_running is None else keep_running)
+        keep_running=sys.stdout.isatty() if keep_running is None else keep_running)  # output piped: do not wait
     run_demo(settings, stack, console)
 
 

@@ -116,9 +116,10 @@ class RealVllm:
         return r.text
 
 
-def start_real_vllm(k: int = REAL_K, served_model_name: str = DEFAULT_SERVED_MODEL_NAME) -> VllmServer:
+def start_real_vllm(k: int = REAL_K, served_model_name: str = DEFAULT_SERVED_MODEL_NAME, on_status=None) -> VllmServer:
     """Start (and return, already started) the embedded vLLM with ngram speculation ``k`` on a
     free port; the caller must ``stop()`` it. Holds /tmp/specwatch-vllm.lock while running.
+    ``on_status(message)``: where its messages go (a wait for the lock every 30 s; default stderr).
 
     Raises: VllmStartError (with the log tail), LockTimeout.
     """
@@ -128,6 +129,7 @@ def start_real_vllm(k: int = REAL_K, served_model_name: str = DEFAULT_SERVED_MOD
         served_model_name=served_model_name,
         speculative_config=speculative_config_for_k(k),
         log_path=log,
+        on_status=on_status,
     )
     return server.start()
 

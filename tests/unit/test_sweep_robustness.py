@@ -487,7 +487,7 @@ def test_template_server_reports_lock_waits_and_timeouts(tmp_path):
     with VllmLock(lock_path):
         with pytest.raises(SweepError, match=re.escape(f"another real vLLM still holds {lock_path} after 2 s")):
             srv.__enter__()
-    assert msgs == [f"waiting for {lock_path} (another real vLLM is running)"]
+    assert msgs == [f"waiting for {lock_path} (another real vLLM is running: pid {os.getpid()})"]
     assert srv.process is None
 
 
@@ -510,7 +510,7 @@ def test_template_sweep_echoes_while_it_waits_for_the_lock(tmp_path, stub, monke
         timer.cancel()
         held.release()
     assert doc["status"] == "complete"
-    assert f"waiting for {lock_path} (another real vLLM is running)" in msgs
+    assert f"waiting for {lock_path} (another real vLLM is running: pid {os.getpid()})" in msgs
 
 
 # --------------------------------------------------------------------------------------------

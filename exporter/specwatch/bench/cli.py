@@ -18,7 +18,7 @@ import click
 from rich.console import Console
 
 from specwatch.bench.results import render_tables
-from specwatch.bench.runner import BenchConfig, BenchConfigError, BenchInterrupted, run_bench
+from specwatch.bench.runner import BenchConfig, BenchConfigError, BenchInterrupted, RunResult, run_bench
 from specwatch.bench.workloads import DEFAULT_VOCAB_SIZE, WORKLOADS, WorkloadError, WorkloadOptions, load_sharegpt, parse_workloads
 from specwatch.common.defaults import BENCH_METRICS_PORT, MAX_RESPONSE_BYTES, VLLM_PORT
 from specwatch.common.params import FloatRange, int_list
@@ -138,8 +138,9 @@ def bench(workloads, concurrencies, dataset_path, output_len, ignore_eos, temper
     if config.equivalence and not config.baseline_url:
         config = BenchConfig(**{**config.__dict__, "equivalence": False})
     install_stop_signals()  # SIGTERM (docker stop, timeout) ends the run like Ctrl-C: files say "interrupted"
+    started = RunResult(config)
     try:
-        result = run_bench(config)
+        result = run_bench(config, result=started)
     except BenchInterrupted as exc:
         result = exc.result
         if result.status == "complete":  # Ctrl-C during --metrics-linger: the run itself finished
@@ -151,10 +152,17 @@ def bench(workloads, concurrencies, dataset_path, output_len, ignore_eos, temper
                       + (f" in {result.json_path} and {result.csv_path}" if result.json_path else ""))
         sys.exit(130)
     except OSError as exc:  # e.g. the disk filled up while writing results
-        raise click.ClickException(f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")) from None
+        raise click.ClickException(f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
+                                   + _written(started)) from None
     except (WorkloadError, RuntimeError) as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.ClickException(str(exc) + _written(started)) from None
     _finish(console, result)
+
+
+def _written(result: RunResult) -> str:
+    """Where a failed run left its result files (status "failed", the error inside), or ""."""
+    paths = [p for p in (result.json_path, result.csv_path) if p is not None and p.exists()]
+    return f" (the run's result files, status failed: {' and '.join(str(p.resolve()) for p in paths)})" if paths else ""
 
 
 def _finish(console, result) -> None:

@@ -616,15 +616,17 @@ def _run(coro: Any) -> Any:
     return uvloop.run(coro)
 
 
-def run_bench(config: BenchConfig, *, metrics: BenchMetrics | None = None) -> RunResult:
+def run_bench(config: BenchConfig, *, metrics: BenchMetrics | None = None, result: RunResult | None = None) -> RunResult:
     """Run a benchmark to completion (blocking; starts its own event loop) and return the result.
+    ``result``: a RunResult to fill (its ``json_path`` names the files written, also when the run
+    fails at start).
 
     Raises :class:`BenchInterrupted` (a KeyboardInterrupt carrying the partial result) on Ctrl-C,
     after the result files were rewritten with status "interrupted";
     :class:`BenchConfigError`/:class:`specwatch.bench.workloads.WorkloadError`/RuntimeError for
     start-up problems (see :func:`run_bench_async`).
     """
-    res = RunResult(config)
+    res = result if result is not None else RunResult(config)
     try:
         return _run(run_bench_async(config, metrics=metrics, result=res))
     except (KeyboardInterrupt, asyncio.CancelledError):

@@ -25,7 +25,9 @@ class FileLock:
     """Exclusive ``flock`` on ``path`` (created if missing, mode 0666).
 
     ``timeout``: seconds to wait for it (0: fail at once), polling every ``poll`` s;
-    ``on_wait(message)`` is called once if it has to wait; ``note`` goes into the file beside this
+    ``on_wait(message)`` is called when it has to wait and again every ``remind`` s while it
+    waits (:meth:`wait_message`: the holder's pid and note when the file names them, and how long
+    it has waited), so a long wait is never silent; ``note`` goes into the file beside this
     process' PID while held. Usable as a context manager.
 
     Raises:
@@ -34,8 +36,9 @@ class FileLock:
     """
 
     def __init__(self, path: Path | str, timeout: float = 0.0, *, on_wait: Callable[[str], None] | None = None,
-                 note: str = "", poll: float = 0.5):
+                 note: str = "", poll: float = 0.5, remind: float = 30.0):
         self.path = Path(path)
+        self.remind = remind
         self.timeout = timeout
         self.on_wait = on_wait
         self.note = note
@@ -45,8 +48,9 @@ class FileLock:
     def acquire(self) -> None:
         """Take the lock (see the class docstring for the errors)."""
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
-        deadline = time.monotonic() + self.timeout
-        told = False
+        start = time.monotonic()
+        deadline = start + self.timeout
+        next_word = start
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -58,13 +62,20 @@ class FileLock:
             if time.monotonic() >= deadline:
                 os.close(fd)
                 raise LockHeld(f"{self.path} is held by another process (waited {self.timeout:.0f} s)")
-            if not told and self.on_wait is not None:
-                self.on_wait(f"waiting for {self.path}")
-                told = True
+            now = time.monotonic()
+            if self.on_wait is not None and now >= next_word:
+                self.on_wait(self.wait_message(now - start, lock_holder(self.path)))
+                next_word = now + self.remind
             time.sleep(self.poll)
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()} {self.note}".rstrip().encode() + b"\n")
         self._fd = fd
+
+    def wait_message(self, waited: float, holder: tuple[int, str] | None) -> str:
+        """What :meth:`acquire` tells ``on_wait`` while it waits: ``waiting for PATH (held by pid
+        N, NOTE)``, then ``…; waited 30 s so far`` on each reminder."""
+        held = "" if holder is None else f" (held by pid {holder[0]}" + (f", {holder[1]}" if holder[1] else "") + ")"
+        return f"waiting for {self.path}{held}" + (f"; waited {waited:.0f} s so far" if waited >= 1 else "")
 
     def release(self) -> None:
         """Release the lock (no-op if not held)."""

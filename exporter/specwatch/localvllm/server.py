@@ -232,17 +232,24 @@ def num_speculative_tokens(speculative_config: Mapping[str, Any] | None) -> int:
 class VllmLock(FileLock):
     """``flock`` on /tmp/specwatch-vllm.lock: only one real vLLM at a time on this machine.
 
-    Waits up to ``timeout`` seconds (polling each second), calling ``on_wait(message)`` once if it
-    has to wait. While held, the file holds one line ``PID [NOTE]`` (NOTE: the server's base URL
-    when taken by :class:`VllmServer`), readable with :func:`lock_holder`.
+    Waits up to ``timeout`` seconds (polling each second), calling ``on_wait(message)`` when it
+    has to wait and every 30 s while it waits, naming the holder (``waiting for PATH (another real
+    vLLM is running: pid N, NOTE)``). While held, the file holds one line ``PID [NOTE]`` (NOTE: the
+    server's base URL when taken by :class:`VllmServer`), readable with :func:`lock_holder`.
 
     Raises:
         LockTimeout: still held by someone else after ``timeout`` seconds.
     """
 
-    def __init__(self, path: Path = LOCK_PATH, timeout: float = 3600.0, on_wait=None, note: str = ""):
-        said = None if on_wait is None else (lambda m: on_wait(f"{m} (another real vLLM is running)"))
-        super().__init__(path, timeout, on_wait=said, note=note, poll=1.0)
+    def __init__(self, path: Path = LOCK_PATH, timeout: float = 3600.0, on_wait=None, note: str = "", remind: float = 30.0):
+        super().__init__(path, timeout, on_wait=on_wait, note=note, poll=1.0, remind=remind)
+
+    def wait_message(self, waited: float, holder: tuple[int, str] | None) -> str:
+        """``waiting for PATH (another real vLLM is running: pid N, NOTE)``, then ``…; waited 30 s
+        so far`` on each reminder."""
+        who = "" if holder is None else f": pid {holder[0]}" + (f", {holder[1]}" if holder[1] else "")
+        return f"waiting for {self.path} (another real vLLM is running{who})" + (
+            f"; waited {waited:.0f} s so far" if waited >= 1 else "")
 
     def acquire(self) -> None:
         try:
@@ -259,6 +266,10 @@ def lock_holder(path: Path = LOCK_PATH) -> tuple[int, str] | None:
 
 def _tail(path: Path | None, lines: int = 40) -> str:
     return log_tail(path, lines)
+
+
+def _say_on_stderr(message: str) -> None:
+    print(f"specwatch: {message}", file=sys.stderr, flush=True)
 
 
 class VllmServer:
@@ -319,7 +330,9 @@ class VllmServer:
         self.startup_timeout = startup_timeout
         self.stop_timeout = stop_timeout
         self.on_status = on_status or (lambda msg: None)
-        self._lock = VllmLock(Path(lock_path), timeout=lock_timeout, on_wait=self.on_status, note=self.base_url)
+        # a lock wait is said even without on_status (on stderr): a silent wait looks like a hang
+        self._lock = VllmLock(Path(lock_path), timeout=lock_timeout, note=self.base_url,
+                              on_wait=self.on_status if on_status is not None else _say_on_stderr)
         self._log_arg = log_path
         self._proc: ManagedProcess | None = None
         self.k = num_speculative_tokens(self.speculative_config)

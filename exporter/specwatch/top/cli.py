@@ -37,7 +37,7 @@ KEY_WINDOWS = {"1": "1m", "5": "5m", "l": LIFETIME, "L": LIFETIME}
 #: benchmark cell of 15-60 s, if the exporter serves it: ``specwatch serve`` does by default).
 DEFAULT_WINDOW = "1m"
 #: ``specwatch serve`` options that change what ``top --upstream`` shows (the collector runs in this
-#: process with them): speedups with basis measured/profile instead of the built-in guess
+#: process with them): speedups with basis calibrated/profile instead of the built-in guess
 #: (basis=default), the baseline server's decode speed, the cost-profile curve that applies.
 #: Defined once in :mod:`specwatch.exporter.options` for both commands.
 SERVE_FLAGS = COST_OPTION_NAMES
