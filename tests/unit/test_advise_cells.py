@@ -354,7 +354,7 @@ def test_predictions_alone_decide_by_the_tolerance_only():
 
 # ------------------------------------------------------------------------------- noise-aware sweep cells (stub server)
 def _plan(**kw) -> SweepPlan:
-    return SweepPlan(build_configs((2,), (), True), ("copy",), (1,), 8, None, 1, 2, 1, 0, **kw)
+    return SweepPlan(build_configs((2,), (), True), ("copy",), (1,), 8, None, 1, 2, 1, 0, **{"paired": False, **kw})
 
 
 def test_noise_aware_cells_repeat_batches_until_the_target_or_the_cap(tmp_path, stub):
@@ -386,7 +386,8 @@ def test_resumed_noise_aware_sweep_keeps_its_cells_and_old_files_resume(tmp_path
     doc = run_sweep(_plan(target_ci=0.5, max_batches=3), out, template=template, lock=False, progress=False,
                     echo=lambda *a, **k: None)
     before = {(c["config"], c["workload"]): c["finished_at"] for c in doc["cells"]}
-    plan2 = SweepPlan(build_configs((2, 4), (), True), ("copy",), (1,), 8, None, 1, 2, 1, 0, target_ci=0.5, max_batches=3)
+    plan2 = SweepPlan(build_configs((2, 4), (), True), ("copy",), (1,), 8, None, 1, 2, 1, 0, target_ci=0.5, max_batches=3,
+                      paired=False)
     doc2 = run_sweep(plan2, out, template=template, lock=False, progress=False, echo=lambda *a, **k: None)
     for c in doc2["cells"]:
         if (c["config"], c["workload"]) in before:

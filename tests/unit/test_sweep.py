@@ -25,8 +25,9 @@ FIX = Path(__file__).parents[1] / "fixtures" / "metrics"
 
 
 
-def plan(ks=(2, 4), workloads=("copy", "explain"), concs=(1, 2), output_len=8) -> SweepPlan:
-    return SweepPlan(build_configs(ks, (), True), workloads, concs, output_len, None, 1, 1, 1, 0)
+def plan(ks=(2, 4), workloads=("copy", "explain"), concs=(1, 2), output_len=8, paired=False) -> SweepPlan:
+    """A small sweep plan; sequential unless ``paired`` (the sequential schedule is what most tests here pin)."""
+    return SweepPlan(build_configs(ks, (), True), workloads, concs, output_len, None, 1, 1, 1, 0, paired=paired)
 
 
 def test_sweep_runs_every_cell_and_records_servers(tmp_path, stub):
@@ -284,3 +285,77 @@ def test_cli_reads_the_api_key_from_openai_api_key_and_writes_it_nowhere(tmp_pat
     for f in tmp_path.rglob("*"):
         if f.is_file() and f.name != "stub.py":
             assert secret not in f.read_text(errors="replace"), f
+
+
+# ------------------------------------------------------------------------------- paired mode (issue #37)
+
+
+def test_paired_sweep_keeps_the_baseline_up_and_alternates_rounds(tmp_path, stub):
+    template, log = stub
+    out = tmp_path / "sweep.json"
+    msgs: list[str] = []
+    doc = run_sweep(plan(workloads=("copy",), concs=(1, 2), paired=True), out, template=template, lock=False,
+                    progress=False, echo=lambda m, **_: msgs.append(m))
+    assert doc["status"] == "complete"
+    assert starts(log) == [0, 2, 4]  # the baseline started once, each speculative server beside it
+    saved = load_result(out)
+    cells = {(c["config"], c["workload"], c["max_concurrency"]): c for c in saved["cells"]}
+    assert len(cells) == 6
+    for c in (1, 2):
+        base = cells[("baseline", "copy", c)]
+        assert base["mode"] == "paired" and base["paired_with"] == "ngram-k2"
+        for k in (2, 4):
+            cell = cells[(f"ngram-k{k}", "copy", c)]
+            assert cell["mode"] == "paired"
+            spec_idx = [b["batch_index"] for b in cell["batches"]]
+            base_idx = [b["batch_index"] for b in cell["baseline_batches"]]
+            assert spec_idx == base_idx == [0, 1]  # one warm-up and one measured batch, paired by index
+            assert all(b["role"] == "baseline" for b in cell["baseline_batches"])
+        # the baseline's own cell holds the batches it served beside the first configuration
+        assert [b["started_at"] for b in base["batches"]] == \
+            [b["started_at"] for b in cells[("ngram-k2", "copy", c)]["baseline_batches"]]
+    assert any("(paired, 1 batch: no interval)" in m for m in msgs)
+    # the rows of the sequential path still read: measurements of every configuration
+    ms = {(m.config, m.workload, m.concurrency) for m in measurements(saved)}
+    assert ("ngram-k4", "copy", 2) in ms and ("baseline", "copy", 1) in ms
+
+
+def test_paired_sweep_resumes_only_the_missing_cells(tmp_path, stub):
+    template, log = stub
+    out = tmp_path / "sweep.json"
+    seen: list[str] = []
+
+    def stop_after_two_paired_cells(msg: str, **_: object) -> None:
+        seen.append(msg)
+        if sum(1 for m in seen if "(paired," in m) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(plan(workloads=("copy",), concs=(1, 2), paired=True), out, template=template, lock=False,
+                  progress=False, echo=stop_after_two_paired_cells)
+    partial = load_result(out)
+    assert partial["status"] == "interrupted"
+    kept = {(c["config"], c["max_concurrency"]): c["finished_at"] for c in partial["cells"]}
+    assert set(kept) == {("baseline", 1), ("baseline", 2), ("ngram-k2", 1), ("ngram-k2", 2)}
+    doc = run_sweep(plan(workloads=("copy",), concs=(1, 2), paired=True), out, template=template, lock=False,
+                    progress=False, echo=lambda *a, **k: None)
+    assert doc["status"] == "complete"
+    assert starts(log) == [0, 2, 0, 4]  # ngram-k2 was not started again; the baseline came back beside k4
+    for c in doc["cells"]:
+        if (c["config"], c["max_concurrency"]) in kept:
+            assert c["finished_at"] == kept[(c["config"], c["max_concurrency"])]
+
+
+def test_paired_sweep_says_to_run_sequential_when_the_second_server_cannot_start(tmp_path, stub):
+    import socket
+    template, log = stub
+    out = tmp_path / "sweep.json"
+    with socket.socket() as busy:  # the speculative server's port is taken; the baseline's is free
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        with pytest.raises(SweepError) as err:
+            run_sweep(plan(ks=(2,), workloads=("copy",), concs=(1,), paired=True), out, template=template,
+                      port=busy.getsockname()[1], lock=False, progress=False, echo=lambda *a, **k: None)
+    assert "could not start beside the baseline" in err.value.message and "--sequential" in err.value.message
+    assert starts(log) == [0]  # the baseline started, and was stopped
+    assert load_result(out)["status"] == "failed"

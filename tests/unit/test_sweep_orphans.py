@@ -92,7 +92,7 @@ def test_a_resume_stops_the_server_an_earlier_killed_sweep_left_behind(tmp_path,
         assert alive(worker_pid), "the scenario needs a survivor in the server's process group"
         assert os.getpgid(worker_pid) == leader
         msgs: list[str] = []
-        plan = SweepPlan(build_configs((2,), (), True), ("copy",), (1,), 8, None, 1, 1, 1, 0)
+        plan = SweepPlan(build_configs((2,), (), True), ("copy",), (1,), 8, None, 1, 1, 1, 0, paired=False)
         doc = run_sweep(plan, out, template=template, lock=False, progress=False, echo=lambda m, **_: msgs.append(m))
         assert doc["status"] == "complete"
         assert any(m.startswith(f"stopping the server an earlier sweep of {out} left running (baseline, pid {leader};")
@@ -137,7 +137,7 @@ def test_a_leftover_that_cannot_be_stopped_is_refused_in_one_line(tmp_path, stub
             raise PermissionError(1, "Operation not permitted")
 
         monkeypatch.setattr(processes.os, "killpg", refuse)
-        plan = SweepPlan(build_configs((2,), (), True), ("copy",), (1,), 8, None, 1, 1, 1, 0)
+        plan = SweepPlan(build_configs((2,), (), True), ("copy",), (1,), 8, None, 1, 1, 1, 0, paired=False)
         with pytest.raises(SweepError) as err:
             run_sweep(plan, out, template=template, lock=False, progress=False, echo=lambda *a, **k: None)
         msg = err.value.message

@@ -34,9 +34,10 @@ from sweep_stub import starts
 QUIET = {"lock": False, "progress": False}
 
 
-def plan(ks=(2,), workloads=("copy",), concs=(1,), spec=(), baseline=True, dataset_path=None) -> SweepPlan:
+def plan(ks=(2,), workloads=("copy",), concs=(1,), spec=(), baseline=True, dataset_path=None, paired=False) -> SweepPlan:
+    """A small plan; sequential (one server at a time, the schedule these tests pin) unless ``paired``."""
     return SweepPlan(build_configs(ks, spec, baseline), workloads, concs, 8, None, 1, 1, 1, 0,
-                     dataset_path=dataset_path)
+                     dataset_path=dataset_path, paired=paired)
 
 
 def keys(doc) -> list[tuple[str, str, int]]:

@@ -213,6 +213,10 @@ def _drafter_models(drafters, server_command, model_dir) -> list[tuple[str, str]
               help="Seconds to wait for each server.")
 @click.option("--lock/--no-lock", default=True, show_default=True,
               help="Hold flock /tmp/specwatch-vllm.lock while a template server runs (the embedded one always does).")
+@click.option("--sequential", is_flag=True, default=False,
+              help="One server at a time, each cell measured alone (for hosts that cannot hold two servers). Default: "
+                   "paired — the baseline server stays up beside each speculative one and every cell alternates "
+                   "the two batch by batch on the same prompts (--target-ci then applies to the paired ratio).")
 @click.option("--api-key", envvar=["SPECWATCH_API_KEY", "OPENAI_API_KEY"], default=None, show_envvar=True,
               help="Bearer key for the servers (never written or logged).")
 @click.option("--log-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -220,7 +224,7 @@ def _drafter_models(drafters, server_command, model_dir) -> list[tuple[str, str]
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def sweep(result_file, ks, spec_configs, drafters, baseline, workloads, dataset_path, concurrencies, output_len, num_prompts,
           prompts_per_concurrency, num_batches, target_ci, max_batches, warmup_batches, seed, server_command, port, host, model_dir,
-          startup_timeout, lock, api_key, log_dir, progress) -> None:
+          startup_timeout, lock, sequential, api_key, log_dir, progress) -> None:
     """Run the load generator over server configurations × workloads × concurrencies.
 
     Default: the embedded vLLM (SmolLM2-135M on CPU) as a baseline and with ngram speculation at
@@ -247,7 +251,8 @@ def sweep(result_file, ks, spec_configs, drafters, baseline, workloads, dataset_
     check_writable(result_file, "--result-file")
     check_dir_writable(log_dir or result_file.with_name(result_file.stem + "-logs"), "--log-dir")
     plan = SweepPlan(configs, wls, concs, output_len, num_prompts, prompts_per_concurrency, num_batches,
-                     warmup_batches, seed, dataset_path=dataset_path, target_ci=target_ci, max_batches=max_batches)
+                     warmup_batches, seed, dataset_path=dataset_path, target_ci=target_ci, max_batches=max_batches,
+                     paired=not sequential)
     echo = click.echo
     if server_command is None:
         echo("specwatch sweep: embedded vLLM on CPU; the defaults (64-token outputs, 2×concurrency prompts per "

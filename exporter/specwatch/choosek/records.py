@@ -174,8 +174,21 @@ class SweepCell(JsonRecord):
     summary: BenchCell | None = jfield("summary", Rec(BenchCell))
     batches: tuple[BenchBatch, ...] | None = jfield("batches", ListOf(Rec(BenchBatch)))
     server_exited: int | None = jfield("server_exited", _ANY, omit_none=True)
+    #: "paired": measured in alternating rounds beside the baseline server (issue #37); absent
+    #: (None): measured alone, one server after the other (sequential; every older file).
+    mode: str | None = jfield("mode", _STR, omit_none=True)
+    #: Paired mode, on a speculative cell: the baseline's batches measured beside it (batch i of
+    #: both served the same prompts, back to back); on the baseline's own cell: the configuration
+    #: it was measured beside.
+    baseline_batches: tuple[BenchBatch, ...] | None = jfield("baseline_batches", ListOf(Rec(BenchBatch)), omit_none=True)
+    paired_with: str | None = jfield("paired_with", _STR, omit_none=True)
     extra: Mapping[str, Any] = record_field(default_factory=dict)
     keys: tuple[str, ...] | None = record_field(default=None)
+
+    @property
+    def paired(self) -> bool:
+        """True when the cell was measured in paired rounds beside the baseline."""
+        return self.mode == "paired"
 
     @property
     def key(self) -> tuple[str, str, int]:

@@ -8,8 +8,18 @@ engines), runs every (workload, concurrency) cell with :func:`specwatch.bench.ru
 (warm-up batches first; then at least ``num_batches`` measured batches and, with ``target_ci``,
 more until the 95 % interval of the cell's throughput is within ``target_ci`` of its mean or
 ``max_batches`` ran; spec-decode values from the server's ``vllm:spec_decode_*`` counters),
-and stops it before the next configuration starts (one server at a time: they would share the
-CPU/GPU).
+and stops it before the next configuration starts.
+
+Two modes. **Paired** (the default, issue #37): the baseline server stays up beside each
+speculative server and every cell runs in alternating rounds on the same prompts (batch i on both
+servers back to back, ABBA order: ``BenchConfig.paired``), so a drift of the host weighs on both
+sides alike and ``target_ci`` applies to the paired ratio's interval; only one server is loaded at
+a time. On the embedded default the sweep holds the machine-wide vLLM lock once for both servers.
+The speculative cell stores the baseline's batches measured beside it (``baseline_batches``,
+``mode: "paired"``); the baseline's own cell holds the batches it served beside the first
+configuration measured there (``paired_with``). **Sequential** (``--sequential``, for hosts that
+cannot hold two servers; every file written before paired mode): one server at a time, each cell
+measured alone; the cells carry no ``mode``.
 
 Servers come from the embedded vLLM (:mod:`specwatch.localvllm.server`, the default; it holds
 ``flock /tmp/specwatch-vllm.lock`` while it runs) or from a command template
@@ -30,7 +40,9 @@ Results: one JSON document (``specwatch_sweep_format`` 1; held and written as it
                 "summary": <bench cell summary: output_throughput, mean_tpot_ms, …,
                             output_throughput_ci95 (the 95 % interval of the throughput)>,
                 "batches": [<bench batch records>], "server_exited": <exit code, only if the
-                server died during the cell>}]}
+                server died during the cell>, "mode": "paired" (paired cells only),
+                "baseline_batches": [<the baseline's batches beside it>] (paired speculative cells),
+                "paired_with": <configuration> (paired baseline cells)}]}
 
 A cell with failed requests (``summary.failed`` > 0) or whose server died is kept in the file but
 does not count as finished: :func:`measurements` leaves it out, :func:`failed_cells` describes it,
@@ -51,11 +63,13 @@ import hashlib
 import json
 import math
 import os
+import statistics
 import shlex
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,6 +89,7 @@ from specwatch.common.processes import (ManagedProcess, StartFailed, free_port, 
 from specwatch.localvllm import server as localvllm_server
 from specwatch.localvllm.model import SpecwatchEmbeddedError
 from specwatch.localvllm.server import DEFAULT_SPECULATIVE_CONFIG, LockTimeout, VllmLock, VllmServer
+from specwatch.specdecode.decision import format_interval, format_ratio, paired_ratio
 
 DEFAULT_KS = (1, 2, 3, 4, 6, 8)
 DEFAULT_WORKLOADS = ("copy", "random-output")
@@ -455,11 +470,14 @@ class ServerRecord:
 @contextmanager
 def start_server(cfg: ServerConfig, *, template: str | None, port: int | None, host: str,
                  log_path: Path, startup_timeout: float, lock: bool, api_key: str | None,
-                 model_dir: str | None, on_status, record: ServerRecord | None = None) -> Iterator[Any]:
+                 model_dir: str | None, on_status, record: ServerRecord | None = None,
+                 private_lock: Path | None = None) -> Iterator[Any]:
     """Start the server of ``cfg`` (embedded vLLM, or ``template``) and yield it while it runs;
     stop it afterwards (saying so through ``on_status``). ``record``: where its process group is
-    recorded while it runs (:class:`ServerRecord`). Raises SweepError when it cannot start
-    (busy port, missing program, lock timeout, start-up failure)."""
+    recorded while it runs (:class:`ServerRecord`). ``private_lock``: the caller holds the
+    machine-wide vLLM lock for this server and another (paired mode); the embedded server then
+    takes this private lock file instead, and a template server none. Raises SweepError when it
+    cannot start (busy port, missing program, lock timeout, start-up failure)."""
     on_launch = None if record is None else (lambda process: record.launched(cfg, process))
     p = port or free_port(host)
     if template is None:
@@ -467,7 +485,8 @@ def start_server(cfg: ServerConfig, *, template: str | None, port: int | None, h
         if busy:
             raise SweepError(f"{cfg.name}: {busy}")
         srv = VllmServer(p, model_dir=model_dir, speculative_config=cfg.speculative_config, host=host,
-                         log_path=log_path, startup_timeout=startup_timeout, on_status=on_status, on_launch=on_launch)
+                         log_path=log_path, startup_timeout=startup_timeout, on_status=on_status, on_launch=on_launch,
+                         **({} if private_lock is None else {"lock_path": private_lock}))
         try:
             srv.start()
         except SpecwatchEmbeddedError as exc:
@@ -477,7 +496,8 @@ def start_server(cfg: ServerConfig, *, template: str | None, port: int | None, h
         stop = srv.stop
     else:
         srv = TemplateServer(render_command(template, p, cfg.speculative_config), p, host=host, log_path=log_path,
-                             startup_timeout=startup_timeout, lock=lock, api_key=api_key, on_status=on_status,
+                             startup_timeout=startup_timeout, lock=lock and private_lock is None, api_key=api_key,
+                             on_status=on_status,
                              on_launch=on_launch)
         try:
             srv.__enter__()
@@ -530,6 +550,12 @@ class SweepPlan:
     #: Noise-aware cells (see :class:`specwatch.bench.runner.BenchConfig`): None = num_batches fixed.
     target_ci: float | None = None
     max_batches: int | None = None
+    #: Paired (the default, issue #37): the baseline server stays up beside each speculative one
+    #: and every cell runs in alternating rounds on the same prompts (``BenchConfig.paired``);
+    #: ``target_ci`` then applies to the paired ratio's interval. False (``--sequential``): one
+    #: server at a time, each cell measured alone. Not a measurement setting: each cell records
+    #: its own ``mode``, and a resumed sweep may switch.
+    paired: bool = True
 
     def prompts_for(self, concurrency: int) -> int:
         return self.num_prompts or max(1, self.prompts_per_concurrency * concurrency)
@@ -636,6 +662,25 @@ def _interval_text(ci: ThroughputInterval | None, target: float | None) -> str:
         f"; target {target * 100:g} % not reached" if missed else "") + ")"
 
 
+def _paired_text(spec: Sequence[Any], base: Sequence[Any], target: float | None) -> str:
+    """The paired cell's progress line: ``312.4 vs 101.9 tok/s: 3.07× [2.81–3.35] (paired, 3
+    batches)``; says when the target was not reached. Measured batches of both roles, paired
+    by batch index."""
+    sm = {b.batch_index: b.output_throughput for b in spec if not b.warmup and (b.output_throughput or 0) > 0}
+    bm = {b.batch_index: b.output_throughput for b in base if not b.warmup and (b.output_throughput or 0) > 0}
+    idx = sorted(set(sm) & set(bm))
+    if not idx:
+        return "no pair of measured batches with output"
+    r = paired_ratio([sm[i] for i in idx], [bm[i] for i in idx])
+    thr = f"{statistics.fmean(sm[i] for i in idx):.1f} vs {statistics.fmean(bm[i] for i in idx):.1f} tok/s: "
+    if not r.has_interval:
+        return thr + f"{format_ratio(r.value)}× (paired, 1 batch: no interval)"
+    rel = r.upper / r.value - 1.0
+    missed = target is not None and rel > target
+    return (thr + f"{format_ratio(r.value)}× {format_interval(r.lower, r.upper)} ± {rel * 100:.1f} % (paired, "
+            f"{r.n} batches" + (f"; target {target * 100:g} % not reached" if missed else "") + ")")
+
+
 def run_sweep(
     plan: SweepPlan,
     result_file: Path,
@@ -698,67 +743,171 @@ def _run_sweep(plan: SweepPlan, result_file: Path, *, template, port, host, log_
         return SweepError(f"{cfg.name}: the server exited with code {rc} {when}; the sweep stops "
                           f"(finished cells are kept in {result_file})\nlog {log_path}:\n{_tail(log_path)}")
 
+    def started(cfg: ServerConfig, srv: Any, log_path: Path) -> None:
+        nonlocal doc
+        kv = kv_capacity(read_metrics(srv.metrics_url, api_key) or "")
+        start = {"config": cfg.name, "k": cfg.k, "started_at": _now(),
+                 "startup_seconds": srv.startup_seconds, "command": redact_argv(srv.command),
+                 "log": str(log_path), **kv}
+        doc = doc.replace(servers=(*doc.servers, ServerStart.read(start)))
+        save("running")
+        kvs = "unknown" if kv["kv_cache_tokens"] is None else f"{kv['kv_cache_tokens']} tokens"
+        echo(f"{cfg.name}: ready in {srv.startup_seconds:.1f} s, KV-cache capacity {kvs}")
+
+    def bench_cell(cfg: ServerConfig, srv: Any, wl: str, c: int, baseline_srv: Any = None):
+        try:
+            bcfg = BenchConfig(
+                base_url=srv.base_url, role="baseline" if cfg.k == 0 else "speculative",
+                baseline_url=None if baseline_srv is None else baseline_srv.base_url, paired=baseline_srv is not None,
+                served_model_name=getattr(srv, "served_model_name", None),
+                workloads=(wl,), concurrencies=(c,), num_prompts=plan.prompts_for(c),
+                num_batches=plan.num_batches, warmup_batches=plan.warmup_batches,
+                request_rate=plan.request_rate, options=options, api_key=api_key,
+                equivalence=False, save_result=False, progress=progress,
+                target_ci=plan.target_ci, max_batches=plan.max_batches,
+            )
+        except (BenchConfigError, WorkloadError) as exc:
+            raise SweepError(str(exc)) from None
+        try:
+            res = run_bench(bcfg)
+        except BenchInterrupted:
+            raise KeyboardInterrupt from None
+        if not res.summary():
+            raise SweepError(f"{cfg.name} {wl} c={c}: no measured batch")
+        return res
+
+    def settle(srv: Any, batches) -> int | None:
+        if any(b.failed for b in batches) and _server_exit_code(srv) is None:
+            try:  # failures from a dying server: give it a moment to finish exiting
+                srv.process.wait(timeout=1.0)
+            except (subprocess.TimeoutExpired, AttributeError):
+                pass
+        return _server_exit_code(srv)
+
+    def store(cell: SweepCell) -> str | None:
+        nonlocal doc
+        doc = doc.with_cell(cell)  # a re-measured cell replaces the old record
+        problem = cell.problem()
+        if not problem:
+            done.add(cell.key)
+        save("running")
+        if problem:
+            err = cell.first_error()
+            echo(f"  warning: {cell.config} {cell.workload} c={cell.max_concurrency}: {problem}"
+                 + (f" (first error: {err})" if err else "")
+                 + "; the cell is kept but not used by advise/report, and a resumed sweep measures it again")
+        return problem
+
+    def role_summary(res, role: str):
+        return next((x for x in res.summary() if x.role == role), None)
+
+    base_cfg = next((cfg for cfg in plan.configs if cfg.k == 0 and not cfg.speculative_config), None)
+    spec_cfgs = [cfg for cfg in plan.configs if cfg is not base_cfg]
+    paired = plan.paired and base_cfg is not None and bool(spec_cfgs)
+
+    def run_paired() -> None:
+        """Paired mode: the baseline server up beside each speculative server, every cell in
+        alternating rounds on the same prompts; the baseline's own cells are the batches it
+        served beside the first configuration measured there."""
+        todo = {cfg.name: [(wl, c) for wl in plan.workloads for c in plan.concurrencies
+                           if cell_key(cfg.name, wl, c) not in done] for cfg in spec_cfgs}
+        if not any(todo.values()):
+            return
+        with ExitStack() as stack:
+            if template is None or lock:  # one hold of the machine-wide lock for both servers
+                mlock = VllmLock(localvllm_server.LOCK_PATH, timeout=3600.0, on_wait=echo,
+                                 note="specwatch sweep (paired: baseline + speculative)")
+                try:
+                    mlock.acquire()
+                except LockTimeout as exc:
+                    raise SweepError(f"{exc}; the paired sweep needs it for both servers") from None
+                stack.callback(mlock.release)
+            private = Path(tempfile.mkdtemp(prefix="specwatch-pair-locks-"))
+            stack.callback(shutil.rmtree, private, True)
+            base_log = log_dir / f"{base_cfg.name}.log"
+            echo(f"{base_cfg.name}: starting the server (paired mode: it stays up beside each speculative server; "
+                 "--sequential runs one server at a time)")
+            base_srv = stack.enter_context(start_server(
+                base_cfg, template=template, port=None, host=host, log_path=base_log, startup_timeout=startup_timeout,
+                lock=lock, api_key=api_key, model_dir=model_dir, on_status=echo, record=record,
+                private_lock=private / "baseline.lock"))
+            started(base_cfg, base_srv, base_log)
+            for cfg in spec_cfgs:
+                cells = todo[cfg.name]
+                if not cells:
+                    n = len(plan.workloads) * len(plan.concurrencies)
+                    echo(f"{cfg.name}: {'its cell is' if n == 1 else f'all {n} cells'} already in {result_file}, skipped")
+                    continue
+                echo(f"{cfg.name}: starting the server beside {base_cfg.name} ({_plural(len(cells), 'cell')} to run, "
+                     "paired rounds)")
+                log_path = log_dir / f"{cfg.name}.log"
+                inner = ExitStack()
+                try:
+                    srv = inner.enter_context(start_server(
+                        cfg, template=template, port=port, host=host, log_path=log_path,
+                        startup_timeout=startup_timeout, lock=lock, api_key=api_key, model_dir=model_dir,
+                        on_status=echo, record=record, private_lock=private / f"{cfg.name}.lock"))
+                except SweepError as exc:
+                    raise SweepError(f"{exc.message}\n{cfg.name} could not start beside the baseline server (memory, "
+                                     "port or lock?): run the same command with --sequential to measure one server "
+                                     f"at a time; finished cells are kept in {result_file}") from None
+                with inner:
+                    started(cfg, srv, log_path)
+                    for wl, c in cells:
+                        for who, server in ((cfg, srv), (base_cfg, base_srv)):
+                            rc = _server_exit_code(server)
+                            if rc is not None:
+                                raise server_died(who, rc, log_dir / f"{who.name}.log", f"before {cfg.name} {wl} c={c}")
+                        res = bench_cell(cfg, srv, wl, c, baseline_srv=base_srv)
+                        sb = tuple(b.to_record() for b in res.batches if b.role == "speculative")
+                        bb = tuple(b.to_record() for b in res.batches if b.role == "baseline")
+                        rc_s, rc_b = settle(srv, sb), settle(base_srv, bb)
+                        ss, bs = role_summary(res, "speculative"), role_summary(res, "baseline")
+                        cell = SweepCell(config=cfg.name, k=cfg.k, family=cfg.family, workload=wl, max_concurrency=c,
+                                         finished_at=_now(), summary=None if ss is None else ss.to_record(), batches=sb,
+                                         server_exited=rc_s, mode="paired", baseline_batches=bb)
+                        if cell_key(base_cfg.name, wl, c) not in done:
+                            store(SweepCell(config=base_cfg.name, k=0, family=base_cfg.family, workload=wl,
+                                            max_concurrency=c, finished_at=_now(),
+                                            summary=None if bs is None else bs.to_record(), batches=bb,
+                                            server_exited=rc_b, mode="paired", paired_with=cfg.name))
+                        store(cell)
+                        echo(f"  {cfg.name} {wl} c={c}: " + _paired_text(sb, bb, plan.target_ci)
+                             + ("" if cell.summary is None or cell.summary.acceptance_rate is None
+                                else f", acceptance {cell.summary.acceptance_rate * 100:.1f} %"))
+                        for who, rc in ((cfg, rc_s), (base_cfg, rc_b)):
+                            if rc is not None:
+                                raise server_died(who, rc, log_dir / f"{who.name}.log", f"during {cfg.name} {wl} c={c}")
+
     save("running")
     try:
-        for cfg in plan.configs:
+        if paired:
+            run_paired()
+        for cfg in ([base_cfg] if paired else plan.configs):
             todo = [(wl, c) for wl in plan.workloads for c in plan.concurrencies
                     if cell_key(cfg.name, wl, c) not in done]
             if not todo:
-                n = len(plan.workloads) * len(plan.concurrencies)
-                echo(f"{cfg.name}: {'its cell is' if n == 1 else f'all {n} cells'} already in {result_file}, skipped")
+                if not paired:
+                    n = len(plan.workloads) * len(plan.concurrencies)
+                    echo(f"{cfg.name}: {'its cell is' if n == 1 else f'all {n} cells'} already in {result_file}, skipped")
                 continue
             echo(f"{cfg.name}: starting the server ({_plural(len(todo), 'cell')} to run)")
             log_path = log_dir / f"{cfg.name}.log"
             with start_server(cfg, template=template, port=port, host=host, log_path=log_path,
                               startup_timeout=startup_timeout, lock=lock, api_key=api_key,
                               model_dir=model_dir, on_status=echo, record=record) as srv:
-                kv = kv_capacity(read_metrics(srv.metrics_url, api_key) or "")
-                start = {"config": cfg.name, "k": cfg.k, "started_at": _now(),
-                         "startup_seconds": srv.startup_seconds, "command": redact_argv(srv.command),
-                         "log": str(log_path), **kv}
-                doc = doc.replace(servers=(*doc.servers, ServerStart.read(start)))
-                save("running")
-                kvs = "unknown" if kv["kv_cache_tokens"] is None else f"{kv['kv_cache_tokens']} tokens"
-                echo(f"{cfg.name}: ready in {srv.startup_seconds:.1f} s, KV-cache capacity {kvs}")
+                started(cfg, srv, log_path)
                 for wl, c in todo:
                     rc = _server_exit_code(srv)
                     if rc is not None:
                         raise server_died(cfg, rc, log_path, f"before {wl} c={c}")
-                    try:
-                        bcfg = BenchConfig(
-                            base_url=srv.base_url, role="baseline" if cfg.k == 0 else "speculative",
-                            served_model_name=getattr(srv, "served_model_name", None),
-                            workloads=(wl,), concurrencies=(c,), num_prompts=plan.prompts_for(c),
-                            num_batches=plan.num_batches, warmup_batches=plan.warmup_batches,
-                            request_rate=plan.request_rate, options=options, api_key=api_key,
-                            equivalence=False, save_result=False, progress=progress,
-                            target_ci=plan.target_ci, max_batches=plan.max_batches,
-                        )
-                    except (BenchConfigError, WorkloadError) as exc:
-                        raise SweepError(str(exc)) from None
-                    try:
-                        res = run_bench(bcfg)
-                    except BenchInterrupted:
-                        raise KeyboardInterrupt from None
-                    cells = res.summary()
-                    if not cells:
-                        raise SweepError(f"{cfg.name} {wl} c={c}: no measured batch")
-                    summary = cells[0].to_record()
+                    res = bench_cell(cfg, srv, wl, c)
+                    summary = res.summary()[0].to_record()
                     batches = tuple(b.to_record() for b in res.batches)
-                    failed = any(b.failed for b in batches)
-                    if failed and _server_exit_code(srv) is None:
-                        try:  # failures from a dying server: give it a moment to finish exiting
-                            srv.process.wait(timeout=1.0)
-                        except (subprocess.TimeoutExpired, AttributeError):
-                            pass
-                    rc = _server_exit_code(srv)
+                    rc = settle(srv, batches)
                     cell = SweepCell(config=cfg.name, k=cfg.k, family=cfg.family, workload=wl, max_concurrency=c,
                                      finished_at=_now(), summary=summary, batches=batches, server_exited=rc)
-                    doc = doc.with_cell(cell)  # a re-measured cell replaces the old record
-                    problem = cell.problem()
-                    if not problem:
-                        done.add(cell.key)
-                    save("running")
+                    problem = store(cell)
                     acc = summary.acceptance_rate
                     echo(f"  {cfg.name} {wl} c={c}: {summary.output_throughput or 0.0:.1f} tok/s"
                          + _interval_text(summary.output_throughput_ci95, plan.target_ci)
@@ -767,10 +916,7 @@ def _run_sweep(plan: SweepPlan, result_file: Path, *, template, port, host, log_
                     if rc is not None:
                         raise server_died(cfg, rc, log_path, f"during {wl} c={c}")
                     err = cell.first_error()
-                    if problem:
-                        echo(f"  warning: {cfg.name} {wl} c={c}: {problem}" + (f" (first error: {err})" if err else "")
-                             + "; the cell is kept but not used by advise/report, and a resumed sweep measures it again")
-                    elif failed:  # only warm-up requests failed
+                    if not problem and any(b.failed for b in batches):  # only warm-up requests failed
                         echo(f"  warning: {cfg.name} {wl} c={c}: warm-up requests failed"
                              + (f" (first error: {err})" if err else ""))
         planned = {cell_key(cfg.name, wl, c) for cfg in plan.configs for wl in plan.workloads for c in plan.concurrencies}
