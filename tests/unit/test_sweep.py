@@ -318,6 +318,17 @@ def test_paired_sweep_keeps_the_baseline_up_and_alternates_rounds(tmp_path, stub
     # the rows of the sequential path still read: measurements of every configuration
     ms = {(m.config, m.workload, m.concurrency) for m in measurements(saved)}
     assert ("ngram-k4", "copy", 2) in ms and ("baseline", "copy", 1) in ms
+    # ngram-k4 pairs with the baseline batches measured beside it, not with the baseline's cell
+    # (those were served beside ngram-k2)
+    import math
+    from specwatch.choosek.model import paired_logs
+    by = {(m.config, m.workload, m.concurrency): m for m in measurements(saved)}
+    k4, base = by[("ngram-k4", "copy", 2)], by[("baseline", "copy", 2)]
+    logs, unpaired = paired_logs(k4, base)
+    beside = {b["batch_index"]: b["output_throughput"] for b in cells[("ngram-k4", "copy", 2)]["baseline_batches"]
+              if not b["warmup"]}
+    own = {b["batch_index"]: b["output_throughput"] for b in cells[("ngram-k4", "copy", 2)]["batches"] if not b["warmup"]}
+    assert unpaired == [] and logs == pytest.approx([math.log(own[i] / beside[i]) for i in sorted(own)])
 
 
 def test_paired_sweep_resumes_only_the_missing_cells(tmp_path, stub):

@@ -100,6 +100,10 @@ class Measurement:
     #: The dynamic table (``num_speculative_tokens_per_batch_size``) of a variable-width
     #: configuration, as ``((start_bs, end_bs, k), …)``; None for a fixed k.
     table: tuple[tuple[int, ...], ...] | None = None
+    #: A paired sweep cell (issue #37): the baseline's measured batches served beside this
+    #: configuration, back to back with batch i of its own (the pairing partner of every batch);
+    #: empty for a sequential cell (pair with the baseline's own cell).
+    paired_baseline: tuple[BatchPoint, ...] = ()
 
     @property
     def batch_points(self) -> tuple[BatchPoint, ...]:
@@ -125,12 +129,14 @@ class Measurement:
     @classmethod
     def from_cell(cls, cell: BenchCell, *, config: str, k: int, family: str = "", variable_width: bool = False,
                   workload: str | None = None, concurrency: int | None = None,
-                  batches: tuple[BatchPoint, ...] = (), table: Any = None) -> Measurement:
+                  batches: tuple[BatchPoint, ...] = (), table: Any = None,
+                  paired_baseline: tuple[BatchPoint, ...] = ()) -> Measurement:
         """Build from a load generator cell summary (:class:`specwatch.bench.records.BenchCell`);
         ``workload`` / ``concurrency``: the cell's when the summary does not say (a sweep cell names
         them itself); ``variable_width``: the server's speculative config had
         ``num_speculative_tokens_per_batch_size``; ``batches``: the measured batches with their
-        pairing keys; ``table``: that table. Raises KChoiceError if the cell has no output
+        pairing keys; ``table``: that table; ``paired_baseline``: a paired cell's baseline batches
+        measured beside it. Raises KChoiceError if the cell has no output
         throughput, or no workload or concurrency."""
         wl = workload if workload is not None else cell.workload
         conc = concurrency if concurrency is not None else cell.max_concurrency
@@ -178,6 +184,7 @@ class Measurement:
             mean_itl_ms=_f(cell.mean_itl_ms),
             batches=tuple(batches),
             table=None if not table else tuple(tuple(int(x) for x in row) for row in table),
+            paired_baseline=tuple(paired_baseline),
         )
 
     @classmethod

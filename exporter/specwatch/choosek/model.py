@@ -112,6 +112,7 @@ __all__ = [
     "configuration_advice",
     "paired_logs",
     "throughput_interval",
+    "unpaired_line",
     "dynamic_schedule",
     "evaluate_choices",
     "expected_length",
@@ -669,8 +670,10 @@ def paired_logs(spec: Measurement, base: Measurement) -> tuple[list[float], list
     """The per-batch log(spec_i / base_i) of the batches both served with the same seeded prompts
     (:meth:`specwatch.choosek.measurement.BatchPoint.pairs_with`: same batch index, seed and
     number of prompts), in batch order, and the indices of ``spec``'s batches that have no such
-    partner (another seed, another number of prompts, a batch the baseline did not run)."""
-    by_index = {b.index: b for b in base.batch_points}
+    partner (another seed, another number of prompts, a batch the baseline did not run). A paired
+    sweep cell pairs with the baseline batches measured beside it (``spec.paired_baseline``, issue
+    #37), a sequential one with the baseline's own cell."""
+    by_index = {b.index: b for b in (spec.paired_baseline or base.batch_points)}
     logs, unpaired = [], []
     for b in sorted(spec.batch_points, key=lambda b: b.index):
         o = by_index.get(b.index)
@@ -697,6 +700,23 @@ def _halfwidth(c: Candidate) -> float | None:
     return max(math.log(c.upper / c.value), math.log(c.value / c.lower))
 
 
+#: The tail of a note on batches that could not be paired (:func:`unpaired_line` gathers them).
+UNPAIRED_NOTE = (" not paired with the baseline's (another seed, number of prompts or batch): "
+                 "left out of the ratio")
+
+
+def unpaired_line(notes: Iterable[str]) -> str | None:
+    """One line naming every cell whose batches could not be paired (from the rows' ``notes``),
+    e.g. ``not paired with the baseline's batches (…): ngram-k4/copy/c=2 batch 1, 2``; None
+    when every batch was paired."""
+    cells = list(dict.fromkeys(n[:-len(UNPAIRED_NOTE)].replace(": batch", " batch") for n in notes
+                               if n.endswith(UNPAIRED_NOTE)))
+    if not cells:
+        return None
+    return ("not paired with the baseline's batches (another seed, number of prompts or batch; left out of the "
+            "ratios): " + "; ".join(cells))
+
+
 def cell_candidates(runs: Sequence[Measurement], ps: Mapping[int, ThroughputPrediction], *,
                     candidates: str = "measured", basis: str = "measured") -> tuple[list[Candidate], list[str]]:
     """The decision's candidates in one (workload, concurrency) cell and the lines the row must
@@ -721,8 +741,7 @@ def cell_candidates(runs: Sequence[Measurement], ps: Mapping[int, ThroughputPred
         logs, unpaired = paired_logs(m, base)
         where = f"{m.config}/{m.workload}/c={m.concurrency}"
         if unpaired:
-            notes.append(f"{where}: batch {', '.join(map(str, unpaired))} not paired with the baseline's "
-                         "(another seed, number of prompts or batch): left out of the ratio")
+            notes.append(f"{where}: batch {', '.join(map(str, unpaired))}{UNPAIRED_NOTE}")
         if not logs:
             cand = Candidate(name, m.k, m.output_throughput / base.output_throughput, None, None, "measured",
                              None, m.never_accepted, m.variable_width, None)

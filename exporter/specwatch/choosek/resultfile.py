@@ -80,19 +80,22 @@ def measurements(doc: SweepResult | Mapping[str, Any]) -> list[Measurement]:
             out.append(Measurement.from_cell(s, config=cell.config, k=cell.k, family=cell.family or "",
                                              variable_width=cell.config in dynamic, workload=cell.workload,
                                              concurrency=cell.max_concurrency, batches=batch_points(cell, seed),
-                                             table=dynamic.get(cell.config)))
+                                             table=dynamic.get(cell.config),
+                                             paired_baseline=batch_points(cell, seed, cell.baseline_batches or ())))
         except KChoiceError as exc:
             raise SweepRecordError(f"damaged sweep result: cell {cell.name}: {exc}") from None
     return out
 
 
-def batch_points(cell: Any, seed: Any = None) -> tuple[BatchPoint, ...]:
+def batch_points(cell: Any, seed: Any = None, batches: Any = None) -> tuple[BatchPoint, ...]:
     """The measured (non-warm-up) batches of a sweep cell (:class:`specwatch.choosek.records.SweepCell`)
     as :class:`specwatch.choosek.measurement.BatchPoint` (batch_index, output throughput tok/s,
     num_prompts, the sweep's ``seed``, accepted draft tokens), in the file's order; batches without
-    an index or a positive throughput are left out; empty when the cell has no batch records."""
+    an index or a positive throughput are left out; empty when the cell has no batch records.
+    ``batches``: other batch records of the cell to convert instead (a paired cell's
+    ``baseline_batches``)."""
     out = []
-    for b in cell.batches or ():
+    for b in (cell.batches if batches is None else batches) or ():
         if b.warmup or b.batch_index is None or not b.output_throughput or b.output_throughput <= 0:
             continue
         out.append(BatchPoint(int(b.batch_index), float(b.output_throughput),
