@@ -120,7 +120,15 @@ def test_batches_that_cannot_be_paired_are_named(draft_doc, tmp_path):
     path.write_text(json.dumps(doc))
     res = CliRunner().invoke(advise_cmd, [str(path)])
     assert res.exit_code == 0, res.output
-    assert "ngram-k4/copy/c=2: batch 1, 2 not paired" in res.output
+    lines = [x for x in res.output.splitlines() if "not paired with the baseline's batches" in x]
+    assert len(lines) == 1 and lines[0].endswith("ngram-k4/copy/c=2 batch 1, 2")
+    # two cells: still one line, naming both
+    for b in _cell(doc, "ngram-k2", "random-output", 8)["batches"]:
+        b["num_prompts"] = 5
+    path.write_text(json.dumps(doc))
+    res = CliRunner().invoke(advise_cmd, [str(path)])
+    lines = [x for x in res.output.splitlines() if "not paired with the baseline's batches" in x]
+    assert len(lines) == 1 and "ngram-k4/copy/c=2 batch 1, 2" in lines[0] and "ngram-k2/random-output/c=8 batch" in lines[0]
 
 
 def test_a_composed_table_is_a_candidate_to_measure_never_the_answer(draft_doc, tmp_path):

@@ -348,8 +348,9 @@ def render_advice(a: Advice, console) -> None:
                   ", ".join(f"{n}: {b}" for n, b in r.batches.items()), recommendation_note(r))
     console.print(t)
     notes = list(dict.fromkeys(n for r in a.recommendations for n in r.notes))
-    for n in notes:
-        console.print(f"[yellow]{n}[/yellow]", soft_wrap=True, highlight=False)
+    line = kchoice.unpaired_line(notes)
+    for n in ([line] if line else []) + [n for n in notes if not n.endswith(kchoice.UNPAIRED_NOTE)]:
+        console.print(n, style="yellow", markup=False, soft_wrap=True, highlight=False)
     combos = {r.combination for r in a.recommendations if r.workload == "*" and r.combination}
     for how in sorted(combos):
         console.print(f"all workloads: speedups combined through {how}, batch by batch on the log scale — total baseline "

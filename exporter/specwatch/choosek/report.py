@@ -35,7 +35,8 @@ from specwatch.choosek.charts import (
     render_page,
 )
 from specwatch.choosek.drafterstudy import report_sections
-from specwatch.choosek.model import DEFAULT_TOLERANCE, Advice, KChoiceError, Measurement, candidate_name, paired_logs
+from specwatch.choosek.model import (UNPAIRED_NOTE, DEFAULT_TOLERANCE, Advice, KChoiceError, Measurement, candidate_name,
+                                     paired_logs, unpaired_line)
 from specwatch.specdecode.decision import format_interval, format_ratio, ratio_from_logs
 from specwatch.choosek.records import SweepResult
 from specwatch.choosek.resultfile import measurements
@@ -177,7 +178,9 @@ def render_report(doc: SweepResult | Mapping[str, Any], *, tolerance: float = DE
               speedup_text(r), "–" if r.verdict is None else VERDICT_TEXT.get(r.verdict, r.verdict),
               ", ".join(f"{n}: {b}" for n, b in r.batches.items()), recommendation_note(r)]
              for r in a.recommendations]))
-        for note in dict.fromkeys(n for r in a.recommendations for n in r.notes):
+        notes = list(dict.fromkeys(n for r in a.recommendations for n in r.notes))
+        line = unpaired_line(notes)
+        for note in ([line] if line else []) + [n for n in notes if not n.endswith(UNPAIRED_NOTE)]:
             parts.append(f"<p class='note'>{escape(note)}</p>")
         for how in sorted({r.combination for r in a.recommendations if r.workload == "*" and r.combination}):
             parts.append(f"<p>All workloads: speedups combined through {escape(how)}, batch by batch on the log scale "
