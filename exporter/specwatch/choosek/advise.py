@@ -170,6 +170,15 @@ def measure_command(doc: SweepResult | Mapping[str, Any], configs: Sequence[Mapp
     return " ".join(parts)
 
 
+#: What the advice says of how the sweep measured (issue #37).
+MODE_LINES = {
+    "paired": "measured paired: each speculative server beside the baseline server, alternating rounds on the same "
+              "prompts (ratios immune to the host's drift between configurations)",
+    "sequential": "measured sequentially: one server after the other (the ratios include whatever the host did between "
+                  "them; re-run without --sequential for paired rounds)",
+    "mixed": "measured partly paired, partly sequentially (a resumed sweep switched mode): see each cell's mode",
+}
+
 WIDE_CONSOLE = 160
 
 
@@ -685,10 +694,13 @@ class SweepAdviceResult:
     acceptance: str
     basis: str
     mix: Mapping[str, float] | None
+    #: How the sweep measured its speculative cells (``SweepResult.measurement_mode``).
+    mode: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``--json`` document (``advise_format`` :data:`ADVISE_FORMAT`)."""
-        return {"source": self.source, "advise_format": ADVISE_FORMAT, "left_out_cells": list(self.left_out),
+        return {"source": self.source, "advise_format": ADVISE_FORMAT, "measurement_mode": self.mode,
+                "left_out_cells": list(self.left_out),
                 "mix": self.mix, "tolerance": self.tolerance, "candidates": self.candidates,
                 "fit_k": None if self.fit_k is None else list(self.fit_k), "acceptance": self.acceptance,
                 "basis": self.basis, "families": [{**a.to_dict(), "engine_formats": engine_formats(
@@ -747,6 +759,8 @@ def render_result(result: SweepAdviceResult | LiveAdviceResult, console) -> None
 def _render_sweep(r: SweepAdviceResult, console) -> None:
     if r.status != "complete":
         console.print(f"[yellow]note: the sweep's status is {r.status!r}: advice from the cells finished so far[/yellow]")
+    if r.mode is not None:
+        console.print(MODE_LINES.get(r.mode, r.mode), soft_wrap=True)
     for a in r.advices:
         if a.family in r.labels:
             console.print(f"[bold]drafter[/bold] {r.labels[a.family]}")

@@ -417,7 +417,8 @@ def _advise_from_sweep(result_file: Path, console, *, tolerance, candidates, pri
     return SweepAdviceResult(source=str(result_file), advices=tuple(advices), labels=labels,
                              picks=tuple(pick_drafters(advices, labels, tolerance)), left_out=tuple(left_out),
                              status=doc.status, tolerance=tolerance, candidates=candidates,
-                             fit_k=None if fit_k is None else tuple(fit_k), acceptance=acceptance, basis=basis, mix=mix_weights)
+                             fit_k=None if fit_k is None else tuple(fit_k), acceptance=acceptance, basis=basis, mix=mix_weights,
+                             mode=doc.measurement_mode)
 
 
 def _advise_live(exporter_url, prometheus_url, *, window, concurrencies, tolerance, profile, profile_path, method, drafter,

@@ -330,6 +330,17 @@ class SweepResult(JsonRecord):
         """The latest server start of each configuration."""
         return {s.config: s for s in self.servers}
 
+    @property
+    def measurement_mode(self) -> str | None:
+        """How the speculative cells were measured (issue #37): ``paired`` (each beside the
+        baseline server, alternating rounds on the same prompts), ``sequential`` (one server after
+        the other; every file written before paired mode), ``mixed`` (a resume switched), or None
+        without speculative cells."""
+        modes = {("paired" if c.paired else "sequential") for c in self.cells if c.k > 0}
+        if not modes:
+            return None
+        return modes.pop() if len(modes) == 1 else "mixed"
+
     def configs_by_name(self) -> dict[str, SweepConfig]:
         return {c.name: c for c in self.configs}
 

@@ -545,7 +545,8 @@ def confidence_text(p: Pick) -> str:
     if p.separated:
         return f"ahead of {r} by {format_ratio(vs.value)}× {iv}{label}"
     more = ("" if p.more_batches is None
-            else f"; about {p.more_batches} more paired batches at this spread" if p.more_batches > 0 else "")
+            else f"; about {p.more_batches} more paired batch{'es' if p.more_batches > 1 else ''} at this spread"
+            if p.more_batches > 0 else "")
     tie = f" (within {p.tolerance * 100:g} %: the smaller k wins)" if p.tie else ""
     return f"{r} within {iv}{label}: cannot tell them apart{tie}{more}"
 
