@@ -348,7 +348,8 @@ class ThroughputPrediction:
     #: "beyond_curve" (a measured k larger than the curve it would be predicted from — e.g. an exact
     #: per-request curve of ngram drafts that never exceeded 2 tokens: ``predicted`` is the measurement).
     curve_basis: str = "exact"
-    #: The measured throughput's 95 % interval (tok/s) and its measured batches (None: not run).
+    #: The measured throughput's 95 % interval (tok/s, log scale: positive; shown, never decided on) and its
+    #: measured batches (None: not run).
     interval: tuple[float, float] | None = None
     batches: int | None = None
 
