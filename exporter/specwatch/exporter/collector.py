@@ -253,7 +253,7 @@ class SpecwatchCollector(Collector):
         f = _Families()
         f.build_info.add_metric([__version__], 1.0)
         try:
-            _add_profile(f, cfg.cost_profile)
+            _add_profile(f, cfg.cost_profile, tuple((u.speculative_method, u.drafter) for u in cfg.upstreams if u.drafter))
         except Exception:  # never the round (the profile was checked at start)
             log.exception("the cost profile's series could not be built")
         # after every upstream's fetch: a baseline upstream's speed is an input of the others' costs
@@ -629,14 +629,29 @@ def _step_of(wv: WindowValues) -> StepTimes | None:
     return None if wv.step is None else wv.step.times
 
 
-def _add_profile(f: "_Families", profile: CostProfile | None) -> None:
-    """The configured cost profile: its provenance (info) and its measured step times."""
+def _add_profile(f: "_Families", profile: CostProfile | None, drafters: tuple[tuple[str | None, str], ...] = ()) -> None:
+    """The configured cost profile: its provenance (info) and its measured step times. With
+    ``drafters`` ((method, drafter) the upstreams state), the info has one series per drafter with
+    ``drafter`` (as stated) and ``drafter_match``: how the profile's curve was found for it
+    (:meth:`specwatch.specdecode.costprofile.CostProfile.match_drafter`: exact,
+    last_path_component, none)."""
     if profile is None:
         return
     p = profile.provenance
-    f.profile_info.add_metric([profile.name, str(p.get("source", "")), str(p.get("hardware", "")), str(p.get("model", "")),
-                               str(p.get("served_model_name") or ""), str(p.get("vllm_version") or ""),
-                               "true" if profile.forward_only else "false"], 1.0)
+    info = [profile.name, str(p.get("source", "")), str(p.get("hardware", "")), str(p.get("model", "")),
+            str(p.get("served_model_name") or ""), str(p.get("vllm_version") or ""),
+            "true" if profile.forward_only else "false"]
+    if drafters:
+        f.profile_info = GaugeMetricFamily(
+            f.profile_info.name, f.profile_info.documentation + " With a --drafter (or ,drafter=): one series per drafter, "
+            "drafter as stated and drafter_match: exact, last_path_component (the drafter's path and its last component "
+            "name one drafter) or none (no curve for it: what-if speedups withheld, no_cost_curve).",
+            labels=["profile", "source", "hardware", "model", "served_model_name", "vllm_version", "forward_only", "drafter",
+                    "drafter_match"])
+        for d in dict.fromkeys((d, profile.match_drafter(m, d)[1]) for m, d in drafters):
+            f.profile_info.add_metric(info + list(d), 1.0)
+    else:
+        f.profile_info.add_metric(info, 1.0)
     seen: set[tuple[str, ...]] = set()
 
     def step(labels: list[str], seconds: float) -> None:

@@ -267,12 +267,34 @@ class CostProfile:
 
     def has_curve(self, method: str | None = None, drafter: str | None = None) -> bool:
         """True when :meth:`cost_ratio` finds a curve for ``method``/``drafter`` (method None:
-        the file's first; drafter None: any drafter of the method). A profile measured for another
+        the file's first; drafter None: any drafter of the method; a drafter's path and its last
+        component are one drafter: :meth:`match_drafter`). A profile measured for another
         drafter has none: its step costs are not this drafter's (the exporter then withholds the
         what-if speedups and the recommended k, reason ``no_cost_curve``)."""
         if method is None:
             return self.default_method() is not None
+        if drafter is not None:
+            drafter = self.match_drafter(method, drafter)[0]
+            if drafter is None:
+                return False
         return any(c.method == method and (drafter is None or c.drafter == drafter) for c in self.speculative)
+
+    def match_drafter(self, method: str | None, drafter: str) -> tuple[str | None, str]:
+        """The profile's spelling of ``drafter`` among ``method``'s curves (None: the file's
+        first method) and how it matched: ``("…", "exact")``, ``("…", "last_path_component")``
+        when one is a path and the other its last component, or two paths end in the same one
+        (``calibrate --from-sweep`` records a draft model directory ``/models/qwen-0.6b`` as
+        ``qwen-0.6b``; ``--drafter /models/qwen-0.6b`` and ``--drafter qwen-0.6b`` both find it),
+        or ``(None, "none")``. An exact match wins; among several drafters with that last
+        component, the file's first."""
+        if method is None:
+            dm = self.default_method()
+            method = None if dm is None else dm[0]
+        names = [d for m, d in self.methods() if m == method and d is not None]
+        if drafter in names:
+            return drafter, DRAFTER_EXACT
+        tail = drafter_name(drafter)
+        return next(((d, DRAFTER_LAST_COMPONENT) for d in names if drafter_name(d) == tail), (None, DRAFTER_NONE))
 
     def measured_ks(self, method: str | None = None, drafter: str | None = None) -> tuple[int, ...]:
         """The k the profile measured for ``method``/``drafter`` (resolution as :meth:`cost_ratio`)."""
@@ -291,6 +313,10 @@ class CostProfile:
             if dm is None:
                 return []
             method, drafter = dm
+        elif drafter is not None:
+            drafter = self.match_drafter(method, drafter)[0]
+            if drafter is None:
+                return []
         return sorted((c for c in self.speculative if c.method == method and (c.drafter == drafter or drafter is None)),
                       key=lambda c: c.k)
 
@@ -556,6 +582,17 @@ def make_profile(name: str, provenance: Mapping[str, Any], plain: Sequence[StepP
     prov = {"measured_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), **provenance}
     draft = CostProfile(name, prov, tuple(plain), tuple(speculative), extra=extra, plain_spread=plain_spread)
     return profile_from_dict(yaml.safe_load(draft.dumps()), f"<profile {name}>")
+
+
+#: How a drafter asked for matched a profile's (:meth:`CostProfile.match_drafter`; the
+#: ``drafter_match`` label of ``specwatch_cost_profile_info``).
+DRAFTER_EXACT, DRAFTER_LAST_COMPONENT, DRAFTER_NONE = "exact", "last_path_component", "none"
+
+
+def drafter_name(drafter: str) -> str:
+    """The last path component of a drafter: a model directory's name (``/models/qwen-0.6b`` →
+    ``qwen-0.6b``), a hub id's model (``Qwen/Qwen3-0.6B`` → ``Qwen3-0.6B``), a name as it is."""
+    return drafter.rstrip("/").rsplit("/", 1)[-1] or drafter
 
 
 def check_model(profile: CostProfile, served_model_name: str, *, what: str = "the server") -> None:
