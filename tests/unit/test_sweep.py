@@ -370,3 +370,22 @@ def test_paired_sweep_says_to_run_sequential_when_the_second_server_cannot_start
     assert "could not start beside the baseline" in err.value.message and "--sequential" in err.value.message
     assert starts(log) == [0]  # the baseline started, and was stopped
     assert load_result(out)["status"] == "failed"
+
+
+def test_the_advice_says_how_the_sweep_measured(tmp_path, stub):
+    from specwatch.choosek.resultfile import load_sweep
+    old = load_sweep(Path(__file__).parents[1] / "fixtures" / "sweeps" / "embedded-ngram-draft-sweep.json")
+    assert old.measurement_mode == "sequential"  # a file of the format before paired mode: read, labelled so
+    template, _ = stub
+    out = tmp_path / "sweep.json"
+    from specwatch.choosek.cli import advise, sweep
+    r = CliRunner().invoke(sweep, ["--result-file", str(out), "--k", "2", "--workloads", "copy",
+                                   "--concurrency", "1", "--output-len", "8", "--num-batches", "2",
+                                   "--server-command", template, "--no-lock", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    assert load_sweep(out).measurement_mode == "paired"
+    r = CliRunner().invoke(advise, [str(out)])
+    assert "measured paired" in r.output
+    j = tmp_path / "advice.json"
+    CliRunner().invoke(advise, [str(out), "--json", str(j)])
+    assert json.loads(j.read_text())["measurement_mode"] == "paired"
