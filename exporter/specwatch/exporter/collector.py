@@ -257,7 +257,11 @@ class SpecwatchCollector(Collector):
         except Exception:  # never the round (the profile was checked at start)
             log.exception("the cost profile's series could not be built")
         # after every upstream's fetch: a baseline upstream's speed is an input of the others' costs
-        base_step = self._baseline_steps(done)
+        try:
+            base_step = self._baseline_steps(done)
+        except Exception:  # never the round: the measured basis is then missing, logged
+            log.exception("the baseline upstream's step values could not be read")
+            base_step = {}
         for upstream in cfg.upstreams:
             name = upstream.name
             state = self._states[name]
@@ -599,7 +603,7 @@ class _CostInputs:
 
 #: The speedups (and their interval ends) a server can show: one outside came from values no server
 #: gives (an ITL sum of 1.7e308, a baseline's of 1e-304), and the upstream's derived series are left out.
-SPEEDUP_RANGE = (1e-4, 1e4)
+SPEEDUP_RANGE = (1e-6, 1e6)
 
 
 def _checked_answer(rates: tuple[float, ...], cost: LiveCost, k: int):
