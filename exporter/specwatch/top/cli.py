@@ -22,7 +22,6 @@ from rich.console import Console
 from rich.live import Live
 
 from specwatch.common.params import FloatRange
-from specwatch.common.params import FloatRange
 from specwatch.common.processes import install_stop_signals
 from specwatch.common.defaults import EXPORTER_PORT
 from specwatch.exporter.config import ConfigError, parse_window
