@@ -242,6 +242,15 @@ def speedup_text(r) -> str:
 VERDICT_TEXT = {"pays": "pays", "loses": "loses", "cannot_tell": "cannot tell"}
 
 
+def pick_label(r) -> str:
+    """The pick's name as a table shows it, with its basis when it is not measured (a what-if k:
+    ``k=3 (calibrated)``); ``–`` for a row that cannot be scored."""
+    if r.config is None or r.pick is None:
+        return "–"
+    b = r.pick.pick.basis
+    return r.config if b == "measured" else f"{r.config} ({b})"
+
+
 def _row_label(r, a: Advice) -> str:
     if r.workload != "*":
         return r.workload
@@ -352,7 +361,7 @@ def render_advice(a: Advice, console) -> None:
     for col in ("workload", "conc.", "pick", "speedup vs baseline (paired 95 %)", "verdict", "batches", "confidence / note"):
         t.add_column(col, justify="left" if col in ("workload", "pick", "verdict", "confidence / note") else "right")
     for r in a.recommendations:
-        t.add_row(_row_label(r, a), str(r.concurrency), "–" if r.config is None else r.config, speedup_text(r),
+        t.add_row(_row_label(r, a), str(r.concurrency), pick_label(r), speedup_text(r),
                   "–" if r.verdict is None else VERDICT_TEXT.get(r.verdict, r.verdict),
                   ", ".join(f"{n}: {b}" for n, b in r.batches.items()), recommendation_note(r))
     console.print(t)
@@ -396,6 +405,10 @@ def render_sweep_config(a: Advice, console) -> None:
         return
     console.print("[bold]pick by concurrency (all workloads):[/bold] "
                   + ", ".join(f"c={c}: {n}" for c, n in sorted(a.config_by_concurrency.items())))
+    for r in a.recommendations:
+        if r.workload == "*" and r.pick is not None:
+            console.print(f"  c={r.concurrency}: {r.config} ({r.pick.confidence_text()})", markup=False, highlight=False,
+                          soft_wrap=True)
     if a.answer == "off":
         console.print("[bold]vLLM:[/bold] speculation is not the pick at any measured concurrency: run without "
                       "--speculative-config.")
