@@ -88,6 +88,8 @@ def test_every_printed_interval_is_positive(draft_doc, tmp_path):
         for row in fam["recommendations"]:
             p = row["pick"]
             assert p is not None and p["text"]
+            if row["workload"] == "*":  # the pick per concurrency is printed with its confidence
+                assert f"  c={row['concurrency']}: {row['config']} ({p['text']})" in r.output
             for x in (p, p["versus_runner_up"] or {}):
                 assert x.get("lower") is None or x["lower"] > 0
     html = render_report(draft_doc)

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specwatch.choosek import exactcurves
-from specwatch.choosek.advise import VERDICT_TEXT, advise_sweep, recommendation_note, speedup_text
+from specwatch.choosek.advise import VERDICT_TEXT, advise_sweep, pick_label, recommendation_note, speedup_text
 from specwatch.choosek.charts import (
     config_order,
     escape,
@@ -174,7 +174,7 @@ def render_report(doc: SweepResult | Mapping[str, Any], *, tolerance: float = DE
         parts.append(html_table(
             ["workload", "concurrency", "pick", "speedup vs baseline (paired 95 %)", "verdict", "batches", "confidence / note"],
             [["all workloads" if r.workload == "*" else r.workload, r.concurrency,
-              "–" if r.config is None else (f"{r.config} (speculation off)" if r.k == 0 else r.config),
+              "–" if r.config is None else (f"{r.config} (speculation off)" if r.k == 0 else pick_label(r)),
               speedup_text(r), "–" if r.verdict is None else VERDICT_TEXT.get(r.verdict, r.verdict),
               ", ".join(f"{n}: {b}" for n, b in r.batches.items()), recommendation_note(r)]
              for r in a.recommendations]))
