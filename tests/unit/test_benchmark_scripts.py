@@ -31,3 +31,24 @@ def test_bench_client_script_compares_both_clients(tmp_path, stub):
         assert res[f"{who}_output_throughput"] == pytest.approx(16 * res[f"{who}_request_throughput"], rel=1e-6)
     assert res["ratio_request_throughput"] == pytest.approx(
         res["specwatch_request_throughput"] / res["vllm_request_throughput"])
+
+
+def test_compare_sweep_modes_on_real_sweeps(tmp_path):
+    """scripts/compare_sweep_modes.py (issue #37): the same estimator on both files; a file against
+    itself gives width ratio 1 in every cell; a file that is not a sweep is one line, exit 2."""
+    fix = ROOT / "tests" / "fixtures" / "sweeps" / "embedded-ngram-draft-sweep.json"
+    out = tmp_path / "modes.json"
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "compare_sweep_modes.py"), str(fix), str(fix),
+                        "--json", str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["cells"] == 24 and doc["half_as_wide"] == 0
+    assert all(row["width_ratio"] == 1.0 for row in doc["rows"] if row["width_ratio"] is not None)
+    row = next(x for x in doc["rows"] if x["cell"] == ["ngram-k4", "copy", 4])
+    assert 0 < row["paired"]["lower"] < row["paired"]["ratio"] < row["paired"]["upper"]
+    assert row["paired"]["n"] == 2 and row["paired"]["wall_s"] > 0
+    bad = tmp_path / "x.json"
+    bad.write_text("{}")
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "compare_sweep_modes.py"), str(bad), str(fix)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.startswith("error:") and len(r.stderr.strip().splitlines()) == 1
