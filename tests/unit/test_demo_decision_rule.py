@@ -271,3 +271,36 @@ def test_the_demo_suggests_top_with_a_15s_window_its_exporter_serves(tmp_path):
     con = Console(width=200, file=buf, color_system=None)
     con.print(demo_mod.TOP_COMMAND)
     assert "--window 15s" in buf.getvalue()
+
+
+# -- a full demo run of this code (tests/fixtures/demo-12row) -------------------------------------------
+
+FULL = Path(__file__).resolve().parents[1] / "fixtures" / "demo-12row"
+
+
+def test_a_full_demo_run_is_off_wherever_no_draft_was_accepted_and_advise_agrees(tmp_path):
+    """The real run the issue's case comes from: random-output at c = 8 proposed drafts and had none
+    accepted (acceptance 0.0 %), at c = 1 it proposed none: both off. `specwatch advise` on the
+    folder decides every row as the demo did (its demo-summary.json)."""
+    spec = json.loads((FULL / "bench-speculative.json").read_text())
+    summary = json.loads((FULL / "demo-summary.json").read_text())
+    stored = Decision.from_json(summary["decision"])
+    assert len(stored.rows) == 12 and stored.decision_format == 2
+    never = {(b["workload"], b["max_concurrency"]) for b in spec["batches"] if not b["warmup"]}
+    never = {key for key in never if all(b["spec_decode_accepted_tokens"] == 0 for b in spec["batches"]
+                                         if not b["warmup"] and (b["workload"], b["max_concurrency"]) == key)}
+    assert never == {("random-output", 1), ("random-output", 8)}
+    assert sum(b["spec_decode_num_drafts"] for b in spec["batches"]
+               if not b["warmup"] and (b["workload"], b["max_concurrency"]) == ("random-output", 8)) > 0
+    for r in stored.rows:
+        assert (r.choice.run == "off" and r.never_accepted) if (r.workload, r.concurrency) in never \
+            else not r.never_accepted
+    d = tmp_path / "demo"
+    shutil.copytree(FULL, d)
+    out = tmp_path / "advice.json"
+    res = CliRunner().invoke(advise, [str(d), "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    again = Decision.from_json(json.loads(out.read_text())["decision"])
+    assert [(r.workload, r.concurrency, r.choice.run, r.verdict, r.confidence) for r in again.rows] == \
+        [(r.workload, r.concurrency, r.choice.run, r.verdict, r.confidence) for r in stored.rows]
+    assert _console_text(stored) in res.output
