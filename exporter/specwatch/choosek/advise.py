@@ -43,6 +43,7 @@ from specwatch.choosek.drafterstudy import picks_json, render_picks
 from specwatch.choosek.model import DEFAULT_TOLERANCE, Advice, KChoiceError, speculative_config_advice
 from specwatch.choosek.records import SweepResult
 from specwatch.choosek.resultfile import measurements
+from specwatch.common.labels import for_terminal
 from specwatch.specdecode.cost import CostModel
 from specwatch.specdecode.costprofile import CostProfile
 from specwatch.specdecode.speedup import LiveCost, pick, speedups
@@ -498,7 +499,9 @@ def curves_from_exporter(text: str, window: str,
             if fam.name != "specwatch_position_acceptance_rate":
                 continue
             for s in fam.samples:
-                key = (s.labels.get("upstream", ""), s.labels.get("model_name", ""), s.labels.get("engine", ""))
+                # upstream text: printed by advise, so never raw (a model name may hold escape codes)
+                key = (for_terminal(s.labels.get("upstream", "")), for_terminal(s.labels.get("model_name", "")),
+                       for_terminal(s.labels.get("engine", "")))
                 found[s.labels.get("window", "")][key][int(s.labels["position"])] = s.value
                 found_basis[s.labels.get("window", "")][key] = s.labels.get("basis", "exact")
     except Exception as exc:  # the parser raises ValueError, KeyError, IndexError… on garbage
@@ -527,15 +530,15 @@ def curves_from_prometheus(url: str, rule: str = "model_name:specwatch_position_
     if not isinstance(data, dict):
         raise click.ClickException(f"cannot query Prometheus at {url}: unexpected answer (is it Prometheus?)")
     if data.get("status") != "success":
-        raise click.ClickException(f"Prometheus query failed: {data.get('error')}")
+        raise click.ClickException(f"Prometheus query failed: {for_terminal(data.get('error'))}")
     acc: dict[tuple[str, ...], dict[int, float]] = defaultdict(dict)
     for item in data.get("data", {}).get("result", []):
         m = item.get("metric", {})
         v = float(item["value"][1])
         if math.isfinite(v) and "position" in m:
-            acc[(m.get("job", ""), m.get("model_name", ""))][int(m["position"])] = v
+            key = (for_terminal(m.get("job", "")), for_terminal(m.get("model_name", "")))  # printed: never raw
+            acc[key][int(m["position"])] = v
             if bases is not None:
-                key = (m.get("job", ""), m.get("model_name", ""))
                 if bases.get(key) != "lower_bound":  # any lower-bound sample makes the curve one
                     bases[key] = m.get("basis", "exact")
     return {k: tuple(v[i] for i in sorted(v)) for k, v in acc.items()}

@@ -65,6 +65,19 @@ def check_label_value(value: object, *, what: str, max_len: int = MAX_LABEL_CHAR
     return value
 
 
+#: What must not reach a terminal raw: C0/DEL/C1 control characters (ESC starts terminal escape
+#: sequences), zero-width and bidirectional formatting characters (text that reads otherwise than
+#: it is), line and paragraph separators, lone surrogates.
+_NOT_FOR_TERMINAL = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ud800-\udfff]")
+
+
+def for_terminal(text: object) -> str:
+    """``text`` (from an upstream: a model name, a label, an error message) safe to print: each
+    character of :data:`_NOT_FOR_TERMINAL` written as its Python escape (``\\x1b``,
+    ``\\u202e``), everything else unchanged. Idempotent on its own output."""
+    return _NOT_FOR_TERMINAL.sub(lambda m: ascii(m.group())[1:-1], str(text))
+
+
 def sanitize_or_none(value: object, *, max_len: int = MAX_LABEL_CHARS) -> str | None:
     """Upstream-supplied text as a label value, or None when it cannot be one (see
     :func:`check_label_value`; not a string, too long, not encodable, control characters). The

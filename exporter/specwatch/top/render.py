@@ -11,11 +11,13 @@ import io
 from dataclasses import dataclass
 
 from rich.bar import Bar
+from rich.markup import escape
 from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from specwatch.common.labels import for_terminal
 from specwatch.specdecode.decision import format_interval, format_ratio
 from specwatch.top.model import DRIFT_FITS, EngineView, PositionRow, TopView, UpstreamView, Value
 
@@ -252,11 +254,12 @@ def render_plain(view: TopView, source: str) -> str:
         out.append("no upstreams served by the exporter")
     for u in view.upstreams:
         status, _ = _upstream_status(u)
-        out.append(f"upstream {u.name}: {status}")
+        out.append(f"upstream {for_terminal(u.name)}: {status}")
         if not u.engines or u.spec_decode_enabled is False:
             out.append(f"  {_no_engine_text(u)}")
         for e in u.engines:
-            out.append(f"  model {e.model_name or DASH} engine {e.engine or DASH} ({_window_note(e, view)})")
+            out.append(f"  model {for_terminal(e.model_name or DASH)} engine {for_terminal(e.engine or DASH)} "
+                       f"({_window_note(e, view)})")  # upstream text: escaped, never raw
             for r in engine_rows(e):
                 out.append(f"    {r.label + ':':<31}{r.text}" + (f"  {r.note}" if r.note else ""))
             if drift_warning(e):
@@ -332,7 +335,9 @@ def _engine_panel(u: UpstreamView, e: EngineView, view: TopView, width: int) -> 
             parts.append(Text("ragged drafts: drafts that never proposed position i count as rejections there, "
                               "so r_i is a lower bound of acceptance given the position was drafted", style="yellow"))
     status, style = _upstream_status(u)
-    title = f"[bold]{u.name}[/] · {e.model_name or DASH} · engine {e.engine or DASH}"
+    # upstream text: terminal escapes and rich markup in it are shown, never acted on
+    title = (f"[bold]{escape(for_terminal(u.name))}[/] · {escape(for_terminal(e.model_name or DASH))} · "
+             f"engine {escape(for_terminal(e.engine or DASH))}")
     return Panel(Group(Text(status, style=style), *parts), title=title, title_align="left",
                  subtitle=_window_note(e, view), subtitle_align="right",
                  border_style="red" if u.up is False else "blue")
