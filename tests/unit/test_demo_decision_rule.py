@@ -304,3 +304,16 @@ def test_a_full_demo_run_is_off_wherever_no_draft_was_accepted_and_advise_agrees
     assert [(r.workload, r.concurrency, r.choice.run, r.verdict, r.confidence) for r in again.rows] == \
         [(r.workload, r.concurrency, r.choice.run, r.verdict, r.confidence) for r in stored.rows]
     assert _console_text(stored) in res.output
+
+
+def test_a_positive_bound_never_prints_as_zero(docs):
+    """word-chain at c = 1 of the shortened run: its what-if comparison's lower end is about 1.6e-07
+    (three batches scatter widely there, and the comparison is unpaired); it prints as 1.6e-07, not
+    "0.00" (an interval must read positive)."""
+    base, spec, summary = docs
+    row = _row(dd.decide(base, spec, summary["k"]), "word-chain", 1)
+    lower = row.pick["versus_runner_up"]["lower"]
+    assert 0 < lower < 0.005
+    assert "[0.00–" not in row.confidence and f"[{dd.format_ratio(lower)}–" in row.confidence
+    assert dd.format_ratio(0.0007) == "0.0007" and dd.format_ratio(0.0) == "0.00" and dd.format_ratio(0.9989) == "0.999"
+    assert dd.format_ratio(1.6253e-07) == "1.6e-07" and dd.format_ratio(0.004) == "0.004" and dd.format_ratio(0.006) == "0.01"

@@ -511,12 +511,14 @@ def decide(candidates: Sequence[Candidate], tolerance: float = TOLERANCE) -> Pic
 def format_ratio(x: float | None, *, against: float = 1.0) -> str:
     """A ratio at two decimals, with more where two decimals would round it onto ``against``
     (1: the verdict's threshold) from the side it is on: 0.9989 → ``0.999``, 1.0004 →
-    ``1.0004``, 1.2345 → ``1.23``; ``–`` for None. The precision that decided a verdict is the one
-    printed."""
+    ``1.0004``, 1.2345 → ``1.23``; a positive ratio never prints as zero (0.0007 → ``0.0007``,
+    1.6e-07 → ``1.6e-07``); ``–`` for None. The precision that decided a verdict is the one printed."""
     if x is None:
         return "–"
     for d in range(2, 7):
         s = f"{x:.{d}f}"
+        if float(s) == 0.0 and x != 0.0:
+            return f"{x:.2g}"
         if x == against or float(s) != against:
             return s
     return f"{x:.6g}"
