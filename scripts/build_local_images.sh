@@ -119,13 +119,23 @@ for what in "${which[@]}"; do
         ln -s "$(cd "$wheel_dir" && pwd)"/torch-2.13.0+cpu-*.whl "$srv_dir/simple/torch/"
         # A fixed port when free: TORCH_INDEX_URL is part of Docker's cache key for the layers
         # after it, so a new port each time would rebuild the 3.5 GB dependency layer every time.
+        # Ready when this server (not another one on the port) serves a file only it has: the port
+        # is polled, nothing reads the server's log (on a loaded machine the background shell may
+        # not have created it yet: the first run used to fail with "sed: can't read …log").
+        marker="specwatch-index-$$-$RANDOM"
+        : >"$srv_dir/$marker"
         port=""
-        for try_port in "${SPECWATCH_TORCH_INDEX_PORT:-39181}" 0; do
-          PYTHONUNBUFFERED=1 python3 -m http.server --bind 127.0.0.1 --directory "$srv_dir" "$try_port" >"$srv_dir.log" 2>&1 &
+        for try_port in "${SPECWATCH_TORCH_INDEX_PORT:-39181}" ""; do
+          # "": a port that was free a moment ago (the kernel's pick)
+          [ -n "$try_port" ] || try_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+          python3 -m http.server --bind 127.0.0.1 --directory "$srv_dir" "$try_port" >/dev/null 2>&1 &
           server_pid=$!
-          for _ in $(seq 50); do
-            port="$(sed -n 's/.* port \([0-9]*\) .*/\1/p' "$srv_dir.log" | head -n 1)"
-            [ -n "$port" ] && break
+          for _ in $(seq 100); do
+            if python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2).read()' \
+                "http://127.0.0.1:$try_port/$marker" 2>/dev/null; then
+              port="$try_port"
+              break
+            fi
             kill -0 "$server_pid" 2>/dev/null || break
             sleep 0.1
           done
@@ -133,7 +143,6 @@ for what in "${which[@]}"; do
           kill "$server_pid" 2>/dev/null || true
           server_pid=""
         done
-        rm -f "$srv_dir.log"
         [ -n "$port" ] || { echo "build_local_images.sh: the local torch index did not start" >&2; exit 1; }
         log "serving $wheel_dir's torch wheel on http://127.0.0.1:$port/simple for the build"
         args+=(--network host --build-arg "TORCH_INDEX_URL=http://127.0.0.1:$port/simple")
