@@ -7,17 +7,19 @@ documents: a :class:`~specwatch.bench.records.BenchCell` per cell and a
 t0(b) of the cost profile the demo's exporter used; it returns a :class:`~specwatch.choosek.decisionrecords.Decision`
 record (:mod:`specwatch.choosek.decisionrecords`, the only module that knows its fields), whose
 ``to_json`` the demo stores in ``demo-summary.json`` (key ``decision``) and which the console and
-``report.html`` render with this module's formatters. Decisions are made on
-95 % intervals with :mod:`specwatch.specdecode.decision` (verdict: ``pays`` when lower > 1,
-``loses`` when upper < 1, else ``cannot_tell``; :func:`~specwatch.specdecode.decision.choose_k`).
+``report.html`` render with this module's formatters (as does ``specwatch advise`` on the result
+folder, :func:`specwatch.choosek.demoreport.advise_demo`). The k to run is the project's one
+decision rule, :func:`specwatch.specdecode.decision.decide` (docs/choosing-k.md; verdict: ``pays``
+when lower > 1, ``loses`` when upper < 1, else ``cannot_tell``).
 
 Per cell (the speculative server runs k; ``n`` measured batch pairs, batch i of both servers
 serving the same seeded prompts):
 
 - **measured** (basis ``measured``: the client's ratio, both servers live): speculative / baseline
-  output throughput (mean of the batches, the comparison table's ratio). Its interval comes from
-  the spread of the paired per-batch ratios r_i = spec_i / base_i: value × exp(± t(n−1) ×
-  sd(log r_i) / √n), Student's t at 97.5 %. One measured batch gives no interval (at concurrency
+  output throughput, paired (:func:`specwatch.specdecode.decision.ratio_from_logs`): exp(mean log
+  r_i) of the per-batch ratios r_i = spec_i / base_i, interval exp(mean ± t(n−1) × sd(log r_i) /
+  √n), Student's t at 97.5 % (batches that are not paired, :func:`pairing`, give none, or an
+  unpaired comparison labelled so when asked for). One measured batch gives no interval (at concurrency
   1 a batch is one request, so there is no per-request spread either): no verdict, and the table
   says to run ``--num-batches 2`` or more.
 - **calibrated** (basis ``calibrated``: the run's k, every input measured on this machine):
@@ -43,12 +45,15 @@ serving the same seeded prompts):
   half-width combines in quadrature the anchor's and the slope's: t(m−2) × SE(b) × |x′ − x| /
   c(x′) (0 with two workloads, which the row notes). The acceptance curve's own sampling error is
   not included (it counts every verify step of the cell).
-- **k to run**: always a k or "off". :func:`~specwatch.specdecode.decision.choose_k` over k′ = 1 … k
-  (k = 0 = "off" is exactly 1) at the lower ends, the values and the upper ends; the k run is the
-  one at the values (the best estimate), ``certain`` when the three agree, else marked
-  ``uncertain`` with the k at each end, so a reader sees what the interval allows. With one
-  measured batch (no interval) the k comes from the point values, marked ``no_interval``. Its
-  basis is the weakest among the estimates compared.
+- **k to run**: always a k or "off": :func:`specwatch.specdecode.decision.decide` over the
+  candidates off (exactly 1), the run's k (the measured paired ratio with its per-batch log
+  ratios; the calibrated estimate where the measured one has no interval; the point value with one
+  batch) and the what-if k′ < k. Physics first: a cell that accepted no draft token in any
+  measured batch (or proposed none, :func:`never_accepted`) is off, whatever its ratio says. The
+  row keeps the pick's verdict, its confidence against the runner-up
+  (:meth:`~specwatch.specdecode.decision.Pick.confidence_text`; ``certain`` when separated) and,
+  where the measured and calibrated verdicts differ,
+  :func:`~specwatch.specdecode.decision.disagreement` (measured rules).
 
 The profile check: at each concurrency the baseline's pooled step time t0 (ms, at its measured
 running requests per step b) against the profile's ``plain_step(b)``; their ratio is the drift of
