@@ -584,10 +584,12 @@ def test_report_section_shows_conditional_rates_sample_sizes_and_readable_proble
     pr = perrequest.summarize(*perrequest.collect(items))
     clean = perrequest.summarize(*perrequest.collect(_real("dynamic-c4")[1]))
     trunc = perrequest.summarize(*perrequest.collect([(p, {**c, "success": False}) for p, c in _real("dynamic-c4")[1]]))
-    doc = {"cells": [{"config": "dyn", "k": 3, "workload": "copy", "max_concurrency": 4,
+    # three cells of one phase, as three configurations (a sweep holds one cell per configuration,
+    # workload and concurrency)
+    doc = {"cells": [{"config": f"dyn-{i}", "k": 3, "workload": "copy", "max_concurrency": 4,
                       "summary": {"spec_decode_per_position_acceptance_rates": [1.0, 0.005, 0.005],
                                   "spec_decode_curve_basis": "lower_bound", "spec_decode_per_request": s}}
-                     for s in (pr, clean, trunc)]}
+                     for i, s in enumerate((pr, clean, trunc))]}
     page = exactcurves.render_html(doc)
     d = pr["drafted_steps_per_position"]
     assert d[0] > d[1] == d[2] > 0
