@@ -737,7 +737,8 @@ class _Families:
             labels=E)
         self.acceptance_rate = GaugeMetricFamily(
             "specwatch_draft_acceptance_rate",
-            "Draft acceptance rate, 0-1: increase(accepted_tokens) / increase(draft_tokens) over the window.",
+            "Draft acceptance rate, a fraction 0-1 (vllm bench serve's spec_decode_acceptance_rate is the same in percent): "
+            "increase(accepted_tokens) / increase(draft_tokens) over the window.",
             labels=E + W)
         self.mean_length = GaugeMetricFamily(
             "specwatch_mean_acceptance_length",
@@ -746,9 +747,10 @@ class _Families:
             labels=E + W)
         self.pos_rate = GaugeMetricFamily(
             "specwatch_position_acceptance_rate",
-            "Per-position acceptance rate r_i, 0-1: increase(accepted_per_pos[i]) / increase(drafts); basis=exact when every draft "
+            "Per-position acceptance rate r_i, 0-1: increase(accepted_per_pos[i]) / increase(drafts), vLLM's own unconditional "
+            "per-position rate (vllm bench serve's spec_decode_per_position_acceptance_rates); basis=exact when every draft "
             "carried k tokens (k x drafts - draft_tokens <= max(1, 0.5% of drafts)), lower_bound when drafts were ragged (undrafted "
-            "positions count as rejected).",
+            "positions count as rejected, so the rate given that position i was drafted is at least this value).",
             labels=E + ["position"] + W + ["basis"])
         self.pos_cond = GaugeMetricFamily(
             "specwatch_position_conditional_acceptance_rate",
