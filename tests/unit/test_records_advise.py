@@ -38,3 +38,16 @@ def test_the_live_result_renders_and_writes_its_json():
     assert "(not certain)" in text and "cannot tell them apart" in text and "not yet the answer" in text
     assert res.to_json() == {"source": "http://x/metrics", "tolerance": 0.02, "cost_profile": None,
                              "live": [a.to_json() for a in items]}
+
+
+def test_a_live_curve_whose_drafts_were_never_accepted_is_off_and_certain():
+    """Physics first (#36): every position of the live curve is 0 (drafts proposed, none accepted:
+    random output under ngram). Whatever the built-in guess's factor-2 interval says, off, certain,
+    at every concurrency; a curve with acceptance stays uncertain under the same guess."""
+    curves = {("rand", "m", "0"): (0.0, 0.0, 0.0, 0.0), ("copy", "m", "0"): (0.9, 0.85, 0.8, 0.75)}
+    by = {a.series[0]: a for a in live_advices(curves, (1, 8), None, 0.02, None)}
+    rand, copy = by["rand"], by["copy"]
+    assert rand.k_by_concurrency == {1: 0, 8: 0} and rand.certain_by_concurrency == {1: True, 8: True}
+    assert all("no draft token was accepted" in t or "excluded" in t or "only candidate" in t
+               for t in rand.confidence_by_concurrency.values()), rand.confidence_by_concurrency
+    assert copy.k_by_concurrency[1] > 0 and copy.certain_by_concurrency[1] is False

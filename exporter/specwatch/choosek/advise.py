@@ -656,7 +656,8 @@ def live_advices(curves: dict[tuple[str, ...], tuple[float, ...]], concurrencies
                                           drafter=drafter, missing_ratio=1.0 if basis == "lower_bound" else 0.0),
                           current_k=0)
             by_c[c] = {k: SpeedupValue(v.value, v.lower, v.upper, v.basis) for k, v in sp.items()}
-            choice = pick(sp, tolerance)
+            # physics first: a curve whose every position is 0 had drafts and accepted none (off, certain)
+            choice = pick(sp, tolerance, never_accepted=not any(r > 0 for r in rates))
             k_by_c[c] = choice.k
             certain_by_c[c] = choice.certain
             conf_by_c[c] = choice.confidence_text()
