@@ -173,6 +173,8 @@ class BenchConfig:
         """The config as written to result files: no API key (only whether one was set)."""
         d = asdict(self)
         d.pop("api_key", None)
+        if not d["paired"]:  # written only for a paired run: files of other runs keep their bytes
+            d.pop("paired")
         d["api_key_set"] = self.api_key is not None
         d["request_rate"] = "inf" if math.isinf(self.request_rate) else self.request_rate
         d["workloads"] = list(self.workloads)
