@@ -133,3 +133,25 @@ def test_format_ratio_prints_the_precision_that_decided():
 def test_unpaired_ratio_is_labelled():
     r = unpaired_ratio(Estimate(2.0, 1.8, 2.2, "calibrated"), Estimate(1.0, 0.9, 1.1, "calibrated"))
     assert not r.paired and r.value == pytest.approx(2.0) and r.lower > 0
+
+
+def test_a_what_if_from_the_same_batches_is_compared_paired_with_its_model_error():
+    """A what-if k′ = the run's measured paired ratio × a modelled R: its per-batch log ratios are
+    the anchor's shifted by log R, so pick / runner-up is R with the model's error only (not the
+    anchor's batch noise twice, as an unpaired comparison would)."""
+    spec, base = _batches("ngram-k4", "copy", 8), _batches("baseline", "copy", 8)
+    logs = [math.log(a / b) for a, b in zip(spec, base, strict=True)]
+    run = Candidate.from_ratio("k=4", 4, paired_ratio(spec, base), log_ratios=logs)
+    r3 = 0.93  # the modelled factor of k=3 over k=4
+    shifted = [x + math.log(r3) for x in logs]
+    what_if = Candidate("k=3", 3, run.value * r3, run.lower * r3 * 0.97, run.upper * r3 / 0.97, "profile",
+                        log_ratios=shifted, model_log_halfwidth=0.03)
+    p = decide([run, what_if])
+    assert p.pick.name == "k=4" and p.versus_runner_up.paired
+    assert p.versus_runner_up.value == pytest.approx(1 / r3)
+    assert p.versus_runner_up.lower == pytest.approx(math.exp(math.log(1 / r3) - 0.03))
+    assert p.certain  # 1/0.93 = 1.075 clears a 3 % model error
+    unpaired = decide([run, Candidate("k=3", 3, what_if.value, what_if.lower, what_if.upper, "profile")])
+    assert not unpaired.certain and not unpaired.versus_runner_up.paired
+    with pytest.raises(ValueError, match="model_log_halfwidth"):
+        Candidate("k=3", 3, 1.0, model_log_halfwidth=float("nan"))

@@ -149,7 +149,8 @@ def test_what_ifs_use_the_exact_curve_and_the_fitted_slope(docs):
 
 def test_the_k_to_run_is_the_one_rule_over_off_the_run_k_and_the_what_ifs(docs):
     """decision.decide over off, the run's k (the measured paired ratio with its per-batch log
-    ratios) and the what-if k' (their estimates): the row's k, verdict and confidence are its."""
+    ratios) and the what-if k' (the run's batches shifted by log R(k'), with the slope's error):
+    the row's k, verdict and confidence are its."""
     base, spec, summary = docs
     k = summary["k"]
     d = dd.decide(base, spec, k).to_json()
@@ -159,14 +160,31 @@ def test_the_k_to_run_is_the_one_rule_over_off_the_run_k_and_the_what_ifs(docs):
         bb, sb = _batches(base, wl, c), _batches(spec, wl, c)
         logs = [math.log(sb[i]["output_throughput"] / bb[i]["output_throughput"]) for i in sorted(bb)]
         na = all(sb[i]["spec_decode_accepted_tokens"] == 0 for i in sb)
-        cands = [Candidate.from_ratio(f"k={k}", k, ratio_from_logs(logs), log_ratios=logs, never_accepted=na)]
-        cands += [Candidate(f"k={w['k']}", w["k"], w["value"], w["lower"], w["upper"], w["basis"], never_accepted=na)
-                  for w in row["what_if"] if w["k"] != k]
+        run = ratio_from_logs(logs)
+        cands = [Candidate.from_ratio(f"k={k}", k, run, log_ratios=logs, never_accepted=na)]
+        h_run = math.log(run.upper / run.value)
+        for w in row["what_if"]:
+            if w["k"] == k:
+                continue
+            # the what-if is the run's batches shifted by log R(k'), with the slope's own error: the
+            # part of its interval beyond the anchor's (the two in quadrature)
+            h_model = math.sqrt(max(0.0, math.log(w["upper"] / w["value"]) ** 2 - h_run ** 2))
+            cands.append(Candidate(f"k={w['k']}", w["k"], w["value"], w["lower"], w["upper"], w["basis"],
+                                   never_accepted=na, log_ratios=[x + math.log(w["relative_to_run"]) for x in logs],
+                                   model_log_halfwidth=h_model))
         p = decide(sorted(cands, key=lambda x: x.k))
         got = row["choice"]
         assert (got["k"], got["basis"]) == (p.k, p.basis)
         assert row["verdict"] == p.verdict and row["confidence"] == p.confidence_text()
-        assert row["pick"] == json.loads(json.dumps(p.to_json()))
+        want = json.loads(json.dumps(p.to_json()))
+        vs_got, vs_want = row["pick"].pop("versus_runner_up"), want.pop("versus_runner_up")
+        assert row["pick"] == want  # (the reconstructed model error differs in the last bits)
+        assert (vs_got is None) == (vs_want is None)
+        if vs_got is not None:
+            assert {k: v for k, v in vs_got.items() if not isinstance(v, float)} == \
+                {k: v for k, v in vs_want.items() if not isinstance(v, float)}
+            assert [vs_got[k] for k in ("value", "lower", "upper")] == \
+                pytest.approx([vs_want[k] for k in ("value", "lower", "upper")], rel=1e-12)
         assert row["never_accepted"] == na
         assert got["certain"] == (p.certain and not na)
         assert "at_value" not in got  # the three-scenario choice is gone

@@ -322,8 +322,16 @@ class Candidate:
     never_accepted: bool = False
     table: bool = False
     batches: int | None = None
+    #: A modelled candidate (a what-if k′ = a measured anchor × a modelled factor R): the log
+    #: half-width of R's own error (e.g. the fitted cost slope's), independent of the batches.
+    #: Its ``log_ratios`` are then the anchor's shifted by log R, so a comparison with the anchor
+    #: is paired and this error is added to it in quadrature. 0 for a measured candidate.
+    model_log_halfwidth: float = 0.0
 
     def __post_init__(self) -> None:
+        if not (math.isfinite(self.model_log_halfwidth) and self.model_log_halfwidth >= 0):
+            raise ValueError(f"{self.name}: model_log_halfwidth must be a finite number >= 0, "
+                             f"got {self.model_log_halfwidth!r}")
         if not _positive(self.value):
             raise ValueError(f"{self.name}: value must be a finite number > 0, got {self.value!r}")
         for end in (self.lower, self.upper):
@@ -440,14 +448,25 @@ def _order(c: Candidate) -> tuple[int, int, str]:
     return (c.k, int(c.table), c.name)
 
 
+def _widened(r: PairedRatio, model_h: float) -> PairedRatio:
+    """``r`` with a model error (log half-width) added to its interval in quadrature; the batch
+    spread (``log_sd``) is kept, so :meth:`PairedRatio.more_batches` still speaks of batches."""
+    if model_h <= 0.0:
+        return r
+    h_batches = 0.0 if not r.has_interval else math.log(r.upper / r.value)
+    h = combine_log_halfwidths([h_batches, model_h])
+    return PairedRatio(r.value, r.value * math.exp(-h), r.value * math.exp(h), r.n, r.log_sd, r.paired)
+
+
 def _versus(a: Candidate, b: Candidate) -> PairedRatio | None:
     if a.log_ratios is not None and b.log_ratios is not None and len(a.log_ratios) == len(b.log_ratios) \
             and a.log_ratios:
-        return ratio_from_logs([x - y for x, y in zip(a.log_ratios, b.log_ratios, strict=True)])
+        r = ratio_from_logs([x - y for x, y in zip(a.log_ratios, b.log_ratios, strict=True)])
+        return _widened(r, combine_log_halfwidths([a.model_log_halfwidth, b.model_log_halfwidth]))
     if b.off and a.log_ratios:
-        return ratio_from_logs(a.log_ratios)
+        return _widened(ratio_from_logs(a.log_ratios), a.model_log_halfwidth)
     if a.off and b.log_ratios:
-        return ratio_from_logs([-x for x in b.log_ratios])
+        return _widened(ratio_from_logs([-x for x in b.log_ratios]), b.model_log_halfwidth)
     if a.has_interval and b.has_interval:
         return unpaired_ratio(Estimate(a.value, min(a.lower, a.value), max(a.upper, a.value), a.basis),
                               Estimate(b.value, min(b.lower, b.value), max(b.upper, b.value), b.basis))
@@ -493,8 +512,9 @@ def decide(candidates: Sequence[Candidate], tolerance: float = TOLERANCE) -> Pic
         separated = False
     else:
         separated = vs.has_interval and vs.lower > 1.0
-        if not separated and vs.paired:
-            more = vs.more_batches()
+        model_h = combine_log_halfwidths([pick.model_log_halfwidth, runner.model_log_halfwidth])
+        if not separated and vs.paired and model_h < abs(math.log(vs.value)):
+            more = vs.more_batches()  # more batches cannot remove a model error as large as the gap
     if pick.off:
         spec = [c for c in cands if not c.off]
         if spec and all(c.verdict == LOSES for c in spec):
