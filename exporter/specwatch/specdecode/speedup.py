@@ -457,8 +457,6 @@ def pick(values: dict[int, Speedup], tolerance: float = TOLERANCE, *, never_acce
 #: ``uncertain`` is gone: an uncertain pick is served with its confidence (issue #36).
 REASON_NO_COST_CURVE = "no_cost_curve"
 REASON_DEFAULT_CONTRADICTED = "default_contradicted"
-#: A value derived for the window was not a finite number (the exporter's per-upstream isolation).
-REASON_INVALID_VALUE = "invalid_value"
 
 
 @dataclass(frozen=True)
@@ -539,7 +537,7 @@ def answer(rates: Sequence[float], cost: LiveCost, current_k: int) -> WindowAnsw
 
 
 __all__ = ["CALIBRATED", "DEFAULT", "EXTRAPOLATED", "MEASURED", "PROFILE", "Drift", "LiveCost", "Speedup",
-           "REASON_DEFAULT_CONTRADICTED", "REASON_INSUFFICIENT_DATA", "REASON_INVALID_VALUE", "REASON_NO_COST_CURVE", "WindowAnswer",
+           "REASON_DEFAULT_CONTRADICTED", "REASON_INSUFFICIENT_DATA", "REASON_NO_COST_CURVE", "WindowAnswer",
            "answer", "candidates", "choose", "never_accepted", "pick",
            "current_speedup", "default_contradicted", "drift", "measured_speedup", "profile_error_ratio", "recommend", "speedups",
            "upper_rates"]
