@@ -27,7 +27,7 @@ from specwatch.specdecode.costprofile import (
     make_profile,
     profile_from_dict,
 )
-from specwatch.specdecode.speedup import LiveCost, current_speedup, profile_error_ratio, recommend, speedups, upper_rates
+from specwatch.specdecode.speedup import LiveCost, current_speedup, profile_error_ratio, speedups, upper_rates
 from specwatch.specdecode.steptime import StepTimes
 
 PROFILES = Path(__file__).resolve().parents[2] / "exporter" / "specwatch" / "data" / "cost-profiles"
@@ -203,29 +203,27 @@ def test_intervals_widen_with_drift_mismatch_and_forward_only_and_ragged_curves_
     assert fo[2].upper == pytest.approx(fo[2].value) and fo[2].lower < fo[2].value / 10  # a bound, not a number
 
 
-def test_decisions_on_the_interval():
-    from specwatch.specdecode.speedup import Speedup, choose
+def test_decisions_by_the_one_rule():
+    """speedup.pick: the best estimate, with its confidence; an uncertain pick is served, never
+    withheld (issue #36; the three-scenario choose/recommend are gone)."""
+    from specwatch.specdecode.speedup import Speedup, pick
 
     sure = {1: Speedup(1.5, PROFILE, 1.4, 1.6), 2: Speedup(1.8, PROFILE, 1.7, 1.9), 3: Speedup(1.6, PROFILE, 1.5, 1.7)}
-    c = choose(sure)
-    assert c.k == 2 and c.reason is None
-    unsure = {1: Speedup(1.02, CALIBRATED, 0.8, 1.3)}
-    c = choose(unsure)
-    assert c.k is None and c.reason == "uncertain" and (c.at_lower, c.at_upper) == (0, 1)
+    p = pick(sure)
+    assert p.k == 2 and p.runner_up.name == "k=3" and not p.versus_runner_up.paired
+    assert pick({1: Speedup(1.02, CALIBRATED, 0.8, 1.3)}).k == 0  # within 2 % of off: off wins the tie
+    unsure = {1: Speedup(1.05, CALIBRATED, 0.8, 1.3)}
+    p = pick(unsure)
+    assert p.k == 1 and not p.certain and p.verdict == "cannot_tell"  # the better estimate, said uncertain
     loses = {1: Speedup(0.6, CALIBRATED, 0.5, 0.7), 2: Speedup(0.5, PROFILE, 0.4, 0.6)}
-    assert choose(loses).k == 0
+    assert pick(loses).k == 0 and pick(loses).verdict == "loses"
     assert sure[2].estimate.verdict == "pays" and loses[1].estimate.verdict == "loses"
     assert unsure[1].estimate.verdict == "cannot_tell"
-
-
-def test_recommend_carries_the_weakest_basis_and_prefers_off_when_nothing_pays():
-    from specwatch.specdecode.speedup import Speedup
-
-    k, basis = recommend({1: Speedup(1.5, MEASURED), 2: Speedup(1.52, PROFILE), 3: Speedup(1.2, EXTRAPOLATED)})
-    assert k == 1 and basis == EXTRAPOLATED  # 1.5 is within 2 % of 1.52: the smaller k
-    assert recommend({1: Speedup(0.8, MEASURED), 2: Speedup(0.7, PROFILE)}) == (0, PROFILE)
+    within = pick({1: Speedup(1.5, MEASURED, 1.4, 1.6), 2: Speedup(1.52, PROFILE, 1.4, 1.6),
+                   3: Speedup(1.2, EXTRAPOLATED, 1.1, 1.3)})
+    assert within.k == 1 and within.tie and within.basis == PROFILE  # 1.5 is within 2 % of 1.52: the smaller k
     with pytest.raises(ValueError):
-        recommend({})
+        pick({})
 
 
 def test_drift_ratio():
@@ -602,7 +600,7 @@ def test_the_mixin_reads_the_bases_and_reasons_the_exporter_serves():
     """The alerts and dashboards name bases and withheld reasons as strings (mixin/config.py); they
     must be the exporter's own (specdecode.costprofile / speedup / decision)."""
     from specwatch.mixin import config as mixin_config
-    from specwatch.specdecode import decision, speedup
+    from specwatch.specdecode import speedup
     from specwatch.specdecode.costprofile import BASES
 
     assert set(mixin_config.CURRENT_K_BASES) == {MEASURED, CALIBRATED} and set(mixin_config.CURRENT_K_BASES) <= set(BASES)
@@ -610,7 +608,7 @@ def test_the_mixin_reads_the_bases_and_reasons_the_exporter_serves():
     # an uncertain pick is served with its confidence, never withheld (#36)
     assert set(mixin_config.WITHHELD_REASONS) == {speedup.REASON_INSUFFICIENT_DATA, speedup.REASON_NO_COST_CURVE,
                                                    speedup.REASON_DEFAULT_CONTRADICTED}
-    assert decision.REASON_UNCERTAIN not in mixin_config.WITHHELD_REASONS
+    assert "uncertain" not in mixin_config.WITHHELD_REASONS  # issue #36: an uncertain pick is served, never withheld
 
 
 def test_the_real_capture_carries_prefill_and_context_into_the_speedup():

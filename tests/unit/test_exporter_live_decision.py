@@ -273,6 +273,10 @@ def test_a_profile_that_cannot_give_a_finite_speedup_is_refused_at_start(tmp_pat
         build_config(["http://127.0.0.1:9"], (), "127.0.0.1:1", cost_profile=str(bad))
     r = CliRunner().invoke(serve, ["--once", "--upstream", "http://127.0.0.1:9", "--cost-profile", str(bad)])
     assert r.exit_code == 2 and "cost_ratio" in r.output and str(bad) in r.output
+    # specwatch advise --exporter/--prometheus applies the same check (one line, exit 2)
+    from specwatch.choosek.cli import advise
+    r = CliRunner().invoke(advise, ["--exporter", "http://127.0.0.1:9/metrics", "--cost-profile", str(bad)])
+    assert r.exit_code == 2 and "cost_ratio" in r.output and "Traceback" not in r.output
     tiny = tmp_path / "tiny.yaml"
     tiny.write_text(re.sub(r"step_seconds: \S+", "step_seconds: 1.0e-300", EMBEDDED_CPU_PROFILE.read_text(), count=1))
     with pytest.raises(ConfigError, match=r"plain\[0\]\.step_seconds"):

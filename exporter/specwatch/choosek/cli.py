@@ -74,6 +74,7 @@ from specwatch.common.params import FloatRange, int_list
 from specwatch.common.processes import install_stop_signals
 from specwatch.localvllm.drafters import DrafterError, resolve_drafter
 from specwatch.specdecode.cost import CostModel
+from specwatch.exporter.config import ConfigError, check_profile_estimates
 from specwatch.specdecode.costprofile import CostProfile, CostProfileError, load_profile
 
 
@@ -360,8 +361,11 @@ def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tol
     if cost_profile is not None:
         try:
             profile = load_profile(cost_profile)
+            check_profile_estimates(profile)  # the exporter's start-up check: no absurd speedups
         except CostProfileError as exc:
             raise click.BadParameter(str(exc), param_hint="--cost-profile") from None
+        except ConfigError as exc:
+            raise click.BadParameter(str(exc).removeprefix("--cost-profile: "), param_hint="--cost-profile") from None
     cost = CostModel()  # the step-cost fit's prior for k not run in a sweep (choosek.model)
     if json_path:
         check_writable(json_path, "--json")

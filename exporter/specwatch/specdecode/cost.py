@@ -28,7 +28,7 @@ from typing import Protocol
 
 from specwatch.specdecode.costprofile import (DEFAULT_COST_PER_DRAFT_TOKEN, DEFAULT_COST_PER_DRAFT_TOKEN_PER_RUNNING_REQUEST,
                                              guess_cost_ratio)
-from specwatch.specdecode.decision import TOLERANCE, best_of
+from specwatch.specdecode.decision import TOLERANCE, Candidate, decide
 from specwatch.specdecode.derive import expected_lengths
 
 DEFAULT_STEP_COST_PER_DRAFT_TOKEN = DEFAULT_COST_PER_DRAFT_TOKEN
@@ -128,9 +128,9 @@ def estimated_speedups(
 
 
 def recommend_k(speedups: dict[int, float], tolerance: float = TOLERANCE) -> int:
-    """The k with the highest estimated speedup, preferring the smallest k within ``tolerance``
-    (relative) of the best, so noise does not buy extra draft tokens; 0 means speculation off.
-    Only the k in ``speedups`` compete (pass ``0: 1.0`` for "off", as :func:`estimated_speedups`
-    does): :func:`specwatch.specdecode.decision.best_of`, the one tie rule.
-    Raises ValueError when ``speedups`` is empty."""
-    return best_of(speedups, tolerance)
+    """The k to run from point speedups (k → ratio over no speculation, > 0) by the one decision
+    rule (:func:`specwatch.specdecode.decision.decide`: the best estimate, the smallest k within
+    ``tolerance``; off, k = 0 at exactly 1, always competes). Raises ValueError for a speedup that
+    is not a finite number > 0 or a tolerance outside [0, 1)."""
+    return decide([Candidate(f"k={k}", int(k), float(v), basis="default") for k, v in speedups.items() if k > 0],
+                  tolerance).k

@@ -1,27 +1,29 @@
-"""Decisions on uncertain speedups: "pays", "loses", "cannot tell", and which k to run.
+"""The one decision rule of specwatch, and its evidence: "pays", "loses", "cannot tell", and
+which k to run (docs/choosing-k.md#the-decision-rule).
 
 A speedup (ratio over running without speculation) is only useful with how sure it is. An
 :class:`Estimate` carries a point value and a 95 % interval ``[lower, upper]`` together with its
-basis (how it was obtained: :mod:`specwatch.specdecode.costprofile`'s ``BASES``). Two decisions
-are made on the interval, never on the point value alone:
+basis (how it was obtained: measured, calibrated, profile, extrapolated, default).
 
-- **verdict** of one k: ``pays`` when ``lower > 1``, ``loses`` when ``upper < 1``, else
-  ``cannot_tell`` (:func:`verdict`);
-- **which k** (:func:`choose_k`): the k with the best speedup, k = 0 (speculation off, exactly 1)
-  included, the smallest within :data:`TOLERANCE` of the best winning (noise must not buy draft
-  tokens). The choice is served only when it is the same at the lower ends, at the point values
-  and at the upper ends of every interval (the errors of one window's estimates are correlated:
-  one cost profile, one drift, one acceptance curve, so the three scenarios bracket the choice);
-  otherwise it is withheld with reason ``uncertain``.
+- **evidence**: paired per-batch ratios (batch i of two configurations served the same seeded
+  prompts) on the log scale, :func:`paired_ratio` / :class:`PairedRatio`, with the project's one
+  t quantile :func:`t975`;
+- **verdict** of one configuration: ``pays`` when ``lower > 1``, ``loses`` when ``upper < 1``,
+  else ``cannot_tell`` (:func:`verdict`);
+- **which k** (:func:`decide`): the :class:`Candidate` with the best estimate, off (k = 0,
+  exactly 1) included, the smallest k within :data:`TOLERANCE` of the best winning (noise must
+  not buy draft tokens), physics first (drafts never accepted cannot pay), served with its
+  confidence against the runner-up (:class:`Pick`); uncertainty never turns into a smaller k.
 
-Used by the exporter (live), ``specwatch advise --exporter``, ``specwatch top`` and the demo.
+Used by ``specwatch advise`` (sweep, demo folder, live), ``specwatch report``, the demo,
+``specwatch top`` and the exporter; nothing else decides.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,59 +97,6 @@ def verdict(lower: float, upper: float) -> str:
 def combine_log_halfwidths(parts: Sequence[float]) -> float:
     """Independent relative errors combined in quadrature: sqrt(Σ h_i²) (each h a log half-width)."""
     return math.sqrt(sum(h * h for h in parts))
-
-
-def best_of(values: Mapping[int, float], tolerance: float = TOLERANCE) -> int:
-    """The k with the highest value among ``values`` only (no implicit "off"), the smallest k
-    within ``tolerance`` (relative) of the best winning: the one tie rule of every k choice.
-    Raises ValueError when ``values`` is empty or a tolerance is outside [0, 1)."""
-    if not values:
-        raise ValueError("no speedups to choose from")
-    if not 0.0 <= tolerance < 1.0:
-        raise ValueError(f"tolerance must be in [0, 1), got {tolerance!r}")
-    top = max(values.values())
-    return min(k for k, v in values.items() if v >= top * (1.0 - tolerance))
-
-
-def best_k(values: Mapping[int, float], tolerance: float = TOLERANCE) -> int:
-    """The k with the highest value, k = 0 (off, exactly 1) included, the smallest k within
-    ``tolerance`` (relative) of the best winning (:func:`best_of` over ``{0: 1.0, **values}``).
-    Raises ValueError when ``values`` is empty or a tolerance is outside [0, 1)."""
-    if not values:
-        raise ValueError("no speedups to choose from")
-    return best_of({0: 1.0, **dict(values)}, tolerance)
-
-
-@dataclass(frozen=True)
-class Choice:
-    """The outcome of :func:`choose_k`: ``k`` (0 = speculation off) or None when withheld,
-    ``reason`` (``uncertain``) when withheld, the k of the three scenarios (``at_lower``,
-    ``at_value``, ``at_upper``) and ``basis``, the weakest basis among the estimates compared."""
-
-    k: int | None
-    reason: str | None
-    at_lower: int
-    at_value: int
-    at_upper: int
-    basis: str
-
-
-REASON_UNCERTAIN = "uncertain"
-
-
-def choose_k(estimates: Mapping[int, Estimate], *, weakest: str, tolerance: float = TOLERANCE) -> Choice:
-    """Which k to run from per-k estimates (k ≥ 1; k = 0 is exactly 1), see the module doc.
-
-    ``weakest``: the basis the choice carries (the caller's weakest basis among ``estimates``).
-    Raises ValueError when ``estimates`` is empty."""
-    if not estimates:
-        raise ValueError("no speedups to choose from")
-    lo = best_k({k: e.lower for k, e in estimates.items()}, tolerance)
-    mid = best_k({k: e.value for k, e in estimates.items()}, tolerance)
-    hi = best_k({k: e.upper for k, e in estimates.items()}, tolerance)
-    if lo == mid == hi:
-        return Choice(mid, None, lo, mid, hi, weakest)
-    return Choice(None, REASON_UNCERTAIN, lo, mid, hi, weakest)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -584,7 +533,6 @@ def disagreement(measured: Estimate | None, calibrated: Estimate | None) -> str 
             "measured rules (both servers live)")
 
 
-__all__ = ["BASES", "CANNOT_TELL", "Candidate", "Choice", "OFF", "Pick", "PairedRatio", "confidence_text", "decide",
-           "disagreement", "format_interval", "format_ratio", "paired_ratio", "ratio_from_logs", "t975", "unpaired_ratio",
-           "Estimate", "LOSES", "PAYS", "REASON_UNCERTAIN", "TOLERANCE", "VERDICTS", "Z95",
-           "best_k", "best_of", "choose_k", "combine_log_halfwidths", "verdict"]
+__all__ = ["BASES", "CANNOT_TELL", "Candidate", "Estimate", "LOSES", "OFF", "PAYS", "Pick", "PairedRatio",
+           "TOLERANCE", "VERDICTS", "Z95", "combine_log_halfwidths", "confidence_text", "decide", "disagreement",
+           "format_interval", "format_ratio", "paired_ratio", "ratio_from_logs", "t975", "unpaired_ratio", "verdict"]

@@ -63,10 +63,8 @@ from specwatch.specdecode.costprofile import (
     PROFILE,
     CostProfile,
     default_step_cost_ratio,
-    weakest_basis,
 )
-from specwatch.specdecode.decision import (LOSES, TOLERANCE, Z95, Candidate, Choice, Estimate, Pick, best_k, choose_k,
-                                           combine_log_halfwidths, decide)
+from specwatch.specdecode.decision import (LOSES, TOLERANCE, Z95, Candidate, Estimate, Pick, combine_log_halfwidths, decide)
 from specwatch.specdecode.derive import expected_lengths
 from specwatch.specdecode.steptime import StepTimes
 
@@ -403,27 +401,6 @@ def default_contradicted(rates: Sequence[float], cost: LiveCost, current_k: int,
     return guess, live.value
 
 
-def recommend(values: dict[int, Speedup], tolerance: float = TOLERANCE) -> tuple[int, str]:
-    """(k, basis): the k with the highest point speedup, k = 0 (off, exactly 1) included; the
-    smallest k within ``tolerance`` (relative) of the best wins. The basis is the weakest among the
-    values compared. Raises ValueError when ``values`` is empty. (Decisions on the interval:
-    :func:`choose`.)"""
-    if not values:
-        raise ValueError("no speedups to choose from")
-    return best_k({k: v.value for k, v in values.items()}, tolerance), weakest_basis([v.basis for v in values.values()])
-
-
-def choose(values: dict[int, Speedup], tolerance: float = TOLERANCE) -> Choice:
-    """The older three-scenario choice (:func:`specwatch.specdecode.decision.choose_k`: served when
-    the same at the lower ends, the values and the upper ends, else withheld ``uncertain``), kept
-    for callers outside the live surfaces; the exporter, ``top`` and ``advise --exporter`` use
-    :func:`pick` (the one rule). Raises ValueError when ``values`` is empty."""
-    if not values:
-        raise ValueError("no speedups to choose from")
-    return choose_k({k: v.estimate for k, v in values.items()}, weakest=weakest_basis([v.basis for v in values.values()]),
-                    tolerance=tolerance)
-
-
 def candidates(values: dict[int, Speedup], *, never_accepted: bool = False) -> list[Candidate]:
     """The :class:`~specwatch.specdecode.decision.Candidate` of every k′ (named ``k=<k′>``, its
     interval and basis; off is added by :func:`~specwatch.specdecode.decision.decide`).
@@ -538,6 +515,6 @@ def answer(rates: Sequence[float], cost: LiveCost, current_k: int) -> WindowAnsw
 
 __all__ = ["CALIBRATED", "DEFAULT", "EXTRAPOLATED", "MEASURED", "PROFILE", "Drift", "LiveCost", "Speedup",
            "REASON_DEFAULT_CONTRADICTED", "REASON_INSUFFICIENT_DATA", "REASON_NO_COST_CURVE", "WindowAnswer",
-           "answer", "candidates", "choose", "never_accepted", "pick",
-           "current_speedup", "default_contradicted", "drift", "measured_speedup", "profile_error_ratio", "recommend", "speedups",
+           "answer", "candidates", "never_accepted", "pick",
+           "current_speedup", "default_contradicted", "drift", "measured_speedup", "profile_error_ratio", "speedups",
            "upper_rates"]
