@@ -1,10 +1,15 @@
 """``specwatch demo``: the whole pipeline once on the embedded default (CPU-only machine).
 
-Starts the exporter and Prometheus (the repository's ``prometheus/prometheus.yml`` with its rules
-and alerts), then a baseline vLLM and a speculative vLLM (SmolLM2-135M, ngram) one after the other
-— never both at once: they would share the CPU — and runs the workloads of the published n-gram
-measurement (docs/load-generator.md) against each at the given concurrencies with the load
-generator, whose own metrics are served on 19338 throughout.
+Starts the exporter (with ``--baseline-upstream baseline``) and Prometheus (the repository's
+``prometheus/prometheus.yml`` with its rules and alerts), then a baseline vLLM and a speculative
+vLLM (SmolLM2-135M, ngram) side by side under one hold of the machine-wide vLLM lock, and runs the
+workloads of the published n-gram measurement (docs/load-generator.md) at the given concurrencies
+with the load generator in paired rounds (issue #37): per cell, batch i on the baseline and on the
+speculative server back to back, the same prompts, ABBA order, only one server loaded at a time.
+So the exporter serves the ``measured`` speedup live (both servers in its window); after each cell
+the demo records what it served (``live_measured`` in ``demo-summary.json``). The load generator's
+own metrics are served on 19338 throughout. Both servers stay up while the demo keeps running at
+the end, so the exporter still has both to read.
 It ends with the baseline-vs-speculative table, the greedy-output equivalence check, the
 per-position acceptance curve with the what-if expected acceptance length for every smaller k,
 what Prometheus recorded, and the decision (:mod:`specwatch.choosek.demodecision`: per workload ×
@@ -34,8 +39,10 @@ import datetime as dt
 import re
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable
+from typing import Any
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -48,7 +55,7 @@ from specwatch.bench.backend import OpenAIBackend
 from specwatch.bench.equivalence import compare_outputs, run_sequential
 from specwatch.bench.metrics import BenchMetrics
 from specwatch.bench.records import Equivalence
-from specwatch.bench.results import compare, render_tables, summarize
+from specwatch.bench.results import ResultWriter, compare, render_tables, summarize
 from specwatch.bench.runner import BenchConfig, BenchConfigError, BenchInterrupted, run_bench
 from specwatch.bench.workloads import WorkloadOptions, equivalence_requests, parse_workloads
 from specwatch.choosek.decisionrecords import Decision
@@ -61,7 +68,7 @@ from specwatch.common.params import int_list
 from specwatch.common.processes import ManagedProcess, install_stop_signals, listen_error
 from specwatch.localvllm.drafters import DrafterError, draft_model_config, resolve_drafter
 from specwatch.localvllm.model import prepare_model
-from specwatch.localvllm.server import VllmServer, speculative_config_for_k
+from specwatch.localvllm.server import LOCK_PATH, LockTimeout, VllmLock, VllmServer, speculative_config_for_k
 from specwatch.specdecode.costprofile import (EMBEDDED_CPU_DRAFTERS_PROFILE, EMBEDDED_CPU_PROFILE, EMBEDDED_TARGET_DRAFTER,
                                               load_profile)
 from specwatch.specdecode.derive import counters_delta, derive, sum_counters
@@ -195,7 +202,7 @@ class DemoStack:
         return [sys.executable, "-m", "specwatch", "serve",
                 "--upstream", f"spec=http://127.0.0.1:{SPEC_PORT},method={self.method}"
                 + (f",drafter={self.cost_drafter}" if self.cost_drafter else ""),
-                "--upstream", f"baseline=http://127.0.0.1:{BASELINE_PORT}",
+                "--upstream", f"baseline=http://127.0.0.1:{BASELINE_PORT}", "--baseline-upstream", "baseline",
                 *[a for w in EXPORTER_WINDOWS for a in ("--window", w)],
                 "--listen-address", f"127.0.0.1:{EXPORTER_PORT}", "--cost-profile", str(self.cost_profile)]
 
@@ -326,8 +333,8 @@ def demo(workloads, concurrency, k, method, drafter, output_len, num_batches, eq
 
 def run_demo(settings: DemoSettings, stack: DemoStack, con: Console) -> None:
     """The demo itself (see the module docstring): start ``stack``, then the baseline and the
-    speculative vLLM one after the other, each measured by the load generator and answering the
-    equivalence prompts; then the summary, the tables, the decision and the report.
+    speculative vLLM side by side, measured cell by cell in paired rounds by the load generator,
+    then the equivalence prompts on each; then the summary, the tables, the decision and the report.
 
     Writes ``demo-summary.json`` (a :class:`specwatch.choosek.demosummary.DemoSummary`'s ``to_json``)
     after each server and at the end. Interrupted (Ctrl-C, SIGTERM, an
@@ -366,37 +373,70 @@ def run_demo(settings: DemoSettings, stack: DemoStack, con: Console) -> None:
                 what = f"draft_model, drafter {s.drafter_label}, k={s.k}"
             else:
                 spec_server_cfg, what = speculative_config_for_k(s.k), f"ngram k={s.k}"
+            # Both servers side by side (issue #37): one hold of the machine-wide vLLM lock for the
+            # two, each server on a private lock file; every cell then alternates them batch by
+            # batch on the same prompts, so the exporter (--baseline-upstream baseline) serves the
+            # measured speedup live.
+            lock = VllmLock(LOCK_PATH, on_wait=con.print, note="specwatch demo (baseline + speculative)")
+            try:
+                lock.acquire()
+            except LockTimeout as exc:
+                raise click.ClickException(f"{exc}: the demo needs it for its two servers") from None
+            running.callback(lock.release)
+            private = Path(tempfile.mkdtemp(prefix="specwatch-demo-locks-"))
+            running.callback(shutil.rmtree, private, True)
+            servers: dict[str, VllmServer] = {}
             for role, port, spec_cfg in (("baseline", BASELINE_PORT, None),
                                          ("speculative", SPEC_PORT, spec_server_cfg)):
-                con.rule(f"[bold]{role} server" + (f" ({what})" if spec_cfg else " (no speculation)"))
-                with VllmServer(port, model_dir=model_dir, speculative_config=spec_cfg,
-                                log_path=s.logs / f"vllm-{role}.log", on_status=con.print) as server:
-                    con.print(f"ready in {server.startup_seconds:.0f} s at {server.base_url}")
-                    summary = summary.with_server(role, DemoServer(startup_seconds=server.startup_seconds,
-                                                                   speculative_config=spec_cfg, port=port))
-                    if spec_cfg:
-                        _wait_scraped_up("spec", url=stack.prometheus_url)  # a sample before the traffic: windows and rates need one
-                    before = requests.get(server.metrics_url, timeout=10).text
-                    cfg = BenchConfig(base_url=server.base_url, role=role, served_model_name=server.served_model_name,
-                                      workloads=s.workloads, concurrencies=s.concurrencies, num_batches=s.num_batches,
-                                      warmup_batches=1, options=options, equivalence=False, result_dir=str(out),
-                                      result_filename=f"bench-{role}.json")
-                    try:
-                        res = run_bench(cfg, metrics=stack.metrics)
-                    except BenchInterrupted as exc:
-                        batches.extend(exc.result.batches)
-                        raise
-                    batches.extend(res.batches)
-                    summary = summary.with_server(role, replace(summary.servers[role], result_file=str(res.json_path)))
-                    con.print(f"greedy-output equivalence prompts ({len(eq_reqs)}, one at a time)…")
-                    outputs[role] = _equivalence_outputs(server, eq_reqs)
-                    after = requests.get(server.metrics_url, timeout=10).text
-                    if spec_cfg:
-                        curve = _spec_curve(before, after)
-                        # while this server is still up: what Prometheus scraped and recorded
-                        summary = replace(summary, prometheus=_query_prometheus(url=stack.prometheus_url))
-                        withheld = withheld_reasons(stack.prometheus_url)
-                    save()
+                con.rule(f"[bold]{role} server" + (f" ({what})" if spec_cfg else " (no speculation)")
+                         + (", beside the baseline" if spec_cfg else ""))
+                server = running.enter_context(VllmServer(port, model_dir=model_dir, speculative_config=spec_cfg,
+                                                          log_path=s.logs / f"vllm-{role}.log", on_status=con.print,
+                                                          lock_path=private / f"{role}.lock"))
+                servers[role] = server
+                con.print(f"ready in {server.startup_seconds:.0f} s at {server.base_url}")
+                summary = summary.with_server(role, DemoServer(startup_seconds=server.startup_seconds,
+                                                               speculative_config=spec_cfg, port=port))
+            base_srv, spec_srv = servers["baseline"], servers["speculative"]
+            for up in ("spec", "baseline"):  # a sample before the traffic: windows and rates need one
+                _wait_scraped_up(up, url=stack.prometheus_url)
+            before = requests.get(spec_srv.metrics_url, timeout=10).text
+            con.rule("[bold]paired rounds: each cell alternates the baseline and the speculative server")
+            files = _BenchFiles(out, base_srv, spec_srv, s)
+            live: dict[str, Any] = {}
+            try:
+                for wl in s.workloads:
+                    for conc in s.concurrencies:
+                        cfg = BenchConfig(base_url=spec_srv.base_url, baseline_url=base_srv.base_url, paired=True,
+                                          served_model_name=spec_srv.served_model_name, workloads=(wl,),
+                                          concurrencies=(conc,), num_batches=s.num_batches, warmup_batches=1,
+                                          options=options, equivalence=False, save_result=False)
+                        try:
+                            res = run_bench(cfg, metrics=stack.metrics)
+                        except BenchInterrupted as exc:
+                            batches.extend(exc.result.batches)
+                            raise
+                        batches.extend(res.batches)
+                        files.write(batches, "running")
+                        live[f"{wl}/c={conc}"] = live_measured(stack.exporter_url)
+                        _print_live(wl, conc, live[f"{wl}/c={conc}"], con)
+            finally:
+                files.write(batches, "complete" if len(live) == len(s.workloads) * len(s.concurrencies)
+                            else "interrupted")
+                for role in ("baseline", "speculative"):
+                    summary = summary.with_server(role, replace(summary.servers[role],
+                                                                result_file=str(files.path(role))))
+                summary = replace(summary, live_measured=live)
+                save()
+            for role, server in servers.items():
+                con.print(f"greedy-output equivalence prompts on the {role} server ({len(eq_reqs)}, one at a time)…")
+                outputs[role] = _equivalence_outputs(server, eq_reqs)
+            after = requests.get(spec_srv.metrics_url, timeout=10).text
+            curve = _spec_curve(before, after)
+            # while both servers are still up: what Prometheus scraped and recorded
+            summary = replace(summary, prometheus=_query_prometheus(url=stack.prometheus_url))
+            withheld = withheld_reasons(stack.prometheus_url)
+            save()
             stack.metrics.clear_active()
 
             summary = replace(summary, equivalence=Equivalence.from_json(compare_outputs(eq_reqs, outputs["baseline"],
@@ -430,6 +470,83 @@ def run_demo(settings: DemoSettings, stack: DemoStack, con: Console) -> None:
             raise SystemExit(130) from None
         except (BenchConfigError, ValueError) as exc:
             raise click.ClickException(str(exc)) from None
+
+
+class _BenchFiles:
+    """``bench-baseline.json``/``.csv`` and ``bench-speculative.json``/``.csv`` of the paired run: one
+    result file per server, as ``specwatch bench`` writes them (``specwatch advise <folder>`` reads
+    them), rewritten after every cell; each config records the server it was paired with."""
+
+    def __init__(self, out: Path, base: VllmServer, spec: VllmServer, s: DemoSettings):
+        self.out = out
+        self.started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        self.writers = {}
+        for role, srv, other in (("baseline", base, spec), ("speculative", spec, base)):
+            cfg = BenchConfig(base_url=srv.base_url, role=role, served_model_name=srv.served_model_name,
+                              workloads=tuple(s.workloads), concurrencies=tuple(s.concurrencies),
+                              num_batches=s.num_batches, warmup_batches=1, options=WorkloadOptions(output_len=s.output_len),
+                              equivalence=False, save_result=False)
+            config = {**cfg.public_dict(), "paired": True, "paired_with": other.base_url}
+            self.writers[role] = ResultWriter(self.path(role), self.path(role).with_suffix(".csv"), config)
+
+    def path(self, role: str) -> Path:
+        """The JSON result file of ``role`` (baseline | speculative)."""
+        return self.out / f"bench-{role}.json"
+
+    def write(self, batches: list, status: str) -> None:
+        """Rewrite both servers' files from the batches measured so far."""
+        for role, w in self.writers.items():
+            w.write([b for b in batches if b.role == role], status, None, self.started_at)
+
+
+def live_measured(exporter_url: str, upstream: str = "spec") -> dict[str, Any]:
+    """What the demo's exporter serves right after a cell for the speculative server's own k:
+    per window, ``specwatch_speedup`` with its basis and interval (``value``, ``lower``, ``upper``,
+    ``basis``, ``k``). ``measured`` is the basis when the baseline upstream had traffic in that
+    window (both servers live). ``{"error": …}`` when the exporter cannot be read."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        text = requests.get(f"{exporter_url}/metrics", timeout=10).text
+        fams = list(text_string_to_metric_families(text))
+    except (requests.RequestException, ValueError) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    k_now = None
+    vals: dict[str, dict[str, Any]] = {}
+    for fam in fams:
+        for smp in fam.samples:
+            lb = smp.labels
+            if lb.get("upstream") != upstream:
+                continue
+            if smp.name == "specwatch_num_speculative_tokens":
+                k_now = str(int(smp.value))
+    for fam in fams:
+        for smp in fam.samples:
+            lb = smp.labels
+            if lb.get("upstream") != upstream or smp.name not in ("specwatch_speedup", "specwatch_speedup_lower",
+                                                                  "specwatch_speedup_upper"):
+                continue
+            if k_now is not None and lb.get("k") != k_now:
+                continue
+            w = vals.setdefault(lb.get("window", "?"), {"k": lb.get("k"), "basis": lb.get("basis")})
+            w[{"specwatch_speedup": "value", "specwatch_speedup_lower": "lower",
+               "specwatch_speedup_upper": "upper"}[smp.name]] = smp.value
+            if smp.name == "specwatch_speedup":
+                w["basis"] = lb.get("basis")
+    return {"windows": vals}
+
+
+def _print_live(wl: str, conc: int, live: dict[str, Any], con: Console) -> None:
+    """One line: what the exporter served for the cell just measured (its shortest window)."""
+    wins = live.get("windows") or {}
+    order = [w for w in EXPORTER_WINDOWS if w in wins]
+    if not order:
+        con.print(f"  exporter after {wl} c={conc}: no speedup served" + (f" ({live['error']})" if "error" in live else ""))
+        return
+    w = wins[order[0]]
+    iv = "" if w.get("lower") is None or w.get("upper") is None else f" [{w['lower']:.2f}–{w['upper']:.2f}]"
+    con.print(f"  exporter after {wl} c={conc}: speedup at k={w.get('k')} {w.get('value', float('nan')):.2f}×{iv} "
+              f"basis={w.get('basis')} (window {order[0]})")
 
 
 def _equivalence_outputs(server: VllmServer, requests_: list) -> list:
@@ -522,7 +639,6 @@ PROM_CHECKS = {
 WITHHELD_QUERY = 'specwatch_recommendation_withheld{upstream="spec",window="5m"} == 1'
 #: What each reason means, said where the demo's Prometheus check shows no recommended k.
 WITHHELD_REASONS = {
-    "uncertain": "the best k differs across the speedups' intervals",
     "insufficient_data": "too few engine steps or drafts in the 5m window",
     "no_cost_curve": "the cost profile has no curve for this method and drafter",
     "default_contradicted": "no profile, and the built-in guess disagrees with the live speedup",

@@ -1,5 +1,6 @@
 """The README's main job (`specwatch demo`) end to end on the real embedded vLLM, made small:
-one workload, concurrency 1, short outputs. It starts its own servers (one at a time)."""
+one workload, concurrency 1, short outputs. It starts its own two servers, side by side (paired
+rounds, issue #37)."""
 
 from __future__ import annotations
 
@@ -56,6 +57,18 @@ def test_demo_runs_the_main_job(tmp_path):
     assert adv.returncode == 0, adv.stdout[-3000:] + adv.stderr[-3000:]
     (arow,) = json.loads((tmp_path / "advice.json").read_text())["decision"]["rows"]
     assert (arow["choice"], arow["verdict"], arow["confidence"]) == (drow["choice"], drow["verdict"], drow["confidence"])
+    # paired rounds: both bench files hold the same batches of the cell, and the demo's exporter
+    # served the measured speedup (both servers live) after every cell (issue #37)
+    bb = json.loads((out / "bench-baseline.json").read_text())["batches"]
+    sb = json.loads((out / "bench-speculative.json").read_text())["batches"]
+    assert [b["batch_index"] for b in bb] == [b["batch_index"] for b in sb]
+    live = summary["live_measured"]
+    assert set(live) == {"copy/c=1"}
+    for cell, got in live.items():
+        measured = {w: v for w, v in got["windows"].items() if v["basis"] == "measured"}
+        assert measured, f"{cell}: the exporter served no measured speedup: {got}"
+        assert all(0 < v["lower"] <= v["value"] <= v["upper"] for v in measured.values())
+    assert "basis=measured" in r.stdout
     # Prometheus scraped the exporter and evaluated the rules while the speculative server ran
     prom = summary["prometheus"]
     assert prom['specwatch_draft_acceptance_rate{upstream="spec",window="lifetime"}']

@@ -114,6 +114,10 @@ class DemoSummary(JsonRecord):
     #: The decision table (:func:`specwatch.choosek.demodecision.decide`, with the ``profile``
     #: :func:`specwatch.choosek.demoreport.demo_decision` adds); None before the run decided.
     decision: Decision | None = jfield("decision", Rec(Decision), omit_none=True)
+    #: What the demo's exporter served right after each cell ("copy/c=1" → {"windows": {window →
+    #: {value, lower, upper, basis, k}}}): the run's k, live, ``measured`` where both servers had
+    #: traffic in the window (the paired demo, issue #37).
+    live_measured: Mapping[str, Any] | None = jfield("live_measured", _OBJ, omit_none=True)
     #: None for a finished run (the file has no key), else ``interrupted``.
     status: str | None = jfield("status", _STR, omit_none=True)
     extra: Mapping[str, Any] = record_field(default_factory=dict)
