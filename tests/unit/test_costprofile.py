@@ -632,3 +632,24 @@ def test_the_real_capture_carries_prefill_and_context_into_the_speedup():
     decode_only = t.request_decode_tokens_per_second * t.step_duration_seconds / p.cost_ratio(
         t.running_requests_per_step, 4, "ngram", drafted_tokens_per_step=4.0, context_tokens=t.context_tokens).seconds
     assert live.value < decode_only  # prefill time counts on both sides, so the ratio moves towards 1
+
+
+def test_an_extrapolated_interval_widens_with_the_distance_from_what_was_measured():
+    """Issue #37: a profile measured at k = 4 only; a what-if k farther from 4 is carried further
+    (c from 1 at k = 0 to c(4)), so its interval is wider, and wider than the fixed extrapolation
+    margin alone (on an H200 a k = 2 extrapolated from k = 4 missed its client ratio by up to 2x)."""
+    from specwatch.specdecode.speedup import EXTRAPOLATION_HALFWIDTH
+
+    bs = (1.0, 2.0, 4.0, 8.0)
+    plain = [StepPoint(b, 0.010 + 0.001 * b) for b in bs]
+    only4 = make_profile("k4", PROV, plain, [SpeculativeCurve("ngram", None, 4, tuple(
+        StepPoint(b, (0.010 + 0.001 * b) * 2.0) for b in bs))])
+    assert only4.cost_ratio(4, 4).extrapolation == 0.0
+    c3, c1 = only4.cost_ratio(4, 3), only4.cost_ratio(4, 1)
+    assert c3.basis == c1.basis == EXTRAPOLATED
+    assert c3.extrapolation == pytest.approx(math.log(2.0 / 1.75)) and c1.extrapolation == pytest.approx(math.log(2.0 / 1.25))
+    step = StepTimes(step_duration_seconds=0.02, running_requests_per_step=4.0, request_decode_tokens_per_second=200.0,
+                     engine_steps=100, request_steps=400)
+    sp = speedups((0.9, 0.8, 0.7, 0.6), LiveCost(step=step, draft_share=1.0, profile=only4), current_k=4)
+    width = {k: math.log(sp[k].upper / sp[k].lower) / 2 for k in (1, 3)}
+    assert width[1] > width[3] > EXTRAPOLATION_HALFWIDTH

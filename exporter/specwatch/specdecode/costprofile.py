@@ -156,11 +156,15 @@ class SpeculativeCurve:
 class Lookup:
     """A looked-up value (seconds for a step time, a ratio for a relative cost) and how it was
     obtained: :data:`PROFILE` (inside the measured range) or :data:`EXTRAPOLATED`; ``spread`` is
-    the relative standard deviation recorded for it (None: not recorded)."""
+    the relative standard deviation recorded for it (None: not recorded); ``extrapolation``: for a
+    k outside the measured k, how far the value was carried from the nearest measured k's, as
+    |ln(value / value at that k)| (0 inside the measured k): the farther from what was measured,
+    the less the measurement says (issue #37)."""
 
     seconds: float
     basis: str
     spread: float | None = None
+    extrapolation: float = 0.0
 
     @property
     def value(self) -> float:
@@ -357,7 +361,9 @@ class CostProfile:
             a, c, ca, cc = 0, ks[0], 1.0, at[ks[0]].seconds
         slope = max(0.0, (cc - ca) / (c - a))
         v = cc + slope * (k - c) if k > c else ca + slope * (k - a)
-        return Lookup(max(v, 1.0), EXTRAPOLATED, spread)
+        nearest = at[ks[-1] if k > ks[-1] else ks[0]].seconds
+        v = max(v, 1.0)
+        return Lookup(v, EXTRAPOLATED, spread, abs(math.log(v / nearest)) if nearest > 0 else 0.0)
 
     def prefill_ratio(self, b: float, k: int, method: str | None = None, drafter: str | None = None) -> float | None:
         """TTFT with speculation / without, at b (mean over the nearest k's points); None when the

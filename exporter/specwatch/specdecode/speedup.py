@@ -38,7 +38,9 @@ half-width h combined in quadrature from (:func:`interval_parts`):
 - the drift (live step / the profile's prediction): κ |ln drift| with κ = :data:`DRIFT_WEIGHT`: a
   profile measured on another machine describes this one less well, whatever cancels;
 - a profile for another served model: :data:`MODEL_MISMATCH_HALFWIDTH`; an extrapolated lookup:
-  :data:`EXTRAPOLATION_HALFWIDTH`; the built-in guess: ln 2;
+  :data:`EXTRAPOLATION_HALFWIDTH` plus the distance it was carried beyond the measured k
+  (|ln(c / c at the nearest measured k)|: wider the farther from what was measured); the built-in
+  guess: ln 2;
 - a forward-pass-only profile is a lower bound on the cost: its speedups are upper bounds, and the
   interval reaches down by :data:`FORWARD_ONLY_FACTOR` (the largest real / forward-only step-cost
   ratio measured on an H200 with vLLM 0.26: docs/cost.md, "On a GPU");
@@ -236,16 +238,19 @@ def _sample_halfwidth(st: StepTimes, baseline: StepTimes | None, speculative: bo
     return Z95 * math.sqrt(var)
 
 
-def interval_parts(cost: LiveCost, spread: float | None, lookup_basis: str, drift_ratio: float | None) -> list[float]:
+def interval_parts(cost: LiveCost, spread: float | None, lookup_basis: str, drift_ratio: float | None,
+                   extrapolation: float = 0.0) -> list[float]:
     """The profile's log half-widths for one value (module doc): spread, drift, model mismatch,
-    extrapolation."""
+    extrapolation (:data:`EXTRAPOLATION_HALFWIDTH` plus how far the lookup was carried beyond the
+    measured k, ``extrapolation`` = |ln(value / nearest measured value)|: the interval widens with
+    the distance from what was measured)."""
     parts = [Z95 * (spread or 0.0)]
     if drift_ratio is not None and drift_ratio > 0:
         parts.append(DRIFT_WEIGHT * abs(math.log(drift_ratio)))
     if cost.profile_model_mismatch:
         parts.append(MODEL_MISMATCH_HALFWIDTH)
     if lookup_basis == EXTRAPOLATED:
-        parts.append(EXTRAPOLATION_HALFWIDTH)
+        parts.append(EXTRAPOLATION_HALFWIDTH + max(0.0, extrapolation))
     return parts
 
 
@@ -276,7 +281,8 @@ def current_speedup(cost: LiveCost, k: int) -> Speedup | None:
     value = _request_time_ratio(st, t0, p.prefill_ratio(b, k, cost.method, cost.drafter), None)
     dr = drift(cost, k)
     h = combine_log_halfwidths([_sample_halfwidth(st, None), *interval_parts(cost, c.spread, c.basis,
-                                                                                dr.ratio if dr else None)])
+                                                                                dr.ratio if dr else None,
+                                                                                c.extrapolation)])
     lower_factor = 1.0 / FORWARD_ONLY_FACTOR if p.forward_only else 1.0
     e = Estimate.around(value, h, CALIBRATED, lower_factor=lower_factor)
     upper = min(e.upper, value) if p.forward_only else e.upper
@@ -367,7 +373,8 @@ def speedups(rates: Sequence[float], cost: LiveCost, current_k: int | None = Non
                 value = (p_share + 1.0) / (p_share * rho + c.seconds / tau)
                 hi_value = (p_share + 1.0) / (p_share * rho + c.seconds / tau_hi)
                 basis = c.basis
-                h = combine_log_halfwidths([sample, *interval_parts(cost, c.spread, basis, dr.ratio if dr else None)])
+                h = combine_log_halfwidths([sample, *interval_parts(cost, c.spread, basis, dr.ratio if dr else None,
+                                                                    c.extrapolation)])
                 est = Estimate.around(value, h, basis, upper_factor=hi_value / value,
                                       lower_factor=1.0 / FORWARD_ONLY_FACTOR if profile.forward_only else 1.0)
                 upper = max(value, min(est.upper, hi_value)) if profile.forward_only else est.upper
