@@ -30,16 +30,16 @@ def _prometheus_answering(result: list[dict]) -> tuple[ThreadingHTTPServer, str]
 def test_withheld_reasons_are_read_from_the_series_labels_and_explained():
     srv, url = _prometheus_answering([
         {"metric": {"__name__": "specwatch_recommendation_withheld", "upstream": "spec", "window": "5m",
-                    "reason": "uncertain"}, "value": [0, "1"]}])
+                    "reason": "insufficient_data"}, "value": [0, "1"]}])
     try:
         reasons = demo.withheld_reasons(url)
     finally:
         srv.shutdown()
-    assert reasons == ["uncertain"]
+    assert reasons == ["insufficient_data"]
     con = Console(record=True, width=200)
     demo._print_prometheus_check({}, con, reasons)
     text = con.export_text()
-    assert "withheld: uncertain: the best k differs across the speedups' intervals" in text
+    assert "withheld: insufficient_data: too few engine steps or drafts in the 5m window" in text
 
 
 def test_no_prometheus_gives_no_reason_and_the_generic_hint():
