@@ -172,3 +172,19 @@ def test_every_workload_reaches_the_server_in_shape(tmp_path):
     # sharegpt leaves temperature to the server, like vllm bench serve
     assert sum(1 for p in comp if "temperature" not in p) == 2
     assert not math.isnan(res.batches[0].output_throughput)
+
+
+def test_a_sharegpt_path_that_is_not_a_regular_file_is_refused_before_reading(tmp_path):
+    """A FIFO would block forever and /dev/zero would fill the memory: one line instead."""
+    import os
+
+    from specwatch.bench.workloads import WorkloadError, load_sharegpt
+
+    fifo = tmp_path / "share.json"
+    os.mkfifo(fifo)
+    with pytest.raises(WorkloadError, match="must be a regular file, this is a FIFO"):
+        load_sharegpt(fifo)
+    with pytest.raises(WorkloadError, match="must be a regular file, this is a device"):
+        load_sharegpt("/dev/zero")
+    with pytest.raises(WorkloadError, match="this is a directory"):
+        load_sharegpt(tmp_path)

@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from specwatch.common.files import NotARegularFile, read_regular_file
+
 Endpoint = Literal["completions", "chat"]
 
 #: SmolLM2's vocabulary size (the embedded model); ``--vocab-size`` overrides it.
@@ -415,19 +417,26 @@ class ShareGPTItem:
         return max(4, min(2048, math.ceil(len(self.completion) / 4)))
 
 
+#: The largest ShareGPT file read (bytes): the published ShareGPT_V3 file is about 650 MB.
+SHAREGPT_MAX_BYTES = 2 << 30
+
+
 def load_sharegpt(path: str | Path) -> list[ShareGPTItem]:
     """Read a ShareGPT-format file (``ShareGPT_V3_unfiltered_cleaned_split.json``: a JSON list of
     ``{"id": …, "conversations": [{"from": "human"|"gpt", "value": str}, …]}``).
 
     Conversations with fewer than two turns, or whose first two turns are not human → gpt with
     non-empty text, are skipped (as vLLM's ShareGPT loader does). Raises :class:`WorkloadError`
-    when the file is missing, not JSON, not a list, or holds no usable conversation.
+    when the file is missing, not a regular file (a FIFO, a device: refused before reading) or
+    larger than :data:`SHAREGPT_MAX_BYTES`, not JSON, not a list, or holds no usable conversation.
     """
     p = Path(path)
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        data = json.loads(read_regular_file(p, SHAREGPT_MAX_BYTES, "ShareGPT file").decode("utf-8"))
     except FileNotFoundError:
         raise WorkloadError(f"ShareGPT file not found: {p}") from None
+    except NotARegularFile as exc:  # a FIFO would block, /dev/zero would fill the memory
+        raise WorkloadError(str(exc)) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise WorkloadError(f"cannot read ShareGPT file {p}: {exc}") from exc
     if not isinstance(data, list):
