@@ -317,3 +317,34 @@ def test_a_positive_bound_never_prints_as_zero(docs):
     assert "[0.00–" not in row.confidence and f"[{dd.format_ratio(lower)}–" in row.confidence
     assert dd.format_ratio(0.0007) == "0.0007" and dd.format_ratio(0.0) == "0.00" and dd.format_ratio(0.9989) == "0.999"
     assert dd.format_ratio(1.6253e-07) == "1.6e-07" and dd.format_ratio(0.004) == "0.004" and dd.format_ratio(0.006) == "0.01"
+
+
+def test_one_bench_file_of_both_servers_is_advised_by_role(tmp_path):
+    """`specwatch bench --baseline-url … --paired` writes one file with both servers' batches:
+    `advise FILE` (and --baseline FILE --speculative FILE) split it by role; a file of one server
+    given as both is refused (a file compared with itself says nothing: it read 1.00x everywhere)."""
+    from specwatch.bench.runner import BenchConfig, run_bench
+    from specwatch.bench.workloads import WorkloadOptions
+    from specwatch.choosek.cli import advise
+    from specwatch.testing.stubserver import StubConfig, ThreadedStub
+
+    with ThreadedStub(StubConfig(k=0)) as b, ThreadedStub(StubConfig(k=4, accept_pattern=(4, 2, 1, 3))) as s:
+        run_bench(BenchConfig(base_url=s.url, baseline_url=b.url, paired=True, workloads=("copy",), concurrencies=(1,),
+                              num_batches=3, options=WorkloadOptions(output_len=12), result_dir=str(tmp_path),
+                              result_filename="paired.json", progress=False, equivalence=False))
+    f = tmp_path / "paired.json"
+    doc = json.loads(f.read_text())
+    by_role = {r: {x["batch_index"]: x["output_throughput"] for x in doc["batches"] if x["role"] == r and not x["warmup"]}
+               for r in ("baseline", "speculative")}
+    want = math.exp(sum(math.log(by_role["speculative"][i] / by_role["baseline"][i]) for i in by_role["baseline"]) / 3)
+    for args in ([str(f)], ["--baseline", str(f), "--speculative", str(f)]):
+        out = tmp_path / "a.json"
+        r = CliRunner().invoke(advise, [*args, "--json", str(out)])
+        assert r.exit_code == 0, r.output
+        (row,) = json.loads(out.read_text())["decision"]["rows"]
+        assert row["measured"]["value"] == pytest.approx(want) and row["measured"]["value"] != pytest.approx(1.0)
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps({**doc, "batches": [x for x in doc["batches"] if x["role"] == "baseline"],
+                               "summary": [c for c in doc["summary"] if c["role"] == "baseline"]}))
+    r = CliRunner().invoke(advise, ["--baseline", str(one), "--speculative", str(one)])
+    assert r.exit_code == 2 and "compared with itself" in r.output and "Traceback" not in r.output

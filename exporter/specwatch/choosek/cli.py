@@ -39,7 +39,8 @@ from specwatch.choosek.calibrate import (
     sample_live,
 )
 from specwatch.choosek.drafterstudy import family_labels, pick_drafters
-from specwatch.choosek.demoreport import DemoReportError, advise_demo, is_demo_summary_file, render_advice, write_demo_report
+from specwatch.choosek.demoreport import (DemoReportError, advise_demo, is_bench_file_of_both_servers, is_demo_summary_file,
+                                          render_advice, write_demo_report)
 from specwatch.choosek.model import DEFAULT_TOLERANCE, KChoiceError, parse_mix
 
 from specwatch.choosek.report import render_report
@@ -332,6 +333,10 @@ def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tol
     (--baseline FILE --speculative FILE): the demo's decision table."""
     console = make_console()
     demo_folder = result_file if result_file is not None and (result_file.is_dir() or is_demo_summary_file(result_file)) else None
+    if result_file is not None and demo_folder is None and not (baseline_file or speculative_file) \
+            and is_bench_file_of_both_servers(result_file):  # one `specwatch bench --baseline-url` file
+        baseline_file = speculative_file = result_file
+        result_file = None
     if demo_folder is not None or baseline_file or speculative_file or unpaired:  # the demo's decision (choosek.demoreport)
         if exporter_url or prometheus_url or (result_file is not None and demo_folder is None) \
                 or (demo_folder is not None and (baseline_file or speculative_file)):

@@ -77,6 +77,26 @@ def differing_token_text(tok) -> str:
     where = f"token {tok['index']}" if tok.get("index") is not None else "text"
     return f"{tok.get('baseline', '')!r} → {tok.get('speculative', '')!r} ({where})"
 
+def same_path(a: Path, b: Path) -> bool:
+    """True when ``a`` and ``b`` name the same file (symlinks and hard links followed)."""
+    try:
+        return a.samefile(b)
+    except OSError:
+        return False
+
+
+def is_bench_file_of_both_servers(path: Path) -> bool:
+    """True when ``path`` is a readable ``specwatch bench`` result holding both servers' batches
+    (a run with ``--baseline-url``, e.g. ``--paired``); False on any error."""
+    try:
+        doc = json.loads(read_regular_file(path, 256 << 20, "bench result").decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return False
+    if not isinstance(doc, dict) or not isinstance(doc.get("batches"), list) or "cells" in doc and "configs" in doc:
+        return False
+    return {b.get("role") for b in doc["batches"] if isinstance(b, dict)} >= {"baseline", "speculative"}
+
+
 def is_demo_summary_file(path: Path) -> bool:
     """True when ``path`` is a readable JSON file holding a demo summary (False on any error)."""
     try:
@@ -457,7 +477,27 @@ def load_bench_file(path: Path, role: str) -> BenchResult:
         raise DemoInputError(str(exc)) from None
     if not rec.cells:
         raise DemoInputError(f"{path} is not a specwatch bench result with measured cells (no 'summary' cells)")
-    return rec
+    return role_view(rec, role, path)
+
+
+def bench_roles(rec: BenchResult) -> set[str]:
+    """The roles (baseline, speculative) whose batches a bench result holds: both for a run with
+    ``--baseline-url`` (``specwatch bench --paired`` or one after the other), one otherwise."""
+    return {b.role for b in rec.batches or () if b.role} | {c.role for c in rec.cells if c.role}
+
+
+def role_view(rec: BenchResult, role: str, path: Path | str) -> BenchResult:
+    """``rec`` reduced to ``role``'s batches and cells when it holds both servers' (one
+    ``specwatch bench --baseline-url`` file given as both ``--baseline`` and ``--speculative``);
+    ``rec`` itself when it holds one role. Raises :class:`DemoInputError` when it holds both and
+    none of ``role``'s."""
+    roles = bench_roles(rec)
+    if len(roles) < 2:
+        return rec
+    if role not in roles:
+        raise DemoInputError(f"{path}: no {role} batches in this file (it holds {', '.join(sorted(roles))})")
+    return dataclasses.replace(rec, batches=tuple(b for b in rec.batches or () if b.role == role),
+                               cells=tuple(c for c in rec.cells if c.role == role), comparison=())
 
 
 def run_k(speculative: BenchResult, summary: DemoSummary | None = None) -> int | None:
@@ -492,6 +532,9 @@ def advise_demo(*, folder: Path | None = None, baseline: Path | None = None, spe
     if baseline is None or speculative is None:
         raise DemoInputError("give a demo result folder, or both --baseline FILE and --speculative FILE")
     brec, srec = load_bench_file(baseline, "baseline"), load_bench_file(speculative, "speculative")
+    if same_path(baseline, speculative) and not (bench_roles(brec) == {"baseline"} and bench_roles(srec) == {"speculative"}):
+        raise DemoInputError(f"{baseline} is given as both files but does not hold both servers' batches "
+                             "(a specwatch bench run with --baseline-url does); a file compared with itself says nothing")
     k = run_k(srec, summary)
     if k is None:
         raise DemoInputError(f"{speculative}: no cell says the speculative server's k "
