@@ -212,3 +212,31 @@ def test_report_refuses_an_output_directory_that_does_not_exist(sweep_copy, tmp_
     assert r.exit_code == 2
     assert _one_line_error(r) == f"--output {out}: the directory {out.parent} does not exist (create it first)"
     assert not out.parent.exists()
+
+
+def test_impossible_batch_values_are_refused_naming_the_cell_and_the_batch(tmp_path):
+    """A negative throughput in a batch (a paired cell's baseline_batches included) would enter a
+    paired ratio and change the pick: refused like an impossible summary value (fresh-user review)."""
+    src = Path(__file__).resolve().parents[2] / "docs" / "results" / "sweep-modes-2026-12-04" / "paired.json"
+    doc = json.loads(src.read_text())
+    i = next(n for n, c in enumerate(doc["cells"]) if c.get("baseline_batches"))
+    doc["cells"][i]["baseline_batches"][1]["output_throughput"] = -3.0
+    f = tmp_path / "neg.json"
+    f.write_text(json.dumps(doc))
+    with pytest.raises(SweepRecordError, match=rf"cells\[{i}\] .*baseline_batches\[1\]\.output_throughput -3 is not a "
+                                               "possible measurement"):
+        SweepResult.load(f)
+    r = CliRunner().invoke(advise, [str(f)])
+    assert r.exit_code != 0 and "baseline_batches[1].output_throughput -3" in r.output and "Traceback" not in r.output
+
+
+def test_impossible_values_in_demo_bench_files_are_refused(tmp_path):
+    src = Path(__file__).resolve().parents[1] / "fixtures" / "demo"
+    folder = tmp_path / "demo"
+    shutil.copytree(src, folder)
+    p = folder / "bench-speculative.json"
+    doc = json.loads(p.read_text())
+    doc["batches"][2]["output_throughput"] = -5
+    p.write_text(json.dumps(doc))
+    r = CliRunner().invoke(advise, [str(folder)])
+    assert r.exit_code == 2 and "batches[2].output_throughput -5 is not a possible measurement" in r.output

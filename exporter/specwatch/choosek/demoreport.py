@@ -48,6 +48,7 @@ from specwatch.choosek.demodecision import (TABLE_COLUMNS, VERDICT_TEXT, BenchDo
                                            table_rows)
 from specwatch.choosek.demosummary import SUMMARY_FILE, DemoServer, DemoSummary, DemoSummaryError, RunCurve, is_demo_summary
 from specwatch.choosek.model import KChoiceError, Measurement
+from specwatch.choosek.records import impossible_batch_value, impossible_value
 from specwatch.common.files import atomic_write_text, read_regular_file
 from specwatch.specdecode.costprofile import EMBEDDED_CPU_PROFILE, CostProfileError, load_profile
 
@@ -87,14 +88,13 @@ def same_path(a: Path, b: Path) -> bool:
 
 def is_bench_file_of_both_servers(path: Path) -> bool:
     """True when ``path`` is a readable ``specwatch bench`` result holding both servers' batches
-    (a run with ``--baseline-url``, e.g. ``--paired``); False on any error."""
+    (a run with ``--baseline-url``, e.g. ``--paired``); False on any error (a sweep result, a
+    FIFO, a damaged file: the caller's own reader then says what is wrong)."""
     try:
-        doc = json.loads(read_regular_file(path, 256 << 20, "bench result").decode("utf-8"))
-    except (OSError, ValueError, RecursionError):
+        rec = BenchResult.load(path)
+    except (BenchRecordError, OSError, ValueError, RecursionError):
         return False
-    if not isinstance(doc, dict) or not isinstance(doc.get("batches"), list) or "cells" in doc and "configs" in doc:
-        return False
-    return {b.get("role") for b in doc["batches"] if isinstance(b, dict)} >= {"baseline", "speculative"}
+    return bench_roles(rec) >= {"baseline", "speculative"}
 
 
 def is_demo_summary_file(path: Path) -> bool:
@@ -477,6 +477,14 @@ def load_bench_file(path: Path, role: str) -> BenchResult:
         raise DemoInputError(str(exc)) from None
     if not rec.cells:
         raise DemoInputError(f"{path} is not a specwatch bench result with measured cells (no 'summary' cells)")
+    for i, c in enumerate(rec.cells):
+        bad = impossible_value(c)
+        if bad:
+            raise DemoInputError(f"{path} is a damaged bench result: summary[{i}].{bad}")
+    for i, b in enumerate(rec.batches or ()):
+        bad = impossible_batch_value(b)
+        if bad:
+            raise DemoInputError(f"{path} is a damaged bench result: batches[{i}].{bad}")
     return role_view(rec, role, path)
 
 

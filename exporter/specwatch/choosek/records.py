@@ -17,6 +17,7 @@ A cell's ``summary`` and ``batches`` are the bench's own records
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -254,6 +255,24 @@ def impossible_value(summary: BenchCell) -> str | None:
     return None
 
 
+#: Batch fields that are measurements (a batch record's throughputs, duration and counts).
+_BATCH_MEASURES = ("output_throughput", "request_throughput", "duration", "completed", "failed",
+                   "total_output_tokens", "total_input_tokens")
+
+
+def impossible_batch_value(batch: Any) -> str | None:
+    """What no measurement can give in a batch record (:class:`specwatch.bench.records.BenchBatch`),
+    or None: a negative or non-finite (or beyond :data:`MAX_MEASURED`) throughput, duration or
+    count, e.g. an ``output_throughput`` of −5 that would otherwise enter a paired ratio."""
+    for name in _BATCH_MEASURES:
+        v = getattr(batch, name, None)
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue
+        if not (math.isfinite(v) and 0 <= v <= MAX_MEASURED):
+            return f"{name} {v:g} is not a possible measurement (0 to {MAX_MEASURED:g})"
+    return None
+
+
 def check_cells(doc: SweepResult, where: str | None) -> None:
     """Raise SweepRecordError naming the cell when ``doc`` holds a cell twice (the same
     configuration, workload and concurrency: the sweep replaces a re-measured cell, so a second
@@ -269,6 +288,11 @@ def check_cells(doc: SweepResult, where: str | None) -> None:
         bad = None if cell.summary is None else impossible_value(cell.summary)
         if bad:
             raise SweepRecordError(f"{prefix}: cells[{i}] (cell {cell.name}): summary.{bad}")
+        for field in ("batches", "baseline_batches"):
+            for j, b in enumerate(getattr(cell, field) or ()):
+                bad = impossible_batch_value(b)
+                if bad:
+                    raise SweepRecordError(f"{prefix}: cells[{i}] (cell {cell.name}): {field}[{j}].{bad}")
 
 
 @dataclass(frozen=True, kw_only=True)
