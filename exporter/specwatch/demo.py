@@ -41,7 +41,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -64,7 +64,7 @@ from specwatch.choosek.demoreport import DemoReportError, demo_decision, load_de
 from specwatch.choosek.demosummary import CostProfileRef, DemoServer, DemoSummary, RunCurve
 from specwatch.common.defaults import BASELINE_VLLM_PORT, BENCH_METRICS_PORT, EXPORTER_PORT, PROMETHEUS_PORT, VLLM_PORT
 from specwatch.common.files import atomic_write_json
-from specwatch.common.params import int_list
+from specwatch.common.params import int_list, parse_duration
 from specwatch.common.processes import ManagedProcess, install_stop_signals, listen_error
 from specwatch.localvllm.drafters import DrafterError, draft_model_config, resolve_drafter
 from specwatch.localvllm.model import prepare_model
@@ -411,6 +411,7 @@ def run_demo(settings: DemoSettings, stack: DemoStack, con: Console) -> None:
                                           served_model_name=spec_srv.served_model_name, workloads=(wl,),
                                           concurrencies=(conc,), num_batches=s.num_batches, warmup_batches=1,
                                           options=options, equivalence=False, save_result=False)
+                        t_cell = time.monotonic()
                         try:
                             res = run_bench(cfg, metrics=stack.metrics)
                         except BenchInterrupted as exc:
@@ -418,7 +419,8 @@ def run_demo(settings: DemoSettings, stack: DemoStack, con: Console) -> None:
                             raise
                         batches.extend(res.batches)
                         files.write(batches, "running")
-                        live[f"{wl}/c={conc}"] = live_measured(stack.exporter_url)
+                        live[f"{wl}/c={conc}"] = {**live_measured(stack.exporter_url),
+                                                  "cell_seconds": round(time.monotonic() - t_cell, 1)}
                         _print_live(wl, conc, live[f"{wl}/c={conc}"], con)
             finally:
                 files.write(batches, "complete" if len(live) == len(s.workloads) * len(s.concurrencies)
@@ -536,17 +538,33 @@ def live_measured(exporter_url: str, upstream: str = "spec") -> dict[str, Any]:
     return {"windows": vals}
 
 
+def live_window(windows: Mapping[str, Any], cell_seconds: float | None) -> str | None:
+    """The window to show for a cell that lasted ``cell_seconds``: the shortest served window at
+    least as long as the cell (shorter ones miss part of it; every window also holds whatever ran
+    before the cell within its length), else the longest served; None when none is served."""
+    served = [w for w in EXPORTER_WINDOWS if w in windows]
+    if not served:
+        return None
+    if cell_seconds is None:
+        return served[0]
+    secs = {w: parse_duration(w) for w in served}
+    return next((w for w in served if secs[w] >= cell_seconds), served[-1])
+
+
 def _print_live(wl: str, conc: int, live: dict[str, Any], con: Console) -> None:
-    """One line: what the exporter served for the cell just measured (its shortest window)."""
+    """One line: what the exporter served right after the cell just measured, in the shortest
+    window covering the cell (:func:`live_window`), which may also hold the end of the previous
+    cell: the client's paired ratio in the decision table is the cell's own."""
     wins = live.get("windows") or {}
-    order = [w for w in EXPORTER_WINDOWS if w in wins]
-    if not order:
+    name = live_window(wins, live.get("cell_seconds"))
+    if name is None:
         con.print(f"  exporter after {wl} c={conc}: no speedup served" + (f" ({live['error']})" if "error" in live else ""))
         return
-    w = wins[order[0]]
+    w = wins[name]
     iv = "" if w.get("lower") is None or w.get("upper") is None else f" [{w['lower']:.2f}–{w['upper']:.2f}]"
-    con.print(f"  exporter after {wl} c={conc}: speedup at k={w.get('k')} {w.get('value', float('nan')):.2f}×{iv} "
-              f"basis={w.get('basis')} (window {order[0]})")
+    con.print(f"  exporter after {wl} c={conc} ({live.get('cell_seconds', '?')} s): live speedup at k={w.get('k')} "
+              f"{w.get('value', float('nan')):.2f}×{iv} basis={w.get('basis')}, window {name} (it may hold the end of the "
+              "previous cell; the cell's own paired ratio is in the table at the end)")
 
 
 def _equivalence_outputs(server: VllmServer, requests_: list) -> list:
