@@ -473,11 +473,15 @@ def test_advise_cli_against_a_live_exporter(tmp_path):
                 assert v["upper"] == pytest.approx(v["value"]) and v["lower"] < v["value"] / 10
         assert "recommended k" in r.output and "h200-llama-8b-forward-only" in r.output and "(not certain)" in r.output
         assert "withheld" not in r.output
+        # not certain: the config is a candidate to measure with the sweep command, not a flag to paste
+        assert "a candidate to measure" in r.output and "specwatch sweep --speculative-config" in r.output
+        assert "vLLM flag to paste" not in r.output
         # without a profile: the built-in guess, and every number says so
         r = CliRunner().invoke(advise, ["--exporter", url, "--concurrency", "1,64", "--json", str(out)])
         assert r.exit_code == 0, r.output
         live = json.loads(out.read_text())["live"][0]
         assert set(live["basis_by_concurrency"].values()) == {"default"}
+        assert "vLLM flag to paste" not in r.output  # a guess is never the answer to paste
         assert {v["basis"] for c in live["speedup"].values() for v in c.values()} == {"default"}
         assert "no cost profile" in r.output
         # the old coefficient flags are gone, with a pointer to what replaced them

@@ -439,8 +439,11 @@ def render_sweep_config(a: Advice, console) -> None:
             console.print(f"  {a.measure_command}", markup=False, highlight=False, soft_wrap=True)
 
 
-def render_config(cfg: dict[str, Any] | None, k_by_c: dict[int, int], console) -> None:
-    """Print the ready-to-paste vLLM flags."""
+def render_config(cfg: dict[str, Any] | None, k_by_c: dict[int, int], console, *, candidate: bool = False) -> None:
+    """Print the ready-to-paste vLLM flags; ``candidate``: the picks are not certain (or rest on
+    the built-in guess), so the config is printed as a candidate to measure, with the
+    ``specwatch sweep`` command that measures it beside a baseline, never as the answer
+    (docs/choosing-k.md#the-decision-rule)."""
     if not k_by_c:
         return
     console.print("[bold]k by concurrency (all workloads):[/bold] " + ", ".join(f"c={c}: k={k}" for c, k in sorted(k_by_c.items())))
@@ -448,6 +451,11 @@ def render_config(cfg: dict[str, Any] | None, k_by_c: dict[int, int], console) -
         console.print("[bold]vLLM:[/bold] speculation does not pay at any measured concurrency: run without --speculative-config.")
         return
     text = json.dumps(cfg, separators=(",", ":"))
+    if candidate:
+        console.print("[bold]a candidate to measure, not yet the answer[/bold] (measure it beside a baseline, paired):",
+                      markup=True)
+        console.print(f"specwatch sweep --speculative-config '{text}'", markup=False, highlight=False, soft_wrap=True)
+        return
     console.print("[bold]vLLM flag to paste:[/bold]", markup=True)
     console.print(f"--speculative-config '{text}'", markup=False, highlight=False, soft_wrap=True)
     table = cfg.get("num_speculative_tokens_per_batch_size")
@@ -829,7 +837,8 @@ def _render_live(r: LiveAdviceResult, console) -> None:
                           "a configuration to measure (specwatch sweep with a baseline), not yet the answer[/yellow]",
                           soft_wrap=True)
         if item.k_by_concurrency:
-            render_config(item.speculative_config, dict(item.k_by_concurrency), console)
+            guess = any(item.basis_by_concurrency.get(c) == "default" for c in item.k_by_concurrency)
+            render_config(item.speculative_config, dict(item.k_by_concurrency), console, candidate=bool(unsure) or guess)
         else:
             why = ("basis=lower_bound (ragged drafts: drafts shorter than k), so the upper ends count every undrafted "
                    "position as accepted; measure exact curves with specwatch bench against a server started with "
