@@ -174,9 +174,10 @@ def measure_command(doc: SweepResult | Mapping[str, Any], configs: Sequence[Mapp
 #: What the advice says of how the sweep measured (issue #37).
 MODE_LINES = {
     "paired": "measured paired: each speculative server beside the baseline server, alternating rounds on the same "
-              "prompts (ratios immune to the host's drift between configurations)",
-    "sequential": "measured sequentially: one server after the other (the ratios include whatever the host did between "
-                  "them; re-run without --sequential for paired rounds)",
+              "prompts (a drift of the host weighs on both sides of a pair alike; the noise within a pair stays)",
+    "sequential": "measured sequentially: one server after the other; batch i of each still served the same prompts, "
+                  "so ratios are paired by prompt, but minutes apart (they include whatever the host did in between; "
+                  "re-run without --sequential for paired rounds)",
     "mixed": "measured partly paired, partly sequentially (a resumed sweep switched mode): see each cell's mode",
 }
 
