@@ -208,7 +208,9 @@ def _drafter_models(drafters, server_command, model_dir) -> list[tuple[str, str]
 @click.option("--server-command", default=None, callback=_server_command_cb,
               help="Server command template with {port} and {spec_args} (or {speculative_config}), e.g. "
                    "\"vllm serve MODEL --port {port} {spec_args}\". Default: the embedded vLLM (CPU).")
-@click.option("--port", type=click.IntRange(1, 65535), default=None, help="Server port (default: a free port for each server).")
+@click.option("--port", type=click.IntRange(1, 65535), default=None,
+              help="Server port (default: a free port for each server). Paired (the default mode): the speculative "
+                   "servers' port; the baseline beside them takes a free port, printed when it starts.")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--model-dir", default=None, help="Embedded vLLM: the prepared model directory (default: prepare it).")
 @click.option("--startup-timeout", type=FloatRange(min=0, min_open=True), default=900.0, show_default=True,

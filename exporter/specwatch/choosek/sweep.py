@@ -752,7 +752,7 @@ def _run_sweep(plan: SweepPlan, result_file: Path, *, template, port, host, log_
         doc = doc.replace(servers=(*doc.servers, ServerStart.read(start)))
         save("running")
         kvs = "unknown" if kv["kv_cache_tokens"] is None else f"{kv['kv_cache_tokens']} tokens"
-        echo(f"{cfg.name}: ready in {srv.startup_seconds:.1f} s, KV-cache capacity {kvs}")
+        echo(f"{cfg.name}: ready in {srv.startup_seconds:.1f} s at {srv.base_url}, KV-cache capacity {kvs}")
 
     def bench_cell(cfg: ServerConfig, srv: Any, wl: str, c: int, baseline_srv: Any = None):
         try:
