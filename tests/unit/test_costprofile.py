@@ -142,7 +142,11 @@ def test_speedup_bases():
     assert sp[2].basis == PROFILE and sp[2].value == pytest.approx(e2 / 1.2)
     # half the request-steps carried a draft: τ(k') = 1 + s (E(k') − 1)
     half = speedups(rates, LiveCost(step=step, draft_share=0.5, profile=p))
-    assert half[2].value == pytest.approx((1 + 0.5 * (e2 - 1)) / 1.2)
+    # what-ifs are anchored on the server's own k (issue #36): its live speedup over the model's,
+    # here the live 4 tokens per step against the model's τ(4) = 1 + 0.5 × 3 = 2.5
+    anchor = half[4].value / ((1 + 0.5 * (1 + 0.9 + 0.8 + 0.7 + 0.6 - 1)) / 1.4)
+    assert anchor == pytest.approx(1.6)
+    assert half[2].value == pytest.approx(anchor * (1 + 0.5 * (e2 - 1)) / 1.2)
     # a baseline server's live decode speed: measured (both sides live)
     with_base = speedups(rates, LiveCost(step=step, profile=p, baseline_decode_tokens_per_second=80.0))
     assert with_base[4].value == pytest.approx(2.5) and with_base[4].basis == MEASURED

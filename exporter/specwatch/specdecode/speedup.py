@@ -22,8 +22,11 @@ plain step and P_b the plain server's TTFT time for the same requests. Its bases
 - ``calibrated`` — the server's current k without a baseline: t0 = t / c(b, k, x, context) with
   the profile's relative cost at the live b, k and x (a uniformly slower machine cancels),
   P_b = P / the profile's prefill ratio;
-- ``profile`` — a what-if k′: S(k′) = (p + 1) / (p·ρ(k′) + c(k′) / τ(k′)) with p = P_b / (D·t0),
-  ρ the prefill ratio, τ(k′) = 1 + s (E(k′) − 1) tokens per request-step and c at x′ = x k′ / k;
+- ``profile`` — a what-if k′: S(k′) = A · M(k′), M(k) = (p + 1) / (p·ρ(k) + c(k) / τ(k)) with
+  p = P_b / (D·t0), ρ the prefill ratio, τ(k′) = 1 + s (E(k′) − 1) tokens per request-step and c
+  at x′ = x k′ / k; A = S(k_now) / M(k_now) anchors it on the server's own k (its measured or
+  calibrated live speedup; 1 without one), as the demo's what-ifs are, so what the model gets wrong
+  about the server's own k cancels between k′ and k_now; the interval adds the anchor's;
 - ``extrapolated`` — as ``profile`` where b, x or k′ lies outside what the profile measured;
 - ``default`` — no profile: τ(k′) / c(k′, b) with the built-in guess
   :func:`~specwatch.specdecode.costprofile.default_step_cost_ratio`, shown as a guess.
@@ -342,6 +345,31 @@ def _prefill_share(cost: LiveCost, k_now: int) -> tuple[float, float | None]:
     return (st.prefill_seconds / pr) / (st.decode_tokens * t0), t0
 
 
+def _anchor(cost: LiveCost, current: Speedup | None, lo_e: Sequence[float], k_now: int,
+            p_share: float) -> tuple[float, float]:
+    """(A, h): the what-ifs' anchor on the server's own k, A = its live speedup (measured or
+    calibrated) / the profile's model of it, (p + 1) / (p ρ + c(k_now) / τ(k_now)), with the
+    live speedup's log half-width h; (1, 0) when there is no live speedup or no profile curve at
+    k_now. So every k′ is the live k times the modelled ratio k′ / k_now, as the demo's what-ifs
+    are (issue #36: one answer on every surface); what the model gets wrong about the server's own
+    k (drift, prefill, scheduling) cancels between k′ and k_now."""
+    profile = cost.profile
+    if current is None or profile is None or not 1 <= k_now <= len(lo_e):
+        return 1.0, 0.0
+    c = profile.cost_ratio(cost.running_requests, k_now, cost.method, cost.drafter,
+                           drafted_tokens_per_step=cost.drafted_tokens_per_step, context_tokens=cost.context_tokens)
+    if c is None:
+        return 1.0, 0.0
+    tau = 1.0 + cost.share * (lo_e[k_now - 1] - 1.0)
+    rho = profile.prefill_ratio(cost.running_requests, k_now, cost.method, cost.drafter) or 1.0
+    model = (p_share + 1.0) / (p_share * rho + c.seconds / tau)
+    if not (math.isfinite(model) and model > 0 and math.isfinite(current.value) and current.value > 0):
+        return 1.0, 0.0
+    h = 0.0 if current.lower is None or current.upper is None else \
+        max(math.log(current.upper / current.value), math.log(current.value / current.lower))
+    return current.value / model, h
+
+
 def speedups(rates: Sequence[float], cost: LiveCost, current_k: int | None = None) -> dict[int, Speedup]:
     """Speedup with its interval for every k′ = 1 … len(``rates``) (module doc). ``current_k`` is
     the k the server runs (default: len(rates)); only it can be ``measured`` or ``calibrated``.
@@ -360,6 +388,7 @@ def speedups(rates: Sequence[float], cost: LiveCost, current_k: int | None = Non
     sample = _sample_halfwidth(cost.step, None) if cost.step is not None and cost.step.engine_steps else 0.0
     out: dict[int, Speedup] = {}
     current = current_speedup(cost, k_now)
+    anchor, h_anchor = _anchor(cost, current, lo_e, k_now, p_share)
     for k, (e, e_hi) in enumerate(zip(lo_e, hi_e, strict=True), start=1):
         if k == k_now and current is not None:
             out[k] = current
@@ -370,11 +399,12 @@ def speedups(rates: Sequence[float], cost: LiveCost, current_k: int | None = Non
             c = profile.cost_ratio(b, k, cost.method, cost.drafter, drafted_tokens_per_step=x, context_tokens=cost.context_tokens)
             if c is not None:
                 rho = profile.prefill_ratio(b, k, cost.method, cost.drafter) or 1.0
-                value = (p_share + 1.0) / (p_share * rho + c.seconds / tau)
-                hi_value = (p_share + 1.0) / (p_share * rho + c.seconds / tau_hi)
+                # anchored on the server's own k: its live speedup × the modelled k' / k_now (module doc)
+                value = anchor * (p_share + 1.0) / (p_share * rho + c.seconds / tau)
+                hi_value = anchor * (p_share + 1.0) / (p_share * rho + c.seconds / tau_hi)
                 basis = c.basis
-                h = combine_log_halfwidths([sample, *interval_parts(cost, c.spread, basis, dr.ratio if dr else None,
-                                                                    c.extrapolation)])
+                h = combine_log_halfwidths([sample, h_anchor, *interval_parts(cost, c.spread, basis, dr.ratio if dr else None,
+                                                                              c.extrapolation)])
                 est = Estimate.around(value, h, basis, upper_factor=hi_value / value,
                                       lower_factor=1.0 / FORWARD_ONLY_FACTOR if profile.forward_only else 1.0)
                 upper = max(value, min(est.upper, hi_value)) if profile.forward_only else est.upper
