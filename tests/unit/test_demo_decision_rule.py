@@ -358,3 +358,29 @@ def test_the_live_line_shows_the_shortest_window_that_covers_the_cell():
     served = {"lifetime": {}, "15s": {}, "30s": {}, "1m": {}, "5m": {}}
     assert [live_window(served, s) for s in (10, 25, 45, 400, None)] == ["15s", "30s", "1m", "5m", "15s"]
     assert live_window({"1m": {}, "5m": {}}, 10) == "1m" and live_window({}, 10) is None
+
+
+def test_a_cost_line_through_two_workloads_gives_no_paired_certainty(docs):
+    """With two workloads at a concurrency the cost line has no fit spread, so the what-if's model
+    error is unknown: k' must not be compared paired with a zero-width interval (a real 2-workload
+    demo printed "ahead of k=3 by 1.24x [1.24-1.24]"); with three it is paired."""
+    base, spec, summary = docs
+
+    def only(doc, keep):
+        d = copy.deepcopy(doc)
+        d["batches"] = [b for b in d["batches"] if b["workload"] in keep]
+        d["summary"] = [c for c in d["summary"] if c["workload"] in keep]
+        return d
+
+    two = dd.decide(only(base, {"copy", "word-chain"}), only(spec, {"copy", "word-chain"}), summary["k"])
+    three = dd.decide(base, spec, summary["k"])
+    checked = 0
+    for row in two.rows:
+        vs = row.pick["versus_runner_up"] if row.pick else None
+        if vs and row.pick["runner_up"] != "off":
+            assert not vs["paired"] and vs["lower"] < vs["upper"]
+            checked += 1
+    assert checked >= 2
+    paired3 = [r for r in three.rows if r.pick and r.pick["versus_runner_up"] and r.pick["runner_up"] not in ("off", None)
+               and r.pick["versus_runner_up"]["paired"]]
+    assert paired3 and all(r.pick["versus_runner_up"]["lower"] < r.pick["versus_runner_up"]["upper"] for r in paired3)

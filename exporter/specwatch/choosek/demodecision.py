@@ -420,9 +420,10 @@ def decide(baseline: BenchDoc, speculative: BenchDoc, k: int, *,
             h_line = line.slope_halfwidth * abs(x2 - cc.x) / c2
             e = Estimate.around(anchor.value * rel, combine_log_halfwidths([h_anchor, h_line]), basis)
             # from the measured paired anchor: the same batches shifted by log R(k'), so k' and the
-            # run's k compare paired, with R's own (slope) error only
-            shifted = ([x + math.log(rel) for x in logs] if measured is not None and measured_ratio.paired and logs
-                       else None)
+            # run's k compare paired, with R's own (slope) error only; a line through two workloads
+            # has no fit spread to give that error, so there k' stays an unpaired estimate
+            shifted = ([x + math.log(rel) for x in logs]
+                       if measured is not None and measured_ratio.paired and logs and line.points >= 3 else None)
             cands.append(Candidate.from_estimate(_run(kk), kk, e, never_accepted=na, log_ratios=shifted,
                                                  model_log_halfwidth=h_line if shifted is not None else 0.0))
             what_if.append(WhatIf.at(kk, e, x=x2, c=c2, relative_to_run=rel))
