@@ -389,3 +389,8 @@ def test_the_advice_says_how_the_sweep_measured(tmp_path, stub):
     j = tmp_path / "advice.json"
     CliRunner().invoke(advise, [str(out), "--json", str(j)])
     assert json.loads(j.read_text())["measurement_mode"] == "paired"
+    from specwatch.choosek.cli import report
+    html = tmp_path / "r.html"
+    r = CliRunner().invoke(report, [str(out), "-o", str(html)])
+    assert r.exit_code == 0, r.output
+    assert "measured paired" in html.read_text()  # the report says it too

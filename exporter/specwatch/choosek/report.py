@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specwatch.choosek import exactcurves
-from specwatch.choosek.advise import VERDICT_TEXT, advise_sweep, pick_label, recommendation_note, speedup_text
+from specwatch.choosek.advise import MODE_LINES, VERDICT_TEXT, advise_sweep, pick_label, recommendation_note, speedup_text
 from specwatch.choosek.charts import (
     config_order,
     escape,
@@ -112,6 +112,8 @@ def render_report(doc: SweepResult | Mapping[str, Any], *, tolerance: float = DE
         f"<p>Status <b>{escape(rec.status)}</b>; created {escape(rec.created_at)}, updated {escape(rec.updated_at)}; "
         f"server: {escape(server_kind)}. {len(ms)} measured cells.</p>"
     )
+    if rec.measurement_mode is not None:  # paired (side by side) or sequential (issue #37)
+        parts.append(f"<p class='note'>{escape(MODE_LINES.get(rec.measurement_mode, rec.measurement_mode))}.</p>")
     left_out = rec.failed_cells()
     if left_out:
         parts.append(f"<p class='note'>Left out: {len(left_out)} cell(s) with failed requests (resume the sweep to "
