@@ -40,7 +40,7 @@ def _kill_sweep_once_serving(tmp_path: Path, template: str, out: Path) -> tuple[
     env = {**os.environ, "STUB_PID_LOG": str(pids)}
     cmd = [sys.executable, "-m", "specwatch", "sweep", "--result-file", str(out), "--k", "2", "--workloads", "copy",
            "--concurrency", "1", "--output-len", "8", "--num-batches", "100000", "--server-command", template,
-           "--no-lock", "--no-progress"]
+           "--no-lock", "--no-progress", "--sequential"]  # one server up (paired would start a second beside it)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         t0 = time.time()
