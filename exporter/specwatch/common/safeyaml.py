@@ -18,12 +18,12 @@
 
 from __future__ import annotations
 
-import os
-import stat
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from specwatch.common.files import NotARegularFile, read_regular_file
 
 #: The largest file read by default, in bytes.
 DEFAULT_MAX_BYTES = 1 << 20
@@ -43,39 +43,15 @@ def _where(exc: yaml.YAMLError) -> str:
 
 
 def _read_regular(p: Path, max_bytes: int, what: str) -> bytes:
+    """:func:`specwatch.common.files.read_regular_file` with its refusals as :class:`YamlFileError`."""
     try:
-        st = os.stat(p)
+        return read_regular_file(p, max_bytes, what)
+    except NotARegularFile as exc:
+        raise YamlFileError(str(exc)) from None
     except FileNotFoundError:
         raise YamlFileError(f"{p}: no such {what}") from None
     except OSError as exc:
         raise YamlFileError(f"{p}: cannot read the {what}: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(st.st_mode):
-        kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode)
-                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a regular file")
-        raise YamlFileError(f"{p}: the {what} must be a regular file, this is {kind}")
-    if st.st_size > max_bytes:
-        raise YamlFileError(f"{p}: the {what} is {st.st_size} bytes, more than the {max_bytes} accepted")
-    try:
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise YamlFileError(f"{p}: cannot read the {what}: {exc.strerror or exc}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped since the stat
-            raise YamlFileError(f"{p}: the {what} must be a regular file")
-        chunks, size = [], 0
-        while size <= max_bytes:
-            chunk = os.read(fd, min(65536, max_bytes + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    except OSError as exc:
-        raise YamlFileError(f"{p}: cannot read the {what}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    if size > max_bytes:
-        raise YamlFileError(f"{p}: the {what} is more than the {max_bytes} bytes accepted")
-    return b"".join(chunks)
 
 
 def _check_events(text: str, p: Path, what: str) -> None:
