@@ -49,11 +49,13 @@ the vLLM lock).
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from contextlib import ExitStack
 from functools import partial
@@ -67,12 +69,23 @@ from specwatch.bench.records import BenchResult
 from specwatch.choosek.resultfile import SweepError
 from specwatch.choosek.sweep import ServerConfig, build_configs, render_command, start_server, uses_speculation
 from specwatch.common.files import atomic_write_json
+from specwatch.common.params import parse_duration
 from specwatch.common.processes import free_port, install_stop_signals, stop_process_group, wait_http
 from specwatch.localvllm import server as localvllm_server
 from specwatch.localvllm.server import VllmLock, VllmServer
 
 SPECWATCH = Path(sys.executable).with_name("specwatch")
 NGRAM_K4 = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+#: The exporter's window the checks read, and a short one beside it: the window engine keeps a record
+#: every max(1 s, shortest window / 12), so the 30 s window makes it keep one every 2.5 s and the
+#: measured interval's batch means (how each server's speed moved between the rounds) have the
+#: cell's rounds to go on. 10 minutes: longer than a cell's rounds on 2 cores (a 5 m window lost the
+#: first round of the slowest cells).
+WINDOW = "10m"
+SHORT_WINDOW = "30s"
+#: Seconds between the poller's scrapes of each exporter while a cell runs (as Prometheus would
+#: scrape it; the exporter fetches its upstreams only when scraped).
+SCRAPE_INTERVAL = 2.5
 #: The checks' thresholds (issue 23).
 MAX_ERROR = 0.15
 NEUTRAL_BAND = (0.95, 1.05)
@@ -137,14 +150,14 @@ def _sample(text: str, name: str, k: int, upstream: str | None) -> tuple[float, 
         for s in fam.samples:
             if s.name != name:
                 continue
-            if s.labels.get("window") == "5m" and s.labels.get("k") == str(k) and (
+            if s.labels.get("window") == WINDOW and s.labels.get("k") == str(k) and (
                     upstream is None or s.labels.get("upstream") == upstream):
                 return s.value, s.labels
     return None
 
 
 def live_speedup(text: str, k: int, upstream: str | None = None) -> dict[str, Any] | None:
-    """``specwatch_speedup{window="5m", k=k}`` (of ``upstream`` when given) with its basis, and
+    """``specwatch_speedup{window=WINDOW, k=k}`` (of ``upstream`` when given) with its basis, and
     ``specwatch_speedup_lower`` / ``_upper`` of the same labels (None when not served)."""
     got = _sample(text, "specwatch_speedup", k, upstream)
     if got is None:
@@ -163,20 +176,22 @@ def live_speedup(text: str, k: int, upstream: str | None = None) -> dict[str, An
 
 
 def drift(text: str, upstream: str | None = None) -> float | None:
-    """``specwatch_cost_profile_error_ratio{window="5m"}`` (live step time / the profile's), if served."""
+    """``specwatch_cost_profile_error_ratio{window=WINDOW}`` (live step time / the profile's), if served."""
     for fam in text_string_to_metric_families(text):
         if fam.name == "specwatch_cost_profile_error_ratio":
             for s in fam.samples:
-                if s.labels.get("window") == "5m" and (upstream is None or s.labels.get("upstream") == upstream):
+                if s.labels.get("window") == WINDOW and (upstream is None or s.labels.get("upstream") == upstream):
                     return s.value
     return None
 
 
 def start_exporter(upstreams: list[str], profile: str | None, method: str | None,
                    baseline_upstream: str | None = None) -> tuple[subprocess.Popen, str]:
-    """A fresh ``specwatch serve --window 5m`` on a free port; (process, /metrics URL)."""
+    """A fresh ``specwatch serve --window 30s --window 10m`` (:data:`WINDOW`) on a free port;
+    (process, /metrics URL)."""
     eport = free_port()
-    cmd = [str(SPECWATCH), "serve", "--window", "5m", "--listen-address", f"127.0.0.1:{eport}", "--log-level", "warning"]
+    cmd = [str(SPECWATCH), "serve", "--window", SHORT_WINDOW, "--window", WINDOW, "--listen-address", f"127.0.0.1:{eport}",
+           "--log-level", "warning"]
     for u in upstreams:
         cmd += ["--upstream", u]
     if baseline_upstream:
@@ -193,6 +208,36 @@ def start_exporter(upstreams: list[str], profile: str | None, method: str | None
         stop_process_group(exp, 10)
         raise
     return exp, url
+
+
+class Poller:
+    """Scrapes each URL every ``interval`` seconds in a background thread while a cell runs, as
+    Prometheus scrapes an exporter (the exporter fetches its upstreams only when scraped, so its
+    window's records, and the measured interval's batch means, come from these scrapes). A failed
+    scrape is counted, never raised. Use as a context manager."""
+
+    def __init__(self, urls: list[str], interval: float = SCRAPE_INTERVAL):
+        self.urls, self.interval = urls, interval
+        self.scrapes = self.failures = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="verify-poller", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            for u in self.urls:
+                try:
+                    requests.get(u, timeout=10).raise_for_status()
+                    self.scrapes += 1
+                except requests.RequestException:
+                    self.failures += 1
+
+    def __enter__(self) -> "Poller":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(15)
 
 
 def interleaved_rounds(run_baseline, run_speculative, rounds: int) -> list[dict[str, Any]]:
@@ -322,6 +367,12 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--coverage"]:
+        if len(argv) < 2:
+            print("verify_speedup: --coverage needs one or more result files (verify.json)", file=sys.stderr)
+            return 2
+        return combined_coverage([Path(a) for a in argv[1:]])
     try:
         args = parse_args(argv)
         model_dir = None
@@ -369,6 +420,7 @@ def main(argv=None) -> int:
     finally:
         for h in hogs:
             stop_process_group(h, 5)
+    out["coverage"] = {"measured": coverage(rows), "calibrated": coverage(rows, "calibrated")}
     atomic_write_json(args.out, out)
     return print_table(rows, args.out)
 
@@ -405,7 +457,8 @@ def run_sequential(args, spec_cfgs, baseline, model_dir, work, out, only) -> lis
                         for p in profiles:
                             exporters.append(start_exporter([f"spec={srv.base_url}"], p, method))
                         time.sleep(1.5)  # past the exporters' freshness interval: the next scrape fetches anew
-                        thr = bench(srv.base_url, wl, c, args, False, work)
+                        with Poller([url for _, url in exporters]):
+                            thr = bench(srv.base_url, wl, c, args, False, work)
                         time.sleep(1.5)
                         texts = [scrape(url) for _, url in exporters]
                     finally:
@@ -464,9 +517,12 @@ def run_paired(args, spec_cfgs, baseline, model_dir, work, out) -> list[dict[str
                         cal = (start_exporter([f"spec={spec.base_url}"], args.cost_profile, method_of(cfg))
                                if args.cost_profile else None)
                         time.sleep(1.5)
-                        rounds = interleaved_rounds(
-                            partial(bench, base.base_url, wl, c, args, False, work),
-                            partial(bench, spec.base_url, wl, c, args, False, work), args.rounds)
+                        t_cell = time.monotonic()
+                        with Poller([url] + ([cal[1]] if cal else [])):
+                            rounds = interleaved_rounds(
+                                partial(bench, base.base_url, wl, c, args, False, work),
+                                partial(bench, spec.base_url, wl, c, args, False, work), args.rounds)
+                        cell_seconds = time.monotonic() - t_cell
                         base_thr, spec_thr = combined_throughput(rounds, "baseline"), combined_throughput(rounds, "speculative")
                         time.sleep(1.5)
                         text = scrape(url)
@@ -480,7 +536,10 @@ def run_paired(args, spec_cfgs, baseline, model_dir, work, out) -> list[dict[str
                             "baseline_output_throughput": base_thr, "output_throughput": spec_thr,
                             "rounds": rounds, "round_ratios": round_ratios(rounds),
                             "exporter_speedup": sp, "drift": drift(text, "spec"), "other_profile_drift": None,
-                            **judge(spec_thr / base_thr, sp)}
+                            "cell_seconds": round(cell_seconds, 1), **judge(spec_thr / base_thr, sp)}
+                    if cell_seconds > parse_duration(WINDOW):
+                        print(f"  warning: the rounds took {cell_seconds:.0f} s, longer than the {WINDOW} window: the "
+                              "exporter's value misses the first of them", flush=True)
                     if cal_text is not None:
                         csp = live_speedup(cal_text, cfg.k, "spec")
                         cell["calibrated"] = {"exporter_speedup": csp, "drift": drift(cal_text, "spec"),
@@ -509,6 +568,7 @@ def print_table(rows: list[dict[str, Any]], out_path: Path) -> int:
               f"{_yn(None if c['wrong_side_of_1'] is None else not c['wrong_side_of_1']):>6}{_yn(c['interval_tight']):>6}"
               f"{'' if ok else '  <- off'}")
     print(f"\n{len(rows) - bad}/{len(rows)} cells within 15 % and on the right side of 1; results in {out_path}")
+    print(coverage_line(coverage(rows), "measured"))
     cal = [c for c in rows if c.get("calibrated")]
     if cal:
         print("\nthe same cells, the exporter reading the speculative server alone with the profile (basis calibrated):")
@@ -528,6 +588,64 @@ def print_table(rows: list[dict[str, Any]], out_path: Path) -> int:
               "never on the wrong side of 1")
         bad += cbad
     return 0 if rows and not bad else 1
+
+
+def coverage(rows: list[dict[str, Any]], basis: str = "measured") -> dict[str, Any]:
+    """How often the exporter's 95 % interval of ``basis`` (``measured``: the first exporter,
+    ``calibrated``: the one reading the speculative server alone) held the client ratio: {"basis",
+    "cells" (cells whose value had that basis and an interval), "covered", "share" (None without
+    cells), "missed": ["config workload c=…: ratio r outside [lo, hi]", …]}."""
+    judged, covered, missed = 0, 0, []
+    for c in rows:
+        j = c if basis == "measured" else c.get("calibrated")
+        if not j:
+            continue
+        sp = j.get("exporter_speedup") or {}
+        if not str(sp.get("basis") or "").startswith(basis[:5]) or j.get("interval_contains_ratio") is None:
+            continue
+        judged += 1
+        if j["interval_contains_ratio"]:
+            covered += 1
+        else:
+            missed.append(f"{c['config']} {c['workload']} c={c['concurrency']}: ratio {c['measured_ratio']:.3f} outside "
+                          f"[{sp['lower']:.3f}, {sp['upper']:.3f}]")
+    return {"basis": basis, "cells": judged, "covered": covered, "share": covered / judged if judged else None,
+            "missed": missed}
+
+
+def coverage_line(cov: dict[str, Any], what: str) -> str:
+    """``coverage: the measured interval holds the client ratio in 7 of 8 cells (87.5 %)`` plus the misses."""
+    if not cov["cells"]:
+        return f"coverage: no cell with a {what} interval"
+    line = (f"coverage: the {what} 95 % interval holds the client ratio in {cov['covered']} of {cov['cells']} cells "
+            f"({cov['share'] * 100:.1f} %; issue 37 asks at least 90 %)")
+    return line + "".join(f"\n  missed: {m}" for m in cov["missed"])
+
+
+def combined_coverage(paths: list[Path]) -> int:
+    """``--coverage A.json B.json …``: the measured (and calibrated) intervals' coverage over the
+    cells of several runs' result files together, and per file. Exit 0 when the measured share is
+    at least 90 %, 1 when lower, 2 when a file cannot be read or holds no judged cell."""
+    rows_all: list[dict[str, Any]] = []
+    for p in paths:
+        try:
+            doc = json.loads(Path(p).read_text())
+            rows = [c for c in doc["cells"] if c.get("measured_ratio") is not None]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            print(f"verify_speedup: --coverage {p}: not a verify_speedup result file ({exc})", file=sys.stderr)
+            return 2
+        hogs = (doc.get("settings") or {}).get("load_hog")
+        print(f"{p} ({doc.get('mode')}, load hogs: {hogs}, status {doc.get('status')}): "
+              + coverage_line(coverage(rows), "measured").removeprefix("coverage: "))
+        rows_all += rows
+    total = coverage(rows_all)
+    print(f"all {len(paths)} runs: " + coverage_line(total, "measured").removeprefix("coverage: "))
+    cal = coverage(rows_all, "calibrated")
+    if cal["cells"]:
+        print(f"all {len(paths)} runs: " + coverage_line(cal, "calibrated").removeprefix("coverage: "))
+    if total["share"] is None:
+        return 2
+    return 0 if total["share"] >= 0.9 else 1
 
 
 def _fmt(x: float | None, spec: str = ".2f") -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -143,3 +144,29 @@ def exporter_text() -> str:
         pytest.skip("real capture not present")
     reg, _, _ = make_exporter({"vllm": path.read_text()})
     return generate_latest(reg).decode()
+
+
+#: The labels of the real vLLM 0.32 captures' series (tests/fixtures/metrics/vllm-0.32-*).
+CAPTURE_LABELS = '{engine="0",model_name="smollm2"}'
+
+
+def bump(text: str, name: str, delta: float, labels: str = CAPTURE_LABELS) -> str:
+    """``text`` with the sample ``name{labels}`` raised by ``delta`` (a counter that kept counting)."""
+    pat = re.compile(rf"^({re.escape(name + labels)}) (\S+)$", re.M)
+    m = pat.search(text)
+    assert m, name
+    return pat.sub(lambda m: f"{m.group(1)} {float(m.group(2)) + delta!r}", text, count=1)
+
+
+def decode_phase(text: str, steps: int, seconds_per_step: float, tokens_per_step: float = 1.0) -> str:
+    """``text`` (a real capture) after ``steps`` engine steps of one running request, each of
+    ``seconds_per_step`` emitting ``tokens_per_step`` tokens (decode speed tokens_per_step /
+    seconds_per_step tok/s): generation tokens, the iteration and ITL histograms move; nothing is
+    drafted, so the spec-decode counters stay."""
+    out = bump(text, "vllm:generation_tokens_total", steps * tokens_per_step)
+    out = bump(out, "vllm:iteration_tokens_total_count", steps)
+    out = bump(out, "vllm:inter_token_latency_seconds_count", steps)
+    out = bump(out, "vllm:inter_token_latency_seconds_sum", seconds_per_step * steps)
+    for name in ("vllm:inter_token_latency_seconds_bucket", "vllm:iteration_tokens_total_bucket"):
+        out = bump(out, name, steps, labels='{engine="0",le="+Inf",model_name="smollm2"}')
+    return out

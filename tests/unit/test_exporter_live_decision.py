@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter_helpers import FIXTURES, fixture, make_exporter, scrape, serve_pages, series
+from exporter_helpers import FIXTURES, bump, fixture, make_exporter, scrape, serve_pages, series
 from specwatch.exporter.config import ConfigError, build_config, parse_window
 from specwatch.specdecode.costprofile import EMBEDDED_CPU_PROFILE
 from specwatch.specdecode.decision import Candidate, decide
@@ -32,12 +32,7 @@ NOSPEC = "vllm-0.32-nospec-after-traffic.txt"
 L = '{engine="0",model_name="smollm2"}'
 
 
-def _bump(text: str, name: str, delta: float, labels: str = L) -> str:
-    """``text`` with the sample ``name{labels}`` raised by ``delta`` (a counter that kept counting)."""
-    pat = re.compile(rf"^({re.escape(name + labels)}) (\S+)$", re.M)
-    m = pat.search(text)
-    assert m, name
-    return pat.sub(lambda m: f"{m.group(1)} {float(m.group(2)) + delta!r}", text, count=1)
+_bump = bump  # tests/support/exporter_helpers.py
 
 
 def _set(text: str, name: str, value: str, labels: str = L) -> str:

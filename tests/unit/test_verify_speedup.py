@@ -73,19 +73,51 @@ def test_rounds_alternate_abba_and_combine_as_total_tokens_over_total_time(vs):
 def test_live_speedup_reads_the_server_k_with_lower_and_upper(vs):
     text = "\n".join([
         "# TYPE specwatch_speedup gauge",
-        'specwatch_speedup{upstream="spec",model_name="m",engine="0",k="2",window="5m",basis="profile"} 1.1',
-        'specwatch_speedup{upstream="spec",model_name="m",engine="0",k="4",window="1m",basis="measured"} 9.0',
-        'specwatch_speedup{upstream="spec",model_name="m",engine="0",k="4",window="5m",basis="measured"} 1.7',
+        'specwatch_speedup{upstream="spec",model_name="m",engine="0",k="2",window="WIN",basis="profile"} 1.1',
+        'specwatch_speedup{upstream="spec",model_name="m",engine="0",k="4",window="SHORT",basis="measured"} 9.0',
+        'specwatch_speedup{upstream="spec",model_name="m",engine="0",k="4",window="WIN",basis="measured"} 1.7',
         "# TYPE specwatch_speedup_lower gauge",
-        'specwatch_speedup_lower{upstream="spec",model_name="m",engine="0",k="4",window="5m"} 1.5',
+        'specwatch_speedup_lower{upstream="spec",model_name="m",engine="0",k="4",window="WIN"} 1.5',
         "# TYPE specwatch_speedup_upper gauge",
-        'specwatch_speedup_upper{upstream="spec",model_name="m",engine="0",k="4",window="5m"} 1.9',
+        'specwatch_speedup_upper{upstream="spec",model_name="m",engine="0",k="4",window="WIN"} 1.9',
         "# TYPE specwatch_cost_profile_error_ratio gauge",
-        'specwatch_cost_profile_error_ratio{upstream="spec",model_name="m",engine="0",window="5m"} 1.08', ""])
+        'specwatch_cost_profile_error_ratio{upstream="spec",model_name="m",engine="0",window="WIN"} 1.08', ""])
+    text = text.replace("WIN", vs.WINDOW).replace("SHORT", vs.SHORT_WINDOW)
     assert vs.live_speedup(text, 4, "spec") == {"value": 1.7, "basis": "measured", "lower": 1.5, "upper": 1.9}
     assert vs.live_speedup(text, 4, "base") is None
     assert vs.live_speedup(text.split("# TYPE specwatch_speedup_lower")[0], 4)["lower"] is None  # tolerated absence
     assert vs.drift(text) == 1.08
+
+
+def _cell(ratio, lo, hi, basis="measured", cal=None):
+    c = {"config": "ngram-k4", "workload": "copy", "concurrency": 1, "measured_ratio": ratio,
+         "exporter_speedup": {"value": (lo + hi) / 2, "basis": basis, "lower": lo, "upper": hi},
+         "interval_contains_ratio": lo <= ratio <= hi}
+    if cal:
+        c["calibrated"] = cal
+    return c
+
+
+def test_coverage_counts_the_cells_whose_interval_holds_the_client_ratio(vs, tmp_path, capsys):
+    rows = [_cell(2.0, 1.9, 2.1), _cell(2.0, 2.05, 2.3), _cell(0.5, 0.4, 0.6), _cell(1.0, 0.9, 1.1, basis="calibrated")]
+    cov = vs.coverage(rows)
+    assert (cov["cells"], cov["covered"]) == (3, 2) and cov["share"] == pytest.approx(2 / 3)
+    assert cov["missed"] == ["ngram-k4 copy c=1: ratio 2.000 outside [2.050, 2.300]"]
+    assert "2 of 3 cells (66.7 %" in vs.coverage_line(cov, "measured")
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps({"mode": "baseline-upstream", "settings": {"load_hog": 0}, "status": "complete",
+                             "cells": [_cell(2.0, 1.9, 2.1)] * 9}))
+    b.write_text(json.dumps({"mode": "baseline-upstream", "settings": {"load_hog": 1}, "status": "complete",
+                             "cells": [_cell(2.0, 2.05, 2.3)]}))
+    assert vs.main(["--coverage", str(a), str(b)]) == 0  # 9 of 10: 90 %
+    out = capsys.readouterr().out
+    assert "all 2 runs: the measured 95 % interval holds the client ratio in 9 of 10 cells (90.0 %" in out
+    b.write_text(json.dumps({"mode": "baseline-upstream", "cells": [_cell(2.0, 2.05, 2.3)] * 2}))
+    assert vs.main(["--coverage", str(a), str(b)]) == 1  # 9 of 11
+    (tmp_path / "bad.json").write_text("{")
+    assert vs.main(["--coverage", str(tmp_path / "bad.json")]) == 2
+    assert "not a verify_speedup result file" in capsys.readouterr().err
+    assert vs.main(["--coverage"]) == 2
 
 
 @pytest.mark.parametrize("args, msg", [

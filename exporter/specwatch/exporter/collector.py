@@ -402,7 +402,8 @@ class SpecwatchCollector(Collector):
                 self._add_lifetime_step(f, labels, lifetime_step)
                 costs.append(_CostInputs(name, key, "lifetime", (), None, lifetime_step, running))
             for w in self.config.windows:
-                wv = state.engine.values(key, w.label, w.seconds, spec=key in good, steps=key in stepped)
+                wv = state.engine.values(key, w.label, w.seconds, spec=key in good, steps=key in stepped,
+                                         spread=bool(self.config.baseline_upstream))
                 out.append(wv)
                 self._add_window(f, labels, wv, running)
                 rates = derive(wv.counters).position_acceptance_rates if wv.counters is not None else ()

@@ -53,12 +53,13 @@ builds on (e.g. the speedup from a cost profile).
 from __future__ import annotations
 
 import bisect
+import itertools
 from array import array
 from collections import OrderedDict, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specwatch.exporter.fetching import FetchError
-from specwatch.specdecode.steptime import StepTimes, step_times_of
+from specwatch.specdecode.steptime import SpeedSpread, StepTimes, speed_spread, step_times_of
 from specwatch.specdecode.metrics import SglangCounters, SpecDecodeCounters, UpstreamSnapshot
 
 Key = tuple[str, str]  # (model_name, engine)
@@ -394,10 +395,39 @@ class WindowEngine:
         i = bisect.bisect_right(times, self._now - seconds) - 1
         return self.history[max(i, 0)]
 
-    def values(self, key: Key, label: str, seconds: float, spec: bool, steps: bool, sglang: bool = False) -> WindowValues:
+    def _speed_spread(self, key: Key, t0: float) -> SpeedSpread | None:
+        """:func:`specwatch.specdecode.steptime.speed_spread` of ``key`` over the kept records from
+        ``t0`` (the window's baseline) to now: one (Δ decode tokens, Δ ITL sum) per interval between
+        consecutive records in which the engine stepped."""
+        slots = []
+        for name in ("gen", "ttft_count", "itl_sum", "iter_count"):
+            s = self._series.get((key, name))
+            if s is None or (key, name) not in self._present:
+                return None
+            slots.append(s.slot)
+        g, f, i, it = slots
+        times = self._times
+        start = max(bisect.bisect_right(times, t0) - 1, 0)
+        recs = [rec for _, rec in itertools.islice(self.history, start, None)]
+        if not recs or times[-1] < self._now:
+            recs.append(self._adj)
+
+        def at(rec: array, slot: int) -> float:
+            return rec[slot] if slot < len(rec) else 0.0
+
+        out = []
+        for a, b in itertools.pairwise(recs):
+            if at(b, it) - at(a, it) >= 1:
+                out.append(((at(b, g) - at(a, g)) - (at(b, f) - at(a, f)), at(b, i) - at(a, i)))
+        return speed_spread(out)
+
+    def values(self, key: Key, label: str, seconds: float, spec: bool, steps: bool, sglang: bool = False,
+               spread: bool = False) -> WindowValues:
         """The :class:`WindowValues` of ``key`` over the last ``seconds`` (window ``label``).
         ``spec``/``steps``/``sglang``: whether the current fetch has spec-decode counters / step
-        histograms / SGLang request-finish counters for the key."""
+        histograms / SGLang request-finish counters for the key. ``spread``: also how the decode
+        speed moved between the window's fetches (``step.times.speed_spread``, the measured
+        speedup's between-round term; costs one pass over the window's kept records)."""
         t0, base = self._baseline(seconds)
         cur, present = self._adj, self._present
         n_base = len(base)
@@ -424,11 +454,14 @@ class WindowEngine:
         step = None
         if steps:
             iters = d("iter_count")
+            times = step_times_of(itl_sum=d("itl_sum"), itl_count=d("itl_count"), iteration_count=iters,
+                                  ttft_count=d("ttft_count"), generation_tokens=d("gen"), ttft_sum=d("ttft_sum"),
+                                  prompt_tokens_sum=d("prompt_sum"), prompt_requests=d("prompt_n"),
+                                  output_tokens_sum=d("out_sum"), output_requests=d("out_n"))
+            if spread and times is not None:
+                times = replace(times, speed_spread=self._speed_spread(key, t0))
             step = StepValues(
-                times=step_times_of(itl_sum=d("itl_sum"), itl_count=d("itl_count"), iteration_count=iters,
-                                    ttft_count=d("ttft_count"), generation_tokens=d("gen"), ttft_sum=d("ttft_sum"),
-                                    prompt_tokens_sum=d("prompt_sum"), prompt_requests=d("prompt_n"),
-                                    output_tokens_sum=d("out_sum"), output_requests=d("out_n")),
+                times=times,
                 engine_steps_per_second=_ratio(iters, span),
                 running_requests=_ratio(d("running_sum"), fetches_d),
             )

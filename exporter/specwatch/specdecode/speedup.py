@@ -37,6 +37,9 @@ half-width h combined in quadrature from (:func:`interval_parts`):
 - the live sample: 1.96 × CV / sqrt(engine steps), CV = :data:`CV_SPECULATIVE` for a speculative
   server's per-step speed (tokens per step vary) and :data:`CV_PLAIN` for a plain one, both sides
   for ``measured``;
+- ``measured`` only: the movement between the two servers' rounds, t(df) × sqrt(SE_s² + SE_b²)
+  from each server's batch means of its decode speed over the window's fetches
+  (:func:`between_rounds_halfwidth`; a host that slows down between rounds widens it);
 - the profile's recorded spread of c (1.96 × spread);
 - the drift (live step / the profile's prediction): κ |ln drift| with κ = :data:`DRIFT_WEIGHT`: a
   profile measured on another machine describes this one less well, whatever cancels;
@@ -69,7 +72,8 @@ from specwatch.specdecode.costprofile import (
     CostProfile,
     default_step_cost_ratio,
 )
-from specwatch.specdecode.decision import (LOSES, TOLERANCE, Z95, Candidate, Estimate, Pick, combine_log_halfwidths, decide)
+from specwatch.specdecode.decision import (LOSES, TOLERANCE, Z95, Candidate, Estimate, Pick, combine_log_halfwidths, decide,
+                                           t975)
 from specwatch.specdecode.derive import expected_lengths
 from specwatch.specdecode.steptime import StepTimes
 
@@ -233,6 +237,25 @@ def _request_time_ratio(st: StepTimes, t0: float, prefill_ratio: float | None, b
     return (p_b + d * t0) / (p + i)
 
 
+def between_rounds_halfwidth(st: StepTimes, baseline: StepTimes | None) -> float:
+    """The log half-width of the movement between the two servers' rounds (``measured``): t975(df)
+    × sqrt(SE_s² + SE_b²), SE the batch-means standard error of each server's mean log decode speed
+    over the window (:class:`~specwatch.specdecode.steptime.SpeedSpread`), df by Welch-Satterthwaite
+    from their batches. A side without a spread (fewer than two active fetch intervals) adds
+    nothing; 0 when neither has one."""
+    sides = [sp for sp in (st.speed_spread, baseline.speed_spread if baseline is not None else None)
+             if sp is not None and sp.batches >= 2]
+    if not sides:
+        return 0.0
+    v = [sp.log_standard_error ** 2 for sp in sides]
+    total = sum(v)
+    if total <= 0:
+        return 0.0
+    den = sum(vi * vi / (sp.batches - 1) for vi, sp in zip(v, sides, strict=True))
+    df = max(1, int(total * total / den)) if den > 0 else sum(sp.batches - 1 for sp in sides)
+    return t975(df) * math.sqrt(total)
+
+
 def _sample_halfwidth(st: StepTimes, baseline: StepTimes | None, speculative: bool = True) -> float:
     cv = CV_SPECULATIVE if speculative else CV_PLAIN
     var = cv * cv / max(st.engine_steps, 1.0)
@@ -270,7 +293,8 @@ def current_speedup(cost: LiveCost, k: int) -> Speedup | None:
     if vb is not None:
         value = _request_time_ratio(st, 1.0 / vb, None, cost.baseline)
         base = cost.baseline if cost.baseline is not None else StepTimes(None, None, vb, float(MIN_ENGINE_STEPS * 10), 0.0)
-        e = Estimate.around(value, _sample_halfwidth(st, base, speculative=k > 0), MEASURED)
+        h = combine_log_halfwidths([_sample_halfwidth(st, base, speculative=k > 0), between_rounds_halfwidth(st, base)])
+        e = Estimate.around(value, h, MEASURED)
         return Speedup(e.value, MEASURED, e.lower, e.upper)
     p = cost.profile
     if p is None or k <= 0:
@@ -553,5 +577,6 @@ def answer(rates: Sequence[float], cost: LiveCost, current_k: int) -> WindowAnsw
 __all__ = ["CALIBRATED", "DEFAULT", "EXTRAPOLATED", "MEASURED", "PROFILE", "Drift", "LiveCost", "Speedup",
            "REASON_DEFAULT_CONTRADICTED", "REASON_INSUFFICIENT_DATA", "REASON_NO_COST_CURVE", "WindowAnswer",
            "answer", "candidates", "never_accepted", "pick",
-           "current_speedup", "default_contradicted", "drift", "measured_speedup", "profile_error_ratio", "speedups",
+           "between_rounds_halfwidth", "current_speedup", "default_contradicted", "drift", "measured_speedup",
+           "profile_error_ratio", "speedups",
            "upper_rates"]

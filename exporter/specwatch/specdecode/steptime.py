@@ -99,6 +99,9 @@ class StepTimes:
     prefill_seconds: float | None = None
     first_tokens: float | None = None
     context_tokens: float | None = None
+    #: How the decode speed moved inside the interval (:class:`SpeedSpread`, batch means over the
+    #: exporter's fetches); set by the exporter's windows where a measured speedup needs it, else None.
+    speed_spread: "SpeedSpread | None" = None
 
     @property
     def tokens_per_request_step(self) -> float | None:
@@ -106,6 +109,44 @@ class StepTimes:
         if self.decode_tokens is None or not self.request_steps:
             return None
         return self.decode_tokens / self.request_steps
+
+
+#: Most batches :func:`speed_spread` groups an interval's active fetch intervals into (batch means: a
+#: fixed, small number of long batches keeps the standard error honest when the speed drifts slowly).
+MAX_SPREAD_BATCHES = 8
+
+
+@dataclass(frozen=True)
+class SpeedSpread:
+    """How one server's per-request decode speed moved over a window: the window's active fetch
+    intervals (engine steps > 0) in time order, split into ``batches`` contiguous groups of about
+    equal count (at most :data:`MAX_SPREAD_BATCHES`); per group x_g = ln(Δ decode tokens / Δ ITL
+    sum); ``log_standard_error`` = sd(x_g) / √batches (the standard error of the mean log speed,
+    batch means). It holds the round-to-round movement a client sees (a host that slows down
+    between two rounds, the tail of a batch with fewer running requests) that the engine-step
+    count alone does not. ``intervals``: the active fetch intervals grouped."""
+
+    batches: int
+    log_standard_error: float
+    intervals: int
+
+
+def speed_spread(intervals: Iterable[tuple[float, float]]) -> SpeedSpread | None:
+    """:class:`SpeedSpread` of active fetch intervals given as (Δ decode tokens, Δ ITL sum seconds)
+    in time order (intervals with a non-positive or non-finite value are skipped); None with fewer
+    than two usable intervals (no spread can be told)."""
+    pts = [(d, i) for d, i in intervals if math.isfinite(d) and math.isfinite(i) and d > 0 and i > 0]
+    n = len(pts)
+    if n < 2:
+        return None
+    m = min(MAX_SPREAD_BATCHES, n)
+    xs = []
+    for g in range(m):
+        chunk = pts[g * n // m:(g + 1) * n // m]
+        xs.append(math.log(sum(d for d, _ in chunk) / sum(i for _, i in chunk)))
+    mean = sum(xs) / m
+    var = sum((x - mean) ** 2 for x in xs) / (m - 1)
+    return SpeedSpread(m, math.sqrt(var / m), n)
 
 
 def step_times(delta: StepCounters) -> StepTimes:
