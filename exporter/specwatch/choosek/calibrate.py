@@ -125,14 +125,32 @@ def _rel_sd(values: Sequence[float]) -> float | None:
     return statistics.stdev(values) / statistics.fmean(values) if len(values) >= 2 else None
 
 
+def paired_cost_spread(cell: SweepCell) -> float | None:
+    """The spread of the relative cost c between a paired cell's rounds (issue #37): batch i of the
+    speculative server and batch i of the baseline measured beside it (same prompts, back to back,
+    ``cell.baseline_batches``) give c_i = step_i / plain step_i (vLLM's histograms: Δ ITL sum / Δ
+    ITL count of each batch); returns sd(ln c_i), the relative spread of c from round to round
+    (a drift of the host between rounds weighs on both sides of c_i alike). None for a sequential
+    cell or with fewer than two measured pairs that both have a server step time."""
+    if not cell.paired or not cell.baseline_batches:
+        return None
+    base = {b.batch_index: b.server_step_duration_ms for b in cell.baseline_batches
+            if not b.warmup and b.server_step_duration_ms}
+    logs = [math.log(b.server_step_duration_ms / base[b.batch_index]) for b in cell.batches or ()
+            if not b.warmup and b.server_step_duration_ms and base.get(b.batch_index)]
+    return statistics.stdev(logs) if len(logs) >= 2 else None
+
+
 def profile_from_sweep(doc: SweepResult | Mapping[str, Any], *, name: str, source_path: str,
                        provenance: Mapping[str, Any] | None = None, notes: list[str] | None = None) -> CostProfile:
     """A format-2 cost profile from a sweep result document (see the module doc): one plain point
     per baseline cell (workload × concurrency: b, context, t0) and one speculative point per
     speculative cell with its relative cost c = t / t0 against the baseline cell of the same
     workload and concurrency, its drafted tokens per request-step x and prefill ratio (mean TTFT
-    over the baseline's); each curve's ``spread`` pools the batch-to-batch spread of its cells and
-    of their baselines (at least :data:`SPREAD_FLOOR`).
+    over the baseline's); each curve's ``spread`` pools, per cell, the spread of c between the paired
+    rounds where the cell was measured beside the baseline (:func:`paired_cost_spread`; a paired
+    sweep, the default), else the batch-to-batch spread of the cell and of its baseline measured
+    apart (at least :data:`SPREAD_FLOOR`); the calibrated intervals use it.
 
     A configuration is its whole speculative config: a dynamic table
     (``num_speculative_tokens_per_batch_size``) is not the cost of a fixed k (its steps run other
@@ -159,6 +177,7 @@ def profile_from_sweep(doc: SweepResult | Mapping[str, Any], *, name: str, sourc
     curves = []
     left_out: list[str] = []
     keys: dict[tuple[str, str | None, int], str] = {}
+    paired_cells = 0
     for cfg_name in dict.fromkeys(c.config for c in cells if c.k > 0):
         cfg0 = configs.get(cfg_name)
         if cfg0 is not None and cfg0.variable_width:
@@ -179,7 +198,12 @@ def profile_from_sweep(doc: SweepResult | Mapping[str, Any], *, name: str, sourc
             prefill = f.ttft / fb.ttft if f.ttft and fb.ttft else None
             pts.append(StepPoint(f.b, f.t, f.ctx, f.x if f.x is not None else float(k), f.t / fb.t,
                                  prefill, f.workload))
-            for sd in (_rel_sd(f.batches), _rel_sd(fb.batches)):
+            paired_sd = paired_cost_spread(c)
+            if paired_sd is not None:  # c's own spread between side-by-side rounds
+                sds.append(paired_sd)
+                paired_cells += 1
+                continue
+            for sd in (_rel_sd(f.batches), _rel_sd(fb.batches)):  # sequential: each side's, apart
                 if sd is not None:
                     sds.append(sd)
         if not pts or k is None:
@@ -209,7 +233,9 @@ def profile_from_sweep(doc: SweepResult | Mapping[str, Any], *, name: str, sourc
            "from vLLM's histograms (Δ ITL sum / Δ ITL count, Δ ITL count / Δ iteration count); one point per "
            "workload and concurrency; relative cost = speculative step / plain step of the same workload and "
            "concurrency; drafted tokens per request-step = Δ draft tokens / Δ ITL count; spread = RMS of the "
-           "batch-to-batch relative standard deviations"
+           + (f"paired rounds' spread of the relative cost (sd of ln(step_i / plain step_i), batch i of both measured "
+              f"side by side; {paired_cells} paired cells) and of the batch-to-batch relative standard deviations of "
+              "any sequential cells" if paired_cells else "batch-to-batch relative standard deviations")
            + "".join(f"; {line}" for line in left_out))
     if notes is not None:
         notes.extend(left_out)
