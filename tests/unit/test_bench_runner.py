@@ -318,8 +318,23 @@ def test_paired_rounds_alternate_the_servers_on_the_same_prompts(tmp_path):
                         ("b", 1, False), ("s", 1, False), ("s", 2, False), ("b", 2, False),
                         ("b", 3, False), ("s", 3, False), ("s", 4, False), ("b", 4, False)]
     assert [b.workload for b in res.batches] == ["copy"] * 10 + ["random-output"] * 10
+    # each measured batch on a server that did not serve the batch before it is preceded by one
+    # short unmeasured request that wakes it (copy: b1 s1 | s2 b2 | b3 s3 | s4 b4 -> primes before
+    # b1, s1, b2, s3, b4; the next cell's warm-ups need none); it is in no batch's counts
+    from specwatch.bench.runner import PRIME_TOKENS
+
+    def split(payloads):
+        primes = [i for i, p in enumerate(payloads) if p.get("max_tokens") == PRIME_TOKENS and p.get("ignore_eos")]
+        return primes, [p for i, p in enumerate(payloads) if i not in primes]
+
+    (bp, base_batches), (sp, spec_batches) = split(base_payloads), split(spec_payloads)
+    # per server, its requests in order (3 per batch): the warm-up (0-2), then a prime before each
+    # batch that follows the other server's; the second cell starts at 18 (baseline) / 17
+    assert res.batches[0].num_prompts == 3
+    assert bp == [3, 7, 14, 21, 25, 32] and sp == [3, 10, 20, 27]
     # batch i of both servers served the same seeded prompts
-    assert [p["prompt"] for p in base_payloads] == [p["prompt"] for p in spec_payloads]
+    assert [p["prompt"] for p in base_batches] == [p["prompt"] for p in spec_batches]
+    assert sum(b.num_prompts for b in res.batches) == len(base_batches) + len(spec_batches)
     rows = res.comparison()
     assert [(r["workload"], r["max_concurrency"]) for r in rows] == [("copy", 1), ("random-output", 1)]
 
