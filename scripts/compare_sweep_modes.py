@@ -93,10 +93,38 @@ def analyse(path: Path, target: float, cap: int) -> dict[tuple[str, str, int], d
         parts = [cell_wall([own])] if own.paired else [cell_wall([own]), cell_wall([cells[("baseline", m.workload, m.concurrency)]])]
         wall = None if any(x is None for x in parts) else sum(parts)
         out[(m.config, m.workload, m.concurrency)] = {
-            "ratio": r.value, "lower": r.lower, "upper": r.upper, "n": r.n, "log_sd": r.log_sd, "h": h,
+            "ratio": r.value, "lower": r.lower, "upper": r.upper, "n": r.n, "log_sd": r.log_sd, "h": h, "logs": list(logs),
             "unpaired_batches": unpaired, "needed": batches_needed(r.log_sd, target, cap),
             "wall_s": wall, "mode": "paired" if own.paired else "sequential"}
     return out
+
+
+def pooled_variance(rows: list[dict]) -> tuple[float, int] | None:
+    """(pooled variance of the per-batch log ratio, its degrees of freedom) over cells:
+    Σ (n−1) sd² / Σ (n−1). None without a cell of two batches."""
+    num = den = 0
+    for x in rows:
+        if x["log_sd"] is not None and x["n"] >= 2:
+            num += (x["n"] - 1) * x["log_sd"] ** 2
+            den += x["n"] - 1
+    return (num / den, den) if den else None
+
+
+def order_effect(rows: list[dict]) -> tuple[float, float, int] | None:
+    """Paired rounds (ABBA): per cell, the mean log ratio of the pairs run speculative-first (2, 4,
+    …) minus that of the baseline-first pairs (1, 3, …); returns (mean over cells, its t
+    statistic, cells). A server that sat idle during the other's batch and runs slower right
+    after shows as a non-zero mean; None with fewer than two cells of at least two pairs."""
+    d = []
+    for x in rows:
+        logs = x["logs"]
+        odd, even = logs[0::2], logs[1::2]
+        if odd and even:
+            d.append(statistics.fmean(even) - statistics.fmean(odd))
+    if len(d) < 2:
+        return None
+    sd = statistics.stdev(d)
+    return statistics.fmean(d), (statistics.fmean(d) / (sd / math.sqrt(len(d))) if sd > 0 else math.inf), len(d)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,9 +180,24 @@ def main(argv: list[str] | None = None) -> int:
               f"(min {min(walls):.2f}, max {max(walls):.2f}); both modes run every batch on both servers, so the "
               "difference is the switching between the two servers within a cell (paired) against two cells "
               "measured apart (sequential), server start-ups excluded")
+    vp, vs = pooled_variance([p[k] for k in keys]), pooled_variance([s[k] for k in keys])
+    pooled = None
+    if vp and vs and vs[0] > 0:
+        pooled = {"paired_variance": vp[0], "sequential_variance": vs[0], "df": [vp[1], vs[1]],
+                  "width_ratio": math.sqrt(vp[0] / vs[0])}
+        print(f"pooled over the {len(keys)} cells, the per-batch log ratio's variance: paired {vp[0]:.4f}, sequential "
+              f"{vs[0]:.4f} ({vp[1]} and {vs[1]} degrees of freedom): at the same batches the paired interval is "
+              f"{pooled['width_ratio']:.2f} × the sequential one's width (one cell's width, from {keys and p[keys[0]]['n']} "
+              "batches, scatters around this by a factor of F(n−1, n−1))")
+    oe = order_effect([p[k] for k in keys])
+    if oe is not None:
+        print(f"paired order effect: log ratio of the speculative-first pairs minus the baseline-first ones, mean "
+              f"{oe[0]:+.3f} over {oe[2]} cells (t = {oe[1]:.1f})")
     if a.json:
         a.json.write_text(json.dumps({"target": a.target, "cap": a.cap, "rows": rows,
-                                      "half_as_wide": halves, "cells": len(keys)}, indent=1) + "\n")
+                                      "half_as_wide": halves, "cells": len(keys), "pooled": pooled,
+                                      "order_effect": None if oe is None else {"mean": oe[0], "t": oe[1], "cells": oe[2]}},
+                                     indent=1) + "\n")
     return 0
 
 

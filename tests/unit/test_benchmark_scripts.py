@@ -47,6 +47,20 @@ def test_compare_sweep_modes_on_real_sweeps(tmp_path):
     row = next(x for x in doc["rows"] if x["cell"] == ["ngram-k4", "copy", 4])
     assert 0 < row["paired"]["lower"] < row["paired"]["ratio"] < row["paired"]["upper"]
     assert row["paired"]["n"] == 2 and row["paired"]["wall_s"] > 0
+    assert doc["pooled"]["width_ratio"] == pytest.approx(1.0)
+    # the two real sweeps of the same cells (2026-12-04): pooled variances and the paired order effect
+    sweeps = ROOT / "tests" / "fixtures" / "sweeps"
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "compare_sweep_modes.py"),
+                        str(sweeps / "embedded-paired-sweep.json"), str(sweeps / "embedded-sequential-sweep.json"),
+                        "--json", str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    rows = [x["paired"] for x in doc["rows"]]
+    pooled = sum((x["n"] - 1) * x["log_sd"] ** 2 for x in rows) / sum(x["n"] - 1 for x in rows)
+    assert doc["pooled"]["paired_variance"] == pytest.approx(pooled) and doc["pooled"]["df"] == [24, 24]
+    assert doc["pooled"]["width_ratio"] < 0.5  # pooled, pairing cut the interval by more than half there
+    assert doc["order_effect"]["cells"] == 8 and doc["order_effect"]["mean"] > 0 and doc["order_effect"]["t"] > 2
+    assert "paired order effect" in r.stdout
     bad = tmp_path / "x.json"
     bad.write_text("{}")
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "compare_sweep_modes.py"), str(bad), str(fix)],
