@@ -68,6 +68,10 @@ def test_t_quantiles_and_the_interval_of_a_cell():
     half = t975(3) * statistics.stdev(xs) / 2
     assert ci["batches"] == 4 and ci["low"] == pytest.approx(101 - half) and ci["high"] == pytest.approx(101 + half)
     assert ci["relative_half_width"] == pytest.approx(half / 101)
+    # two scattered batches: t(1) = 12.7 makes the half width larger than the mean; the lower end stops at 0
+    wide = throughput_interval([20.0, 60.0])
+    assert wide["low"] == 0.0 and wide["high"] == pytest.approx(40 + t975(1) * statistics.stdev([20.0, 60.0]) / math.sqrt(2))
+    assert wide["relative_half_width"] > 1
     one = throughput_interval([50.0])
     assert one["batches"] == 1 and one["low"] is None and one["relative_half_width"] is None
 

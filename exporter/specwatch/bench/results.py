@@ -234,8 +234,9 @@ class BatchResult:
 def throughput_interval(per_batch: Sequence[float]) -> dict[str, Any]:
     """The 95 % interval of a cell's throughput (the mean of its measured batches' throughputs,
     tok/s): mean ± t₀.₉₇₅(n − 1) × stdev / √n over the n batches (Student's t; the batches are
-    independent repeats of the same prompts' sizes). Returns ``{"batches": n, "mean", "low",
-    "high", "relative_half_width"}`` (half width / mean); with fewer than 2 batches (or a mean ≤ 0)
+    independent repeats of the same prompts' sizes), the lower end at least 0 (a throughput is never
+    negative). Returns ``{"batches": n, "mean", "low", "high", "relative_half_width"}`` (half width
+    / mean, from the unclipped half width); with fewer than 2 batches (or a mean ≤ 0)
     ``low``/``high``/``relative_half_width`` are None: one batch gives no interval."""
     return interval_record(per_batch).to_json()
 
@@ -248,7 +249,9 @@ def interval_record(per_batch: Sequence[float]) -> ThroughputInterval:
     if n < 2 or mean <= 0:
         return ThroughputInterval(batches=n, mean=mean)
     half = t975(n - 1) * statistics.stdev(xs) / math.sqrt(n)
-    return ThroughputInterval(batches=n, mean=mean, low=mean - half, high=mean + half, relative_half_width=half / mean)
+    # a throughput is never negative: with few, scattered batches the lower end stops at 0
+    return ThroughputInterval(batches=n, mean=mean, low=max(0.0, mean - half), high=mean + half,
+                              relative_half_width=half / mean)
 
 
 @dataclass
