@@ -20,7 +20,8 @@ minute, last minute's p50 within 20 % of the first's, RSS growth < 10 MB; with 4
 scrape < 8 s with the 88 healthy ones up. A benchmark, not a test: it prints, it does not assert.
 
 Usage: python scripts/bench_exporter_soak.py [--upstreams 128] [--scrapers 10] [--minutes 5]
-                                             [--hung 0] [--json FILE]
+                                             [--hung 0] [--json FILE] [--windows 15s,30s,1m,5m]
+                                             [--baseline-upstream]
 """
 
 from __future__ import annotations
@@ -124,6 +125,12 @@ def main() -> int:
     ap.add_argument("--minutes", type=float, default=5.0)
     ap.add_argument("--hung", type=int, default=0, help="how many of the upstreams are hung (header trickle)")
     ap.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    ap.add_argument("--windows", default="1m,5m",
+                    help="the exporter's windows (default 1m,5m; the exporter's own default is 15s,30s,1m,5m, whose "
+                         "shortest window makes it keep a record every 1.25 s)")
+    ap.add_argument("--baseline-upstream", action="store_true",
+                    help="name the last upstream --baseline-upstream: every upstream's windows then also compute "
+                         "the measured interval's batch means (a pass over the window's kept records; issue #37)")
     args = ap.parse_args()
 
     ctx = multiprocessing.get_context("spawn")
@@ -132,10 +139,13 @@ def main() -> int:
     up_proc.start()
     up_port = q.get(timeout=30)
     port = free_port()
-    cmd = [sys.executable, "-m", "specwatch", "serve", "--listen-address", f"127.0.0.1:{port}",
-           "--window", "1m", "--window", "5m", "--log-level", "error"]
+    cmd = [sys.executable, "-m", "specwatch", "serve", "--listen-address", f"127.0.0.1:{port}", "--log-level", "error"]
+    for w in args.windows.split(","):
+        cmd += ["--window", w.strip()]
     for i in range(args.upstreams):
         cmd += ["--upstream", f"u{i}=http://127.0.0.1:{up_port}/{i}"]
+    if args.baseline_upstream:
+        cmd += ["--baseline-upstream", f"u{args.upstreams - 1}"]
     exp = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/metrics"
     healthy = args.upstreams - args.hung
@@ -187,7 +197,8 @@ def main() -> int:
         up_proc.terminate()
 
     print(f"{args.upstreams} upstreams ({args.hung} hung: header trickle), {args.scrapers} scrapers, "
-          f"{args.minutes:g} min; bodies {', '.join(p.name for p in CAPTURES)}")
+          f"{args.minutes:g} min; windows {args.windows}{'; --baseline-upstream (batch means)' if args.baseline_upstream else ''}; "
+          f"bodies {', '.join(p.name for p in CAPTURES)}")
     print(f"{'minute':>6} | {'scrapes':>7} | {'p50 s':>6} | {'p99 s':>6} | {'max s':>6} | {'non-200':>7} | "
           f"{'fewest healthy up':>17} | {'RSS MB':>6} | {'fds':>4}")
     rows = []
@@ -203,6 +214,7 @@ def main() -> int:
               f"{row['non_200']:>7} | {row['fewest_healthy_up']:>8} of {healthy:<5} | {row['rss_mb']:>6.1f} | {row['fds']:>4}")
     summary = {
         "upstreams": args.upstreams, "hung": args.hung, "scrapers": args.scrapers, "minutes": args.minutes,
+        "windows": args.windows, "baseline_upstream": args.baseline_upstream,
         "rss_mb_start": rss0, "rss_mb_end": rss1, "fds_start": fd0, "fds_end": fd1,
         "last_over_first_p50": rows[-1]["p50"] / rows[0]["p50"] if rows and rows[0]["p50"] else None,
         "max_p99": max(r["p99"] for r in rows) if rows else None,
