@@ -80,7 +80,7 @@ fi
 fast_expr="(unit or integration) and not realvllm and not vllmpkg$nocompose"
 # Two workers per core (at most 16): the fast stage spends about as long waiting (stub servers,
 # sockets, tmux, promtool, deliberate stalls) as computing, so two per core overlap the waits;
-# docs/results.md has the side-by-side runs.
+# docs/development.md ("Test-suite timings") has the side-by-side runs.
 default_workers=$(( 2 * $(nproc) )); [ "$default_workers" -gt 16 ] && default_workers=16
 workers="${SPECWATCH_TEST_WORKERS:-$default_workers}"
 vllm_expr="(unit or integration) and (realvllm or vllmpkg)$nocompose"
@@ -101,7 +101,7 @@ bash "$here/scripts/setup.sh"
 cd "$here"
 # The suite starts hundreds of Python processes (specwatch commands, stub servers, xdist workers).
 # With PYTHONDONTWRITEBYTECODE set (some CI images set it), each one compiles specwatch's modules
-# from source again and every pytest worker rewrites every test module again (docs/results.md says
+# from source again and every pytest worker rewrites every test module again (docs/development.md says
 # what that costs). Bytecode goes to __pycache__ folders (git- and docker-ignored).
 if [ -n "${PYTHONDONTWRITEBYTECODE:-}" ]; then
   echo "[test] PYTHONDONTWRITEBYTECODE unset for the tests (bytecode is cached in __pycache__, git-ignored)" >&2
