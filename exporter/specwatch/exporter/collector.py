@@ -36,7 +36,7 @@ from specwatch.specdecode.speedup import LiveCost, answer
 from specwatch.specdecode.steptime import StepTimes, is_complete, step_times
 from specwatch.exporter.config import ExporterConfig
 from specwatch.specdecode.derive import INVARIANTS, DerivedValues, check_invariants, derive
-from specwatch.exporter.fetching import (AsyncHttpRunner, FetchError, Fetcher, FetchResult, FetchRunner,
+from specwatch.exporter.fetching import (AsyncHttpRunner, BodyObserver, FetchError, Fetcher, FetchResult, FetchRunner,
                                          ServerInfo, ThreadRunner, http_fetch)
 from specwatch.specdecode.metrics import UpstreamSnapshot, clip
 from specwatch.specdecode.ragged import DraftWidth, draft_width
@@ -85,6 +85,7 @@ class _UpstreamState:
         self.violations: dict[str, int] = {name: 0 for name in INVARIANTS}
         self.fetch_errors: dict[str, int] = {}
         self.fetches = 0
+        self.last_error: FetchError | None = None  # why the last round left it down (None: up)
         self.server_info: ServerInfo | None = None  # the last good /server_info answer (,server_info=on)
 
     @property
@@ -115,6 +116,7 @@ class SpecwatchCollector(Collector):
     ``fetch``: an injected synchronous :data:`specwatch.exporter.fetching.Fetcher` (tests), or ``None``
     for HTTP on the shared event loop (:class:`specwatch.exporter.fetching.AsyncHttpRunner`).
     ``clock`` returns seconds (monotonic) for the windows and the freshness interval.
+    ``on_body``: see :class:`specwatch.exporter.fetching.FetchRunner` (``specwatch top --upstream``).
     Thread-safe: concurrent scrapes share rounds (see the module docstring).
     """
 
@@ -123,6 +125,7 @@ class SpecwatchCollector(Collector):
         config: ExporterConfig,
         fetch: Fetcher | None = None,
         clock: Callable[[], float] = time.monotonic,
+        on_body: BodyObserver | None = None,
     ):
         self.config = config
         self._clock = clock
@@ -135,9 +138,9 @@ class SpecwatchCollector(Collector):
         self._baseline_bad_logged: set[str] = set()  # upstreams told once that the baseline's values are unusable
         n = len(config.upstreams)
         if fetch is None or fetch is http_fetch:
-            self._runner: FetchRunner = AsyncHttpRunner(config.timeout_seconds, config.max_body_bytes, n)
+            self._runner: FetchRunner = AsyncHttpRunner(config.timeout_seconds, config.max_body_bytes, n, on_body)
         else:
-            self._runner = ThreadRunner(fetch, config.timeout_seconds, config.max_body_bytes, n)
+            self._runner = ThreadRunner(fetch, config.timeout_seconds, config.max_body_bytes, n, on_body)
         weakref.finalize(self, self._runner.close)  # stop the fetch loop when the collector goes
 
     def describe(self) -> list[Metric]:
@@ -160,6 +163,12 @@ class SpecwatchCollector(Collector):
         engine, window) with spec-decode counters or step histograms (configured windows only)."""
         r = self._round
         return list(r.window_values) if r is not None and r.done.is_set() else []
+
+    def last_errors(self) -> dict[str, str]:
+        """Why each upstream the latest finished round left down is down: name -> "reason: message"
+        (the reason as in ``specwatch_upstream_fetch_errors_total``); up upstreams are not listed."""
+        return {name: f"{st.last_error.reason}: {st.last_error}" for name, st in self._states.items()
+                if st.last_error is not None}
 
     def latest_families(self) -> list[Metric]:
         """The families of the latest finished round (empty before the first); never fetches."""
@@ -187,6 +196,7 @@ class SpecwatchCollector(Collector):
                 fams.build_info.add_metric([__version__], 1.0)
                 for u in self.config.upstreams:  # every scrape carries specwatch_up of every upstream
                     fams.up.add_metric([u.name], 0.0)
+                    self._states[u.name].last_error = FetchError("round", "the fetch round failed (a bug; logged)")
                 r.families = list(fams.all())
             finally:
                 r.finished_at = self._clock()
@@ -270,6 +280,7 @@ class SpecwatchCollector(Collector):
                 part, error, wvs = self._costs_of(name, state, part, costs, base_step, wvs)
             f.duration.add_metric([name], res.seconds)
             f.up.add_metric([name], 0.0 if error is not None else 1.0)
+            state.last_error = error
             if part is not None:
                 f.merge(part)
             r.window_values.extend(wvs)

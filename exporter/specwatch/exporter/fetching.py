@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import logging
 import re
@@ -78,6 +79,8 @@ class FetchError(Exception):
 
 #: ``fetch(upstream, timeout_seconds, max_bytes) -> body text``; raises :class:`FetchError`.
 Fetcher = Callable[[Upstream, float, int], str]
+#: ``on_body(upstream name, body text)``: sees each body :func:`parse_body` accepted.
+BodyObserver = Callable[[str, str], None]
 
 ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
 _OPENMETRICS = "application/openmetrics-text"
@@ -126,9 +129,8 @@ def check_complete(text: str, content_type: str = "") -> None:
     if text and not text.endswith("\n") and not text.endswith("# EOF"):
         raise FetchError("truncated", "body does not end with a newline: cut inside a line")
     is_om = content_type.split(";")[0].strip().lower() == _OPENMETRICS
-    if is_om or "\n# EOF" in text or text.startswith("# EOF"):
-        if text.rstrip("\n").rsplit("\n", 1)[-1] != "# EOF":
-            raise FetchError("truncated", "OpenMetrics body does not end with # EOF")
+    if (is_om or "\n# EOF" in text or text.startswith("# EOF")) and text.rstrip("\n").rsplit("\n", 1)[-1] != "# EOF":
+        raise FetchError("truncated", "OpenMetrics body does not end with # EOF")
 
 
 def decode_body(data: bytes) -> str:
@@ -148,25 +150,35 @@ _CUT_LINE = re.compile(r"#.*|[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{.*|(?:\{.*\})?[ \t]+(?
 
 
 def parse_body(text: str, max_bytes: int, content_type: str = "") -> UpstreamSnapshot:
-    """:func:`specwatch.specdecode.metrics.parse_metrics` + :func:`check_complete`, errors as
-    :class:`FetchError` (reason ``parse``, ``invalid_value`` or ``truncated``)."""
+    """The one reading of an upstream's /metrics body, shared by ``serve`` and ``top --upstream``
+    (both fetch through :class:`AsyncHttpRunner`): errors as :class:`FetchError`, classified in
+    this order.
+
+    1. ``parse``: a complete line of it is no exposition line (a sample, a comment or blank;
+       :func:`specwatch.specdecode.metrics.find_non_exposition_line`), wherever it stands: a junk
+       first line, an HTML page, a JSON answer. Prometheus itself fails such a scrape whole.
+    2. ``truncated`` (:func:`check_complete`): no final newline, or an OpenMetrics body without
+       its ``# EOF``; but ``parse`` when the unfinished last line cannot be the start of an
+       exposition line (``</html>``, ``{"status": "ok"}``).
+    3. :func:`specwatch.specdecode.metrics.parse_metrics`'s ``parse`` or ``invalid_value``.
+    """
+    if len(text) > max_bytes:  # before any scan (an injected fetcher is not capped)
+        raise FetchError("parse", f"body of {len(text)} bytes exceeds the {max_bytes}-byte cap")
+    complete = text.rfind("\n") + 1
+    bad = find_non_exposition_line(text, complete)
+    if bad is not None:
+        raise FetchError("parse", f"not a /metrics exposition: a line reads '{clip(bad, 80)}'")
     try:
-        snap = parse_metrics(text, max_bytes=max_bytes)
+        check_complete(text, content_type)
+    except FetchError:
+        last = text[complete:]
+        if last and last != "# EOF" and not _CUT_LINE.fullmatch(last):
+            raise FetchError("parse", f"not a /metrics exposition: a line reads '{clip(last, 80)}'") from None
+        raise
+    try:
+        return parse_metrics(text, max_bytes=max_bytes)
     except MetricsParseError as exc:
         raise FetchError(exc.reason, str(exc)) from None
-    try:
-        check_complete(text, content_type)  # after the parse: a page that is no exposition is "parse"
-    except FetchError:
-        # cut, or no exposition at all? Only a body whose complete lines are exposition lines
-        # was cut; anything else (an HTML page holding a "vllm:" line…) is "parse"
-        bad = find_non_exposition_line(text[: text.rfind("\n") + 1])
-        last = text[text.rfind("\n") + 1:]
-        if bad is None and last and last != "# EOF" and not _CUT_LINE.fullmatch(last):
-            bad = last
-        if bad is not None:
-            raise FetchError("parse", f"not a /metrics exposition: a line reads '{clip(bad, 80)}'") from None
-        raise
-    return snap
 
 
 async def _read_limited(resp: aiohttp.ClientResponse, max_bytes: int) -> bytes:
@@ -265,11 +277,16 @@ class FetchRunner:
 
     :meth:`submit` returns a :class:`concurrent.futures.Future` of :class:`FetchResult`, or
     ``None`` when the previous fetch of that upstream is still running.
+
+    ``on_body(upstream name, body text)``, when given, is called after each body that
+    :func:`parse_body` accepted (``specwatch top --upstream`` reads vLLM's request gauges from it,
+    which the exporter does not serve); whatever it raises is logged and never fails the fetch.
     """
 
-    def __init__(self, timeout_seconds: float, max_bytes: int):
+    def __init__(self, timeout_seconds: float, max_bytes: int, on_body: BodyObserver | None = None):
         self.timeout_seconds = timeout_seconds
         self.max_bytes = max_bytes
+        self._on_body = on_body
         self._inflight: dict[str, concurrent.futures.Future] = {}
         self._lock = threading.Lock()
         self._server_info: dict[str, ServerInfo] = {}  # last good answer per upstream
@@ -307,6 +324,16 @@ class FetchRunner:
     def _start(self, upstream: Upstream) -> concurrent.futures.Future:
         raise NotImplementedError
 
+    def _parse(self, name: str, text: str, content_type: str = "") -> UpstreamSnapshot:
+        """:func:`parse_body`, then ``on_body`` (its failure logged, never the fetch's)."""
+        snap = parse_body(text, self.max_bytes, content_type)
+        if self._on_body is not None:
+            try:
+                self._on_body(name, text)
+            except Exception as exc:
+                log.debug("upstream %s: on_body failed: %s", name, clip(f"{type(exc).__name__}: {exc}", 200))
+        return snap
+
     def _busy(self, name: str) -> bool:
         """True while work of upstream ``name`` outlives its finished fetch (none here)."""
         return False
@@ -324,10 +351,10 @@ class AsyncHttpRunner(FetchRunner):
     """All fetches on one asyncio loop (one daemon thread) with one aiohttp session; bodies parsed
     in at most :data:`PARSE_WORKERS` threads, within the same per-fetch deadline."""
 
-    def __init__(self, timeout_seconds: float, max_bytes: int, n_upstreams: int):
+    def __init__(self, timeout_seconds: float, max_bytes: int, n_upstreams: int, on_body: BodyObserver | None = None):
         import aiohttp  # noqa: F401  loaded here, at start-up, not inside the first fetch's deadline
 
-        super().__init__(timeout_seconds, max_bytes)
+        super().__init__(timeout_seconds, max_bytes, on_body)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="specwatch-fetch", daemon=True)
         self._thread.start()
@@ -356,7 +383,7 @@ class AsyncHttpRunner(FetchRunner):
             text, ctype = await asyncio.wait_for(
                 fetch_text(self._session, upstream, self.timeout_seconds, self.max_bytes),
                 self.timeout_seconds + 0.25)
-            parse = self._parse_pool.submit(parse_body, text, self.max_bytes, ctype)
+            parse = self._parse_pool.submit(self._parse, upstream.name, text, ctype)
             del text
             waiter = asyncio.wrap_future(parse)
             try:
@@ -405,10 +432,8 @@ class AsyncHttpRunner(FetchRunner):
             if self._session is not None:
                 await self._session.close()
 
-        try:
+        with contextlib.suppress(Exception):  # best effort at shutdown
             asyncio.run_coroutine_threadsafe(_close(), self._loop).result(timeout=2)
-        except Exception:  # best effort at shutdown
-            pass
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._parse_pool.shutdown(wait=False, cancel_futures=True)
 
@@ -416,8 +441,9 @@ class AsyncHttpRunner(FetchRunner):
 class ThreadRunner(FetchRunner):
     """An injected synchronous :data:`Fetcher`, one worker thread per upstream at most."""
 
-    def __init__(self, fetch: Fetcher, timeout_seconds: float, max_bytes: int, n_upstreams: int):
-        super().__init__(timeout_seconds, max_bytes)
+    def __init__(self, fetch: Fetcher, timeout_seconds: float, max_bytes: int, n_upstreams: int,
+                 on_body: BodyObserver | None = None):
+        super().__init__(timeout_seconds, max_bytes, on_body)
         self._fetch = fetch
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, n_upstreams),
                                                            thread_name_prefix="fetch")
@@ -428,7 +454,7 @@ class ThreadRunner(FetchRunner):
             text = self._fetch(upstream, self.timeout_seconds, self.max_bytes)
             if text.startswith("\ufeff"):
                 text = text[1:]
-            snap = parse_body(text, self.max_bytes)
+            snap = self._parse(upstream.name, text)
             result = FetchResult(snap, None, time.monotonic() - t0)
         except FetchError as exc:
             return FetchResult(None, exc, time.monotonic() - t0)

@@ -272,17 +272,35 @@ _GAUGE_RANGES = {
     "sglang:spec_accept_rate": (0.0, 1.0),
     **{"sglang:" + g: (0.0, float(MAX_SGLANG_TOKENS)) for g in _SGLANG_GAUGES if g != "spec_accept_rate"},
 }
-#: A line that is no exposition line (sample, comment or blank): finds what makes a body no
-#: /metrics exposition (used only where a body yields nothing or looks cut).
-_NOT_EXPOSITION = re.compile(
-    r"^(?!#|[ \t]*$|[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{[^\n]*\})?[ \t]+[^ \t\n]+(?:[ \t]+[^ \t\n]+)?[ \t]*$).+", re.M)
+#: A sample value or timestamp as the text format writes it (Go's ParseFloat and Python's float()
+#: alike): a decimal number, ``NaN``, ``+Inf`` / ``-Inf``.
+_NUMBER = (r"[-+]?(?:(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)?"
+           r"|[Ii][Nn][Ff](?:[Ii][Nn][Ii][Tt][Yy])?|[Nn][Aa][Nn])")
+#: One exposition line: a comment (``# HELP``, ``# TYPE``, ``# EOF``…), a blank line, or a sample
+#: ``name{labels} value [timestamp]`` (an OpenMetrics exemplar ``# {…} v`` after it allowed; a
+#: quoted name inside the braces too). ``garbage here`` is none (its value is no number).
+_EXPOSITION_LINE = (r"(?:[ \t]*(?:[a-zA-Z_:][a-zA-Z0-9_:]*(?:[ \t]*\{[^\n]*\})?|\{[^\n]*\})[ \t]+" + _NUMBER
+                    + r"(?:[ \t]+" + _NUMBER + r")?(?:[ \t]+#[^\n]*)?[ \t\r]*|#[^\n]*|[ \t\r]*)")
+#: The run of complete exposition lines at the start of a text. Possessive: one pass, no
+#: backtracking state kept per line (linear time, constant memory; a vLLM body of 56 KB takes
+#: 0.3 ms, 16 MiB of 4-character lines 2.5 s on a 2-core machine).
+_EXPOSITION_RUN = re.compile(r"(?>" + _EXPOSITION_LINE + r"\n)*+")
+_ONE_EXPOSITION_LINE = re.compile(_EXPOSITION_LINE)
 
 
-def find_non_exposition_line(text: str) -> str | None:
-    """The first line of ``text`` that is neither a sample (``name{labels} value [timestamp]``),
-    a comment nor blank, or None. One regular-expression scan."""
-    m = _NOT_EXPOSITION.search(text)
-    return None if m is None else m.group()
+def find_non_exposition_line(text: str, end: int | None = None) -> str | None:
+    """The first line of ``text[:end]`` that is neither a sample (``name{labels} value
+    [timestamp]``, the value a number, ``NaN`` or ``±Inf``), a comment nor blank, or None. One
+    regular-expression pass (no copy of the text). A last line without a newline is checked too."""
+    end = len(text) if end is None else end
+    stop = _EXPOSITION_RUN.match(text, 0, end).end()
+    if stop >= end:
+        return None
+    nl = text.find("\n", stop, end)
+    line = text[stop:end if nl < 0 else nl]
+    if nl < 0 and _ONE_EXPOSITION_LINE.fullmatch(line):
+        return None
+    return line
 
 
 _UNPRINTABLE = re.compile(r"[^\x20-\x7e\u2026]")  # "…" marks a cut

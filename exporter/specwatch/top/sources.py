@@ -4,16 +4,20 @@
 - :class:`UpstreamSource`: no exporter running: the exporter's own collector
   (:class:`specwatch.exporter.collector.SpecwatchCollector`) scrapes the vLLM upstreams in this process and
   its registry is rendered with ``generate_latest``, so every number is derived by the same code
-  as in ``specwatch serve``. The fetcher handed to the collector is :func:`specwatch.exporter.fetching.
-  http_fetch`, wrapped to keep the last error message per upstream and vLLM's request gauges
-  (``vllm:num_requests_running`` / ``vllm:num_requests_waiting``), which the exporter does not
-  serve.
+  as in ``specwatch serve``, and every body is fetched and classified by serve's own path
+  (:class:`specwatch.exporter.fetching.AsyncHttpRunner`, :func:`specwatch.exporter.fetching.parse_body`):
+  the same body is up or down, with the same reason, in both. The last error per upstream is
+  the collector's (:meth:`~specwatch.exporter.collector.SpecwatchCollector.last_errors`); vLLM's request
+  gauges (``vllm:num_requests_running`` / ``vllm:num_requests_waiting``), which the exporter does
+  not serve, are read from each accepted body (the collector's ``on_body``).
 
 Each ``fetch()`` returns a :class:`Fetched` or raises :class:`SourceError` (one line for the user).
 """
 
 from __future__ import annotations
 
+import math
+import re
 import threading
 from dataclasses import dataclass, field
 
@@ -23,7 +27,6 @@ from specwatch.exporter.collector import SpecwatchCollector
 from specwatch.exporter.fetching import FetchError, http_fetch
 from specwatch.exporter.config import DEFAULT_WINDOWS, ConfigError, Upstream, build_config, parse_upstream
 from specwatch.top.model import ExpositionError, Sample, check_specwatch, parse_exposition
-from specwatch.specdecode.metrics import MetricsParseError, parse_metrics
 
 #: Largest exporter body accepted (an exporter with a few upstreams serves tens of KiB).
 MAX_BODY_BYTES = 16 * 1024 * 1024
@@ -84,47 +87,43 @@ class ExporterSource:
         """Nothing to release (each fetch is one request)."""
 
 
-class _RecordingFetcher:
-    """:func:`http_fetch` that remembers, per upstream, the last error message and vLLM's request
-    gauges of the last good body (thread-safe: the collector fetches upstreams in parallel)."""
+class _RequestGauges:
+    """vLLM's request gauges of each upstream's last body the collector accepted (its
+    ``on_body``; thread-safe: the collector parses upstreams in parallel)."""
 
     def __init__(self):
         self._lock = threading.Lock()
-        self.errors: dict[str, str] = {}
         self.requests: dict[tuple[str, str, str], tuple[float | None, float | None]] = {}
 
-    def __call__(self, upstream: Upstream, timeout: float, max_bytes: int) -> str:
-        try:
-            body = http_fetch(upstream, timeout, max_bytes)
-        except FetchError as exc:
-            with self._lock:
-                self.errors[upstream.name] = f"{exc.reason}: {exc}"
-            raise
-        try:
-            parse_metrics(body, max_bytes=max_bytes)  # the collector parses again; here for the message
-        except MetricsParseError as exc:
-            with self._lock:
-                self.errors[upstream.name] = f"parse: {exc}"
-            return body
-        reqs = _request_gauges(upstream.name, body)
+    def __call__(self, upstream: str, body: str) -> None:
+        reqs = _request_gauges(upstream, body)
         with self._lock:
-            self.errors.pop(upstream.name, None)
-            for key in [k for k in self.requests if k[0] == upstream.name]:
+            for key in [k for k in self.requests if k[0] == upstream]:
                 del self.requests[key]
             self.requests.update(reqs)
-        return body
 
-    def snapshot(self) -> tuple[dict, dict[str, str]]:
-        """(request gauges, last error messages) as of now (copies)."""
+    def snapshot(self) -> dict[tuple[str, str, str], tuple[float | None, float | None]]:
+        """The request gauges as of now (a copy)."""
         with self._lock:
-            return dict(self.requests), dict(self.errors)
+            return dict(self.requests)
+
+
+#: The lines of vLLM's request gauges (only these are parsed: the rest of the body is the
+#: collector's, which has accepted it already).
+_REQUEST_LINE = re.compile(r"^vllm:num_requests_(?:running|waiting)[{ \t][^\n]*", re.M)
 
 
 def _request_gauges(upstream: str, body: str) -> dict[tuple[str, str, str], tuple[float | None, float | None]]:
+    """(upstream, model_name, engine) -> (running, waiting) from ``body``'s
+    ``vllm:num_requests_running`` / ``_waiting`` lines ({} when they do not parse)."""
     running: dict[tuple[str, str, str], float] = {}
     waiting: dict[tuple[str, str, str], float] = {}
-    for s in parse_exposition(body):
-        if s.name in ("vllm:num_requests_running", "vllm:num_requests_waiting"):
+    try:
+        samples = parse_exposition("\n".join(_REQUEST_LINE.findall(body)) + "\n")
+    except ExpositionError:
+        return {}
+    for s in samples:
+        if s.name in ("vllm:num_requests_running", "vllm:num_requests_waiting") and math.isfinite(s.value):
             key = (upstream, s.labels.get("model_name", ""), s.labels.get("engine", ""))
             target = running if s.name.endswith("running") else waiting
             target[key] = target.get(key, 0.0) + s.value
@@ -150,8 +149,9 @@ class UpstreamSource:
         self.config = build_config(upstreams, windows, "127.0.0.1:1", timeout_seconds=timeout,
                                    cost_profile=cost_profile, baseline_upstream=baseline_upstream,
                                    speculative_method=speculative_method, drafter=drafter)
-        self.fetcher = _RecordingFetcher()
-        self.collector = SpecwatchCollector(self.config, fetch=self.fetcher)
+        self.requests = _RequestGauges()
+        # serve's own fetch path (AsyncHttpRunner, parse_body): every body is classified as serve does
+        self.collector = SpecwatchCollector(self.config, on_body=self.requests)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
         self.description = "upstreams " + ", ".join(f"{u.name}={u.metrics_url}" for u in self.config.upstreams)
@@ -162,11 +162,11 @@ class UpstreamSource:
         """One scrape of every upstream through the collector. Never raises for a down upstream
         (that is shown as ``specwatch_up 0``)."""
         text = generate_latest(self.registry).decode()
-        reqs, errs = self.fetcher.snapshot()
-        return Fetched(parse_exposition(text), reqs, errs)
+        return Fetched(parse_exposition(text), self.requests.snapshot(), self.collector.last_errors())
 
     def close(self) -> None:
-        """Nothing to release (the collector's fetch threads end with the process)."""
+        """Stop the collector's fetch loop."""
+        self.collector.close()
 
 
 __all__ = ["ConfigError", "ExporterSource", "Fetched", "SourceError", "UpstreamSource", "exporter_metrics_url"]
