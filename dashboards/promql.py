@@ -113,9 +113,7 @@ def _walk(node, func: str | None, direct: bool, out: list[Selector]) -> None:
     elif kind == "BinaryExpr":
         _walk(node.lhs, func, False, out)
         _walk(node.rhs, func, False, out)
-    elif kind in ("ParenExpr", "UnaryExpr"):
-        _walk(node.expr, func, False, out)
-    elif kind == "SubqueryExpr":
+    elif kind in ("ParenExpr", "UnaryExpr", "SubqueryExpr"):
         _walk(node.expr, func, False, out)
     # NumberLiteral, StringLiteral: no selector
 

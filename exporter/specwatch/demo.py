@@ -265,10 +265,8 @@ def _result_folder(out: Path) -> list[Path]:
 
 def _remove_empty(folders: list[Path]) -> None:
     for d in folders:
-        try:
+        with contextlib.suppress(OSError):
             d.rmdir()
-        except OSError:
-            pass
 
 
 @click.command("demo")

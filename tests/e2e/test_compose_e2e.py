@@ -410,7 +410,7 @@ def test_prometheus_scrapes_every_running_job_and_loads_every_rule(stack):
         return all(by[(j, t)]["health"] == "up" for j, ts in jobs.items() for t in ts if serving[t.split(":")[0]]) and by
 
     by = cs.wait_for("every target of a started service up", all_running_up, 90)
-    for (job, inst), t in by.items():
+    for (_job, inst), t in by.items():
         if serving[inst.split(":")[0]] is None:
             assert t["health"] != "up", f"{inst} is up but its service is not started"
     # every rule and alert group of the mounted rule files loaded, each rule evaluated without error

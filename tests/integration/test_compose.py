@@ -86,10 +86,7 @@ def interpolate(text: str, env: dict[str, str]) -> str:
     def repl(m: re.Match) -> str:
         name, op, arg = m.group(1), m.group(2), m.group(3)
         value = env.get(name)
-        if op in (":-", ":?"):
-            missing = not value
-        else:
-            missing = value is None
+        missing = not value if op in (":-", ":?") else value is None
         if op and op.endswith("?") and missing:
             raise KeyError(f"{name}: {arg}")
         if op and op.endswith("-") and missing:

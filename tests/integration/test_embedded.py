@@ -286,9 +286,8 @@ def test_copy_prompt_holds_text_and_first_copy():
 
 def test_vllm_lock_is_exclusive(tmp_path):
     lock_path = tmp_path / "lock"
-    with VllmLock(lock_path):
-        with pytest.raises(LockTimeout):
-            VllmLock(lock_path, timeout=0.5).acquire()
+    with VllmLock(lock_path), pytest.raises(LockTimeout):
+        VllmLock(lock_path, timeout=0.5).acquire()
     with VllmLock(lock_path, timeout=0.5):  # released again
         pass
 
@@ -359,9 +358,8 @@ def test_vllm_server_checks_model_dir_before_taking_the_lock(kind, tmp_path):
     lock_path = tmp_path / "lock"
     server = VllmServer(realstack.free_port(), model_dir=_not_a_model(tmp_path, kind), log_path=tmp_path / "v.log",
                         lock_path=lock_path, lock_timeout=30)
-    with VllmLock(lock_path):
-        with pytest.raises(lvserver.ModelDirError, match="--model-dir: "):
-            server.start()
+    with VllmLock(lock_path), pytest.raises(lvserver.ModelDirError, match="--model-dir: "):
+        server.start()
     assert server.process is None
 
 

@@ -165,7 +165,7 @@ def test_real_sweep_picks_follow_the_rule(new_doc):
     """Every row: the pick is the best estimate, or a smaller k within the tolerance of it; never
     a smaller k or off because intervals overlap; every printed interval positive."""
     _, recs = _recs(new_doc)
-    for (wl, c), r in recs.items():
+    for r in recs.values():
         if r.k is None:
             continue
         best = max((x for x in r.pick.candidates if not x.never_accepted), key=lambda x: x.value)

@@ -284,9 +284,8 @@ def test_failure_at_start_recorded_as_failed(tmp_path, where):
         with pytest.raises(RuntimeError) as ei:
             run_bench(cfg(url, tmp_path, result_filename="r.json"))
     else:
-        with ThreadedStub(StubConfig(k=4, models_status=404)) as stub:
-            with pytest.raises(RuntimeError) as ei:
-                run_bench(cfg(stub.url, tmp_path, result_filename="r.json"))
+        with ThreadedStub(StubConfig(k=4, models_status=404)) as stub, pytest.raises(RuntimeError) as ei:
+            run_bench(cfg(stub.url, tmp_path, result_filename="r.json"))
         assert "HTTP 404" in str(ei.value)
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["status"] == "failed"

@@ -4,6 +4,7 @@ Every server here listens on 127.0.0.1 / ::1 only."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import signal
@@ -363,10 +364,8 @@ def test_a_thousand_held_connections_then_normal_service(upstream_url):
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
     try:
         for _ in range(1000):
-            try:
+            with contextlib.suppress(OSError):
                 socks.append(socket.create_connection(("127.0.0.1", port), timeout=2))
-            except OSError:
-                pass
         t0 = time.monotonic()
         try:
             r = requests.get(base + "/metrics", timeout=5)

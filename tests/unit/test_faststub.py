@@ -5,6 +5,7 @@ clear HTTP errors."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import threading
@@ -33,10 +34,8 @@ def fast_stub():
     def run() -> None:
         asyncio.set_event_loop(loop)
         task_box.append(loop.create_task(serve("127.0.0.1", 0, "stub-model", 16, on_ready)))
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             loop.run_until_complete(task_box[0])
-        except asyncio.CancelledError:
-            pass
 
     th = threading.Thread(target=run, daemon=True)
     th.start()

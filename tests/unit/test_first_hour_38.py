@@ -57,9 +57,8 @@ def test_an_embedded_vllm_without_on_status_says_its_lock_wait_on_stderr(tmp_pat
     from specwatch.localvllm.server import LockTimeout, VllmLock, VllmServer
 
     lock_path = tmp_path / "vllm.lock"
-    with VllmLock(lock_path, note="http://127.0.0.1:1"):
-        with pytest.raises(LockTimeout):
-            VllmServer(free_port(), lock_path=lock_path, lock_timeout=1.2).start()
+    with VllmLock(lock_path, note="http://127.0.0.1:1"), pytest.raises(LockTimeout):
+        VllmServer(free_port(), lock_path=lock_path, lock_timeout=1.2).start()
     err = capsys.readouterr().err
     assert f"specwatch: waiting for {lock_path} (another real vLLM is running: pid {os.getpid()}, http://127.0.0.1:1)" in err
 

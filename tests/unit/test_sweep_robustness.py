@@ -9,6 +9,7 @@ failure injection from the environment: ``STUB_ERROR_EVERY=n`` (every n-th gener
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import os
@@ -263,10 +264,8 @@ def start_group(tmp_path, child_mode: str, leader_slow: bool = False) -> tuple[s
 
 
 def _cleanup(p: subprocess.Popen) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(p.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     p.poll()
 
 
@@ -485,9 +484,8 @@ def test_template_server_reports_lock_waits_and_timeouts(tmp_path):
     msgs: list[str] = []
     srv = TemplateServer(["true"], free_port(), log_path=tmp_path / "x.log", lock=True, lock_path=lock_path,
                          lock_timeout=1.5, on_status=msgs.append)
-    with VllmLock(lock_path):
-        with pytest.raises(SweepError, match=re.escape(f"another real vLLM still holds {lock_path} after 2 s")):
-            srv.__enter__()
+    with VllmLock(lock_path), pytest.raises(SweepError, match=re.escape(f"another real vLLM still holds {lock_path} after 2 s")):
+        srv.__enter__()
     assert msgs == [f"waiting for {lock_path} (another real vLLM is running: pid {os.getpid()})"]
     assert srv.process is None
 
@@ -571,9 +569,8 @@ def test_two_sweeps_cannot_write_one_result_file(tmp_path, stub):
 
     template, log = stub
     out = tmp_path / "s.json"
-    with result_file_lock(out):  # as a running sweep holds it
-        with pytest.raises(SweepError, match="another specwatch sweep is writing"):
-            run_sweep(plan(), out, template=template, echo=lambda *a, **k: None, **QUIET)
+    with result_file_lock(out), pytest.raises(SweepError, match="another specwatch sweep is writing"):  # as a running sweep holds it
+        run_sweep(plan(), out, template=template, echo=lambda *a, **k: None, **QUIET)
     assert not out.exists() and starts(log) == []
     assert run_sweep(plan(), out, template=template, echo=lambda *a, **k: None, **QUIET)["status"] == "complete"
 

@@ -9,6 +9,7 @@ a plain HTTP server on 127.0.0.1 serving a real capture.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import os
 import re
@@ -779,10 +780,8 @@ def test_live_view_in_a_terminal_upstream_goes_down_and_comes_back(tmp_path):
     finally:
         t.kill()
         if up.httpd is not None:
-            try:
+            with contextlib.suppress(Exception):
                 up.stop()
-            except Exception:
-                pass
 
 
 @pytest.mark.skipif(TMUX is None, reason="tmux is not installed (scripts/setup.sh installs it)")

@@ -109,13 +109,13 @@ async def run_sequential(backend: OpenAIBackend, requests: Sequence[BenchRequest
 async def _post(backend: OpenAIBackend, path: str, body: dict[str, Any]) -> dict[str, Any] | None:
     """POST ``body`` to ``backend``'s root + ``path``; the JSON answer, or None on any failure."""
     try:
-        async with aiohttp.ClientSession(headers=getattr(backend, "_headers", {}),
-                                         timeout=aiohttp.ClientTimeout(total=30)) as session:
-            async with session.post(backend.base_url + path, json=body) as r:
-                if r.status != 200:
-                    return None
-                out = await r.json(content_type=None)
-                return out if isinstance(out, dict) else None
+        async with (aiohttp.ClientSession(headers=getattr(backend, "_headers", {}),
+                                          timeout=aiohttp.ClientTimeout(total=30)) as session,
+                    session.post(backend.base_url + path, json=body) as r):
+            if r.status != 200:
+                return None
+            out = await r.json(content_type=None)
+            return out if isinstance(out, dict) else None
     except (aiohttp.ClientError, TimeoutError, ValueError):
         return None
 

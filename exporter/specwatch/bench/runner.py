@@ -23,6 +23,7 @@ the optional greedy-output equivalence check runs at the end when both servers a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime as _dt
 import errno
@@ -483,10 +484,8 @@ async def run_bench_async(config: BenchConfig, *, metrics: BenchMetrics | None =
     def fail(exc: BaseException) -> None:
         res.status = "failed"
         res.error = str(exc) or type(exc).__name__
-        try:
+        with contextlib.suppress(OSError):  # the original error matters more
             save()
-        except OSError:
-            pass  # the original error matters more
 
     sharegpt: list[ShareGPTItem] | None = None
     bm = metrics

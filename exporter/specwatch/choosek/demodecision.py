@@ -364,10 +364,9 @@ def decide(baseline: BenchDoc, speculative: BenchDoc, k: int, *,
         if not source.startswith("exact"):
             notes.append(f"acceptance curve from the {source}, not per-request")
         share = cc.s if cc.s is not None else 1.0
-        if share == 0:  # nothing drafted: one token per request-step at every k'
-            tau = dict.fromkeys(range(1, k + 1), 1.0)
-        else:
-            tau = {kk: 1.0 + share * (e - 1.0) for kk, e in enumerate(curve[:k], 1)}
+        # share 0, nothing drafted: one token per request-step at every k'
+        tau = (dict.fromkeys(range(1, k + 1), 1.0) if share == 0
+               else {kk: 1.0 + share * (e - 1.0) for kk, e in enumerate(curve[:k], 1)})
         calibrated = None
         h_cal = log_halfwidth([_server_ratio(sbat[key][i], bbat[key][i]) for i in pairs])
         tau_run = cc.tau

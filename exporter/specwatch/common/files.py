@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -83,10 +84,8 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
 
 

@@ -31,6 +31,7 @@ answered normally.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import io
 import logging
@@ -181,15 +182,11 @@ class Listener:
     def _evict(self, conn: socket.socket) -> None:
         """Answer 503 (without blocking) and shut ``conn`` down; its thread then ends and closes it."""
         self.evicted += 1
-        try:
+        with contextlib.suppress(OSError):
             conn.send(_simple_response(503, "evicted: request head not sent in time while the listener is full"),
                       socket.MSG_DONTWAIT)
-        except OSError:
-            pass
-        try:
+        with contextlib.suppress(OSError):
             conn.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
 
     def _refuse(self, conn: socket.socket) -> None:
         try:

@@ -322,9 +322,8 @@ class WindowEngine:
                 common.append((sid[1], v, s.last))
         keys = set(by_key)
         for key, common in by_key.items():
-            if restart_all:
-                restarted.add(key)
-            elif not start_known and self._restarted(common):  # same process: drops are dips
+            # a new start time, or none known and a drop (a known, unchanged one: same process, drops are dips)
+            if restart_all or (not start_known and self._restarted(common)):
                 restarted.add(key)
         if restart_all:
             restarted |= self._keys
