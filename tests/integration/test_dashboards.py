@@ -66,7 +66,7 @@ pressurehpa pressurekpa pressurehg pressurepsi radbq radci radgy radrad radsv ra
 radr radsvh radmsvh radusvh rotrpm rothz rotrads rotdegs celsius fahrenheit kelvin hertz ns µs ms s m h d
 dtdurationms dtdurations dthms dtdhms timeticks clockms clocks cps ops reqps rps wps iops cpm opm rpm wpm
 velocityms velocitykmh velocitymph velocityknot mlitre litre m3 Nm3 dm3 gallons bool bool_yes_no bool_on_off
-""".split())
+""".split())  # noqa: SIM905  the linter's unit list as one block, not 300 literals
 LABEL_FUNCTIONS = ("label_names", "label_values", "metrics", "query_result")
 
 
@@ -299,9 +299,9 @@ def rule_target_counter_agg(d: dict) -> list[str]:
     out = []
     for p, idx, t in targets(d):
         for s in promql.selectors(t["expr"]):
-            if s.name and s.name.endswith("_total"):
-                if s.range is None or s.func not in ("rate", "irate", "increase") or not s.direct_arg:
-                    out.append(f"panel {p['title']!r} target {idx}: counter {s.name} not in rate/irate/increase")
+            if s.name and s.name.endswith("_total") and (
+                    s.range is None or s.func not in ("rate", "irate", "increase") or not s.direct_arg):
+                out.append(f"panel {p['title']!r} target {idx}: counter {s.name} not in rate/irate/increase")
     return out
 
 
@@ -481,8 +481,8 @@ def substitute(expr: str, rate_interval: str = "1m") -> str:
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian prometheus) not installed")
 def test_every_query_parses_with_promtool(dashboards, tmp_path):
     rules = []
-    for name, d in sorted(dashboards.items()):
-        for p, idx, t in targets(d):
+    for _name, d in sorted(dashboards.items()):
+        for _p, _idx, t in targets(d):
             rules.append({"record": f"dashboard:check_{len(rules)}", "expr": substitute(t["expr"])})
         for v in query_variables(d):
             func, arg = _split_label_query(v["query"])
@@ -496,7 +496,7 @@ def test_every_query_parses_with_promtool(dashboards, tmp_path):
 
 def test_substitute_leaves_no_variables(dashboards):
     for d in dashboards.values():
-        for p, idx, t in targets(d):
+        for _p, _idx, t in targets(d):
             assert "$" not in substitute(t["expr"]), t["expr"]
 
 
@@ -668,7 +668,7 @@ def test_selectors_come_from_mixin_config(dashboards):
 
     allowed = {cfg.vllm_selector, cfg.exporter_selector, cfg.bench_selector}
     for d in dashboards.values():
-        for p, i, t in targets(d):
+        for p, _i, t in targets(d):
             for s in promql.selectors(t["expr"]):
                 fixed = {f'{m.name}="{m.value}"' for m in s.matchers if m.name == "job" and m.op == "="}
                 assert len(fixed) == 1 and fixed <= allowed, (p["title"], s)

@@ -60,7 +60,7 @@ def normalize_base_url(url: str) -> str:
         raise ValueError(f"base URL must start with http:// or https://, got {url!r}")
     try:
         parts = urllib.parse.urlsplit(u)
-        parts.port  # validates the port (ValueError when out of range or not a number)
+        parts.port  # noqa: B018  the access validates the port (ValueError when out of range or not a number)
     except ValueError as exc:
         raise ValueError(f"not a valid URL: {url!r} ({exc})") from None
     if not parts.hostname:

@@ -313,7 +313,7 @@ RANDOM_WORDS: tuple[str, ...] = tuple(
     gear gene gift girl give glad goal goes gold golf gone good gray grew grey grow gulf hair half hall
     hand hang hard harm hate have head hear heat held hell help here hero high hill hire hold hole holy
     home hope host hour huge hung hunt hurt idea inch into iron item jack jane jean john join jump jury
-    just keen keep kent kept kick kill kind king knee knew know lack lady laid lake land lane last late""".split()
+    just keen keep kent kept kick kill kind king knee knew know lack lady laid lake land lane last late""".split()  # noqa: SIM905  one block of words, not 200 literals
 )[:200]
 
 CODE_RETURN_FUNCTIONS: tuple[str, ...] = (

@@ -153,7 +153,7 @@ def _parse_upstream_url(spec: str, head: str) -> Upstream:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigError(f"upstream {spec!r}: expected http(s)://HOST[:PORT][/metrics], optionally NAME=URL")
     try:
-        parts.port  # validates the port
+        parts.port  # noqa: B018  the access validates the port
     except ValueError as exc:
         raise ConfigError(f"upstream {spec!r}: {exc}") from None
     hostport = parts.netloc.rsplit("@", 1)[-1]

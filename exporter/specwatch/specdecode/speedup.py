@@ -565,7 +565,7 @@ def answer(rates: Sequence[float], cost: LiveCost, current_k: int) -> WindowAnsw
             and default_contradicted(rates, cost, current_k)):
         return only(REASON_DEFAULT_CONTRADICTED)
     own = values.get(current_k)
-    if never:
+    if never:  # noqa: SIM108  a nested ternary would read worse
         verdict = LOSES
     else:
         verdict = own.estimate.verdict if own is not None and own.basis != DEFAULT and own.lower is not None else None
