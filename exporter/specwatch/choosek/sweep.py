@@ -59,6 +59,7 @@ of every configuration name must match the file's, else the sweep refuses to mix
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -778,10 +779,9 @@ def _run_sweep(plan: SweepPlan, result_file: Path, *, template, port, host, log_
 
     def settle(srv: Any, batches) -> int | None:
         if any(b.failed for b in batches) and _server_exit_code(srv) is None:
-            try:  # failures from a dying server: give it a moment to finish exiting
+            # failures from a dying server: give it a moment to finish exiting
+            with contextlib.suppress(subprocess.TimeoutExpired, AttributeError):
                 srv.process.wait(timeout=1.0)
-            except (subprocess.TimeoutExpired, AttributeError):
-                pass
         return _server_exit_code(srv)
 
     def store(cell: SweepCell) -> str | None:
