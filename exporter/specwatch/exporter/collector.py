@@ -26,20 +26,20 @@ import time
 import weakref
 from typing import Callable, Iterator
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from specwatch import __version__
 from specwatch.specdecode.costprofile import CostProfile
-from specwatch.specdecode.decision import TOLERANCE
 from specwatch.specdecode.speedup import LiveCost, answer
 from specwatch.specdecode.steptime import StepTimes, is_complete, step_times
 from specwatch.exporter.config import ExporterConfig
 from specwatch.specdecode.derive import INVARIANTS, DerivedValues, check_invariants, derive
 from specwatch.exporter.fetching import (AsyncHttpRunner, BodyObserver, FetchError, Fetcher, FetchResult, FetchRunner,
                                          ServerInfo, ThreadRunner, http_fetch)
-from specwatch.specdecode.metrics import UpstreamSnapshot, clip
+from specwatch.specdecode.metrics import SpecDecodeCounters, UpstreamSnapshot, clip
 from specwatch.specdecode.ragged import DraftWidth, draft_width
+from specwatch.exporter.series import PROFILE_INFO_BY_DRAFTER, SERIES
 from specwatch.exporter.windows import WindowEngine, WindowValues
 
 log = logging.getLogger("specwatch.exporter")
@@ -392,15 +392,12 @@ class SpecwatchCollector(Collector):
             if c.num_speculative_tokens:
                 f.k.add_metric(labels, float(c.num_speculative_tokens))
             running = snap.running_requests.get(key, 0.0)
-            d = derive(c)
-            width = draft_width(c)
-            self._add_derived(f, labels, "lifetime", d, running, width)
+            der = _Derived.of(c)
+            self._add_derived(f, labels, "lifetime", der)
             st = snap.steps.get(key)
             lifetime_step = step_times(st) if st is not None and is_complete(st) else None
             self._add_lifetime_step(f, labels, lifetime_step)
-            costs.append(_CostInputs(name, key, "lifetime", d.position_acceptance_rates, c.drafts, lifetime_step, running,
-                                     c.num_speculative_tokens or 0, width.basis if width else None, c.draft_tokens,
-                                     width.missing_ratio if width else 0.0))
+            costs.append(_CostInputs.of(name, key, "lifetime", der, lifetime_step, running, c.num_speculative_tokens or 0))
 
         stepped = {key for key, st in snap.steps.items()
                    if st.itl_count is not None or st.iteration_count is not None}
@@ -411,20 +408,16 @@ class SpecwatchCollector(Collector):
                 st = snap.steps.get(key)
                 lifetime_step = step_times(st) if st is not None and is_complete(st) else None
                 self._add_lifetime_step(f, labels, lifetime_step)
-                costs.append(_CostInputs(name, key, "lifetime", (), None, lifetime_step, running))
+                costs.append(_CostInputs.of(name, key, "lifetime", None, lifetime_step, running))
             for w in self.config.windows:
                 wv = state.engine.values(key, w.label, w.seconds, spec=key in good, steps=key in stepped,
                                          spread=bool(self.config.baseline_upstream))
                 out.append(wv)
-                self._add_window(f, labels, wv, running)
-                rates = derive(wv.counters).position_acceptance_rates if wv.counters is not None else ()
+                # derived once: the served series and the cost inputs read the same values
+                der = _Derived.of(wv.counters) if wv.counters is not None else None
+                self._add_window(f, labels, wv, der)
                 k_now = snap.counters[key].num_speculative_tokens if key in snap.counters else 0
-                width = draft_width(wv.counters) if wv.counters is not None else None
-                costs.append(_CostInputs(name, key, wv.window, rates,
-                                         None if wv.counters is None else wv.counters.drafts, _step_of(wv), running,
-                                         k_now or 0, width.basis if width else None,
-                                         None if wv.counters is None else wv.counters.draft_tokens,
-                                         width.missing_ratio if width else 0.0))
+                costs.append(_CostInputs.of(name, key, wv.window, der, _step_of(wv), running, k_now or 0))
 
     def _add_sglang(self, f: "_Families", name: str, state: _UpstreamState, snap: UpstreamSnapshot,
                     out: list[WindowValues]) -> None:
@@ -466,10 +459,11 @@ class SpecwatchCollector(Collector):
             if v is not None:
                 fam.add_metric(lw, v)
 
-    def _add_window(self, f: "_Families", labels: list[str], wv: WindowValues, running: float) -> None:
-        """Series of one :class:`WindowValues` (extension point for series derived from it)."""
-        if wv.counters is not None:
-            self._add_derived(f, labels, wv.window, derive(wv.counters), running, draft_width(wv.counters))
+    def _add_window(self, f: "_Families", labels: list[str], wv: WindowValues, der: "_Derived | None") -> None:
+        """Series of one :class:`WindowValues` (extension point for series derived from it); ``der``:
+        what its spec-decode counters give (None without them)."""
+        if der is not None:
+            self._add_derived(f, labels, wv.window, der)
         tps = wv.output_tokens_per_second
         if tps is not None:
             f.output_tps.add_metric(labels + [wv.window], tps)
@@ -483,8 +477,10 @@ class SpecwatchCollector(Collector):
                 if v is not None:
                     fam.add_metric(lw, v)
 
-    def _add_derived(self, f: "_Families", labels: list[str], window: str, d: DerivedValues, running: float,
-                     width: DraftWidth | None = None) -> None:
+    def _add_derived(self, f: "_Families", labels: list[str], window: str, der: "_Derived") -> None:
+        """The series derived from one (key, window)'s spec-decode counters (rates, lengths, per-position
+        and what-if curves with their basis, ragged drafts)."""
+        d, width = der.values, der.width
         lw = labels + [window]
         # basis: exact when the drafts were full, lower_bound when ragged (specdecode.ragged)
         basis = width.basis if width is not None else "exact"
@@ -597,6 +593,21 @@ class SpecwatchCollector(Collector):
 
 
 @dataclass(frozen=True)
+class _Derived:
+    """One (key, window)'s spec-decode counters and what derives from them, computed once per round:
+    the served derived series (:meth:`SpecwatchCollector._add_derived`) and the cost inputs
+    (:meth:`_CostInputs.of`) both read it."""
+
+    counters: SpecDecodeCounters  # lifetime counters, or the window's increase (WindowValues.counters)
+    values: DerivedValues  # specdecode.derive.derive(counters)
+    width: DraftWidth | None  # specdecode.ragged.draft_width(counters); None without drafts or per-position counters
+
+    @classmethod
+    def of(cls, counters: SpecDecodeCounters) -> "_Derived":
+        return cls(counters, derive(counters), draft_width(counters))
+
+
+@dataclass(frozen=True)
 class _CostInputs:
     """What the speedup of one (upstream, key, window) needs, gathered while the round runs."""
 
@@ -611,6 +622,17 @@ class _CostInputs:
     curve_basis: str | None = None  # exact / lower_bound (specdecode.ragged); None: no drafts
     draft_tokens: float | None = None  # Δ draft tokens (x = draft_tokens / request-steps)
     missing_ratio: float = 0.0  # share of k x drafts positions never drafted (specdecode.ragged)
+
+    @classmethod
+    def of(cls, upstream: str, key: tuple[str, str], window: str, der: _Derived | None, step: StepTimes | None,
+           running: float, k: int = 0) -> "_CostInputs":
+        """The inputs of one (upstream, key, window) from its derivation (``der`` None: no
+        spec-decode counters, so no curve and no drafts); ``k``: the server's num_speculative_tokens."""
+        if der is None:
+            return cls(upstream, key, window, (), None, step, running, k)
+        c, w = der.counters, der.width
+        return cls(upstream, key, window, der.values.position_acceptance_rates, c.drafts, step, running, k,
+                   w.basis if w else None, c.draft_tokens, w.missing_ratio if w else 0.0)
 
 
 #: The speedups (and their interval ends) a server can show: one outside came from values no server
@@ -658,12 +680,7 @@ def _add_profile(f: "_Families", profile: CostProfile | None, drafters: tuple[tu
             str(p.get("served_model_name") or ""), str(p.get("vllm_version") or ""),
             "true" if profile.forward_only else "false"]
     if drafters:
-        f.profile_info = GaugeMetricFamily(
-            f.profile_info.name, f.profile_info.documentation + " With a --drafter (or ,drafter=): one series per drafter, "
-            "drafter as stated and drafter_match: exact, last_path_component (the drafter's path and its last component "
-            "name one drafter) or none (no curve for it: what-if speedups withheld, no_cost_curve).",
-            labels=["profile", "source", "hardware", "model", "served_model_name", "vllm_version", "forward_only", "drafter",
-                    "drafter_match"])
+        f.profile_info = PROFILE_INFO_BY_DRAFTER.family()
         for d in dict.fromkeys((d, profile.match_drafter(m, d)[1]) for m, d in drafters):
             f.profile_info.add_metric(info + list(d), 1.0)
     else:
@@ -695,266 +712,12 @@ _SGLANG_NOT_DERIVABLE = (
 
 
 class _Families:
-    """Fresh metric families for one scrape (names and HELP texts are the exposed contract)."""
+    """Fresh metric families for one scrape: one per row of :data:`specwatch.exporter.series.SERIES`
+    (the attribute is the row's ``attr``; names and HELP texts are the exposed contract)."""
 
     def __init__(self) -> None:
-        U, E, W = ["upstream"], ["upstream", "model_name", "engine"], ["window"]
-        src = "vllm:spec_decode_num_"
-        self.up = GaugeMetricFamily("specwatch_up", "1 if the last fetch and parse of the upstream's /metrics worked, else 0.", labels=U)
-        self.duration = GaugeMetricFamily(
-            "specwatch_scrape_duration_seconds",
-            "Time to fetch and parse the upstream's /metrics, seconds.",
-            labels=U)
-        self.enabled = GaugeMetricFamily(
-            "specwatch_spec_decode_enabled",
-            "1 if the upstream exports speculative-decoding metrics, 0 if it runs without speculation.",
-            labels=U)
-        self.info = GaugeMetricFamily(
-            "specwatch_upstream_info",
-            "Schema of the upstream's spec-decode metrics (v1, v1-early, v0, llamacpp, sglang, none); always 1.",
-            labels=U + ["schema"])
-        self.build_info = GaugeMetricFamily("specwatch_build_info", "specwatch version; always 1.", labels=["version"])
-        self.fetch_errors = CounterMetricFamily(
-            "specwatch_upstream_fetch_errors",
-            "Failed fetches of the upstream's /metrics since the exporter started, by reason.",
-            labels=U + ["reason"])
-        self.violations = CounterMetricFamily(
-            "specwatch_invariant_violations",
-            "Scrapes whose counters broke a vLLM invariant (sum of per-position = accepted, per-position non-increasing, accepted <= "
-            "draft tokens <= drafts x k); derived values are withheld then.",
-            labels=U + ["invariant"])
-        self.drafts = CounterMetricFamily(
-            "specwatch_drafts",
-            f"Verify steps that carried draft tokens; copy of {src}drafts_total.",
-            labels=E)
-        self.draft_tokens = CounterMetricFamily(
-            "specwatch_draft_tokens",
-            f"Draft tokens proposed; copy of {src}draft_tokens_total.",
-            labels=E)
-        self.accepted = CounterMetricFamily(
-            "specwatch_accepted_tokens",
-            f"Draft tokens accepted (bonus token excluded); copy of {src}accepted_tokens_total.",
-            labels=E)
-        self.accepted_per_pos = CounterMetricFamily(
-            "specwatch_accepted_tokens_per_position",
-            f"Drafts whose first position+1 tokens were all accepted; copy of {src}accepted_tokens_per_pos_total.",
-            labels=E + ["position"])
-        self.generation = CounterMetricFamily(
-            "specwatch_generation_tokens",
-            "All output tokens; copy of vllm:generation_tokens_total.",
-            labels=E)
-        self.k = GaugeMetricFamily(
-            "specwatch_num_speculative_tokens",
-            "num_speculative_tokens (k), inferred from the number of position labels of the per-position counter.",
-            labels=E)
-        self.acceptance_rate = GaugeMetricFamily(
-            "specwatch_draft_acceptance_rate",
-            "Draft acceptance rate, a fraction 0-1 (vllm bench serve's spec_decode_acceptance_rate is the same in percent): "
-            "increase(accepted_tokens) / increase(draft_tokens) over the window.",
-            labels=E + W)
-        self.mean_length = GaugeMetricFamily(
-            "specwatch_mean_acceptance_length",
-            "Mean acceptance length, tokens per verify step (bonus included): 1 + increase(accepted_tokens) / increase(drafts); SGLang: "
-            "(increase(sglang:generation_tokens_total) - increase(sglang:num_requests_total)) / increase(sglang:spec_verify_calls_total).",
-            labels=E + W)
-        self.pos_rate = GaugeMetricFamily(
-            "specwatch_position_acceptance_rate",
-            "Per-position acceptance rate r_i, 0-1: increase(accepted_per_pos[i]) / increase(drafts), vLLM's own unconditional "
-            "per-position rate (vllm bench serve's spec_decode_per_position_acceptance_rates); basis=exact when every draft "
-            "carried k tokens (k x drafts - draft_tokens <= max(1, 0.5% of drafts)), lower_bound when drafts were ragged (undrafted "
-            "positions count as rejected, so the rate given that position i was drafted is at least this value).",
-            labels=E + ["position"] + W + ["basis"])
-        self.pos_cond = GaugeMetricFamily(
-            "specwatch_position_conditional_acceptance_rate",
-            "Conditional per-position acceptance, 0-1: r_i / r_(i-1), r_(-1) = 1; basis as for specwatch_position_acceptance_rate.",
-            labels=E + ["position"] + W + ["basis"])
-        self.expected = GaugeMetricFamily(
-            "specwatch_expected_acceptance_length",
-            "What-if mean acceptance length at num_speculative_tokens=k: 1 + sum of r_i for i < k (tokens per step); basis as for "
-            "specwatch_position_acceptance_rate.",
-            labels=E + ["k"] + W + ["basis"])
-        self.tokens_per_draft = GaugeMetricFamily(
-            "specwatch_draft_tokens_per_draft",
-            "Effective k: increase(draft_tokens) / increase(drafts).",
-            labels=E + W)
-        self.from_drafts = GaugeMetricFamily(
-            "specwatch_output_from_drafts_ratio",
-            "Share of output tokens that came from accepted drafts, 0-1: increase(accepted_tokens) / "
-            "increase(vllm:generation_tokens_total).",
-            labels=E + W)
-        self.speedup = GaugeMetricFamily(
-            "specwatch_speedup",
-            "Speedup at num_speculative_tokens=k vs no speculation, as a ratio of request time for the same output (prefill included), "
-            "with how it was obtained: basis=measured (the server's k, both sides live: a baseline upstream's decode speed and TTFT), "
-            "calibrated (the server's k: its live step over the cost profile's relative cost c = t/t0 at the live running requests, "
-            "drafted tokens per step and context), profile (what-if k: tau(k) and c(k) from the profile), extrapolated (outside the "
-            "profile's b, x or k), default (no profile: a built-in guess). Interval: specwatch_speedup_lower/upper.",
-            labels=E + ["k"] + W + ["basis"])
-        self.speedup_lower = GaugeMetricFamily(
-            "specwatch_speedup_lower",
-            "Lower end of the 95% interval of specwatch_speedup (same labels): from the live sample (engine steps), the cost profile's "
-            "recorded spread, its drift, a model mismatch, extrapolation; a forward-only profile reaches down 11.2x (docs/cost.md).",
-            labels=E + ["k"] + W + ["basis"])
-        self.speedup_upper = GaugeMetricFamily(
-            "specwatch_speedup_upper",
-            "Upper end of the 95% interval of specwatch_speedup (same labels); for a lower-bound (ragged) curve every never-drafted "
-            "position counted as accepted.",
-            labels=E + ["k"] + W + ["basis"])
-        self.verdict = GaugeMetricFamily(
-            "specwatch_speculation_verdict",
-            "Does speculation pay at the server's k, decided on the interval: verdict=pays (specwatch_speedup_lower > 1), loses "
-            "(specwatch_speedup_upper < 1), cannot_tell; basis of the speedup; always 1.",
-            labels=E + W + ["basis", "verdict"])
-        self.recommended = GaugeMetricFamily(
-            "specwatch_recommended_num_speculative_tokens",
-            f"k with the best specwatch_speedup estimate (ties within {TOLERANCE * 100:g}% go to the smaller k; docs/choosing-k.md); 0 = "
-            "turn speculation off (also whenever drafts were proposed in the window and none was accepted); served with its confidence "
-            "(specwatch_recommendation_certain, specwatch_recommendation_over_runner_up), never withheld as uncertain; basis = the weaker "
-            "basis of the pick and its runner-up.",
-            labels=E + W + ["basis"])
-        self.certain = GaugeMetricFamily(
-            "specwatch_recommendation_certain",
-            "1 when the recommended k is told apart from its runner-up (the lower end of the 95% interval of pick / runner-up is above 1, "
-            "there is no runner-up, or no draft token was accepted in the window), 0 when it is only the better estimate.",
-            labels=E + W)
-        self.runner_up = GaugeMetricFamily(
-            "specwatch_recommendation_over_runner_up",
-            "specwatch_speedup of the recommended k / that of the runner-up (the next best candidate, runner_up_k 0 = off); the "
-            "estimates of one window are compared unpaired. Interval: specwatch_recommendation_over_runner_up_lower/upper.",
-            labels=E + W + ["runner_up_k"])
-        self.runner_up_lower = GaugeMetricFamily(
-            "specwatch_recommendation_over_runner_up_lower",
-            "Lower end of the 95% interval of specwatch_recommendation_over_runner_up (same labels); above 1: certain.",
-            labels=E + W + ["runner_up_k"])
-        self.runner_up_upper = GaugeMetricFamily(
-            "specwatch_recommendation_over_runner_up_upper",
-            "Upper end of the 95% interval of specwatch_recommendation_over_runner_up (same labels).",
-            labels=E + W + ["runner_up_k"])
-        self.ragged = GaugeMetricFamily(
-            "specwatch_ragged_drafts",
-            "1 when drafts in the window carried fewer than k tokens beyond rounding (k x increase(drafts) - increase(draft_tokens) > "
-            "max(1, 0.5% of increase(drafts))): per-position, conditional and what-if series are then lower bounds; else 0.",
-            labels=E + W)
-        self.missing_ratio = GaugeMetricFamily(
-            "specwatch_missing_draft_tokens_ratio",
-            "Share of the k x drafts draft positions never drafted, 0-1: (k x increase(drafts) - increase(draft_tokens)) / (k x "
-            "increase(drafts)).",
-            labels=E + W)
-        self.withheld = GaugeMetricFamily(
-            "specwatch_recommendation_withheld",
-            "1 when no recommended k is served for the window, with the reason: insufficient_data (too few engine steps or drafts), "
-            "no_cost_curve (the cost profile has no curve for the "
-            "upstream's method and drafter; no what-if speedups either), default_contradicted (no profile and the built-in guess at the "
-            "server's k is more than 25% off its live speedup; no what-if speedups either).",
-            labels=E + W + ["reason"])
-        self.drift = GaugeMetricFamily(
-            "specwatch_cost_profile_error_ratio",
-            "Drift: live step duration / the cost profile's step time t0(b, context) x c(b, k, x) at the live running requests per step, "
-            "context, drafted tokens per step x and the server's k (k = 0: the plain step); 1 = the profile describes this machine, 2 = "
-            "this machine is 2x slower; basis=profile for a k the profile measured inside its range, else extrapolated.",
-            labels=E + W + ["basis"])
-        self.predicted_step = GaugeMetricFamily(
-            "specwatch_cost_profile_predicted_step_duration_seconds",
-            "The cost profile's step time t(b, k) at the live running requests per step b and the server's k, seconds.",
-            labels=E + W)
-        self.profile_applied = GaugeMetricFamily(
-            "specwatch_cost_profile_applied",
-            "1 if the cost profile was measured for this model (its served_model_name matches or is unset), else 0 (it is still applied, "
-            "with a much wider interval).",
-            labels=E + W)
-        self.profile_info = GaugeMetricFamily(
-            "specwatch_cost_profile_info",
-            "The configured cost profile and its provenance; always 1.",
-            labels=["profile", "source", "hardware", "model", "served_model_name", "vllm_version", "forward_only"])
-        self.profile_step = GaugeMetricFamily(
-            "specwatch_cost_profile_step_seconds",
-            "Step times of the configured cost profile, seconds: method none, k 0 = the plain step t0(b); else t(b, k) of that method and "
-            "drafter; workload: the workload the point was measured with (empty in a format-1 profile).",
-            labels=["method", "drafter", "k", "running_requests", "workload"])
-        self.v0_rate = GaugeMetricFamily(
-            "specwatch_v0_draft_acceptance_rate",
-            "vLLM V0 gauge vllm:spec_decode_draft_acceptance_rate (most recent interval; V0 counts accepted tokens after a rejection too).",
-            labels=["upstream", "model_name"])
-        self.fetches = CounterMetricFamily(
-            "specwatch_upstream_fetches",
-            "Fetches of the upstream's /metrics started since the exporter started (concurrent scrapes share one fetch per "
-            "--min-fetch-interval).",
-            labels=U)
-        itl, it = "vllm:inter_token_latency_seconds", "vllm:iteration_tokens_total"
-        self.step_duration = GaugeMetricFamily(
-            "specwatch_step_duration_seconds",
-            f"Mean engine-step time a running request sees, seconds (drafting, verify, sampling, scheduling): increase({itl}_sum) / "
-            f"increase({itl}_count) over the window.",
-            labels=E + W)
-        self.steps_per_second = GaugeMetricFamily(
-            "specwatch_engine_steps_per_second",
-            f"Engine steps per second: increase({it}_count) / window span (exporter clock).",
-            labels=E + W)
-        self.running = GaugeMetricFamily(
-            "specwatch_running_requests",
-            "Mean of vllm:num_requests_running over the exporter's fetches in the window.",
-            labels=E + W)
-        self.running_per_step = GaugeMetricFamily(
-            "specwatch_running_requests_per_step",
-            f"Running requests an engine step served, b: increase({itl}_count) / increase({it}_count) over the window (step-weighted; the "
-            "b at which cost profiles are read).",
-            labels=E + W)
-        self.output_tps = GaugeMetricFamily(
-            "specwatch_output_tokens_per_second",
-            "Output throughput of the server, tokens per second of all requests together: increase(vllm:generation_tokens_total) / "
-            "window span (exporter clock); vllm bench serve's and AIPerf's output token throughput (docs/metrics.md).",
-            labels=E + W)
-        self.decode_speed = GaugeMetricFamily(
-            "specwatch_request_decode_tokens_per_second",
-            "Output tokens per second a running request gets after its first token: increase(vllm:generation_tokens_total - "
-            f"vllm:time_to_first_token_seconds_count) / increase({itl}_sum).",
-            labels=E + W)
-        sgl, per = "SGLang", ["upstream", "model_name", "rank"]
-        self.sgl_gen = CounterMetricFamily(
-            "specwatch_sglang_generation_tokens",
-            f"{sgl}: output tokens of finished requests; copy of sglang:generation_tokens_total summed over is_streaming and other labels.",
-            labels=E)
-        self.sgl_fin = CounterMetricFamily(
-            "specwatch_sglang_finished_requests",
-            f"{sgl}: finished requests; copy of sglang:num_requests_total summed over is_streaming and other labels.",
-            labels=E)
-        self.sgl_verify = CounterMetricFamily(
-            "specwatch_sglang_verify_calls",
-            f"{sgl}: verify steps of finished requests; copy of sglang:spec_verify_calls_total. Mean acceptance length across instances = "
-            "sum(increase(generation_tokens) - increase(finished_requests)) / sum(increase(verify_calls)).",
-            labels=E)
-        self.sgl_rate = GaugeMetricFamily(
-            "specwatch_sglang_spec_accept_rate",
-            f"{sgl} gauge sglang:spec_accept_rate passed through: accepted drafts / (verify steps x the configured draft width) of the "
-            "last logged batch; wrong under adaptive speculation (the width varies); a most-recent value: cannot be windowed or summed.",
-            labels=per)
-        self.sgl_length = GaugeMetricFamily(
-            "specwatch_sglang_spec_accept_length",
-            f"{sgl} gauge sglang:spec_accept_length passed through: tokens per verify step (bonus included) of the last logged batch; "
-            "cannot be windowed or summed (specwatch_mean_acceptance_length is the windowed one).",
-            labels=per)
-        self.sgl_gauge = GaugeMetricFamily(
-            "specwatch_sglang_spec_value",
-            f"{sgl} speculative gauges passed through (spec_num_steps, spec_num_draft_tokens: the active configuration; spec_cap_length, "
-            "spec_block_accept_length); most-recent values.",
-            labels=per + ["gauge"])
-        self.method_info = GaugeMetricFamily(
-            "specwatch_speculative_method_info",
-            "Speculative method and drafter of the upstream as the operator stated them, with where: source=upstream_flag (the upstream's "
-            "own ,method=/,drafter= options of --upstream) or flag (the exporter-wide --speculative-method/--drafter), server_info (the "
-            "server's own dev-mode /server_info, read with ,server_info=on); vLLM publishes neither on /metrics nor on /v1/models; always "
-            "1.",
-            labels=U + ["method", "drafter", "source"])
-        self.not_derivable = GaugeMetricFamily(
-            "specwatch_not_derivable",
-            "A specwatch series this upstream's /metrics cannot give, with the reason (baseline_speculates: the --baseline-upstream's "
-            "vllm:spec_decode_* counters move, so it is no denominator of the measured speedup; baseline_invalid_value: its values give "
-            "no finite measured speedup); always 1.",
-            labels=U + ["series", "reason"])
-        self.v0_efficiency = GaugeMetricFamily(
-            "specwatch_v0_spec_decode_efficiency",
-            "vLLM V0 gauge vllm:spec_decode_efficiency = emitted / (draft_tokens / k x (k+1)).",
-            labels=["upstream", "model_name"])
+        for row in SERIES:
+            setattr(self, row.attr, row.family())
 
     def check_finite(self) -> None:
         """Raise ValueError naming the first sample whose value is not a finite number (one
@@ -973,12 +736,13 @@ class _Families:
 
     def all(self) -> Iterator[Metric]:
         """Every family with samples (``specwatch_up`` and ``specwatch_build_info`` always); values
-        that are non-finite or outside their family's range (:data:`VALUE_RANGES`) are not served
-        (a value within 1e-6 relative of a bound is set to it: rounding in the upstream's text);
-        what was dropped is logged, one line per upstream."""
+        that are non-finite or outside their family's range (the ``valid`` of its
+        :data:`specwatch.exporter.series.SERIES` row) are not served (a value within 1e-6 relative
+        of a bound is set to it: rounding in the upstream's text); what was dropped is logged, one
+        line per upstream."""
         dropped: dict[str, list[str]] = {}
-        for fam in vars(self).values():
-            rng = VALUE_RANGES.get(fam.name)
+        for row in SERIES:
+            fam, rng = getattr(self, row.attr), row.valid
             if rng is None:
                 fam.samples = [s for s in fam.samples if math.isfinite(s.value)]
             else:
@@ -988,29 +752,6 @@ class _Families:
         for upstream, what in dropped.items():
             log.warning("upstream %s: %d derived values outside their range not served (%s%s)", clip(upstream, 100),
                         len(what), "; ".join(what[:3]), "; …" if len(what) > 3 else "")
-
-
-#: The range (inclusive) of every served ratio, length and speed; a value outside it is not served.
-_UNIT, _LENGTH, _NONNEG = (0.0, 1.0), (1.0, math.inf), (0.0, math.inf)
-VALUE_RANGES: dict[str, tuple[float, float]] = {
-    **{n: _UNIT for n in ("specwatch_draft_acceptance_rate", "specwatch_position_acceptance_rate",
-                          "specwatch_position_conditional_acceptance_rate", "specwatch_output_from_drafts_ratio",
-                          "specwatch_missing_draft_tokens_ratio", "specwatch_ragged_drafts",
-                          "specwatch_sglang_spec_accept_rate", "specwatch_v0_draft_acceptance_rate",
-                          "specwatch_v0_spec_decode_efficiency", "specwatch_cost_profile_applied",
-                          "specwatch_spec_decode_enabled", "specwatch_up", "specwatch_recommendation_certain")},
-    **{n: _LENGTH for n in ("specwatch_mean_acceptance_length", "specwatch_expected_acceptance_length")},
-    **{n: _NONNEG for n in ("specwatch_draft_tokens_per_draft", "specwatch_step_duration_seconds",
-                            "specwatch_engine_steps_per_second", "specwatch_running_requests",
-                            "specwatch_running_requests_per_step", "specwatch_request_decode_tokens_per_second",
-                            "specwatch_output_tokens_per_second",
-                            "specwatch_speedup", "specwatch_cost_profile_error_ratio",
-                            "specwatch_cost_profile_predicted_step_duration_seconds", "specwatch_num_speculative_tokens",
-                            "specwatch_recommended_num_speculative_tokens", "specwatch_sglang_spec_accept_length",
-                            "specwatch_sglang_spec_value", "specwatch_scrape_duration_seconds",
-                            "specwatch_recommendation_over_runner_up", "specwatch_recommendation_over_runner_up_lower",
-                            "specwatch_recommendation_over_runner_up_upper")},
-}
 
 
 def _in_range(fam: Metric, rng: tuple[float, float], dropped: dict[str, list[str]]) -> list:
