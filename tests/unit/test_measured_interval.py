@@ -34,10 +34,7 @@ def test_speed_spread_is_batch_means_of_the_log_speed():
     # two intervals at 30 and 15 tok/s: x = ln 30, ln 15; sd = ln 2 / sqrt 2; SE = sd / sqrt 2 = ln 2 / 2
     moved = speed_spread([(30.0, 1.0), (15.0, 1.0)])
     assert moved.batches == 2 and moved.log_standard_error == pytest.approx(math.log(2) / 2)
-    # many intervals are grouped into at most MAX_SPREAD_BATCHES contiguous batches
-    many = speed_spread([(30.0, 1.0)] * 20 + [(15.0, 1.0)] * 20)
-    assert many.batches == MAX_SPREAD_BATCHES and many.intervals == 40 and many.log_standard_error > 0
-    # unusable intervals (nothing decoded, no ITL time, not finite) are skipped
+    # unusable groups (nothing decoded, no ITL time, not finite) are skipped
     assert speed_spread([(0.0, 1.0), (30.0, 0.0), (math.inf, 1.0), (30.0, 1.0)]) is None
 
 
@@ -70,8 +67,37 @@ def test_the_window_engine_reads_the_speed_of_each_fetch_interval():
     mean = sum(xs) / 8
     se = math.sqrt(sum((x - mean) ** 2 for x in xs) / 7 / 8)
     assert b.speed_spread.batches == 8 and b.speed_spread.log_standard_error == pytest.approx(se)
-    # without spread=True the engine does not spend the pass over its records
+    # without spread=True the engine does not compute it
     assert moved.values(KEY, "1m", 60.0, spec=False, steps=True).step.times.speed_spread is None
+
+
+def test_the_window_groups_its_fetch_intervals_into_batches_of_equal_engine_steps():
+    """40 fetch intervals (20 at 30 tok/s, then 20 at 15 tok/s, 100 steps each), an idle interval
+    after every fourth: 8 groups of 5 busy intervals each (idle ones add nothing); all the steps
+    taken between two fetches: one group, no spread."""
+    text = fixture(NOSPEC)
+    eng = WindowEngine("a", (("15s", 15.0), ("5m", 300.0)))  # a record every 1.25 s (shortest / 12)
+    eng.observe(0.0, parse_metrics(text))
+    t = 0.0
+    for n in range(40):
+        text = decode_phase(text, 100, 1 / 30 if n < 20 else 1 / 15)
+        t += 2.0
+        eng.observe(t, parse_metrics(text))
+        if n % 4 == 3:
+            t += 2.0
+            eng.observe(t, parse_metrics(text))  # idle: nothing moved
+    sp = eng.values(KEY, "5m", 300.0, spec=False, steps=True, spread=True).step.times.speed_spread
+    assert sp.batches == MAX_SPREAD_BATCHES and sp.intervals == 50
+    xs = [math.log(30)] * 4 + [math.log(15)] * 4
+    mean = sum(xs) / 8
+    assert sp.log_standard_error == pytest.approx(math.sqrt(sum((x - mean) ** 2 for x in xs) / 7 / 8))
+    burst = WindowEngine("b", (("15s", 15.0), ("5m", 300.0)))
+    body = fixture(NOSPEC)
+    burst.observe(0.0, parse_metrics(body))
+    burst.observe(5.0, parse_metrics(body))
+    burst.observe(10.0, parse_metrics(decode_phase(body, 800, 1 / 30)))
+    burst.observe(15.0, parse_metrics(decode_phase(body, 800, 1 / 30)))
+    assert burst.values(KEY, "5m", 300.0, spec=False, steps=True, spread=True).step.times.speed_spread is None
 
 
 def _rounds(base_slowdown: float) -> tuple[float, float, float]:

@@ -59,7 +59,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, replace
 
 from specwatch.exporter.fetching import FetchError
-from specwatch.specdecode.steptime import SpeedSpread, StepTimes, speed_spread, step_times_of
+from specwatch.specdecode.steptime import MAX_SPREAD_BATCHES, SpeedSpread, StepTimes, speed_spread, step_times_of
 from specwatch.specdecode.metrics import SglangCounters, SpecDecodeCounters, UpstreamSnapshot
 
 Key = tuple[str, str]  # (model_name, engine)
@@ -396,29 +396,45 @@ class WindowEngine:
 
     def _speed_spread(self, key: Key, t0: float) -> SpeedSpread | None:
         """:func:`specwatch.specdecode.steptime.speed_spread` of ``key`` over the kept records from
-        ``t0`` (the window's baseline) to now: one (Δ decode tokens, Δ ITL sum) per interval between
-        consecutive records in which the engine stepped."""
+        ``t0`` (the window's baseline) to now, in at most :data:`MAX_SPREAD_BATCHES` contiguous
+        groups of about equal engine steps: group j ends at the first kept record whose Δ iteration
+        count reaches j/m of the window's (one pass reading each kept record's iteration count,
+        then binary searches; idle intervals add nothing to a group's decode tokens or ITL
+        seconds). Groups that collapse onto the same record (the steps were taken between
+        two fetches) count once; None with fewer than two groups."""
         slots = []
         for name in ("gen", "ttft_count", "itl_sum", "iter_count"):
-            s = self._series.get((key, name))
-            if s is None or (key, name) not in self._present:
+            sr = self._series.get((key, name))
+            if sr is None or (key, name) not in self._present:
                 return None
-            slots.append(s.slot)
+            slots.append(sr.slot)
         g, f, i, it = slots
         times = self._times
         start = max(bisect.bisect_right(times, t0) - 1, 0)
-        recs = [rec for _, rec in itertools.islice(self.history, start, None)]
-        if not recs or times[-1] < self._now:
-            recs.append(self._adj)
+        recs = [r for _, r in itertools.islice(self.history, start, None)]
+        if not times or times[-1] < self._now:
+            recs.append(self._adj)  # now, when the last fetch made no record
+        n = len(recs)
+        if n < 2:
+            return None
+        steps = [r[it] if it < len(r) else 0.0 for r in recs]  # non-decreasing: reset-adjusted
+        s0, s1 = steps[0], steps[-1]
+        if s1 - s0 < 2:
+            return None
+        m = MAX_SPREAD_BATCHES
+        bounds = [0]
+        for j in range(1, m):  # the first record whose steps reach j/m of the window's
+            bounds.append(bisect.bisect_left(steps, s0 + (s1 - s0) * j / m, bounds[-1], n - 1))
+        bounds.append(n - 1)
 
-        def at(rec: array, slot: int) -> float:
-            return rec[slot] if slot < len(rec) else 0.0
+        def at(r: array, slot: int) -> float:
+            return r[slot] if slot < len(r) else 0.0
 
-        out = []
-        for a, b in itertools.pairwise(recs):
-            if at(b, it) - at(a, it) >= 1:
-                out.append(((at(b, g) - at(a, g)) - (at(b, f) - at(a, f)), at(b, i) - at(a, i)))
-        return speed_spread(out)
+        groups = []
+        for ja, jb in itertools.pairwise(dict.fromkeys(bounds)):
+            ra, rb = recs[ja], recs[jb]
+            groups.append(((at(rb, g) - at(ra, g)) - (at(rb, f) - at(ra, f)), at(rb, i) - at(ra, i)))
+        return speed_spread(groups, intervals=n - 1)
 
     def values(self, key: Key, label: str, seconds: float, spec: bool, steps: bool, sglang: bool = False,
                spread: bool = False) -> WindowValues:
@@ -426,7 +442,7 @@ class WindowEngine:
         ``spec``/``steps``/``sglang``: whether the current fetch has spec-decode counters / step
         histograms / SGLang request-finish counters for the key. ``spread``: also how the decode
         speed moved between the window's fetches (``step.times.speed_spread``, the measured
-        speedup's between-round term; costs one pass over the window's kept records)."""
+        speedup's between-round term; a few binary searches over the window's kept records)."""
         t0, base = self._baseline(seconds)
         cur, present = self._adj, self._present
         n_base = len(base)

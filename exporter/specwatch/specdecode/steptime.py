@@ -111,42 +111,41 @@ class StepTimes:
         return self.decode_tokens / self.request_steps
 
 
-#: Most batches :func:`speed_spread` groups an interval's active fetch intervals into (batch means: a
-#: fixed, small number of long batches keeps the standard error honest when the speed drifts slowly).
+#: Most batches the exporter's windows group a window's fetch intervals into for
+#: :func:`speed_spread` (batch means: a fixed, small number of long batches keeps the standard
+#: error honest when the speed drifts slowly).
 MAX_SPREAD_BATCHES = 8
 
 
 @dataclass(frozen=True)
 class SpeedSpread:
-    """How one server's per-request decode speed moved over a window: the window's active fetch
-    intervals (engine steps > 0) in time order, split into ``batches`` contiguous groups of about
-    equal count (at most :data:`MAX_SPREAD_BATCHES`); per group x_g = ln(Δ decode tokens / Δ ITL
-    sum); ``log_standard_error`` = sd(x_g) / √batches (the standard error of the mean log speed,
-    batch means). It holds the round-to-round movement a client sees (a host that slows down
-    between two rounds, the tail of a batch with fewer running requests) that the engine-step
-    count alone does not. ``intervals``: the active fetch intervals grouped."""
+    """How one server's per-request decode speed moved over a window: the window's fetch intervals
+    in time order, grouped into ``batches`` contiguous groups of about equal engine steps (at most
+    :data:`MAX_SPREAD_BATCHES`; :meth:`specwatch.exporter.windows.WindowEngine.values`); per group
+    x_g = ln(Δ decode tokens / Δ ITL sum); ``log_standard_error`` = sd(x_g) / √batches, the
+    standard error of the mean log speed (batch means). It holds the round-to-round movement a
+    client sees (a host that slows down between two rounds, the tail of a batch with fewer running
+    requests) that the engine-step count alone does not. ``intervals``: the fetch intervals the
+    groups span."""
 
     batches: int
     log_standard_error: float
     intervals: int
 
 
-def speed_spread(intervals: Iterable[tuple[float, float]]) -> SpeedSpread | None:
-    """:class:`SpeedSpread` of active fetch intervals given as (Δ decode tokens, Δ ITL sum seconds)
-    in time order (intervals with a non-positive or non-finite value are skipped); None with fewer
-    than two usable intervals (no spread can be told)."""
-    pts = [(d, i) for d, i in intervals if math.isfinite(d) and math.isfinite(i) and d > 0 and i > 0]
-    n = len(pts)
-    if n < 2:
+def speed_spread(groups: Iterable[tuple[float, float]], intervals: int | None = None) -> SpeedSpread | None:
+    """:class:`SpeedSpread` of contiguous groups given as (Δ decode tokens, Δ ITL sum seconds) in
+    time order (a group with a non-positive or non-finite value is skipped); None with fewer than
+    two usable groups (no spread can be told). ``intervals``: the fetch intervals they span
+    (default: the number of groups)."""
+    pts = [(d, i) for d, i in groups if math.isfinite(d) and math.isfinite(i) and d > 0 and i > 0]
+    m = len(pts)
+    if m < 2:
         return None
-    m = min(MAX_SPREAD_BATCHES, n)
-    xs = []
-    for g in range(m):
-        chunk = pts[g * n // m:(g + 1) * n // m]
-        xs.append(math.log(sum(d for d, _ in chunk) / sum(i for _, i in chunk)))
+    xs = [math.log(d / i) for d, i in pts]
     mean = sum(xs) / m
     var = sum((x - mean) ** 2 for x in xs) / (m - 1)
-    return SpeedSpread(m, math.sqrt(var / m), n)
+    return SpeedSpread(m, math.sqrt(var / m), m if intervals is None else intervals)
 
 
 def step_times(delta: StepCounters) -> StepTimes:
