@@ -12,28 +12,34 @@ Two modes:
 * default (one server at a time): the baseline, then each speculative configuration, then the
   baseline again (the machine's load drifts: each cell's baseline throughput is the mean of the
   two runs). Per cell: a warm-up batch, a fresh exporter (``specwatch serve --cost-profile P
-  --window 5m``) scraped once idle, the measured ``specwatch bench`` batches, a second scrape.
+  --window 30s --window 10m``) scraped once idle, the measured ``specwatch bench`` batches (the
+  exporter scraped every 2.5 s meanwhile, as Prometheus would: :class:`Poller`), a last scrape.
   The exporter's measured basis comes from the cost profile (live decode speed × the profile's
   plain step time).
 * ``--baseline-upstream``: the baseline and one speculative server up at the same time (both
   under one hold of the machine-wide vLLM lock), the exporter started with ``--upstream spec=URL
   --upstream base=URL2 --baseline-upstream base``. Per cell: warm-up on both, a fresh exporter,
   the cell benched in ``--rounds`` alternating rounds (ABBA: baseline then speculative, then
-  speculative then baseline, ...; the same prompts), then the exporter scraped once: its 5m
-  window holds both, so the speedup has basis ``measured`` from the two servers' live decode
-  speeds (no cost profile needed). Alternating matters on a loaded machine: on 2026-12-01 the
-  same baseline cell (copy, c = 4) ran at 67.7 tok/s in one pair and 48.7 tok/s 12 minutes later,
-  so one baseline-then-speculative pair let the load's swings into the client's own ratio.
+  speculative then baseline, ...; the same prompts; the exporter scraped every 2.5 s meanwhile),
+  then a last scrape: its 10m window holds both, so the speedup has basis ``measured`` from the
+  two servers' live decode speeds (no cost profile needed), with an interval that includes how
+  each server's speed moved between the rounds (batch means over the fetches: issue #37).
+  Alternating matters on a loaded machine: on 2026-12-01 the same baseline cell (copy, c = 4)
+  ran at 67.7 tok/s in one pair and 48.7 tok/s 12 minutes later, so one baseline-then-speculative
+  pair let the load's swings into the client's own ratio.
 
 Per cell the JSON (``--out``, rewritten after every cell: an interrupted run keeps its cells)
 and the table give: the client ratio (speculative / baseline output throughput, same prompts),
-``specwatch_speedup{window="5m", k=<the server's k>}`` with its basis,
+``specwatch_speedup{window="10m", k=<the server's k>}`` with its basis,
 ``specwatch_speedup_lower`` / ``specwatch_speedup_upper`` (same labels; null when the exporter
-does not serve them), the drift ``specwatch_cost_profile_error_ratio{window="5m"}``, and the
+does not serve them), the drift ``specwatch_cost_profile_error_ratio{window="10m"}``, and the
 checks: ``interval_contains_ratio`` (lower ≤ ratio ≤ upper), ``within_15_percent``
 (|speedup / ratio − 1| ≤ 15 %), ``wrong_side_of_1`` (speedup and ratio on different sides of 1,
 judged only where the ratio is outside 0.95–1.05) and ``interval_tight`` (upper / lower ≤ 1.35).
-Exit status 0 when every cell is within 15 % and none is on the wrong side of 1.
+Exit status 0 when every cell is within 15 % and none is on the wrong side of 1. The table ends
+with the coverage: in how many cells the measured 95 % interval holds the client ratio (issue #37
+asks at least 90 % over runs); ``--coverage A.json B.json …`` prints it over several runs' files
+(exit 0 at 90 % or more, 1 below, 2 for a file that is not a result).
 
 ``--load-hog N`` starts N CPU-burning processes for the whole run (the loaded-machine check) and
 stops them (by pid) at the end.
@@ -42,6 +48,7 @@ Usage:  .venv/bin/python scripts/verify_speedup.py --cost-profile PROFILE.yaml [
         .venv/bin/python scripts/verify_speedup.py --baseline-upstream --server-command \\
             'vllm serve Qwen/Qwen3-8B --port {port} {spec_args}' \\
             --speculative-config '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":5}'
+        .venv/bin/python scripts/verify_speedup.py --coverage RUN1/verify.json RUN2/verify.json
 About 15 minutes on 2 cores for the embedded default (serialised with other real-vLLM users by
 the vLLM lock).
 """
