@@ -418,8 +418,9 @@ def _advise_from_sweep(result_file: Path, console, *, tolerance, candidates, pri
     try:
         advices = advise_sweep(doc, tolerance=tolerance, candidates=candidates, prior=prior, acceptance=acceptance,
                                fit_ks=fit_k, basis=basis, mix=mix_weights, measured=ms, source=str(result_file))
-    except KChoiceError as exc:
-        raise click.ClickException(str(exc)) from None
+    except KChoiceError as exc:  # named by the file, as report and calibrate name it
+        msg = str(exc)
+        raise click.ClickException(msg if msg.startswith(str(result_file)) else f"{result_file}: {msg}") from None
     except SweepError:
         raise
     except ARITHMETIC_ERRORS as exc:

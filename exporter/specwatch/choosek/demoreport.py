@@ -551,7 +551,9 @@ def advise_demo(*, folder: Path | None = None, baseline: Path | None = None, spe
     left_out = (tuple(f"{wl} c={c} (baseline only)" for wl, c in bkeys if (wl, c) not in skeys)
                 + tuple(f"{wl} c={c} (speculative only)" for wl, c in skeys if (wl, c) not in bkeys))
     if not any(key in bkeys for key in skeys):
-        raise DemoInputError(f"{baseline} and {speculative} have no workload and concurrency in common")
+        raise DemoInputError(f"{baseline}: its baseline and speculative batches have no workload and concurrency in common"
+                             if same_path(baseline, speculative) else
+                             f"{baseline} and {speculative} have no workload and concurrency in common")
     not_paired = {f"{wl} c={c}": why for (wl, c), why in pairing(brec, srec).items()}
     if not_paired and not unpaired:
         raise DemoInputError("not paired (batch i of both files must serve the same seeded prompts): "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Any
 import click
 
 from specwatch.bench.records import BenchBatch, BenchCell
+from specwatch.common.labels import for_terminal
 from specwatch.common.records import (Anything, Int, JsonRecord, ListOf, Num, Obj, Rec, RecordError, Str, jfield, read_document,
                                       read_json_file, record_field)
 
@@ -38,6 +40,8 @@ MEASUREMENT_KEYS = ("output_len", "num_prompts", "prompts_per_concurrency", "num
                     "warmup_batches", "seed", "request_rate", "target_ci", "max_batches")
 
 _NUM, _STR, _ANY, _OBJ = Num(), Str(), Anything(), Obj()
+#: Control characters (C0, DEL, C1): no name a sweep writes holds one.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 class SweepError(click.ClickException):
@@ -224,15 +228,41 @@ class SweepCell(JsonRecord):
 #: The largest measured quantity a sweep can hold (tokens, milliseconds, tokens per second, counts):
 #: beyond it a value is not a measurement (and its arithmetic would overflow).
 MAX_MEASURED = 1e15
+#: The smallest positive measured quantity (a femtosecond in milliseconds, a token in 30 years per
+#: second): a positive value below it is no measurement, and its reciprocal would overflow (a
+#: step of 1e-300 ms became a profile step of 0.0 s).
+MIN_MEASURED = 1e-9
+#: How far a cell's mean running requests (``server_running_requests``) may exceed its
+#: concurrency: the bench keeps at most ``max_concurrency`` requests in flight, so more than
+#: twice that (plus one) is no reading of that cell.
+RUNNING_SLACK = 2.0
 #: Summary fields that are fractions (0 to 1), single or per position.
 _FRACTIONS = ("acceptance_rate", "output_from_drafts_ratio", "missing_draft_tokens_ratio")
 _FRACTION_LISTS = ("per_position_acceptance_rates", "conditional_per_position_acceptance_rates")
 
 
-def impossible_value(summary: BenchCell) -> str | None:
+def _not_measured(v: float) -> str | None:
+    """Why ``v`` is no measured value, or None: negative or beyond :data:`MAX_MEASURED` ("(0 to
+    1e+15)"), or positive below :data:`MIN_MEASURED`."""
+    if not 0 <= v <= MAX_MEASURED:
+        return f"(0 to {MAX_MEASURED:g})"
+    if 0 < v < MIN_MEASURED:
+        return f"(a positive value below {MIN_MEASURED:g})"
+    return None
+
+
+#: Summary fields that are 0 only when no request completed (and positive when one did).
+_POSITIVE_WHEN_COMPLETED = ("output_throughput", "request_throughput", "duration", "total_output_tokens")
+
+
+def impossible_value(summary: BenchCell, max_concurrency: int | None = None) -> str | None:
     """What no measurement can give in a cell summary, or None: a negative (or beyond
-    :data:`MAX_MEASURED`) count, time, token number or throughput, a rate outside 0–1, a mean
-    acceptance length below 1, more accepted than drafted tokens. Named by the file's key."""
+    :data:`MAX_MEASURED`, or positive below :data:`MIN_MEASURED`) count, time, token number or
+    throughput, also in ``output_throughput_per_batch``; a rate outside 0–1; a mean acceptance
+    length below 1; more accepted than drafted tokens; a throughput, duration or output of 0 for
+    completed requests; a step time of 0 over engine steps; more mean running requests than
+    :data:`RUNNING_SLACK` times the cell's concurrency (``max_concurrency``, else the summary's)
+    plus one. Named by the file's key."""
     keys = {name: meta["key"] for name, meta in type(summary)._jfields()}
     for name, key in keys.items():
         v = getattr(summary, name)
@@ -242,12 +272,28 @@ def impossible_value(summary: BenchCell) -> str | None:
             if not 0.0 <= v <= 1.0:
                 return f"{key} {v * 100 if name == 'acceptance_rate' else v:g} is outside 0 to " \
                        f"{'100 (percent)' if name == 'acceptance_rate' else '1'}"
-        elif not 0 <= v <= MAX_MEASURED:
-            return f"{key} {v:g} is not a possible measurement (0 to {MAX_MEASURED:g})"
+        elif (why := _not_measured(v)) is not None:
+            return f"{key} {v:g} is not a possible measurement {why}"
     for name in _FRACTION_LISTS:
         for i, v in enumerate(getattr(summary, name) or ()):
             if v is not None and not 0.0 <= v <= 1.0:
                 return f"{keys[name]}[{i}] {v:g} is outside 0 to 1"
+    for i, v in enumerate(getattr(summary, "output_throughput_per_batch", None) or ()):
+        if v is not None and (why := _not_measured(v)) is not None:
+            return f"output_throughput_per_batch[{i}] {v:g} is not a possible measurement {why}"
+    completed = summary.completed
+    if completed is not None and completed > 0:
+        for name in _POSITIVE_WHEN_COMPLETED:
+            if getattr(summary, name) == 0:
+                return f"{keys[name]} is 0 although {completed:g} requests completed"
+    if summary.server_step_duration_ms == 0 and (summary.server_engine_steps or 0) > 0:
+        return (f"{keys['server_step_duration_ms']} is 0 although the server made "
+                f"{summary.server_engine_steps:g} engine steps")
+    c = max_concurrency if max_concurrency is not None else summary.max_concurrency
+    running = summary.server_running_requests
+    if c and running is not None and running > RUNNING_SLACK * c + 1:
+        return (f"{keys['server_running_requests']} {running:g} is more than a cell of concurrency {c} can "
+                f"hold (at most {RUNNING_SLACK:g} × {c} + 1)")
     if summary.acceptance_length is not None and 0 < summary.acceptance_length < 1:
         return f"{keys['acceptance_length']} {summary.acceptance_length:g} is below 1 (the bonus token is always accepted)"
     if summary.accepted_tokens is not None and summary.draft_tokens is not None and summary.accepted_tokens > summary.draft_tokens:
@@ -268,31 +314,112 @@ def impossible_batch_value(batch: Any) -> str | None:
         v = getattr(batch, name, None)
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             continue
-        if not (math.isfinite(v) and 0 <= v <= MAX_MEASURED):
+        if not math.isfinite(v):
             return f"{name} {v:g} is not a possible measurement (0 to {MAX_MEASURED:g})"
+        if (why := _not_measured(v)) is not None:
+            return f"{name} {v:g} is not a possible measurement {why}"
+    index = getattr(batch, "batch_index", None)
+    if index is not None and index < 0:
+        return f"batch_index {index} is negative"
     return None
 
 
+def _control_character(value: Any) -> str | None:
+    """The first control character of a name (escaped: ``\\x1b``), or None."""
+    m = _CONTROL.search(value) if isinstance(value, str) else None
+    return None if m is None else ascii(m.group())[1:-1]
+
+
+def _shown(value: str) -> str:
+    """A name from the file, escaped for one message line (:func:`specwatch.common.labels.for_terminal`)."""
+    return for_terminal(value)
+
+
 def check_cells(doc: SweepResult, where: str | None) -> None:
-    """Raise SweepRecordError naming the cell when ``doc`` holds a cell twice (the same
-    configuration, workload and concurrency: the sweep replaces a re-measured cell, so a second
-    one was added by hand or by a merge) or a cell summary with an impossible value
-    (:func:`impossible_value`)."""
+    """Raise SweepRecordError naming the configuration or cell when ``doc`` holds what no sweep
+    writes: a configuration twice; a name (configuration, workload, family, drafter) with a control
+    character; a cell of a configuration the file does not list, or at another k than its
+    configuration's; a cell twice (the same configuration, workload and concurrency: the sweep
+    replaces a re-measured cell, so a second one was added by hand or by a merge); a cell summary
+    or batch with an impossible value (:func:`impossible_value`, :func:`impossible_batch_value`);
+    a batch index twice in one cell's batches; a server start with a negative value."""
     prefix = f"{where} is a damaged sweep result" if where else "damaged sweep result"
+    configs: dict[str, SweepConfig] = {}
+    for i, cfg in enumerate(doc.configs):
+        for key, value in (("name", cfg.name), ("family", cfg.family), ("drafter", cfg.drafter)):
+            ch = _control_character(value)
+            if ch:
+                raise SweepRecordError(f"{prefix}: configs[{i}]: '{key}' holds the control character {ch} "
+                                       f"('{_shown(value)}')")
+        if cfg.name in configs:
+            raise SweepRecordError(f"{prefix}: configs[{i}]: configuration {cfg.name} appears twice")
+        configs[cfg.name] = cfg
+    for i, srv in enumerate(doc.servers):
+        for key in ("startup_seconds", "kv_cache_tokens", "num_gpu_blocks"):
+            v = getattr(srv, key)
+            if v is not None and v < 0:
+                raise SweepRecordError(f"{prefix}: servers[{i}]: '{key}' {v:g} is negative")
     seen: set[tuple[str, str, int]] = set()
     for i, cell in enumerate(doc.cells):
+        for key in ("config", "workload", "family"):
+            value = getattr(cell, key)
+            ch = _control_character(value)
+            if ch:
+                raise SweepRecordError(f"{prefix}: cells[{i}]: '{key}' holds the control character {ch} "
+                                       f"('{_shown(value)}')")
+        if configs:  # a document without configurations (built in code) names none to check against
+            cfg = configs.get(cell.config)
+            if cfg is None:
+                raise SweepRecordError(f"{prefix}: cells[{i}] (cell {cell.name}): configuration {cell.config} is not "
+                                       f"in 'configs' ({', '.join(configs)})")
+            if cfg.k is not None and cfg.k != cell.k:
+                raise SweepRecordError(f"{prefix}: cells[{i}] (cell {cell.name}): 'k' {cell.k}, but configuration "
+                                       f"{cell.config} has k {cfg.k}")
         if cell.key in seen:
             raise SweepRecordError(f"{prefix}: cells[{i}]: cell {cell.name} appears twice (one measurement per "
                                    "configuration, workload and concurrency)")
         seen.add(cell.key)
-        bad = None if cell.summary is None else impossible_value(cell.summary)
+        bad = None if cell.summary is None else impossible_value(cell.summary, cell.max_concurrency)
         if bad:
             raise SweepRecordError(f"{prefix}: cells[{i}] (cell {cell.name}): summary.{bad}")
         for field in ("batches", "baseline_batches"):
+            indices: set[int] = set()
             for j, b in enumerate(getattr(cell, field) or ()):
                 bad = impossible_batch_value(b)
                 if bad:
                     raise SweepRecordError(f"{prefix}: cells[{i}] (cell {cell.name}): {field}[{j}].{bad}")
+                if b.batch_index is not None:
+                    if b.batch_index in indices:
+                        raise SweepRecordError(f"{prefix}: cells[{i}] (cell {cell.name}): {field}[{j}].batch_index "
+                                               f"{b.batch_index} appears twice")
+                    indices.add(b.batch_index)
+
+
+#: Other specwatch documents by their format key (a file of the wrong kind is named as what it is).
+_OTHER_FORMATS = {"specwatch_bench_format": "a specwatch bench result (specwatch advise reads bench files: "
+                                            "--baseline FILE --speculative FILE, or one FILE of both servers)",
+                  "specwatch_demo_format": "a specwatch demo summary (demo-summary.json)",
+                  "specwatch_demo_advice_format": "specwatch advise's JSON (--json)",
+                  "advise_format": "specwatch advise's JSON (--json)",
+                  "specwatch_cost_profile": "a specwatch cost profile"}
+
+
+def _what_it_is(data: Any) -> str:
+    """``": it is …"`` naming what a JSON document that is no sweep result of this format is ("" when
+    it says nothing)."""
+    if isinstance(data, dict):
+        if FORMAT_KEY in data:
+            return f": it is a sweep result of format {for_terminal(str(data[FORMAT_KEY]))[:40]}, which this specwatch does not read"
+        for key, what in _OTHER_FORMATS.items():
+            if key in data:
+                return f": it is {what}"
+        if {"servers", "workloads", "k"} <= data.keys():  # demosummary.is_demo_summary's shape
+            return ": it is a specwatch demo summary (demo-summary.json)"
+        if "cells" in data and "configs" in data:
+            return f": it has no '{FORMAT_KEY}' key"
+        return ""
+    kind = "an array" if isinstance(data, list) else "null" if data is None else type(data).__name__
+    return f": its JSON is {kind}, not an object"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -325,19 +452,24 @@ class SweepResult(JsonRecord):
 
     @classmethod
     def load(cls, path: str | Path) -> SweepResult:
-        """Read a sweep result file. Raises SweepRecordError (one line naming the file and, for a
-        damaged file, the field) when it is unreadable, not UTF-8 JSON, not a sweep result of
-        format 1 (the key is required in a file), has no ``cells`` list or is damaged;
-        SweepFileArgumentError (exit 2) when it is not a regular file (a FIFO, ``/dev/zero``) or
-        is larger than :data:`MAX_SWEEP_BYTES`."""
+        """Read a sweep result file. Raises SweepRecordError (exit 1: one line naming the file and,
+        for a damaged file, the field) when it is unreadable, empty, cut short, not UTF-8 JSON, not
+        a sweep result of format 1 (the key is required in a file; a file of another kind is named
+        as what it is), has no ``cells`` list, has cells but no ``configs``, or is damaged
+        (:func:`check_cells`); SweepFileArgumentError (exit 2) when it is not a regular file (a
+        FIFO, ``/dev/zero``) or is larger than :data:`MAX_SWEEP_BYTES`."""
         p = Path(path)
         data = read_json_file(p, "sweep result", SweepRecordError, max_bytes=MAX_SWEEP_BYTES,
                               shape_error=SweepFileArgumentError)
         if not isinstance(data, dict) or data.get(FORMAT_KEY) != FORMAT:
-            raise SweepRecordError(f"{p} is not a specwatch sweep result (format {FORMAT})")
+            raise SweepRecordError(f"{p} is not a specwatch sweep result (format {FORMAT}){_what_it_is(data)}")
         if not isinstance(data.get("cells"), list):
             raise SweepRecordError(f"{p} has no 'cells' list")
-        return cls.from_json(data, str(p))
+        doc = cls.from_json(data, str(p))
+        if doc.cells and not doc.configs:  # a sweep lists each configuration before its first cell
+            raise SweepRecordError(f"{p} is a damaged sweep result: 'configs' is empty, but its cells name "
+                                   f"{', '.join(dict.fromkeys(for_terminal(c.config) for c in doc.cells))}")
+        return doc
 
     @classmethod
     def coerce(cls, doc: SweepResult | Mapping[str, Any]) -> SweepResult:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -396,8 +397,10 @@ def read_json_file(path: str | Path, what: str, error: type[RecordError] = Recor
     file of at most ``max_bytes`` is read (:func:`specwatch.common.files.read_regular_file`: a
     FIFO would block, ``/dev/zero`` never ends); otherwise ``shape_error`` (default ``error``)."""
     p = Path(path)
+    text = ""
     try:
-        return json.loads(read_regular_file(p, max_bytes, what).decode("utf-8"))
+        text = read_regular_file(p, max_bytes, what).decode("utf-8")
+        return json.loads(text)
     except NotARegularFile as exc:
         raise (shape_error or error)(str(exc)) from None
     except OSError as exc:
@@ -405,9 +408,27 @@ def read_json_file(path: str | Path, what: str, error: type[RecordError] = Recor
     except UnicodeDecodeError as exc:
         raise error(f"{p} is not a specwatch {what} (not UTF-8 text: {exc.reason} at byte {exc.start})") from None
     except json.JSONDecodeError as exc:
-        raise error(f"{p} is not valid JSON: {exc}") from None
+        raise error(_not_json(p, text, what, exc)) from None
     except (ValueError, RecursionError) as exc:  # an integer of > 4300 digits, nesting too deep
         raise error(f"{p} is not a usable {what}: {type(exc).__name__}: {exc}") from None
+
+
+#: The first key of a cost profile (YAML, :mod:`specwatch.specdecode.costprofile`).
+_COST_PROFILE_KEY = re.compile(r"^specwatch_cost_profile\s*:", re.M)
+
+
+def _not_json(p: Path, text: str, what: str, exc: json.JSONDecodeError) -> str:
+    """The one line for a file that does not parse as JSON, saying why where it can: empty, cut
+    short (the text ends where the JSON still expected more: a partial copy), a cost profile (the
+    only YAML specwatch writes); else the parser's own words with the position."""
+    if not text.strip():
+        return f"{p} is not valid JSON: the file is empty ({len(text.encode())} bytes), not a specwatch {what}"
+    if _COST_PROFILE_KEY.search(text[:65536]):
+        return f"{p} is not valid JSON: it is a specwatch cost profile (YAML), not a {what}"
+    if (exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")) and text.lstrip()[:1] in "{[":
+        return (f"{p} is not valid JSON: it is cut short (it ends at byte {len(text.encode())}, inside the document: "
+                f"a partial copy?), not a usable {what}")
+    return f"{p} is not valid JSON: {exc}"
 
 
 def read_document(cls: type[R], data: Any, where: str | None, what: str,
