@@ -318,22 +318,38 @@ def test_paired_rounds_alternate_the_servers_on_the_same_prompts(tmp_path):
                         ("b", 3, False), ("s", 3, False), ("s", 4, False), ("b", 4, False)]
     assert [b.workload for b in res.batches] == ["copy"] * 10 + ["random-output"] * 10
     # each measured batch on a server that did not serve the batch before it is preceded by one
-    # short unmeasured request that wakes it (copy: b1 s1 | s2 b2 | b3 s3 | s4 b4 -> primes before
-    # b1, s1, b2, s3, b4; the next cell's warm-ups need none); it is in no batch's counts
-    from specwatch.bench.runner import PRIME_TOKENS
+    # unmeasured settle batch of the same size on that server (copy: b1 s1 | s2 b2 | b3 s3 | s4 b4
+    # -> settles before b1, s1, b2, s3, b4), with prompts no measured batch serves; it is in no
+    # batch's counts
+    from specwatch.bench.runner import SETTLE_BATCH, settle_requests
+    from specwatch.bench.workloads import WorkloadOptions, build_requests
 
-    def split(payloads):
-        primes = [i for i, p in enumerate(payloads) if p.get("max_tokens") == PRIME_TOKENS and p.get("ignore_eos")]
-        return primes, [p for i, p in enumerate(payloads) if i not in primes]
+    n = res.batches[0].num_prompts
+    settle = {wl: [r.payload("x")["prompt"] for r in settle_requests(wl, n, WorkloadOptions())]
+              for wl in ("copy", "random-output")}
 
-    (bp, base_batches), (sp, spec_batches) = split(base_payloads), split(spec_payloads)
-    # per server, its requests in order (3 per batch): the warm-up (0-2), then a prime before each
-    # batch that follows the other server's; the second cell starts at 18 (baseline) / 17
-    assert res.batches[0].num_prompts == 3
-    assert bp == [3, 7, 14, 21, 25, 32] and sp == [3, 10, 20, 27]
+    def groups(payloads):
+        """Per batch-sized group of a server's requests: 'S' for a settle batch, '.' otherwise."""
+        gs = [payloads[i:i + n] for i in range(0, len(payloads), n)]
+        return ["S" if [p["prompt"] for p in g] in settle.values() else "." for g in gs], gs
+
+    (bm, bg), (sm, sg) = groups(base_payloads), groups(spec_payloads)
+    # per server, its batches in order: the warm-up, then a settle batch before each measured batch
+    # that follows the other server's (read on random-output, the second cell: copy rotates six
+    # texts, so its settle prompts are also some measured batch's, as its batches' are each other's)
+    assert n == 3 and len(bg) == 16 and len(sg) == 14
+    assert "".join(bm[8:]) == ".S.S..S." and "".join(sm[7:]) == ".S..S.."
+    settle_at_base, settle_at_spec = {1, 3, 6, 9, 11, 14}, {1, 4, 8, 11}
     # batch i of both servers served the same seeded prompts
-    assert [p["prompt"] for p in base_batches] == [p["prompt"] for p in spec_batches]
-    assert sum(b.num_prompts for b in res.batches) == len(base_batches) + len(spec_batches)
+    base_batches = [g for i, g in enumerate(bg) if i not in settle_at_base]
+    spec_batches = [g for i, g in enumerate(sg) if i not in settle_at_spec]
+    assert [[p["prompt"] for p in g] for g in base_batches] == [[p["prompt"] for p in g] for g in spec_batches]
+    assert sum(b.num_prompts for b in res.batches) == n * (len(base_batches) + len(spec_batches))
+    # a settle batch's prompts are no measured batch's (random-output: seeded per batch index)
+    measured = [[r.payload("x")["prompt"] for r in build_requests("random-output", n, WorkloadOptions(), batch=i)]
+                for i in range(5)]
+    assert settle["random-output"] not in measured
+    assert SETTLE_BATCH > 1000
     rows = res.comparison()
     assert [(r["workload"], r["max_concurrency"]) for r in rows] == [("copy", 1), ("random-output", 1)]
 

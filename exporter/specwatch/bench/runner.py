@@ -383,38 +383,36 @@ def paired_relative_half_width(base: Sequence[float], spec: Sequence[float]) -> 
     return r.upper / r.value - 1.0
 
 
-#: Output tokens of the unmeasured request that wakes a server before its measured batch in the
-#: paired schedule (:func:`prime_request`).
-PRIME_TOKENS = 8
+#: The batch index whose seeded prompts the settle batches serve (never a measured batch's).
+SETTLE_BATCH = 1_000_000
 
 
-def prime_request(first: BenchRequest) -> BenchRequest:
-    """The priming request for a batch whose first request is ``first``: the same endpoint and
-    sampling, a short prompt of its own (its first 8 tokens for a token-id prompt, less than a
-    KV block, so the batch's prefill finds nothing cached that it would not find anyway) and
-    :data:`PRIME_TOKENS` output tokens. Sent unmeasured, before the batch's /metrics scrape."""
-    text = "Count from one to ten:"
-    if first.messages is not None:
-        return dataclasses.replace(first, index=-1, messages=(("user", text),), max_tokens=PRIME_TOKENS, ignore_eos=True)
-    if isinstance(first.prompt, tuple):
-        return dataclasses.replace(first, index=-1, prompt=first.prompt[:8], prompt_len=min(8, len(first.prompt)),
-                                   max_tokens=PRIME_TOKENS, ignore_eos=True)
-    return dataclasses.replace(first, index=-1, prompt=text, prompt_len=None, max_tokens=PRIME_TOKENS, ignore_eos=True)
+def settle_requests(wl: str, n: int, options: WorkloadOptions, sharegpt_items=None) -> list[BenchRequest]:
+    """The unmeasured batch that settles a server before a measured batch in the paired schedule:
+    ``n`` requests (the batch's size) of batch :data:`SETTLE_BATCH`, prompts no measured batch
+    serves where the workload seeds its prompts per batch (so each measured batch's prompts stay
+    as fresh as in a sequential cell; copy rotates six texts, which recur between its measured
+    batches anyway), sent at the batch's concurrency and recorded nowhere."""
+    return build_requests(wl, n, options, batch=SETTLE_BATCH, sharegpt_items=sharegpt_items)
 
 
-async def _run_paired(config: BenchConfig, one_batch, batch_label, need_more_paired, prime=None) -> None:
+async def _run_paired(config: BenchConfig, one_batch, batch_label, need_more_paired, settle=None) -> None:
     """The paired schedule (``config.paired``): per (workload, concurrency), the warm-up batches on
     the baseline then on the speculative server, then measured pairs, batch i of both serving the
     same seeded prompts, in ABBA order (pair 0: baseline first; pair 1: speculative first; …) so a
     drift of the host weighs on both sides alike, until :func:`need_more_paired` is satisfied.
 
-    ``prime(role, wl, conc, b)``: awaited before a measured batch on a server that did not serve
-    the batch before it (:func:`prime_request`). A server that sat idle while the other one ran
-    is slower on its next batch than one that just ran: in the paired sweep of 2026-12-04
-    (docs/results.md) the speculative server's batches right after its own were 8.7 % faster
-    (mean over 8 cells of pairs 2 and 4 against 1 and 3, t = 3.8), which ABBA turns into an
-    alternating term of the per-pair ratio: an interval wider than its noise. Sequential cells
-    never idle between their batches."""
+    ``settle(role, wl, conc)``: awaited before a measured batch on a server that did not serve
+    the batch before it (:func:`settle_requests`: a batch of load, unmeasured). A server that sat
+    idle while the other one ran is slower on its next batch than one that just ran, for the
+    whole batch (its steps too, not just the first request): in the paired sweeps of 2026-12-04
+    (docs/results.md) the speculative server's batches right after its own ran 7-9 % faster on
+    average, up to 30 % on copy at k = 4 (step 36.7 against 46.8 ms), and an 8-token request
+    before the batch did not remove it. ABBA leaves one side warm in 2 pairs of 4 and the other
+    in 1, an alternating term in the per-pair ratio (an interval wider than its noise) and a
+    bias; sequential cells never idle between their batches. With the settle batch every
+    measured batch follows a batch on its own server, as in a sequential cell.
+    """
     last: str | None = None
     for wl in config.workloads:
         for conc in config.concurrencies:
@@ -432,8 +430,8 @@ async def _run_paired(config: BenchConfig, one_batch, batch_label, need_more_pai
                 order = ("baseline", "speculative") if pair % 2 == 0 else ("speculative", "baseline")
                 got = {}
                 for role in order:
-                    if prime is not None and last != role:
-                        await prime(role, wl, conc, b)
+                    if settle is not None and last != role:
+                        await settle(role, wl, conc)
                     got[role] = await one_batch(role, wl, conc, b, False, batch_label(role, wl, conc, b, False))
                     last = role
                 base.append(got["baseline"].output_throughput)
@@ -595,12 +593,12 @@ async def run_bench_async(config: BenchConfig, *, metrics: BenchMetrics | None =
             backends[role] = backend
             backend.model = config.served_model_name or config.model or await backend.first_model()
         if config.paired:
-            async def prime(role: str, wl: str, conc: int, b: int) -> None:
-                """One unmeasured short request to ``role``'s server (:func:`prime_request`)."""
-                first = build_requests(wl, 1, config.options, batch=b, sharegpt_items=sharegpt)[0]
-                await backends[role].send(prime_request(first))
+            async def settle(role: str, wl: str, conc: int) -> None:
+                """One unmeasured batch on ``role``'s server (:func:`settle_requests`)."""
+                reqs = settle_requests(wl, config.num_prompts or conc, config.options, sharegpt)
+                await _dispatch(backends[role], reqs, conc, math.inf, "settle", lambda: None, lambda _o: None)
 
-            await _run_paired(config, one_batch, batch_label, need_more_paired, prime)
+            await _run_paired(config, one_batch, batch_label, need_more_paired, settle)
         else:
             for role, _url, _murl in config.targets:
                 for wl in config.workloads:
