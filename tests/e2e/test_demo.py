@@ -80,7 +80,7 @@ def test_demo_runs_the_main_job(tmp_path):
     report = out / "report.html"
     assert r.stdout.strip().splitlines()[-1] == f"Report: {report}"
     html = report.read_text()
-    assert len(re.findall(r'src="data:image/png;base64,', html)) == 6  # rendered by specwatch.choosek.demoreport
+    assert len(re.findall(r'src="data:image/png;base64,', html)) == 6  # rendered by specwatch.demo.report
     # its TTFT and TPOT charts are the bench files' values
     assert check_latency_charts_are_the_result_files(out) == 2
     # and the demo's own report.html opens in headless Chromium with every image rendered

@@ -14,7 +14,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from specwatch.choosek.demodecision import TABLE_COLUMNS, table_rows
+from specwatch.demo.decision import TABLE_COLUMNS, table_rows
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -63,7 +63,7 @@ def check_latency_charts_are_the_result_files(result_dir: Path) -> int:
     other values would not be. Returns how many cells were checked."""
     import numpy as np
 
-    from specwatch.choosek.demoreport import plot_cells
+    from specwatch.demo.report import plot_cells
     from specwatch.choosek.model import Measurement
 
     html = (result_dir / "report.html").read_text()

@@ -1,4 +1,4 @@
-"""The demo's decision table (specwatch.choosek.demodecision) on the result files of a real
+"""The demo's decision table (specwatch.demo.decision) on the result files of a real
 `specwatch demo` run (tests/fixtures/demo, see its README): every number is recomputed here from
 the bench files by its documented formula (numpy, not the module's code), the table in
 demo-summary.json is what the module computes from them, and the console table keeps workload
@@ -18,7 +18,7 @@ import pytest
 from rich.console import Console
 from rich.table import Table
 
-from specwatch.choosek import demodecision as dd
+from specwatch.demo import decision as dd
 from specwatch.specdecode.costprofile import EMBEDDED_CPU_PROFILE, load_profile
 from specwatch.specdecode.decision import Candidate, decide, ratio_from_logs
 

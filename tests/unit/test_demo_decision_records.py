@@ -1,4 +1,4 @@
-"""The demo's decision table as typed records (:mod:`specwatch.choosek.decisionrecords`):
+"""The demo's decision table as typed records (:mod:`specwatch.demo.decisionrecords`):
 ``decide()`` writes exactly the JSON captured in tests/fixtures/demo-decision (format 2, the one
 decision rule, issue #36; see its README), every decision document round-trips, older documents
 (format 1: the real run's own decision, a withheld choice, no ``certain``, a ``profile`` added by
@@ -19,10 +19,10 @@ from rich.console import Console
 
 from specwatch import demo as demo_mod
 from specwatch.bench.records import BenchResult
-from specwatch.choosek import demodecision as dd
-from specwatch.choosek import demoreport
-from specwatch.choosek.decisionrecords import Decision, DecisionChoice, DecisionRecordError, DecisionRow, ProfileFit
-from specwatch.choosek.demosummary import DemoSummary, DemoSummaryError
+from specwatch.demo import decision as dd
+from specwatch.demo import report as demoreport
+from specwatch.demo.decisionrecords import Decision, DecisionChoice, DecisionRecordError, DecisionRow, ProfileFit
+from specwatch.demo.records import DemoSummary, DemoSummaryError
 from specwatch.common.records import RecordError
 from specwatch.specdecode.costprofile import EMBEDDED_CPU_PROFILE, load_profile
 
@@ -205,6 +205,6 @@ def test_no_module_reads_a_decision_by_key_outside_its_record_module():
     package = Path(__file__).resolve().parents[2] / "exporter" / "specwatch"
     pattern = re.compile(r"""(\[\s*["'](%s)["']\s*\](?!\s*=[^=]))|\.get\(\s*["'](%s)["']""" % (("|".join(DECISION_KEYS),) * 2))
     found = [f"{p.relative_to(package)}:{i}: {line.strip()}" for p in sorted(package.rglob("*.py"))
-             if p.relative_to(package).as_posix() != "choosek/decisionrecords.py"
+             if p.relative_to(package).as_posix() != "demo/decisionrecords.py"
              for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if pattern.search(line)]
     assert not found, "\n".join(found)

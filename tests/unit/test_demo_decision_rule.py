@@ -19,11 +19,11 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from specwatch import demo as demo_mod
-from specwatch.choosek import demodecision as dd
+from specwatch.demo import decision as dd
 from specwatch.choosek.advise import WIDE_CONSOLE
 from specwatch.choosek.cli import advise
-from specwatch.choosek.decisionrecords import Decision
-from specwatch.choosek.demoreport import ADVICE_FORMAT_KEY
+from specwatch.demo.decisionrecords import Decision
+from specwatch.demo.report import ADVICE_FORMAT_KEY
 
 DEMO = Path(__file__).resolve().parents[1] / "fixtures" / "demo"
 
@@ -138,7 +138,7 @@ def _console_text(decision, width=WIDE_CONSOLE):
 
 
 def test_the_summary_the_console_and_the_report_show_the_same_k_verdict_and_confidence(docs):
-    from specwatch.choosek.demoreport import decision_section
+    from specwatch.demo.report import decision_section
 
     decision = Decision.from_json(docs[2]["decision"])
     console = _console_text(decision, width=400)

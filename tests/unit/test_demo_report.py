@@ -1,4 +1,4 @@
-"""The demo's report.html (specwatch.choosek.demoreport), rendered from the result files of a real
+"""The demo's report.html (specwatch.demo.report), rendered from the result files of a real
 `specwatch demo` run (tests/fixtures/demo, see its README): self-contained, its plots decode and
 render in headless Chromium, and its numbers are the result files' numbers."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from specwatch.choosek.demoreport import demo_measurements, is_demo_summary_file, load_demo, render_demo_report, write_demo_report
+from specwatch.demo.report import demo_measurements, is_demo_summary_file, load_demo, render_demo_report, write_demo_report
 from specwatch.choosek.cli import report
 from reportcheck import (CHROMIUM, check_decision_table_first,
                          check_latency_charts_are_the_result_files, check_report_opens_in_chromium)
@@ -102,7 +102,8 @@ def test_equivalence_section_says_it_is_measured_and_shows_the_first_differing_t
 
 def _capture_figures(monkeypatch) -> list:
     """Make every chart function hand its matplotlib figure to the returned list (instead of a PNG)."""
-    from specwatch.choosek import charts, demoreport
+    from specwatch.choosek import charts
+    from specwatch.demo import report as demoreport
 
     figs = []
 
@@ -131,7 +132,7 @@ def test_charts_fit_the_page_unscaled_and_no_legend_covers_a_plot(demo_dir, monk
     # the README's demo has six workloads at two concurrencies: the same cells under six names
     six = [dataclasses.replace(m, workload=f"{m.workload}-{i}") for i in range(6) for m in ms]
     assert len({(m.workload, m.concurrency) for m in six}) >= 12
-    from specwatch.choosek.demoreport import plot_cells
+    from specwatch.demo.report import plot_cells
     plot_cells(six, "output_throughput", "output tokens/s", "Output throughput, six workloads")
     plot_metric_vs_concurrency(six, "output_throughput", "tok/s", "Output throughput, six workloads")
     assert len(figs) >= IMAGES + 3

@@ -1,4 +1,4 @@
-"""``demo-summary.json`` as a record (:mod:`specwatch.choosek.demosummary`): the shipped demo
+"""``demo-summary.json`` as a record (:mod:`specwatch.demo.records`): the shipped demo
 result round-trips byte for byte, a file without the format key (written before it existed) reads
 as format 1, a record built in code writes the key, and a damaged field is named."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from specwatch.bench.records import ComparisonRow
-from specwatch.choosek.demosummary import FORMAT_KEY, DemoServer, DemoSummary, DemoSummaryError, RunCurve
+from specwatch.demo.records import FORMAT_KEY, DemoServer, DemoSummary, DemoSummaryError, RunCurve
 
 DEMO = Path(__file__).resolve().parents[1] / "fixtures" / "demo" / "demo-summary.json"
 

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "exporter" / "specwatch"
-RECORD_MODULES = {"common/records.py", "bench/records.py", "choosek/records.py", "choosek/demosummary.py",
+RECORD_MODULES = {"common/records.py", "bench/records.py", "choosek/records.py", "demo/records.py",
                   "bench/equivalence.py"}  # the last makes the greedy-output check's document (bench.records.Equivalence reads it)
 
 

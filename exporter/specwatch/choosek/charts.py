@@ -2,7 +2,7 @@
 URIs and the Jinja2 page template (``templates/report.html.j2``).
 
 Shared by the sweep report (:mod:`specwatch.choosek.report`), its drafter section
-(:mod:`specwatch.choosek.drafterstudy`) and the demo report (:mod:`specwatch.choosek.demoreport`).
+(:mod:`specwatch.choosek.drafterstudy`) and the demo report (:mod:`specwatch.demo.report`).
 Every chart draws :class:`~specwatch.choosek.model.Measurement` values as they were measured
 (client-side throughput/TPOT/TTFT of the load generator; acceptance from the servers'
 ``vllm:spec_decode_*`` counters, or vLLM's per-request data where the cell has them); the only

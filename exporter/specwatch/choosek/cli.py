@@ -39,7 +39,7 @@ from specwatch.choosek.calibrate import (
     sample_live,
 )
 from specwatch.choosek.drafterstudy import family_labels, pick_drafters
-from specwatch.choosek.demoreport import (DemoReportError, advise_demo, is_bench_file_of_both_servers, is_demo_summary_file,
+from specwatch.demo.report import (DemoReportError, advise_demo, is_bench_file_of_both_servers, is_demo_summary_file,
                                           render_advice, write_demo_report)
 from specwatch.choosek.model import DEFAULT_TOLERANCE, KChoiceError, parse_mix
 

@@ -1,11 +1,11 @@
 """The demo's decision table as typed records: the only module that knows its fields.
 
-:func:`specwatch.choosek.demodecision.decide` builds a :class:`Decision` from the two bench
+:func:`specwatch.demo.decision.decide` builds a :class:`Decision` from the two bench
 results of a ``specwatch demo`` run; the demo stores its ``to_json`` in ``demo-summary.json``
-(key ``decision``, :class:`specwatch.choosek.demosummary.DemoSummary`), and the console
-(:mod:`specwatch.demo`) and ``report.html`` (:mod:`specwatch.choosek.demoreport`) render it through
-:mod:`specwatch.choosek.demodecision`'s formatters. How each number is computed is in
-:mod:`specwatch.choosek.demodecision`'s docstring; this module declares the fields, their JSON
+(key ``decision``, :class:`specwatch.demo.records.DemoSummary`), and the console
+(:mod:`specwatch.demo`) and ``report.html`` (:mod:`specwatch.demo.report`) render it through
+:mod:`specwatch.demo.decision`'s formatters. How each number is computed is in
+:mod:`specwatch.demo.decision`'s docstring; this module declares the fields, their JSON
 keys and units.
 
 The document, in the key order it has always been written in::
@@ -14,7 +14,7 @@ The document, in the key order it has always been written in::
      "profile_fit": [ProfileFit], "how": {basis: text}, "tolerance", "profile"?}
 
 ``profile`` (:class:`DecisionProfile`, the exporter profile the plain-step check used) is added by
-:func:`specwatch.choosek.demoreport.demo_decision`.
+:func:`specwatch.demo.report.demo_decision`.
 
 **Formats.** ``decision_format`` 2 (written first; issue #36): the k to run comes from the one
 decision rule, :func:`specwatch.specdecode.decision.decide`, over off, the run's k and the
@@ -214,7 +214,7 @@ class DecisionRow(JsonRecord):
 @dataclass(frozen=True, kw_only=True)
 class CostLine(JsonRecord):
     """The least-squares line c = a + b x over the workloads at one concurrency
-    (``cost_lines["<concurrency>"]``, :func:`specwatch.choosek.demodecision.fit_line`): ``a``, ``b``
+    (``cost_lines["<concurrency>"]``, :func:`specwatch.demo.decision.fit_line`): ``a``, ``b``
     (relative step cost per drafted token per request-step), ``points`` (workloads fitted),
     ``x_min`` / ``x_max`` the fitted range of x, ``slope_halfwidth`` t(m−2) × SE(b) (0 for two
     points) and ``residual_log_sd`` sd of log(c / ĉ) (None for two points)."""
@@ -233,10 +233,10 @@ class CostLine(JsonRecord):
 @dataclass(frozen=True, kw_only=True)
 class ProfileFit(JsonRecord):
     """The profile check at one concurrency (``profile_fit[i]``,
-    :func:`specwatch.choosek.demodecision.profile_fit`): this machine's plain step
+    :func:`specwatch.demo.decision.profile_fit`): this machine's plain step
     ``measured_t0_ms`` (the baseline cells pooled, ms) at ``running_requests`` b against the cost
     profile's ``profile_t0_ms`` = t0(b) (ms); ``ratio`` = measured / profile and ``fits`` when it is
-    within :data:`specwatch.choosek.demodecision.FIT_BAND` either way."""
+    within :data:`specwatch.demo.decision.FIT_BAND` either way."""
 
     concurrency: int | None = jfield("concurrency", _INT)
     running_requests: float | None = jfield("running_requests", _NUM)
@@ -258,7 +258,7 @@ class ProfileFit(JsonRecord):
 @dataclass(frozen=True, kw_only=True)
 class DecisionProfile(JsonRecord):
     """The exporter cost profile the decision's profile check used (``profile``, added by
-    :func:`specwatch.choosek.demoreport.demo_decision`): its ``file`` and ``name`` (None when it
+    :func:`specwatch.demo.report.demo_decision`): its ``file`` and ``name`` (None when it
     could not be loaded)."""
 
     file: str | None = jfield("file", _STR)

@@ -2,7 +2,7 @@
 
 ``specwatch demo`` (:mod:`specwatch.demo`) builds a :class:`DemoSummary` and writes its
 ``to_json`` into the result folder after each server and at the end; the demo report
-(:mod:`specwatch.choosek.demoreport`) reads it with :meth:`DemoSummary.from_json` /
+(:mod:`specwatch.demo.report`) reads it with :meth:`DemoSummary.from_json` /
 :meth:`DemoSummary.load` (or :meth:`DemoSummary.coerce` of a parsed document). Format
 ``specwatch_demo_format`` 1; a file without the key (written before it existed) is format 1 and
 reads unchanged (``from_json(x).to_json() == x``, unknown keys kept).
@@ -13,8 +13,8 @@ exporter's cost profile (:class:`CostProfileRef`), what Prometheus held (``prome
 values), the greedy-output check (``equivalence``: :class:`specwatch.bench.records.Equivalence`),
 the whole-run curve (``per_position``: :class:`RunCurve`, rates 0–1), the
 baseline-vs-speculative rows (``comparison``: :class:`specwatch.bench.records.ComparisonRow`),
-the decision table (``decision``: :class:`specwatch.choosek.decisionrecords.Decision`, made by
-:func:`specwatch.choosek.demodecision.decide`) and ``status`` (absent for a finished run,
+the decision table (``decision``: :class:`specwatch.demo.decisionrecords.Decision`, made by
+:func:`specwatch.demo.decision.decide`) and ``status`` (absent for a finished run,
 ``interrupted``).
 """
 
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from specwatch.bench.records import ComparisonRow, Equivalence
-from specwatch.choosek.decisionrecords import Decision
+from specwatch.demo.decisionrecords import Decision
 from specwatch.common.records import (Int, JsonRecord, ListOf, MapOf, Num, Obj, Rec, RecordError, Str, jfield, read_document,
                                       read_json_file, record_field)
 
@@ -111,8 +111,8 @@ class DemoSummary(JsonRecord):
     equivalence: Equivalence | None = jfield("equivalence", Rec(Equivalence), omit_none=True)
     per_position: RunCurve | None = jfield("per_position", Rec(RunCurve), omit_none=True)
     comparison: tuple[ComparisonRow, ...] | None = jfield("comparison", ListOf(Rec(ComparisonRow)), omit_none=True)
-    #: The decision table (:func:`specwatch.choosek.demodecision.decide`, with the ``profile``
-    #: :func:`specwatch.choosek.demoreport.demo_decision` adds); None before the run decided.
+    #: The decision table (:func:`specwatch.demo.decision.decide`, with the ``profile``
+    #: :func:`specwatch.demo.report.demo_decision` adds); None before the run decided.
     decision: Decision | None = jfield("decision", Rec(Decision), omit_none=True)
     #: What the demo's exporter served right after each cell ("copy/c=1" → {"windows": {window →
     #: {value, lower, upper, basis, k}}}): the run's k, live, ``measured`` where both servers had

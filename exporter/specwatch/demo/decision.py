@@ -4,11 +4,11 @@ Pure: reads the two bench results of a ``specwatch demo`` run (``bench-baseline.
 ``bench-speculative.json``, as :class:`specwatch.bench.records.BenchResult` records or their parsed
 documents: a :class:`~specwatch.bench.records.BenchCell` per cell and a
 :class:`~specwatch.bench.records.BenchBatch` per batch) and, optionally, the plain step
-t0(b) of the cost profile the demo's exporter used; it returns a :class:`~specwatch.choosek.decisionrecords.Decision`
-record (:mod:`specwatch.choosek.decisionrecords`, the only module that knows its fields), whose
+t0(b) of the cost profile the demo's exporter used; it returns a :class:`~specwatch.demo.decisionrecords.Decision`
+record (:mod:`specwatch.demo.decisionrecords`, the only module that knows its fields), whose
 ``to_json`` the demo stores in ``demo-summary.json`` (key ``decision``) and which the console and
 ``report.html`` render with this module's formatters (as does ``specwatch advise`` on the result
-folder, :func:`specwatch.choosek.demoreport.advise_demo`). The k to run is the project's one
+folder, :func:`specwatch.demo.report.advise_demo`). The k to run is the project's one
 decision rule, :func:`specwatch.specdecode.decision.decide` (docs/choosing-k.md; verdict: ``pays``
 when lower > 1, ``loses`` when upper < 1, else ``cannot_tell``).
 
@@ -71,7 +71,7 @@ from rich.table import Table
 
 from specwatch.bench.records import BenchBatch, BenchCell, BenchResult
 from specwatch.bench.results import keep_names_whole
-from specwatch.choosek.decisionrecords import (FORMAT, CellCost, CostLine, Decision, DecisionChoice, DecisionEstimate, DecisionRow,
+from specwatch.demo.decisionrecords import (FORMAT, CellCost, CostLine, Decision, DecisionChoice, DecisionEstimate, DecisionRow,
                                                ProfileFit, WhatIf)
 from specwatch.specdecode.derive import expected_lengths
 from specwatch.specdecode import decision as rule
@@ -173,7 +173,7 @@ def _curve(spec: BenchCell) -> tuple[list[float], str]:
 
 def fit_line(points: Sequence[tuple[float, float]]) -> CostLine | None:
     """Least-squares line c = a + b x over (x, c) points (drafted tokens per request-step, relative
-    step cost), as a :class:`~specwatch.choosek.decisionrecords.CostLine`; None with fewer than two
+    step cost), as a :class:`~specwatch.demo.decisionrecords.CostLine`; None with fewer than two
     distinct x. ``slope_halfwidth``: t(m−2) × the standard
     error of the slope b (0 for two points: no residual to measure, see ``points``);
     ``residual_log_sd``: sd of log(c / ĉ) (None for two points)."""
@@ -198,7 +198,7 @@ def fit_line(points: Sequence[tuple[float, float]]) -> CostLine | None:
 
 def profile_fit(baseline: BenchDoc,
                 plain_step: Callable[[float], float] | None) -> list[ProfileFit]:
-    """Per concurrency (a :class:`~specwatch.choosek.decisionrecords.ProfileFit` each, in
+    """Per concurrency (a :class:`~specwatch.demo.decisionrecords.ProfileFit` each, in
     increasing concurrency): this machine's plain step (the baseline cells pooled: Σ ITL sum / Σ
     request-steps, ms, at b = Σ request-steps / Σ engine steps) against ``plain_step(b)`` (seconds,
     the profile's t0(b)); ``ratio`` = measured / profile (the profile's drift here), ``fits`` when
@@ -306,8 +306,8 @@ def decide(baseline: BenchDoc, speculative: BenchDoc, k: int, *,
     batches are not paired (:func:`pairing`) unpaired, labelled so (else such a row says "not
     paired" and has no k).
 
-    Returns a :class:`~specwatch.choosek.decisionrecords.Decision` of format 2 (its fields and
-    units are documented there): ``k``, ``rows`` (one :class:`~specwatch.choosek.decisionrecords.DecisionRow`
+    Returns a :class:`~specwatch.demo.decisionrecords.Decision` of format 2 (its fields and
+    units are documented there): ``k``, ``rows`` (one :class:`~specwatch.demo.decisionrecords.DecisionRow`
     per cell: ``measured`` and ``calibrated`` estimates, None when not measurable; ``cost``;
     ``what_if`` per k′; ``choice``, ``verdict``, ``confidence`` and ``pick`` from
     :func:`specwatch.specdecode.decision.decide`; ``never_accepted``; ``disagreement``;

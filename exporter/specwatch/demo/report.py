@@ -10,7 +10,7 @@ Inputs, all written by ``specwatch demo`` into its result folder:
 - ``bench-baseline.json`` and ``bench-speculative.json``: the load generator's per-cell summaries
   (client-measured throughput, TTFT, TPOT; server counter deltas per cell).
 
-Sections: the decision table first (:mod:`specwatch.choosek.demodecision`: per workload ×
+Sections: the decision table first (:mod:`specwatch.demo.decision`: per workload ×
 concurrency the measured ratio with its 95 % interval, pays / loses / cannot tell, and the k to
 run, each with its basis; whether the exporter's cost profile fits this machine); settings; output throughput baseline vs
 speculative by workload and concurrency; mean
@@ -42,11 +42,11 @@ from specwatch.choosek.charts import (
     render_page,
 )
 from specwatch.bench.records import BenchRecordError, BenchResult
-from specwatch.choosek.decisionrecords import Decision, DecisionProfile
-from specwatch.choosek.demodecision import (TABLE_COLUMNS, VERDICT_TEXT, BenchDoc, DecisionDoc, choice_legend, decide,
+from specwatch.demo.decisionrecords import Decision, DecisionProfile
+from specwatch.demo.decision import (TABLE_COLUMNS, VERDICT_TEXT, BenchDoc, DecisionDoc, choice_legend, decide,
                                            format_estimate, pairing, profile_fit_lines, render_decision, row_notes,
                                            table_rows)
-from specwatch.choosek.demosummary import SUMMARY_FILE, DemoServer, DemoSummary, DemoSummaryError, RunCurve, is_demo_summary
+from specwatch.demo.records import SUMMARY_FILE, DemoServer, DemoSummary, DemoSummaryError, RunCurve, is_demo_summary
 from specwatch.choosek.model import KChoiceError, Measurement
 from specwatch.choosek.records import impossible_batch_value, impossible_value
 from specwatch.common.files import atomic_write_text, read_regular_file
@@ -354,10 +354,10 @@ def _exporter_profile(summary: DemoSummary | None) -> tuple[Path, Any]:
 def decide_demo(summary: SummaryDoc | None, benches: Mapping[str, BenchDoc], k: int, *,
                 unpaired: bool = False) -> Decision:
     """The decision table of a demo's two bench results (``benches``: role → record or document)
-    at the run's ``k``, by :func:`specwatch.choosek.demodecision.decide`, with the plain-step check
+    at the run's ``k``, by :func:`specwatch.demo.decision.decide`, with the plain-step check
     against the exporter profile named in ``summary`` (``profile`` names its file and name; None
     when it could not be loaded). What the demo stores and ``specwatch advise`` on its folder
-    prints. ``unpaired``: as for :func:`~specwatch.choosek.demodecision.decide`."""
+    prints. ``unpaired``: as for :func:`~specwatch.demo.decision.decide`."""
     summary = None if summary is None else DemoSummary.coerce(summary)
     prof_file, prof = _exporter_profile(summary)
     d = decide(benches.get("baseline"), benches.get("speculative"), k,
@@ -366,7 +366,7 @@ def decide_demo(summary: SummaryDoc | None, benches: Mapping[str, BenchDoc], k: 
 
 
 def demo_decision(summary: SummaryDoc, benches: Mapping[str, BenchDoc]) -> Decision | None:
-    """The run's decision table (:class:`specwatch.choosek.decisionrecords.Decision`): the
+    """The run's decision table (:class:`specwatch.demo.decisionrecords.Decision`): the
     summary's ``decision`` as the demo wrote it (of any readable format), else (a result folder
     written before the demo decided) :func:`decide_demo` of the bench files. None when the run's
     k is unknown."""
@@ -381,7 +381,7 @@ def demo_decision(summary: SummaryDoc, benches: Mapping[str, BenchDoc]) -> Decis
 
 def decision_section(decision: DecisionDoc | None) -> list[str]:
     """The report's first section: the decision table (the cells of
-    :func:`specwatch.choosek.demodecision.table_rows`, as on the console), how each basis was
+    :func:`specwatch.demo.decision.table_rows`, as on the console), how each basis was
     obtained, the per-cell notes, the what-if values per k′ and whether the exporter's cost
     profile fits this machine. ``decision``: the record or its parsed document (None: no
     decision)."""
@@ -567,7 +567,7 @@ def advise_demo(*, folder: Path | None = None, baseline: Path | None = None, spe
 def render_advice(advice: DemoAdvice, con: Any) -> None:
     """Print ``advice`` to the rich console ``con``: what it read, the cells left out (measured on
     one server only) and the cells compared unpaired, each in one line, then the decision table
-    exactly as the demo printed it (:func:`specwatch.choosek.demodecision.render_decision`)."""
+    exactly as the demo printed it (:func:`specwatch.demo.decision.render_decision`)."""
     con.print(f"decided from {advice.baseline} and {advice.speculative} (the demo's rule and table)", soft_wrap=True)
     if advice.left_out:
         con.print(f"left out (measured on one server only): {', '.join(advice.left_out)}", soft_wrap=True)

@@ -1,0 +1,135 @@
+"""What watches the demo's servers (:class:`DemoStack`): the exporter, Prometheus and the
+load generator's metrics, and the exporter's cost profile (:func:`exporter_cost_options`)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+
+from specwatch.bench.metrics import BenchMetrics
+from specwatch.common.defaults import EXPORTER_PORT
+from specwatch.common.processes import ManagedProcess, listen_error
+from specwatch.specdecode.costprofile import (EMBEDDED_CPU_DRAFTERS_PROFILE, EMBEDDED_CPU_PROFILE, EMBEDDED_TARGET_DRAFTER,
+                                              load_profile)
+from specwatch.demo.flags import (BASELINE_PORT, BENCH_PORT, EXPORTER_URL, EXPORTER_WINDOWS, PROM_PORT, PROM_URL, REPO, SPEC_PORT,
+                                   console)
+
+def exporter_cost_options(method: str, drafter_label: str | None) -> tuple[Path, str | None]:
+    """(cost profile, drafter name to state for the speculative upstream) for the demo's exporter.
+
+    The profile must hold a measured curve for what the speculative server runs, else the exporter
+    withholds the what-if speedups and the recommended k (``no_cost_curve``): ngram and the target
+    as drafter are in the embedded CPU profile (whose draft_model curve names the target
+    ``SmolLM2-135M-Instruct``: the drafter *is* the target model), the derived drafters ``close``
+    and ``far`` in the drafter study's profile. A drafter directory of the user's own has no
+    curve anywhere; it is stated as given and the exporter says so."""
+    if method != "draft_model" or drafter_label is None:
+        return EMBEDDED_CPU_PROFILE, None
+    if drafter_label == "target":
+        return EMBEDDED_CPU_PROFILE, EMBEDDED_TARGET_DRAFTER
+    if load_profile(EMBEDDED_CPU_DRAFTERS_PROFILE).has_curve(method, drafter_label):
+        return EMBEDDED_CPU_DRAFTERS_PROFILE, drafter_label
+    # a directory: its last component, in characters an --upstream option value takes
+    return EMBEDDED_CPU_PROFILE, re.sub(r"[\s,=]", "_", Path(drafter_label).name or drafter_label)
+
+
+def _click_error(failure: Exception) -> click.ClickException:
+    return click.ClickException(str(failure))
+
+
+class DemoStack:
+    """What watches the demo's servers, as a context manager: the exporter (``specwatch serve`` on
+    19337, upstreams ``spec`` and ``baseline`` at the two vLLM ports, windows :data:`EXPORTER_WINDOWS`, the cost
+    profile of :func:`exporter_cost_options`), Prometheus (the repository's
+    ``prometheus/prometheus.yml``, its data in ``OUT/prometheus-data``) and the load generator's
+    metrics (``metrics``, served on 19338). Logs go to ``OUT/logs``.
+
+    :meth:`problem` says why it cannot start here (Prometheus or its config missing, a port of the
+    embedded default in use). On enter both processes start, then it waits for each (the exporter
+    up to 30 s, Prometheus 60 s; click.ClickException naming the one that exited or was not
+    ready) and serves the metrics. On exit the metrics server and both processes stop (every one,
+    even if Ctrl-C is pressed again while one stops)."""
+
+    #: the ports of the embedded default: the two vLLM servers, Prometheus, the exporter, the bench metrics
+    PORTS = (SPEC_PORT, BASELINE_PORT, BENCH_PORT, PROM_PORT, EXPORTER_PORT)
+
+    def __init__(self, out: Path, method: str, drafter_label: str | None,
+                 say: Callable[[str], None] | None = None):
+        self.out = out
+        self.logs = out / "logs"
+        self.method = method
+        self.prometheus_bin = shutil.which("prometheus")
+        self.prometheus_config = REPO / "prometheus" / "prometheus.yml"
+        self.prometheus_data = out / "prometheus-data"
+        # the embedded default's measured step times, with a curve for what the speculative server
+        # runs: speedups with basis calibrated/profile (see exporter_cost_options)
+        self.cost_profile, self.cost_drafter = exporter_cost_options(method, drafter_label)
+        self.exporter_url, self.prometheus_url = EXPORTER_URL, PROM_URL
+        self.metrics = BenchMetrics()
+        self.processes: list[ManagedProcess] = []
+        self._say = say or (lambda message: console.print(message))
+
+    def problem(self) -> str | None:
+        """Why the stack cannot start on this machine now (one line), or None."""
+        if self.prometheus_bin is None:
+            return "Debian's prometheus is not installed: run scripts/setup.sh"
+        if not self.prometheus_config.exists():
+            return f"{self.prometheus_config} not found: run specwatch demo from a clone of the repository"
+        busy = [p for p in self.PORTS if listen_error("127.0.0.1", p)]
+        if busy:
+            return f"ports in use: {busy}; the embedded default needs 8000, 8001, 9090, 19337, 19338"
+        return None
+
+    def exporter_argv(self) -> list[str]:
+        return [sys.executable, "-m", "specwatch", "serve",
+                "--upstream", f"spec=http://127.0.0.1:{SPEC_PORT},method={self.method}"
+                + (f",drafter={self.cost_drafter}" if self.cost_drafter else ""),
+                "--upstream", f"baseline=http://127.0.0.1:{BASELINE_PORT}", "--baseline-upstream", "baseline",
+                *[a for w in EXPORTER_WINDOWS for a in ("--window", w)],
+                "--listen-address", f"127.0.0.1:{EXPORTER_PORT}", "--cost-profile", str(self.cost_profile)]
+
+    def prometheus_argv(self) -> list[str]:
+        return [str(self.prometheus_bin), f"--config.file={self.prometheus_config}",
+                f"--storage.tsdb.path={self.prometheus_data}",
+                f"--web.listen-address=127.0.0.1:{PROM_PORT}", "--web.enable-lifecycle"]
+
+    @property
+    def running(self) -> bool:
+        """Both processes still run."""
+        return bool(self.processes) and all(p.running for p in self.processes)
+
+    def __enter__(self) -> DemoStack:
+        self.processes = [
+            ManagedProcess(self.exporter_argv(), ready=self.exporter_url + "/", what="the exporter",
+                           log_path=self.logs / "exporter.log", startup_timeout=30, stop_timeout=20, on_error=_click_error),
+            ManagedProcess(self.prometheus_argv(), ready=self.prometheus_url + "/-/ready", what="Prometheus",
+                           log_path=self.logs / "prometheus.log", startup_timeout=60, stop_timeout=20, on_error=_click_error),
+        ]
+        try:
+            for p in self.processes:  # both start, then each is waited for
+                p.launch()
+            for p in self.processes:
+                p.wait_ready()
+            self.metrics.serve(BENCH_PORT, "127.0.0.1")
+        except BaseException:
+            self._stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.metrics.shutdown()
+        finally:
+            self._stop()
+
+    def _stop(self) -> None:
+        for p in self.processes:  # every one of them, even if Ctrl-C is pressed again while stopping
+            try:
+                p.stop()
+            except KeyboardInterrupt:
+                self._say("[yellow]still stopping the other servers…")
