@@ -1,9 +1,10 @@
 """``specwatch demo``: the whole pipeline once on the embedded default (CPU-only machine).
 
-Starts the exporter (with ``--baseline-upstream baseline``) and Prometheus (the repository's
-``prometheus/prometheus.yml`` with its rules and alerts), then a baseline vLLM and a speculative
-vLLM (SmolLM2-135M, ngram) side by side under one hold of the machine-wide vLLM lock, and runs the
-workloads of the published n-gram measurement (docs/load-generator.md) at the given concurrencies
+Starts the exporter (with ``--baseline-upstream baseline``) and Prometheus (the embedded default's
+``prometheus.yml`` with its rules and alerts, rendered by the mixin generator into
+``OUT/prometheus/``), then a baseline vLLM and a speculative vLLM (SmolLM2-135M, ngram) side by
+side under one hold of the machine-wide vLLM lock, and runs the workloads of the published n-gram
+measurement (docs/load-generator.md) at the given concurrencies
 with the load generator in paired rounds (issue #37): per cell, batch i on the baseline and on the
 speculative server back to back, the same prompts, ABBA order, only one server loaded at a time.
 So the exporter serves the ``measured`` speedup live (both servers in its window); after each cell
@@ -52,7 +53,7 @@ from specwatch.demo.checks import (PROM_CHECKS, WITHHELD_QUERY, WITHHELD_REASONS
 from specwatch.demo.decision import DecisionDoc, render_decision
 from specwatch.demo.decisionrecords import Decision
 from specwatch.demo.flags import (BASELINE_PORT, BENCH_PORT, DEFAULT_WORKLOADS, EXPORTER_URL, EXPORTER_WINDOWS, PROM_PORT, PROM_URL,
-                                  REPO, SPEC_PORT, TOP_COMMAND, DemoFlagError, DemoSettings, _remove_empty, _result_folder,
+                                  SPEC_PORT, TOP_COMMAND, DemoFlagError, DemoSettings, _remove_empty, _result_folder,
                                   console)
 from specwatch.demo.run import (KEEP_RUNNING_HINT, _BenchFiles, _equivalence_outputs, _print_end, _print_intro, _spec_curve,
                                 _write_report, run_demo)
@@ -61,7 +62,7 @@ from specwatch.localvllm.drafters import DrafterError, resolve_drafter
 
 #: The names ``specwatch.demo`` had as one module, kept importable from the package.
 __all__ = ["BASELINE_PORT", "BENCH_PORT", "DEFAULT_WORKLOADS", "EXPORTER_URL", "EXPORTER_WINDOWS", "KEEP_RUNNING_HINT",
-           "PROM_CHECKS", "PROM_PORT", "PROM_URL", "REPO", "SPEC_PORT", "TOP_COMMAND", "WITHHELD_QUERY", "WITHHELD_REASONS",
+           "PROM_CHECKS", "PROM_PORT", "PROM_URL", "SPEC_PORT", "TOP_COMMAND", "WITHHELD_QUERY", "WITHHELD_REASONS",
            "DemoFlagError", "DemoSettings", "DemoStack", "_BenchFiles", "_click_error", "_equivalence_outputs", "_print_decision",
            "_print_end", "_print_intro", "_print_live", "_print_per_position", "_print_prometheus_check", "_query_prometheus",
            "_remove_empty", "_result_folder", "_spec_curve", "_wait_scraped_up", "_withheld_text", "_write_report", "console",
@@ -113,7 +114,7 @@ def demo(workloads, concurrency, k, method, drafter, output_len, num_batches, eq
     # answer does not depend on what else runs here. A folder made only for this check is removed
     # again if the demo cannot start.
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out = result_dir or REPO / "results" / f"demo-{stamp}"
+    out = result_dir or Path.cwd() / "results" / f"demo-{stamp}"
     made = _result_folder(out)
     stack = DemoStack(out, method, drafter_label)
     problem = stack.problem()

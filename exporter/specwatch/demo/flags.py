@@ -14,7 +14,6 @@ from rich.console import Console
 
 from specwatch.common.defaults import BASELINE_VLLM_PORT, BENCH_METRICS_PORT, EXPORTER_PORT, PROMETHEUS_PORT, VLLM_PORT
 
-REPO = Path(__file__).resolve().parents[3]
 SPEC_PORT, BASELINE_PORT, BENCH_PORT, PROM_PORT = VLLM_PORT, BASELINE_VLLM_PORT, BENCH_METRICS_PORT, PROMETHEUS_PORT
 PROM_URL, EXPORTER_URL = f"http://127.0.0.1:{PROM_PORT}", f"http://127.0.0.1:{EXPORTER_PORT}"
 DEFAULT_WORKLOADS = "copy,word-chain,random-output,code-return,explain,random-words"

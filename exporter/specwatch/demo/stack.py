@@ -13,10 +13,13 @@ import click
 
 from specwatch.bench.metrics import BenchMetrics
 from specwatch.common.defaults import EXPORTER_PORT
+from specwatch.common.files import atomic_write_text
 from specwatch.common.processes import ManagedProcess, listen_error
+from specwatch.mixin.config import DEFAULT_CONFIG
+from specwatch.mixin.generate import EMBEDDED_CONFIG_FILE, PROMETHEUS_DIR, render_embedded_prometheus
 from specwatch.specdecode.costprofile import (EMBEDDED_CPU_DRAFTERS_PROFILE, EMBEDDED_CPU_PROFILE, EMBEDDED_TARGET_DRAFTER,
                                               load_profile)
-from specwatch.demo.flags import (BASELINE_PORT, BENCH_PORT, EXPORTER_URL, EXPORTER_WINDOWS, PROM_PORT, PROM_URL, REPO, SPEC_PORT,
+from specwatch.demo.flags import (BASELINE_PORT, BENCH_PORT, EXPORTER_URL, EXPORTER_WINDOWS, PROM_PORT, PROM_URL, SPEC_PORT,
                                    console)
 
 def exporter_cost_options(method: str, drafter_label: str | None) -> tuple[Path, str | None]:
@@ -45,12 +48,14 @@ def _click_error(failure: Exception) -> click.ClickException:
 class DemoStack:
     """What watches the demo's servers, as a context manager: the exporter (``specwatch serve`` on
     19337, upstreams ``spec`` and ``baseline`` at the two vLLM ports, windows :data:`EXPORTER_WINDOWS`, the cost
-    profile of :func:`exporter_cost_options`), Prometheus (the repository's
-    ``prometheus/prometheus.yml``, its data in ``OUT/prometheus-data``) and the load generator's
+    profile of :func:`exporter_cost_options`), Prometheus (the embedded default's ``prometheus.yml``
+    and its rules, rendered by the mixin generator (:func:`specwatch.mixin.generate.render_embedded_prometheus`,
+    the same text as the repository's ``prometheus/``) into ``OUT/prometheus/`` on enter; its data in
+    ``OUT/prometheus-data``) and the load generator's
     metrics (``metrics``, served on 19338). Logs go to ``OUT/logs``.
 
-    :meth:`problem` says why it cannot start here (Prometheus or its config missing, a port of the
-    embedded default in use). On enter both processes start, then it waits for each (the exporter
+    :meth:`problem` says why it cannot start here (Prometheus missing, a port of the embedded
+    default in use). On enter it writes the Prometheus config, then both processes start, then it waits for each (the exporter
     up to 30 s, Prometheus 60 s; click.ClickException naming the one that exited or was not
     ready) and serves the metrics. On exit the metrics server and both processes stop (every one,
     even if Ctrl-C is pressed again while one stops)."""
@@ -64,7 +69,8 @@ class DemoStack:
         self.logs = out / "logs"
         self.method = method
         self.prometheus_bin = shutil.which("prometheus")
-        self.prometheus_config = REPO / "prometheus" / "prometheus.yml"
+        self.prometheus_dir = out / PROMETHEUS_DIR
+        self.prometheus_config = self.prometheus_dir / EMBEDDED_CONFIG_FILE
         self.prometheus_data = out / "prometheus-data"
         # the embedded default's measured step times, with a curve for what the speculative server
         # runs: speedups with basis calibrated/profile (see exporter_cost_options)
@@ -78,8 +84,6 @@ class DemoStack:
         """Why the stack cannot start on this machine now (one line), or None."""
         if self.prometheus_bin is None:
             return "Debian's prometheus is not installed: run scripts/setup.sh"
-        if not self.prometheus_config.exists():
-            return f"{self.prometheus_config} not found: run specwatch demo from a clone of the repository"
         busy = [p for p in self.PORTS if listen_error("127.0.0.1", p)]
         if busy:
             return f"ports in use: {busy}; the embedded default needs 8000, 8001, 9090, 19337, 19338"
@@ -103,7 +107,14 @@ class DemoStack:
         """Both processes still run."""
         return bool(self.processes) and all(p.running for p in self.processes)
 
+    def write_prometheus_config(self) -> None:
+        """Write the embedded default's ``prometheus.yml`` and its rules and alerts (as the mixin
+        generator renders them from its default config) into ``OUT/prometheus/``."""
+        for rel, text in render_embedded_prometheus(DEFAULT_CONFIG).items():
+            atomic_write_text(self.prometheus_dir / rel, text)
+
     def __enter__(self) -> DemoStack:
+        self.write_prometheus_config()
         self.processes = [
             ManagedProcess(self.exporter_argv(), ready=self.exporter_url + "/", what="the exporter",
                            log_path=self.logs / "exporter.log", startup_timeout=30, stop_timeout=20, on_error=_click_error),

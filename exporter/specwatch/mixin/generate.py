@@ -191,16 +191,25 @@ def render_prometheus_config(cfg: MixinConfig, targets: ScrapeTargets, rules_dir
     )
 
 
-def render_prometheus(cfg: MixinConfig, dashboards: dict[str, str]) -> dict[str, str]:
-    """Every file under prometheus/: path relative to prometheus/ -> text. ``dashboards`` are the
-    dashboard files rendered from the same ``cfg`` (:func:`render_dashboards`); their JSON goes into
-    the Kubernetes mixin layout as it is."""
-    files = {
+def render_embedded_prometheus(cfg: MixinConfig) -> dict[str, str]:
+    """What Prometheus on the embedded default reads (``specwatch demo`` writes these into its
+    result folder): the rules, the alerts and the scrape config :data:`EMBEDDED_CONFIG_FILE`, as
+    paths relative to prometheus/ -> text (the config names the rules relative to itself)."""
+    return {
         RULES_FILE: render_rules(cfg),
         ALERTS_FILE: render_alerts(cfg),
         EMBEDDED_CONFIG_FILE: render_prometheus_config(
             cfg, EMBEDDED_TARGETS, "rules",
             "Embedded default (`specwatch demo`): every component on localhost at its default port."),
+    }
+
+
+def render_prometheus(cfg: MixinConfig, dashboards: dict[str, str]) -> dict[str, str]:
+    """Every file under prometheus/: path relative to prometheus/ -> text. ``dashboards`` are the
+    dashboard files rendered from the same ``cfg`` (:func:`render_dashboards`); their JSON goes into
+    the Kubernetes mixin layout as it is."""
+    files = {
+        **render_embedded_prometheus(cfg),
         COMPOSE_CONFIG_FILE: render_prometheus_config(
             cfg, COMPOSE_TARGETS, "../rules",
             "docker compose: mount prometheus/ at /etc/prometheus, --config.file=/etc/prometheus/compose/prometheus.yml."),
