@@ -339,7 +339,7 @@ def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tol
             and is_bench_file_of_both_servers(result_file):  # one `specwatch bench --baseline-url` file
         baseline_file = speculative_file = result_file
         result_file = None
-    if demo_folder is not None or baseline_file or speculative_file or unpaired:  # the demo's decision (choosek.demoreport)
+    if demo_folder is not None or baseline_file or speculative_file or unpaired:  # the demo's decision (demo.report)
         if exporter_url or prometheus_url or (result_file is not None and demo_folder is None) \
                 or (demo_folder is not None and (baseline_file or speculative_file)):
             raise click.UsageError("give a demo result folder, or --baseline FILE --speculative FILE, and nothing else")

@@ -413,7 +413,7 @@ def _what_it_is(data: Any) -> str:
         for key, what in _OTHER_FORMATS.items():
             if key in data:
                 return f": it is {what}"
-        if {"servers", "workloads", "k"} <= data.keys():  # demosummary.is_demo_summary's shape
+        if {"servers", "workloads", "k"} <= data.keys():  # demo.records.is_demo_summary's shape
             return ": it is a specwatch demo summary (demo-summary.json)"
         if "cells" in data and "configs" in data:
             return f": it has no '{FORMAT_KEY}' key"
