@@ -321,35 +321,31 @@ def test_paired_rounds_alternate_the_servers_on_the_same_prompts(tmp_path):
     # unmeasured settle batch of the same size on that server (copy: b1 s1 | s2 b2 | b3 s3 | s4 b4
     # -> settles before b1, s1, b2, s3, b4), with prompts no measured batch serves; it is in no
     # batch's counts
-    from specwatch.bench.runner import SETTLE_BATCH, settle_requests
+    from specwatch.bench.runner import settle_requests
     from specwatch.bench.workloads import WorkloadOptions, build_requests
 
     n = res.batches[0].num_prompts
-    settle = {wl: [r.payload("x")["prompt"] for r in settle_requests(wl, n, WorkloadOptions())]
-              for wl in ("copy", "random-output")}
+    settle = [p["prompt"] for p in (r.payload("x") for r in settle_requests(n, WorkloadOptions()))]
 
     def groups(payloads):
         """Per batch-sized group of a server's requests: 'S' for a settle batch, '.' otherwise."""
         gs = [payloads[i:i + n] for i in range(0, len(payloads), n)]
-        return ["S" if [p["prompt"] for p in g] in settle.values() else "." for g in gs], gs
+        return ["S" if [p["prompt"] for p in g] == settle else "." for g in gs], gs
 
     (bm, bg), (sm, sg) = groups(base_payloads), groups(spec_payloads)
     # per server, its batches in order: the warm-up, then a settle batch before each measured batch
-    # that follows the other server's (read on random-output, the second cell: copy rotates six
-    # texts, so its settle prompts are also some measured batch's, as its batches' are each other's)
-    assert n == 3 and len(bg) == 16 and len(sg) == 14
-    assert "".join(bm[8:]) == ".S.S..S." and "".join(sm[7:]) == ".S..S.."
-    settle_at_base, settle_at_spec = {1, 3, 6, 9, 11, 14}, {1, 4, 8, 11}
+    # that follows the other server's
+    assert n == 3 and "".join(bm) == ".S.S..S." * 2 and "".join(sm) == ".S..S.." * 2
     # batch i of both servers served the same seeded prompts
-    base_batches = [g for i, g in enumerate(bg) if i not in settle_at_base]
-    spec_batches = [g for i, g in enumerate(sg) if i not in settle_at_spec]
+    base_batches = [g for m, g in zip(bm, bg, strict=True) if m == "."]
+    spec_batches = [g for m, g in zip(sm, sg, strict=True) if m == "."]
     assert [[p["prompt"] for p in g] for g in base_batches] == [[p["prompt"] for p in g] for g in spec_batches]
     assert sum(b.num_prompts for b in res.batches) == n * (len(base_batches) + len(spec_batches))
-    # a settle batch's prompts are no measured batch's (random-output: seeded per batch index)
-    measured = [[r.payload("x")["prompt"] for r in build_requests("random-output", n, WorkloadOptions(), batch=i)]
-                for i in range(5)]
-    assert settle["random-output"] not in measured
-    assert SETTLE_BATCH > 1000
+    # a settle prompt shares no text, not even its first 20 characters, with any measured prompt
+    # of any workload (copy rotates six texts: settling with them would fill the prefix cache)
+    measured = [str(r.payload("x")["prompt"]) for wl in ("copy", "random-output", "word-chain")
+                for i in range(8) for r in build_requests(wl, n, WorkloadOptions(), batch=i)]
+    assert not {str(p)[:20] for p in settle} & {p[:20] for p in measured}
     rows = res.comparison()
     assert [(r["workload"], r["max_concurrency"]) for r in rows] == [("copy", 1), ("random-output", 1)]
 

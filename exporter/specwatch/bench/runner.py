@@ -383,17 +383,21 @@ def paired_relative_half_width(base: Sequence[float], spec: Sequence[float]) -> 
     return r.upper / r.value - 1.0
 
 
-#: The batch index whose seeded prompts the settle batches serve (never a measured batch's).
+#: The settle batches serve this workload's prompts of batch :data:`SETTLE_BATCH`: seeded random
+#: words, which share no prefix with any workload's measured prompts (copy rotates six texts: a
+#: settle batch of copy prompts would put a measured batch's texts in vLLM's prefix cache, as it
+#: did in the 2026-12-04 23:47 sweep, batches 3 and 4 at c = 1: TTFT 100 against 370 ms).
+SETTLE_WORKLOAD = "random-output"
 SETTLE_BATCH = 1_000_000
 
 
-def settle_requests(wl: str, n: int, options: WorkloadOptions, sharegpt_items=None) -> list[BenchRequest]:
+def settle_requests(n: int, options: WorkloadOptions) -> list[BenchRequest]:
     """The unmeasured batch that settles a server before a measured batch in the paired schedule:
-    ``n`` requests (the batch's size) of batch :data:`SETTLE_BATCH`, prompts no measured batch
-    serves where the workload seeds its prompts per batch (so each measured batch's prompts stay
-    as fresh as in a sequential cell; copy rotates six texts, which recur between its measured
-    batches anyway), sent at the batch's concurrency and recorded nowhere."""
-    return build_requests(wl, n, options, batch=SETTLE_BATCH, sharegpt_items=sharegpt_items)
+    ``n`` requests (the batch's size) of :data:`SETTLE_WORKLOAD` batch :data:`SETTLE_BATCH` with
+    the run's output length, prompts that no measured batch serves nor shares a prefix with (so
+    each measured batch's prompts stay as fresh as in a sequential cell), sent at the batch's
+    concurrency and recorded nowhere."""
+    return build_requests(SETTLE_WORKLOAD, n, options, batch=SETTLE_BATCH)
 
 
 async def _run_paired(config: BenchConfig, one_batch, batch_label, need_more_paired, settle=None) -> None:
@@ -594,8 +598,9 @@ async def run_bench_async(config: BenchConfig, *, metrics: BenchMetrics | None =
             backend.model = config.served_model_name or config.model or await backend.first_model()
         if config.paired:
             async def settle(role: str, wl: str, conc: int) -> None:
-                """One unmeasured batch on ``role``'s server (:func:`settle_requests`)."""
-                reqs = settle_requests(wl, config.num_prompts or conc, config.options, sharegpt)
+                """One unmeasured batch on ``role``'s server before a measured batch of ``wl``
+                (:func:`settle_requests`: the same size and concurrency, other prompts)."""
+                reqs = settle_requests(config.num_prompts or conc, config.options)
                 await _dispatch(backends[role], reqs, conc, math.inf, "settle", lambda: None, lambda _o: None)
 
             await _run_paired(config, one_batch, batch_label, need_more_paired, settle)
