@@ -20,7 +20,7 @@ from specwatch.exporter.windows import WindowEngine
 from specwatch.specdecode.decision import t975
 from specwatch.specdecode.metrics import parse_metrics
 from specwatch.specdecode.speedup import between_rounds_halfwidth
-from specwatch.specdecode.steptime import MAX_SPREAD_BATCHES, SpeedSpread, StepTimes, speed_spread
+from specwatch.specdecode.steptime import MAX_SPREAD_BATCHES, MIN_SPREAD_BATCHES, SpeedSpread, StepTimes, speed_spread
 
 K4 = "vllm-0.32-ngram-k4-after-traffic.txt"
 NOSPEC = "vllm-0.32-nospec-after-traffic.txt"
@@ -31,9 +31,14 @@ def test_speed_spread_is_batch_means_of_the_log_speed():
     assert speed_spread([(10.0, 1.0)]) is None  # one interval: no spread can be told
     steady = speed_spread([(30.0, 1.0)] * 6)
     assert steady is not None and steady.batches == 6 and steady.log_standard_error == pytest.approx(0.0, abs=1e-12)
-    # two intervals at 30 and 15 tok/s: x = ln 30, ln 15; sd = ln 2 / sqrt 2; SE = sd / sqrt 2 = ln 2 / 2
-    moved = speed_spread([(30.0, 1.0), (15.0, 1.0)])
-    assert moved.batches == 2 and moved.log_standard_error == pytest.approx(math.log(2) / 2)
+    # three groups at 30, 30 and 15 tok/s: x = ln 30, ln 30, ln 15; SE = sd(x) / sqrt 3
+    moved = speed_spread([(30.0, 1.0), (30.0, 1.0), (15.0, 1.0)])
+    xs = [math.log(30), math.log(30), math.log(15)]
+    mean = sum(xs) / 3
+    assert moved.batches == 3
+    assert moved.log_standard_error == pytest.approx(math.sqrt(sum((x - mean) ** 2 for x in xs) / 2 / 3))
+    # two groups tell no spread (t(1) = 12.7 would make the interval useless)
+    assert MIN_SPREAD_BATCHES == 3 and speed_spread([(30.0, 1.0), (15.0, 1.0)]) is None
     # unusable groups (nothing decoded, no ITL time, not finite) are skipped
     assert speed_spread([(0.0, 1.0), (30.0, 0.0), (math.inf, 1.0), (30.0, 1.0)]) is None
 

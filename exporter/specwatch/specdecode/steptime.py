@@ -115,6 +115,10 @@ class StepTimes:
 #: :func:`speed_spread` (batch means: a fixed, small number of long batches keeps the standard
 #: error honest when the speed drifts slowly).
 MAX_SPREAD_BATCHES = 8
+#: Fewest groups a server's spread is told from: with two, t(1) = 12.7 turned a 30 s window at
+#: Prometheus' 15 s scrapes into an interval of [0.06–15.7] in the demo (2026-12-04); a window
+#: with fewer groups adds no between-rounds term (a 1m window at 15 s scrapes has 4).
+MIN_SPREAD_BATCHES = 3
 
 
 @dataclass(frozen=True)
@@ -136,11 +140,11 @@ class SpeedSpread:
 def speed_spread(groups: Iterable[tuple[float, float]], intervals: int | None = None) -> SpeedSpread | None:
     """:class:`SpeedSpread` of contiguous groups given as (Δ decode tokens, Δ ITL sum seconds) in
     time order (a group with a non-positive or non-finite value is skipped); None with fewer than
-    two usable groups (no spread can be told). ``intervals``: the fetch intervals they span
-    (default: the number of groups)."""
+    :data:`MIN_SPREAD_BATCHES` usable groups (too few to tell a spread from). ``intervals``: the
+    fetch intervals they span (default: the number of groups)."""
     pts = [(d, i) for d, i in groups if math.isfinite(d) and math.isfinite(i) and d > 0 and i > 0]
     m = len(pts)
-    if m < 2:
+    if m < MIN_SPREAD_BATCHES:
         return None
     xs = [math.log(d / i) for d, i in pts]
     mean = sum(xs) / m
