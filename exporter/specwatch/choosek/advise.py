@@ -332,7 +332,7 @@ def render_advice(a: Advice, console) -> None:
                 cells.append(f"{p.predicted:.1f}" + ("" if p.measured is None
                                                        else f" ({p.measured:.1f}{_ci_text(p.interval, p.measured)})")
                              + (" lower bound" if p.curve_basis == "lower_bound" and p.measured is None else ""))
-        for name, tcells in a.table_throughputs.items():
+        for tcells in a.table_throughputs.values():
             v = tcells.get((wl, c))
             cells.append("" if v is None else f"– ({v[0]:.1f}{_ci_text(v[1], v[0])})")
         t.add_row(wl, str(c), *cells)
@@ -547,9 +547,8 @@ def curves_from_prometheus(url: str, rule: str = "model_name:specwatch_position_
         if math.isfinite(v) and "position" in m:
             key = (for_terminal(m.get("job", "")), for_terminal(m.get("model_name", "")))  # printed: never raw
             acc[key][int(m["position"])] = v
-            if bases is not None:
-                if bases.get(key) != "lower_bound":  # any lower-bound sample makes the curve one
-                    bases[key] = m.get("basis", "exact")
+            if bases is not None and bases.get(key) != "lower_bound":  # any lower-bound sample makes the curve one
+                bases[key] = m.get("basis", "exact")
     return {k: tuple(v[i] for i in sorted(v)) for k, v in acc.items()}
 
 
