@@ -468,6 +468,66 @@ def test_concurrent_scrapes_share_one_fetch_round():
     assert fetcher.calls == 2
 
 
+def _blocking_exporter(timeout_seconds: float = 5.0):
+    """A one-upstream collector whose fetches block while ``gate`` is clear (after the first)."""
+    from specwatch.exporter.collector import SpecwatchCollector
+    from specwatch.exporter.config import build_config
+
+    gate = threading.Event()
+    calls = []
+
+    def fetch(upstream, timeout, max_bytes):
+        calls.append(1)
+        if len(calls) > 1:
+            gate.wait(10)
+        return _k4()
+
+    clock = FakeClock()
+    cfg = build_config(["s=http://127.0.0.1:9/s"], (), "127.0.0.1:1", min_fetch_interval=1.0,
+                       timeout_seconds=timeout_seconds)
+    return SpecwatchCollector(cfg, fetch=fetch, clock=clock), clock, gate, calls
+
+
+def test_a_scrape_joining_a_round_in_flight_gets_the_previous_round_at_once_when_it_is_recent():
+    coll, clock, gate, calls = _blocking_exporter()
+    first = coll.current_round()  # round 1 (not blocked)
+    assert first.done.is_set() and coll.round_age(first) == 0.0
+    clock.t += 2.0  # past --min-fetch-interval: the next scrape starts round 2, which blocks
+    owner_got = []
+    owner = threading.Thread(target=lambda: owner_got.append(coll.current_round()))
+    owner.start()
+    for _ in range(200):
+        if len(calls) == 2:
+            break
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    joined = coll.current_round()  # round 2 in flight: round 1 finished 2 s ago (< --timeout 5 s)
+    assert joined is first and time.monotonic() - t0 < 1.0
+    assert coll.round_age(joined) == 2.0
+    assert owner.is_alive()  # the scrape that started round 2 still waits for it
+    gate.set()
+    owner.join(10)
+    assert owner_got and owner_got[0] is not first and owner_got[0].done.is_set()
+    assert coll.latest_families() == owner_got[0].families
+    assert len(calls) == 2  # no extra fetch for the joiner
+
+
+def test_a_scrape_joining_a_round_in_flight_waits_for_it_when_the_previous_round_is_old():
+    coll, clock, gate, calls = _blocking_exporter(timeout_seconds=1.0)
+    first = coll.current_round()
+    clock.t += 1.5  # round 1 is older than --timeout (1 s): a joiner must not get it
+    owner = threading.Thread(target=coll.current_round)
+    owner.start()
+    for _ in range(200):
+        if len(calls) == 2:
+            break
+        time.sleep(0.01)
+    threading.Timer(0.3, gate.set).start()
+    joined = coll.current_round()  # waits for round 2
+    owner.join(10)
+    assert joined is not first and joined.done.is_set()
+
+
 # ---- 7. smaller items ------------------------------------------------------------------------
 
 def test_a_leading_byte_order_mark_is_accepted():

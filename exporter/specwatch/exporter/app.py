@@ -92,7 +92,9 @@ class RenderError(Exception):
 
 def render_round(collector: SpecwatchCollector, accept: str, accept_encoding: str) -> tuple[int, bytes, list]:
     """``(HTTP status, body, headers)`` of the current round (see :func:`render_metrics`): 200 and
-    the full exposition, or 500 and the self-metrics when the round cannot be rendered."""
+    the full exposition, or 500 and the self-metrics when the round cannot be rendered. The headers
+    carry ``X-Specwatch-Round-Age``: seconds since the round's fetches ended (see
+    :meth:`SpecwatchCollector.current_round`)."""
     rnd = collector.current_round()
     encoder, content_type = choose_encoder(accept)
     use_gzip = "gzip" in (accept_encoding or "")
@@ -115,6 +117,9 @@ def render_round(collector: SpecwatchCollector, accept: str, accept_encoding: st
     headers = [("Content-Type", content_type)]
     if use_gzip:
         headers.append(("Content-Encoding", "gzip"))
+    # how old the round's values are (seconds since its fetches ended): above 0 by more than the
+    # rendering when this scrape got the previous round while another scrape's round was in flight
+    headers.append(("X-Specwatch-Round-Age", f"{collector.round_age(rnd):.3f}"))
     return status, body, headers
 
 

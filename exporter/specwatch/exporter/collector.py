@@ -2,10 +2,14 @@
 
 A *fetch round* fetches every upstream concurrently against one shared deadline
 (``--timeout``; see :mod:`specwatch.exporter.fetching`), feeds each successful fetch to that upstream's
-:class:`specwatch.exporter.windows.WindowEngine` and builds the metric families once. Scrapes that arrive
-while a round is in flight, or within ``--min-fetch-interval`` seconds after it finished (default
-1 s), share it: upstreams see one fetch per interval whatever the number of scrapers
-(``specwatch_upstream_fetches_total`` counts them).
+:class:`specwatch.exporter.windows.WindowEngine` and builds the metric families once. Scrapes
+within ``--min-fetch-interval`` seconds after a round finished (default 1 s) share it; a later
+scrape starts the next round and waits for it. Scrapes that arrive while a round is in flight do
+not wait for it when the previous round finished less than ``--timeout`` seconds ago: they get
+that one at once (stale while revalidating; its age is the answer's ``X-Specwatch-Round-Age``
+header); otherwise they wait for the round in flight. Upstreams see one fetch per interval
+whatever the number of scrapers (``specwatch_upstream_fetches_total`` counts them), and with
+many scrapers only the one that starts a round waits for it.
 
 Each upstream is isolated: whatever its body holds (garbage, negative, NaN/Inf or duplicated
 values in any family read) makes only that upstream ``specwatch_up 0`` with a reason in
@@ -99,7 +103,7 @@ class _Round:
 
     def __init__(self) -> None:
         self.done = threading.Event()
-        self.finished_at: float | None = None
+        self.finished_at: float | None = None  # the collector's clock, seconds
         self.families: list[Metric] = []
         self.window_values: list[WindowValues] = []
         self.rendered: dict[tuple, tuple[int, bytes]] = {}  # (HTTP status, body) per (content type, encoding)
@@ -130,7 +134,8 @@ class SpecwatchCollector(Collector):
         self.config = config
         self._clock = clock
         self._lock = threading.Lock()
-        self._round: _Round | None = None
+        self._round: _Round | None = None  # the latest round started
+        self._finished: _Round | None = None  # the latest round finished (what joiners may get)
         self._states = {u.name: _UpstreamState(u.name, config) for u in config.upstreams}
         self._upstreams = {u.name: u for u in config.upstreams}
         self._baseline_refused = False  # the baseline upstream speculates (logged once per episode)
@@ -154,15 +159,21 @@ class SpecwatchCollector(Collector):
         yield from self._current_round().families
 
     def current_round(self) -> _Round:
-        """The fetch round this scrape shares (starting one if none is fresh): its ``families``,
-        and ``rendered``/``render_lock`` to render it once for all scrapes sharing it."""
+        """The fetch round this scrape is answered from (see the module docstring: a fresh one,
+        a new one it starts and waits for, or, while another scrape's round is in flight, the
+        previous one if it finished less than ``--timeout`` seconds ago): its ``families``,
+        ``finished_at``, and ``rendered``/``render_lock`` to render it once for all its scrapes."""
         return self._current_round()
+
+    def round_age(self, r: _Round) -> float:
+        """Seconds since round ``r`` finished (the collector's clock; 0 for an unfinished round)."""
+        return max(0.0, self._clock() - r.finished_at) if r.finished_at is not None else 0.0
 
     def window_values(self) -> list[WindowValues]:
         """The :class:`WindowValues` of the latest finished round: one per (upstream, model_name,
         engine, window) with spec-decode counters or step histograms (configured windows only)."""
-        r = self._round
-        return list(r.window_values) if r is not None and r.done.is_set() else []
+        r = self._finished
+        return list(r.window_values) if r is not None else []
 
     def last_errors(self) -> dict[str, str]:
         """Why each upstream the latest finished round left down is down: name -> "reason: message"
@@ -172,38 +183,50 @@ class SpecwatchCollector(Collector):
 
     def latest_families(self) -> list[Metric]:
         """The families of the latest finished round (empty before the first); never fetches."""
-        r = self._round
-        return list(r.families) if r is not None and r.done.is_set() else []
+        r = self._finished
+        return list(r.families) if r is not None else []
 
     def _current_round(self) -> _Round:
+        cfg = self.config
         with self._lock:
-            r = self._round
+            r, last = self._round, self._finished
             now = self._clock()
-            fresh = r is not None and (not r.done.is_set() or
-                                       (r.finished_at is not None and now - r.finished_at < self.config.min_fetch_interval))
-            if not fresh:
+            if r is None or (r.done.is_set() and (r.finished_at is None or
+                                                  now - r.finished_at >= cfg.min_fetch_interval)):
                 r = self._round = _Round()
                 owner = True
             else:
                 owner = False
-        assert r is not None
         if owner:
-            try:
-                self._run_round(r)
-            except Exception:  # a bug must not fail every later scrape
-                log.exception("fetch round failed")
-                fams = _Families()
-                fams.build_info.add_metric([__version__], 1.0)
-                for u in self.config.upstreams:  # every scrape carries specwatch_up of every upstream
-                    fams.up.add_metric([u.name], 0.0)
-                    self._states[u.name].last_error = FetchError("round", "the fetch round failed (a bug; logged)")
-                r.families = list(fams.all())
-            finally:
-                r.finished_at = self._clock()
-                r.done.set()
-        else:
-            r.done.wait(self.config.timeout_seconds + 5.0)
+            self._own_round(r)
+            return r
+        if r.done.is_set():
+            return r  # fresh: finished less than --min-fetch-interval ago
+        # another scrape's round is in flight: the previous one if it is recent, else wait
+        if last is not None and last.finished_at is not None and now - last.finished_at < cfg.timeout_seconds:
+            return last
+        r.done.wait(cfg.timeout_seconds + 5.0)
+        if not r.done.is_set() and last is not None:
+            return last  # never an unfinished (empty) round while a finished one exists
         return r
+
+    def _own_round(self, r: _Round) -> None:
+        """Run round ``r`` in this thread (the scrape that started it waits for it)."""
+        try:
+            self._run_round(r)
+        except Exception:  # a bug must not fail every later scrape
+            log.exception("fetch round failed")
+            fams = _Families()
+            fams.build_info.add_metric([__version__], 1.0)
+            for u in self.config.upstreams:  # every scrape carries specwatch_up of every upstream
+                fams.up.add_metric([u.name], 0.0)
+                self._states[u.name].last_error = FetchError("round", "the fetch round failed (a bug; logged)")
+            r.families = list(fams.all())
+        finally:
+            r.finished_at = self._clock()
+            with self._lock:
+                self._finished = r
+            r.done.set()
 
     def _fetch_all(self, on_result: Callable[[str, FetchResult], None]) -> None:
         """Fetch every upstream against one shared deadline; ``on_result(name, result)`` is called

@@ -52,8 +52,9 @@ class FlagError(click.ClickException):
 @click.option("--cost-per-draft-token", "old_cost_a", default=None, hidden=True)
 @click.option("--cost-per-draft-token-per-running-request", "old_cost_b", default=None, hidden=True)
 @click.option("--min-fetch-interval", type=float, default=1.0, show_default=True,
-              help="Scrapes within this many seconds after a fetch round share it (0: only scrapes "
-                   "arriving while a round is in flight share it).")
+              help="Scrapes within this many seconds after a fetch round finished share it; a scrape "
+                   "arriving while another's round is in flight gets the previous round if it is younger "
+                   "than --timeout (header X-Specwatch-Round-Age), else waits for the round.")
 @click.option("--max-requests", type=int, default=40, show_default=True,
               help="Most /metrics requests served at once; more get 503 (like node_exporter's --web.max-requests).")
 @click.option("--max-connections", type=int, default=200, show_default=True,
