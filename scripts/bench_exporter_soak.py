@@ -42,35 +42,10 @@ import requests
 
 from specwatch.common.processes import free_port
 
-from benchlib import write_result
-
-REPO = Path(__file__).resolve().parent.parent
-FIXTURES = REPO / "tests" / "fixtures" / "metrics"
-CAPTURES = [FIXTURES / f"vllm-0.32-ngram-k{k}-after-traffic.txt" for k in (2, 4, 8)]
-# sample lines whose value grows with traffic (the counters the exporter reads)
-_GROWING = re.compile(
-    r"^((?:vllm:spec_decode_num_\w+_total|vllm:generation_tokens_total|vllm:inter_token_latency_seconds_(?:sum|count)"
-    r"|vllm:iteration_tokens_total_count|vllm:time_to_first_token_seconds_count)(?:\{[^}]*\})?) (\S+)$", re.M)
-
-
-def _template(text: str) -> list:
-    """Body split into static text and (value) slots: [str, float, str, float, …, str]."""
-    out: list = []
-    pos = 0
-    for m in _GROWING.finditer(text):
-        out.append(text[pos:m.start(2)])
-        out.append(float(m.group(2)))
-        pos = m.end(2)
-    out.append(text[pos:])
-    return out
-
-
-def _render(tpl: list, mult: int) -> bytes:
-    return "".join(p if isinstance(p, str) else repr(p * mult) for p in tpl).encode()
-
+from benchlib import CAPTURES, growing_template, render_growing, write_result
 
 def _upstream_server(port_out, n_hung: int) -> None:
-    templates = [_template(p.read_text()) for p in CAPTURES]
+    templates = [growing_template(p.read_text()) for p in CAPTURES]
     served: dict[int, int] = {}
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -86,7 +61,7 @@ def _upstream_server(port_out, n_hung: int) -> None:
                         await asyncio.sleep(1.0)
                         writer.write(b"x")
                 served[i] = served.get(i, 0) + 1
-                body = _render(templates[i % len(templates)], served[i])
+                body = render_growing(templates[i % len(templates)], served[i])
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
                              b"Content-Length: %d\r\n\r\n" % len(body) + body)
                 await writer.drain()

@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from specwatch.exporter.collector import SpecwatchCollector
 from specwatch.exporter.config import build_config
 
-from bench_exporter_soak import CAPTURES, _render, _template
+from benchlib import CAPTURES, growing_template, render_growing
 
 FULL = 241  # rounds until the 5m window holds 300 s at one record per 1.25 s
 
@@ -48,12 +48,12 @@ def main() -> int:
     ap.add_argument("--upstreams", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=300)
     args = ap.parse_args()
-    templates = [_template(p.read_text()) for p in CAPTURES]
+    templates = [growing_template(p.read_text()) for p in CAPTURES]
     mult = {"n": 1}
 
     def fetch(upstream, timeout, max_bytes):
         i = int(upstream.name[1:])
-        return _render(templates[i % len(templates)], mult["n"]).decode()
+        return render_growing(templates[i % len(templates)], mult["n"]).decode()
 
     names = [f"u{i}=http://127.0.0.1:9/{i}" for i in range(args.upstreams)]
     windows = ["15s", "30s", "1m", "5m"]

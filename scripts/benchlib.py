@@ -1,5 +1,5 @@
 """Shared parts of the exporter benchmarks (scripts/bench_exporter*.py): a stand-in upstream that
-serves captured vLLM /metrics bodies, and the result writer.
+serves captured vLLM /metrics bodies (as they are, or with their counters grown), and the result writer.
 
 Imported by the scripts from their own directory (``python scripts/bench_exporter.py`` puts
 ``scripts/`` first on ``sys.path``); not part of the installed package.
@@ -8,10 +8,38 @@ Imported by the scripts from their own directory (``python scripts/bench_exporte
 from __future__ import annotations
 
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "tests" / "fixtures" / "metrics"
+#: real vLLM 0.32 captures the exporter benchmarks serve as their upstreams' bodies
+CAPTURES = [FIXTURES / f"vllm-0.32-ngram-k{k}-after-traffic.txt" for k in (2, 4, 8)]
+# sample lines whose value grows with traffic (the counters the exporter reads)
+_GROWING = re.compile(
+    r"^((?:vllm:spec_decode_num_\w+_total|vllm:generation_tokens_total|vllm:inter_token_latency_seconds_(?:sum|count)"
+    r"|vllm:iteration_tokens_total_count|vllm:time_to_first_token_seconds_count)(?:\{[^}]*\})?) (\S+)$", re.M)
+
+
+def growing_template(text: str) -> list:
+    """Body split into static text and (value) slots: [str, float, str, float, …, str]."""
+    out: list = []
+    pos = 0
+    for m in _GROWING.finditer(text):
+        out.append(text[pos:m.start(2)])
+        out.append(float(m.group(2)))
+        pos = m.end(2)
+    out.append(text[pos:])
+    return out
+
+
+def render_growing(tpl: list, mult: int) -> bytes:
+    """The body of ``tpl`` with every growing value multiplied by ``mult`` (an integer, so vLLM's
+    invariants hold)."""
+    return "".join(p if isinstance(p, str) else repr(p * mult) for p in tpl).encode()
 
 
 def serve_bodies(bodies: list[bytes]) -> tuple[ThreadingHTTPServer, str]:
