@@ -120,6 +120,13 @@ class BenchConfig:
     paired: bool = False
 
     def __post_init__(self) -> None:
+        self._check_servers()
+        self._check_workloads()
+        self._check_batches()
+        self._check_limits()
+
+    def _check_servers(self) -> None:
+        """Validation step: the server URLs, the role, and a baseline for a paired run."""
         for name in ("base_url", "baseline_url"):
             url = getattr(self, name)
             if url is None:
@@ -132,6 +139,9 @@ class BenchConfig:
             raise BenchConfigError(f"role must be one of {ROLES}, got {self.role!r}")
         if self.paired and not self.baseline_url:
             raise BenchConfigError("paired: needs a baseline server beside the speculative one (--baseline-url)")
+
+    def _check_workloads(self) -> None:
+        """Validation step: the workloads (known, with a dataset for sharegpt) and the concurrencies."""
         if not self.workloads:
             raise BenchConfigError("at least one workload is needed")
         unknown = [w for w in self.workloads if w not in WORKLOADS]
@@ -141,6 +151,9 @@ class BenchConfig:
             raise BenchConfigError("the sharegpt workload needs a dataset path (--dataset-path)")
         if not self.concurrencies or any(c < 1 for c in self.concurrencies):
             raise BenchConfigError(f"concurrencies must be >= 1, got {self.concurrencies}")
+
+    def _check_batches(self) -> None:
+        """Validation step: prompts per batch, batch counts, the interval target and the warm-ups."""
         if self.num_prompts is not None and self.num_prompts < 1:
             raise BenchConfigError(f"num_prompts must be >= 1, got {self.num_prompts}")
         if self.num_batches < 1:
@@ -151,6 +164,9 @@ class BenchConfig:
             raise BenchConfigError(f"max_batches ({self.max_batches}) must be >= num_batches ({self.num_batches})")
         if self.warmup_batches < 0:
             raise BenchConfigError(f"warmup_batches must be >= 0, got {self.warmup_batches}")
+
+    def _check_limits(self) -> None:
+        """Validation step: request rate, equivalence length, time limits and the response cap."""
         if not (self.request_rate > 0):
             raise BenchConfigError(f"request_rate must be > 0 (or inf), got {self.request_rate}")
         if self.equivalence_output_len < 1:
@@ -454,97 +470,127 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-async def run_bench_async(config: BenchConfig, *, metrics: BenchMetrics | None = None,
-                          result: RunResult | None = None) -> RunResult:
-    """Run the benchmark on the current event loop; see the module docstring.
-
-    ``metrics``: an existing :class:`BenchMetrics` to update (else one is created and, if
-    ``config.metrics_port`` is set, served for the run's duration). ``result``: a RunResult to fill
-    (lets a caller keep the partial result when the run is cancelled). Request failures are
-    recorded in the batches; raises only for problems found at start (unreadable dataset, no
-    model id obtainable — server unreachable, HTTP error on ``/v1/models`` —, metrics port taken),
-    after writing the files with status "failed" and the error, and re-raises cancellation
-    after writing the files with status "interrupted".
-    """
-    res = result if result is not None else RunResult(config)
-    res.config = config
-    res.started_at = _now()
+def _open_writer(config: BenchConfig, res: RunResult) -> ResultWriter | None:
+    """Step 1 of a run: claim the result files' paths and open their writer (None without ``save_result``)."""
+    if not config.save_result:
+        return None
     date = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    writer = None
-    if config.save_result:
-        try:
-            res.json_path, res.csv_path = config.claim_result_paths(date)
-            writer = ResultWriter(res.json_path, res.csv_path, config.public_dict())
-        except OSError as exc:
-            raise RuntimeError(f"cannot write result files in {config.result_dir!r} (--result-dir / --result-filename): "
-                               f"{exc.strerror or exc}") from None
-
-    def save() -> None:
-        if writer is not None:
-            writer.write(res.batches, res.status, res.equivalence, res.started_at, error=res.error)
-
-    def fail(exc: BaseException) -> None:
-        res.status = "failed"
-        res.error = str(exc) or type(exc).__name__
-        with contextlib.suppress(OSError):  # the original error matters more
-            save()
-
-    sharegpt: list[ShareGPTItem] | None = None
-    bm = metrics
-    served_here = False
     try:
-        if "sharegpt" in config.workloads:
-            sharegpt = load_sharegpt(config.options.dataset_path or "")
-        if bm is None:
-            bm = BenchMetrics()
-            if config.metrics_port is not None:
-                try:
-                    bm.serve(config.metrics_port)
-                except OSError as exc:
-                    raise RuntimeError(f"--metrics-port {config.metrics_port}: cannot listen: {exc.strerror or exc}") from None
-                served_here = True
-    except Exception as exc:
-        fail(exc)
-        raise
+        res.json_path, res.csv_path = config.claim_result_paths(date)
+        return ResultWriter(res.json_path, res.csv_path, config.public_dict())
+    except OSError as exc:
+        raise RuntimeError(f"cannot write result files in {config.result_dir!r} (--result-dir / --result-filename): "
+                           f"{exc.strerror or exc}") from None
 
-    progress = None
-    if config.progress:
-        progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TimeElapsedColumn(), transient=False)
-        progress.start()
 
-    max_measured = config.num_batches if config.target_ci is None else (config.max_batches or config.num_batches)
+class _BenchRun:
+    """One run while it runs: its result and files, the load generator's metrics, the progress
+    bar, the servers' backends; the steps of :func:`run_bench_async` are its methods."""
 
-    def need_more(measured: list[float], failed: bool) -> bool:
+    def __init__(self, config: BenchConfig, res: RunResult, writer: ResultWriter | None) -> None:
+        self.config = config
+        self.res = res
+        self.writer = writer
+        self.sharegpt: list[ShareGPTItem] | None = None
+        self.bm: BenchMetrics | None = None
+        self.served_here = False
+        self.progress: Progress | None = None
+        self.backends: dict[str, OpenAIBackend] = {}
+        self.froze = False
+        self.max_measured = (config.num_batches if config.target_ci is None
+                             else (config.max_batches or config.num_batches))
+
+    def save(self) -> None:
+        """Rewrite the result files with every batch so far (nothing without a writer)."""
+        if self.writer is not None:
+            res = self.res
+            self.writer.write(res.batches, res.status, res.equivalence, res.started_at, error=res.error)
+
+    def fail(self, exc: BaseException) -> None:
+        """Record a failed run (status and error) in the files, keeping ``exc`` the error raised."""
+        self.res.status = "failed"
+        self.res.error = str(exc) or type(exc).__name__
+        with contextlib.suppress(OSError):  # the original error matters more
+            self.save()
+
+    def prepare(self, metrics: BenchMetrics | None) -> None:
+        """Step 2: load the ShareGPT dataset when a workload needs it, and the metrics to update
+        (``metrics``, or new ones served on ``metrics_port``); a failure is recorded, then raised."""
+        config = self.config
+        self.bm = metrics
+        try:
+            if "sharegpt" in config.workloads:
+                self.sharegpt = load_sharegpt(config.options.dataset_path or "")
+            if self.bm is None:
+                self.bm = BenchMetrics()
+                if config.metrics_port is not None:
+                    try:
+                        self.bm.serve(config.metrics_port)
+                    except OSError as exc:
+                        raise RuntimeError(f"--metrics-port {config.metrics_port}: cannot listen: "
+                                           f"{exc.strerror or exc}") from None
+                    self.served_here = True
+        except Exception as exc:
+            self.fail(exc)
+            raise
+
+    def start_progress(self) -> None:
+        """Step 3: start the progress bar (with ``config.progress``)."""
+        if self.config.progress:
+            self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                     TimeElapsedColumn(), transient=False)
+            self.progress.start()
+
+    async def connect(self) -> None:
+        """Step 4: open a backend per server, in run order, and settle the model id each request names."""
+        config = self.config
+        for role, url, murl in config.targets:
+            backend = OpenAIBackend(url, None, api_key=config.api_key, timeout=config.timeout,
+                                    read_timeout=config.read_timeout, metrics_url=murl,
+                                    max_response_bytes=config.max_response_bytes)
+            await backend.__aenter__()
+            self.backends[role] = backend
+            backend.model = config.served_model_name or config.model or await backend.first_model()
+
+    def need_more(self, measured: list[float], failed: bool) -> bool:
         """True while a noise-aware cell must run another measured batch (never beyond the minimum
         once a measured batch had failed requests: the cell is not a measurement then)."""
+        config = self.config
         if len(measured) < config.num_batches:
             return True
-        if config.target_ci is None or len(measured) >= max_measured or failed:
+        if config.target_ci is None or len(measured) >= self.max_measured or failed:
             return False
         rel = throughput_interval(measured)["relative_half_width"]
         return rel is None or rel > config.target_ci
 
-    def need_more_paired(base: list[float], spec: list[float], failed: bool) -> bool:
-        """As :func:`need_more`, on the paired ratio spec / baseline of the measured pairs: its 95 %
+    def need_more_paired(self, base: list[float], spec: list[float], failed: bool) -> bool:
+        """As :meth:`need_more`, on the paired ratio spec / baseline of the measured pairs: its 95 %
         interval's relative half width, exp(t(n−1) · sd(log r) / √n) − 1, against ``target_ci``."""
+        config = self.config
         if len(spec) < config.num_batches:
             return True
-        if config.target_ci is None or len(spec) >= max_measured or failed:
+        if config.target_ci is None or len(spec) >= self.max_measured or failed:
             return False
         return paired_relative_half_width(base, spec) > config.target_ci
-    backends: dict[str, OpenAIBackend] = {}
-    froze = False
 
-    async def one_batch(role: str, wl: str, conc: int, b: int, warm: bool, label: str) -> BatchResult:
+    def batch_label(self, role: str, wl: str, conc: int, b: int, warm: bool) -> str:
+        """The progress bar's and console's name of batch ``b`` of (wl, conc) on ``role``."""
+        config = self.config
+        return f"{role} {wl} c={conc} " + (f"warm-up {b + 1}" if warm else
+                                             f"batch {b - config.warmup_batches + 1}/"
+                                             + (str(config.num_batches) if config.target_ci is None
+                                                else f"{config.num_batches}-{self.max_measured}"))
+
+    async def one_batch(self, role: str, wl: str, conc: int, b: int, warm: bool, label: str) -> BatchResult:
         """Run batch ``b`` of (wl, conc) on ``role``'s server: build its seeded requests, scrape
         /metrics around it, record and save it."""
-        nonlocal froze
+        config, bm, progress = self.config, self.bm, self.progress
+        assert bm is not None
         n = config.num_prompts or conc
-        backend = backends[role]
+        backend = self.backends[role]
         bm.set_active(role, wl, conc)
         cell = bm.cell(role, wl, conc)
-        reqs = build_requests(wl, n, config.options, batch=b, sharegpt_items=sharegpt)
+        reqs = build_requests(wl, n, config.options, batch=b, sharegpt_items=self.sharegpt)
         task_id = None
         if progress is not None:
             task_id = progress.add_task(label, total=len(reqs))
@@ -560,7 +606,7 @@ async def run_bench_async(config: BenchConfig, *, metrics: BenchMetrics | None =
         # walks only what is new since then, not the whole heap every batch.
         gc.collect()
         gc.freeze()
-        froze = True
+        self.froze = True
         started = _now()
         t0 = time.perf_counter()
         outcomes = await _dispatch(backend, reqs, conc, config.request_rate,
@@ -572,8 +618,8 @@ async def run_bench_async(config: BenchConfig, *, metrics: BenchMetrics | None =
         spec = dataclasses.replace(spec, steps=delta_between(before.steps, after.steps, backend.model))
         batch = _aggregate(role, wl, conc, b, warm, started, duration, outcomes, config.request_rate, spec)
         bm.observe_itls(cell, batch.itls)
-        res.batches.append(batch)
-        save()
+        self.res.batches.append(batch)
+        self.save()
         if progress is not None:
             progress.remove_task(task_id)
             progress.console.print(_batch_line(label, batch))
@@ -581,71 +627,101 @@ async def run_bench_async(config: BenchConfig, *, metrics: BenchMetrics | None =
             bm.batch_finished(role, wl, conc, batch.output_throughput, spec.acceptance_rate)
         return batch
 
-    def batch_label(role: str, wl: str, conc: int, b: int, warm: bool) -> str:
-        return f"{role} {wl} c={conc} " + (f"warm-up {b + 1}" if warm else
-                                             f"batch {b - config.warmup_batches + 1}/"
-                                             + (str(config.num_batches) if config.target_ci is None
-                                                else f"{config.num_batches}-{max_measured}"))
+    async def settle(self, role: str, wl: str, conc: int) -> None:
+        """One unmeasured batch on ``role``'s server before a measured batch of ``wl``
+        (:func:`settle_requests`: the same size and concurrency, other prompts)."""
+        reqs = settle_requests(self.config.num_prompts or conc, self.config.options)
+        await _dispatch(self.backends[role], reqs, conc, math.inf, "settle", lambda: None, lambda _o: None)
 
-    try:
-        save()
-        for role, url, murl in config.targets:
-            backend = OpenAIBackend(url, None, api_key=config.api_key, timeout=config.timeout,
-                                    read_timeout=config.read_timeout, metrics_url=murl,
-                                    max_response_bytes=config.max_response_bytes)
-            await backend.__aenter__()
-            backends[role] = backend
-            backend.model = config.served_model_name or config.model or await backend.first_model()
+    async def run_cell(self, role: str, wl: str, conc: int) -> None:
+        """One cell of the sequential schedule: its warm-up batches, then measured ones until
+        :meth:`need_more` is satisfied."""
+        config = self.config
+        measured_thr: list[float] = []
+        measured_failed = False
+        b = -1
+        while b + 1 < config.warmup_batches or self.need_more(measured_thr, measured_failed):
+            b += 1
+            warm = b < config.warmup_batches
+            batch = await self.one_batch(role, wl, conc, b, warm, self.batch_label(role, wl, conc, b, warm))
+            if not warm:
+                measured_thr.append(batch.output_throughput)
+                measured_failed = measured_failed or bool(batch.failed)
+
+    async def run_batches(self) -> None:
+        """Step 5: the measured batches, paired (:func:`_run_paired`) or the whole run on each
+        server in turn, cell by cell."""
+        config = self.config
         if config.paired:
-            async def settle(role: str, wl: str, conc: int) -> None:
-                """One unmeasured batch on ``role``'s server before a measured batch of ``wl``
-                (:func:`settle_requests`: the same size and concurrency, other prompts)."""
-                reqs = settle_requests(config.num_prompts or conc, config.options)
-                await _dispatch(backends[role], reqs, conc, math.inf, "settle", lambda: None, lambda _o: None)
+            await _run_paired(config, self.one_batch, self.batch_label, self.need_more_paired, self.settle)
+            return
+        for role, _url, _murl in config.targets:
+            for wl in config.workloads:
+                for conc in config.concurrencies:
+                    await self.run_cell(role, wl, conc)
 
-            await _run_paired(config, one_batch, batch_label, need_more_paired, settle)
-        else:
-            for role, _url, _murl in config.targets:
-                for wl in config.workloads:
-                    for conc in config.concurrencies:
-                        measured_thr: list[float] = []
-                        measured_failed = False
-                        b = -1
-                        while b + 1 < config.warmup_batches or need_more(measured_thr, measured_failed):
-                            b += 1
-                            warm = b < config.warmup_batches
-                            batch = await one_batch(role, wl, conc, b, warm, batch_label(role, wl, conc, b, warm))
-                            if not warm:
-                                measured_thr.append(batch.output_throughput)
-                                measured_failed = measured_failed or bool(batch.failed)
+    async def check_equivalence(self) -> None:
+        """Step 6: the greedy-output equivalence check, when asked for and both servers ran."""
+        config = self.config
         if config.equivalence and config.baseline_url:
-            res.equivalence = await check_equivalence(
-                backends["baseline"], backends["speculative"], output_len=config.equivalence_output_len,
+            self.res.equivalence = await check_equivalence(
+                self.backends["baseline"], self.backends["speculative"], output_len=config.equivalence_output_len,
                 seed=config.options.seed)
+
+    async def close(self) -> None:
+        """Last step, always: unfreeze the heap, stop the progress bar, close the backends, and stop
+        serving the metrics (after ``metrics_linger`` when the run completed)."""
+        if self.froze:
+            gc.unfreeze()
+        assert self.bm is not None
+        self.bm.clear_active()
+        if self.progress is not None:
+            self.progress.stop()
+        for be in self.backends.values():
+            await be.__aexit__(None, None, None)
+        if self.served_here:
+            try:
+                if self.res.status == "complete" and self.config.metrics_linger > 0:
+                    await asyncio.sleep(self.config.metrics_linger)  # results are saved; Ctrl-C here only cuts the wait
+            finally:
+                self.bm.shutdown()
+
+
+async def run_bench_async(config: BenchConfig, *, metrics: BenchMetrics | None = None,
+                          result: RunResult | None = None) -> RunResult:
+    """Run the benchmark on the current event loop; see the module docstring.
+
+    ``metrics``: an existing :class:`BenchMetrics` to update (else one is created and, if
+    ``config.metrics_port`` is set, served for the run's duration). ``result``: a RunResult to fill
+    (lets a caller keep the partial result when the run is cancelled). Request failures are
+    recorded in the batches; raises only for problems found at start (unreadable dataset, no
+    model id obtainable — server unreachable, HTTP error on ``/v1/models`` —, metrics port taken),
+    after writing the files with status "failed" and the error, and re-raises cancellation
+    after writing the files with status "interrupted".
+    """
+    res = result if result is not None else RunResult(config)
+    res.config = config
+    res.started_at = _now()
+    run = _BenchRun(config, res, _open_writer(config, res))
+    run.prepare(metrics)
+    run.start_progress()
+    try:
+        run.save()
+        await run.connect()
+        await run.run_batches()
+        await run.check_equivalence()
         res.status = "complete"
-        save()
+        run.save()
         return res
     except asyncio.CancelledError:
         res.status = "interrupted"
-        save()
+        run.save()
         raise
     except Exception as exc:
-        fail(exc)
+        run.fail(exc)
         raise
     finally:
-        if froze:
-            gc.unfreeze()
-        bm.clear_active()
-        if progress is not None:
-            progress.stop()
-        for be in backends.values():
-            await be.__aexit__(None, None, None)
-        if served_here:
-            try:
-                if res.status == "complete" and config.metrics_linger > 0:
-                    await asyncio.sleep(config.metrics_linger)  # results are saved; Ctrl-C here only cuts the wait
-            finally:
-                bm.shutdown()
+        await run.close()
 
 
 def _run(coro: Any) -> Any:
