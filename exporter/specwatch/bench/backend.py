@@ -119,6 +119,150 @@ def _clip(text: str) -> str:
     return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 1] + "…"
 
 
+def _count_choices(out: RequestOutcome, choices: list[Any], c0: Any) -> None:
+    """Chunk step: raise ``out.num_choices`` to the choices this chunk shows (n > 1: more than one sequence)."""
+    ci = c0.get("index")
+    if len(choices) > 1 or ci:  # n > 1: more than one sequence
+        for c in choices:
+            ci = c.get("index") if isinstance(c, dict) else None
+            if isinstance(ci, int) and ci + 1 > out.num_choices:
+                out.num_choices = ci + 1
+        out.num_choices = max(out.num_choices, len(choices))
+    elif not out.num_choices:
+        out.num_choices = 1
+
+
+class _Stream:
+    """One request's response as it is read: the SSE framing, the parsed chunks, their times, and
+    the :class:`RequestOutcome` they fill."""
+
+    __slots__ = ("out", "is_chat", "st", "last", "done", "done_ts", "chunks", "usage_tokens", "text_parts", "buf")
+
+    def __init__(self, out: RequestOutcome, is_chat: bool, st: float) -> None:
+        self.out = out
+        self.is_chat = is_chat
+        self.st = st
+        self.last = st
+        self.done = False
+        self.done_ts = st
+        self.chunks = 0
+        self.usage_tokens: int | None = None
+        self.text_parts: list[str] = []
+        self.buf = b""
+
+    def frame(self, data: bytes) -> bytes | None:
+        """Framing step: join ``data`` to the unfinished event before it; return the complete
+        events (None while the first is incomplete), keep the rest for the next read."""
+        if self.buf:
+            data = self.buf + data
+        if b"\r" in data:
+            data = data.replace(b"\r\n", b"\n")
+        if data.endswith(b"\n\n"):
+            self.buf = b""
+            return data
+        cut = data.rfind(b"\n\n")
+        if cut < 0:
+            self.buf = data
+            return None
+        self.buf = data[cut + 2:]
+        return data[:cut]
+
+    def feed(self, data: bytes, ts: float) -> None:
+        """Parsing step: every ``data:`` line of the complete events read at ``ts``."""
+        events = self.frame(data)
+        if events is None:
+            return
+        for ev in events.split(b"\n\n"):
+            if ev.startswith(b"data: ") and b"\n" not in ev:
+                bodies: Any = (ev[6:],)  # the usual one-line event
+            else:  # multi-line events, SSE comments (":ping"), event:/id: lines
+                bodies = [ln[5:].strip() for ln in ev.split(b"\n") if ln.startswith(b"data:")]
+            for body in bodies:
+                self.event(body, ts)
+
+    def event(self, body: bytes, ts: float) -> None:
+        """Chunk step: ``[DONE]``, or one JSON chunk (its first choice, its usage, an error event,
+        which raises)."""
+        if body == b"[DONE]":
+            self.done = True
+            self.done_ts = ts
+            return
+        try:
+            obj = _DECODER.raw_decode(body.decode())[0]  # no whitespace regexes on the hot path
+        except ValueError:  # whitespace around the JSON, or not JSON (raises)
+            obj = _DECODER.decode(body.decode())
+        choices = obj.get("choices")
+        if choices:
+            self.choice(choices, ts)
+        usage = obj.get("usage")
+        if usage:
+            self.usage(obj, usage)
+        if "error" in obj and not choices:
+            err = obj["error"]
+            msg = err.get("message", err) if isinstance(err, dict) else err
+            raise RuntimeError(f"error event in stream: {msg}")
+
+    def choice(self, choices: list[Any], ts: float) -> None:
+        """Chunk step: the first choice's piece of text and finish reason; a content chunk is a token."""
+        out = self.out
+        c0 = choices[0]
+        _count_choices(out, choices, c0)
+        if self.is_chat:
+            delta = c0.get("delta") or {}
+            piece = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+            is_token = bool(piece)
+        else:
+            piece = c0.get("text")
+            is_token = True
+        if c0.get("finish_reason"):
+            out.finish_reason = c0["finish_reason"]
+        if is_token:
+            if self.chunks == 0:
+                out.ttft = ts - self.st
+            else:
+                out.itl.append(ts - self.last)
+            self.last = ts
+            self.chunks += 1
+            if piece:
+                self.text_parts.append(piece)
+
+    def usage(self, obj: dict[str, Any], usage: dict[str, Any]) -> None:
+        """Chunk step: the usage chunk's token counts and vLLM's per-request spec-decode metrics."""
+        out = self.out
+        ct = usage.get("completion_tokens")
+        if ct is not None:
+            self.usage_tokens = int(ct)
+        pt = usage.get("prompt_tokens")
+        if pt is not None:
+            out.prompt_tokens = int(pt)
+        m = obj.get("metrics")
+        if isinstance(m, dict) and m.get("speculative_decoding") is not None:
+            out.spec_decode = m["speculative_decoding"]  # validated by bench.perrequest
+
+    def keep_text(self) -> None:
+        """Outcome step (also of a failure): the content chunks counted and the text they carried."""
+        self.out.chunks = self.chunks
+        self.out.generated_text = "".join(self.text_parts)
+
+    def finish(self, end: float) -> None:
+        """Outcome step of a stream read to its end at ``end``: latency, output tokens (usage, else
+        content chunks), and success or why not."""
+        out = self.out
+        out.latency = end - self.st
+        self.keep_text()
+        if self.usage_tokens is not None:
+            out.output_tokens = self.usage_tokens
+            out.tokens_from_usage = True
+        else:
+            out.output_tokens = self.chunks
+        if not self.done:
+            out.error = f"stream ended before 'data: [DONE]' after {self.chunks} content chunks"
+        elif self.chunks == 0:
+            out.error = "stream finished without any content chunk"
+        else:
+            out.success = True
+
+
 class OpenAIBackend:
     """A pooled aiohttp session to one OpenAI-compatible server; use as ``async with``.
 
@@ -204,20 +348,12 @@ class OpenAIBackend:
         out = RequestOutcome(index=request.index, prompt_tokens=request.prompt_len,
                              prompt_excerpt=request.excerpt())
         model = self.model or ""
-        is_chat = request.endpoint == "chat"
         url = self.base_url + request.path
         payload = request.payload(model)
-        text_parts: list[str] = []
-        itl = out.itl
-        decode = _DECODER.raw_decode  # no whitespace regexes on the hot path
         perf = time.perf_counter
         st = perf()
         out.start_time = st
-        last = st
-        done = False
-        done_ts = st
-        chunks = 0
-        usage_tokens: int | None = None
+        stream = _Stream(out, request.endpoint == "chat", st)
         try:
             async with self.session.post(url, json=payload) as resp:
                 out.status = resp.status
@@ -225,114 +361,36 @@ class OpenAIBackend:
                     body = await resp.text()
                     out.error = _clip(f"HTTP {resp.status} {resp.reason or ''}: {body}")
                     return out
-                buf = b""
-                received = 0
-                limit = self.max_response_bytes
-                async for data in resp.content.iter_any():
-                    ts = perf()
-                    received += len(data)
-                    if received > limit:
-                        raise ResponseTooLarge(f"response exceeded {limit} bytes (--max-response-bytes)")
-                    if buf:
-                        data = buf + data
-                    if b"\r" in data:
-                        data = data.replace(b"\r\n", b"\n")
-                    if data.endswith(b"\n\n"):
-                        buf = b""
-                    else:
-                        cut = data.rfind(b"\n\n")
-                        if cut < 0:
-                            buf = data
-                            continue
-                        buf = data[cut + 2:]
-                        data = data[:cut]
-                    for ev in data.split(b"\n\n"):
-                        if ev.startswith(b"data: ") and b"\n" not in ev:
-                            bodies: Any = (ev[6:],)  # the usual one-line event
-                        else:  # multi-line events, SSE comments (":ping"), event:/id: lines
-                            bodies = [ln[5:].strip() for ln in ev.split(b"\n") if ln.startswith(b"data:")]
-                        for body in bodies:
-                            if body == b"[DONE]":
-                                done = True
-                                done_ts = ts
-                                continue
-                            try:
-                                obj = decode(body.decode())[0]
-                            except ValueError:  # whitespace around the JSON, or not JSON (raises)
-                                obj = _DECODER.decode(body.decode())
-                            choices = obj.get("choices")
-                            if choices:
-                                c0 = choices[0]
-                                ci = c0.get("index")
-                                if len(choices) > 1 or ci:  # n > 1: more than one sequence
-                                    for c in choices:
-                                        ci = c.get("index") if isinstance(c, dict) else None
-                                        if isinstance(ci, int) and ci + 1 > out.num_choices:
-                                            out.num_choices = ci + 1
-                                    out.num_choices = max(out.num_choices, len(choices))
-                                elif not out.num_choices:
-                                    out.num_choices = 1
-                                if is_chat:
-                                    delta = c0.get("delta") or {}
-                                    piece = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
-                                    is_token = bool(piece)
-                                else:
-                                    piece = c0.get("text")
-                                    is_token = True
-                                if c0.get("finish_reason"):
-                                    out.finish_reason = c0["finish_reason"]
-                                if is_token:
-                                    if chunks == 0:
-                                        out.ttft = ts - st
-                                    else:
-                                        itl.append(ts - last)
-                                    last = ts
-                                    chunks += 1
-                                    if piece:
-                                        text_parts.append(piece)
-                            usage = obj.get("usage")
-                            if usage:
-                                ct = usage.get("completion_tokens")
-                                if ct is not None:
-                                    usage_tokens = int(ct)
-                                pt = usage.get("prompt_tokens")
-                                if pt is not None:
-                                    out.prompt_tokens = int(pt)
-                                m = obj.get("metrics")
-                                if isinstance(m, dict) and m.get("speculative_decoding") is not None:
-                                    out.spec_decode = m["speculative_decoding"]  # validated by bench.perrequest
-                            if "error" in obj and not choices:
-                                err = obj["error"]
-                                msg = err.get("message", err) if isinstance(err, dict) else err
-                                raise RuntimeError(f"error event in stream: {msg}")
-                end = done_ts if done else perf()
+                await self._read(resp, stream)
+                end = stream.done_ts if stream.done else perf()
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a failed request is recorded, never raised
-            if isinstance(exc, ResponseTooLarge):
-                out.error = str(exc)
-            elif (isinstance(exc, aiohttp.SocketTimeoutError) and self.read_timeout is not None):
-                out.error = f"no data from the server for {self.read_timeout:g} s (--read-timeout): {type(exc).__name__}"
-            elif isinstance(exc, asyncio.TimeoutError) and not isinstance(exc, aiohttp.ServerTimeoutError):
-                out.error = f"request timed out after {self._timeout.total:g} s in total (--timeout)"
-            else:
-                out.error = _clip(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+            out.error = self._failure(exc)
             out.latency = perf() - st
-            out.chunks = chunks
-            out.generated_text = "".join(text_parts)
+            stream.keep_text()
             return out
-        out.latency = end - st
-        out.chunks = chunks
-        out.generated_text = "".join(text_parts)
-        if usage_tokens is not None:
-            out.output_tokens = usage_tokens
-            out.tokens_from_usage = True
-        else:
-            out.output_tokens = chunks
-        if not done:
-            out.error = f"stream ended before 'data: [DONE]' after {chunks} content chunks"
-        elif chunks == 0:
-            out.error = "stream finished without any content chunk"
-        else:
-            out.success = True
+        stream.finish(end)
         return out
+
+    async def _read(self, resp: aiohttp.ClientResponse, stream: _Stream) -> None:
+        """Streaming step: feed the body to ``stream`` as it arrives, timed, capped at ``max_response_bytes``."""
+        perf = time.perf_counter
+        received = 0
+        limit = self.max_response_bytes
+        async for data in resp.content.iter_any():
+            ts = perf()
+            received += len(data)
+            if received > limit:
+                raise ResponseTooLarge(f"response exceeded {limit} bytes (--max-response-bytes)")
+            stream.feed(data, ts)
+
+    def _failure(self, exc: Exception) -> str:
+        """Failure step: the error text of a request that raised (too large, stalled, timed out, other)."""
+        if isinstance(exc, ResponseTooLarge):
+            return str(exc)
+        if (isinstance(exc, aiohttp.SocketTimeoutError) and self.read_timeout is not None):
+            return f"no data from the server for {self.read_timeout:g} s (--read-timeout): {type(exc).__name__}"
+        if isinstance(exc, asyncio.TimeoutError) and not isinstance(exc, aiohttp.ServerTimeoutError):
+            return f"request timed out after {self._timeout.total:g} s in total (--timeout)"
+        return _clip(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
