@@ -7,6 +7,7 @@ import pytest
 
 from specwatch.choosek.resultfile import measurements
 from specwatch.choosek.sweep import SweepPlan, build_configs, run_sweep
+from records import sweep_record
 
 
 @pytest.mark.realvllm
@@ -29,7 +30,7 @@ def test_tiny_sweep_on_the_real_embedded_vllm(tmp_path):
     assert set(servers) == {"baseline", "ngram-k2"}
     for s in servers.values():
         assert s["startup_seconds"] > 1 and s["kv_cache_tokens"] > 0
-    ms = {m.config: m for m in measurements(doc)}
+    ms = {m.config: m for m in measurements(sweep_record(doc))}
     assert ms["baseline"].output_throughput > 0 and ms["baseline"].position_rates == ()
     spec = ms["ngram-k2"]
     assert len(spec.position_rates) == 2 and spec.drafts > 0

@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 
 from specwatch.demo.decision import TABLE_COLUMNS, table_rows
+from specwatch.demo.decisionrecords import Decision
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROME_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -128,7 +129,7 @@ def check_decision_table_first(result_dir: Path, tmp_path: Path) -> int:
     shown = chromium_first_section(result_dir, tmp_path)
     assert shown["h2"].startswith("The decision") and shown["cls"] == "decision" and shown["above"], shown
     assert shown["head"] == list(TABLE_COLUMNS)
-    expected = table_rows(decision)
+    expected = table_rows(Decision.from_json(decision))
     assert shown["rows"] == expected, (shown["rows"], expected)
     assert [r[:2] for r in shown["rows"]] == [[r["workload"], str(r["concurrency"])] for r in decision["rows"]]
     return len(expected)

@@ -26,7 +26,8 @@ from specwatch.choosek.advise import advise_sweep, recommendation_note
 from specwatch.choosek.cli import advise as advise_cmd
 from specwatch.choosek.cli import sweep as sweep_cmd
 from specwatch.choosek.model import KChoiceError, Measurement, combine_by_time, parse_mix, recommend, ThroughputPrediction
-from specwatch.choosek.resultfile import load_result, measurements
+from specwatch.choosek.resultfile import measurements
+from records import sweep_document, sweep_record
 from specwatch.choosek.sweep import SweepPlan, build_configs, run_sweep
 
 
@@ -36,7 +37,7 @@ OLD = SWEEPS / "embedded-ngram-draft-sweep.json"
 
 
 def _recs(doc, **kw):
-    (a,) = [x for x in advise_sweep(doc, **kw) if "ngram" in x.family]
+    (a,) = [x for x in advise_sweep(sweep_record(doc), **kw) if "ngram" in x.family]
     return a, {(r.workload, r.concurrency): r for r in a.recommendations}
 
 
@@ -53,7 +54,7 @@ def _paired(doc, config, wl, c) -> float:
 
 
 def _thr(doc) -> dict[tuple[str, str, int], Measurement]:
-    return {(m.config, m.workload, m.concurrency): m for m in measurements(doc)}
+    return {(m.config, m.workload, m.concurrency): m for m in measurements(sweep_record(doc))}
 
 
 # ------------------------------------------------------------------------------- intervals
@@ -81,7 +82,7 @@ def test_t_quantiles_and_the_interval_of_a_cell():
 def new_doc():
     if not NEW.exists():
         pytest.skip("fixture not recorded")
-    return load_result(NEW)
+    return sweep_document(NEW)
 
 
 def test_real_sweep_stores_intervals_and_batches_per_cell(new_doc):
@@ -234,7 +235,7 @@ def test_mix_changes_the_all_workloads_weights(new_doc, tmp_path):
     assert r.exit_code == 0 and "mix copy=3, random-output=1" in r.output
     # traffic that is mostly random-like: the combination through time is below 1 at every k: off
     # (the older real sweep, where every ngram k loses on random-output)
-    _, recs = _recs(load_result(OLD), mix={"copy": 1.0, "random-output": 20.0})
+    _, recs = _recs(sweep_document(OLD), mix={"copy": 1.0, "random-output": 20.0})
     stars = [r for (wl, _), r in recs.items() if wl == "*"]
     assert len(stars) == 4
     for star in stars:
@@ -265,7 +266,7 @@ def test_target_ci_outside_0_1_is_one_line_exit_2(value, tmp_path):
 
 # ------------------------------------------------------------------------------- the old real sweep (no intervals stored)
 def test_old_result_file_loads_with_intervals_from_its_batches():
-    doc = load_result(OLD)
+    doc = sweep_document(OLD)
     assert not any("output_throughput_ci95" in c["summary"] for c in doc["cells"])
     ms = _thr(doc)
     m = ms[("ngram-k4", "copy", 1)]
@@ -295,7 +296,7 @@ def test_old_result_file_loads_with_intervals_from_its_batches():
 
 # ------------------------------------------------------------------------------- rows that cannot be scored
 def test_every_measured_cell_gets_a_row_and_unscorable_rows_say_why():
-    doc = load_result(OLD)
+    doc = sweep_document(OLD)
     doc = copy.deepcopy(doc)
     for c in doc["cells"]:  # ngram's random-output c=4 cells failed: not scorable, row kept with the reason
         if c["config"].startswith("ngram") and c["workload"] == "random-output" and c["max_concurrency"] == 4:
@@ -308,15 +309,15 @@ def test_every_measured_cell_gets_a_row_and_unscorable_rows_say_why():
     assert star.k is None and "random-output" in star.reason  # never all workloads from copy alone
     assert recs[("*", 1)].k is not None
     # the draft_model family measured the same cells: its rows are there too
-    (d,) = [x for x in advise_sweep(doc) if "draft_model" in x.family]
+    (d,) = [x for x in advise_sweep(sweep_record(doc)) if "draft_model" in x.family]
     assert {(r.workload, r.concurrency) for r in d.recommendations} == {
         (wl, c) for wl in ("copy", "random-output", "*") for c in (1, 2, 4, 8)}
 
 
 def test_a_family_that_skipped_a_cell_the_baseline_measured_says_so():
-    doc = copy.deepcopy(load_result(OLD))
+    doc = copy.deepcopy(sweep_document(OLD))
     doc["cells"] = [c for c in doc["cells"] if not (c["config"] == "draft_model-k3" and c["max_concurrency"] == 8)]
-    (d,) = [x for x in advise_sweep(doc) if "draft_model" in x.family]
+    (d,) = [x for x in advise_sweep(sweep_record(doc)) if "draft_model" in x.family]
     recs = {(r.workload, r.concurrency): r for r in d.recommendations}
     assert recs[("copy", 8)].k is None and "no draft_model run was measured here" in recs[("copy", 8)].reason
 
@@ -414,7 +415,7 @@ def test_resumed_noise_aware_sweep_keeps_its_cells_and_old_files_resume(tmp_path
     doc3 = run_sweep(_plan(target_ci=0.05, max_batches=3), out, template=template, lock=False, progress=False,
                      echo=lambda *a, **k: None)
     assert len(doc3["cells"]) == 3 and all("output_throughput_ci95" not in c["summary"] for c in doc3["cells"])
-    assert all(m.interval is not None for m in measurements(doc3))
+    assert all(m.interval is not None for m in measurements(sweep_record(doc3)))
 
 
 def test_max_batches_below_num_batches_is_one_line_exit_2(tmp_path):

@@ -283,9 +283,9 @@ def test_calibrate_from_a_real_sweep(tmp_path):
     one speculative point per cell with c = t / t0 against the baseline cell of the same workload and
     concurrency and x = draft tokens / request-steps; a draft model's step costs several plain steps,
     ngram on random output (x near 0) much less than on copy (x = k)."""
-    from specwatch.choosek.resultfile import load_result
+    from records import sweep_document
 
-    doc = load_result(SWEEP)
+    doc = sweep_document(SWEEP)
     out = tmp_path / "cpu.yaml"
     r = CliRunner().invoke(calibrate, ["--from-sweep", str(SWEEP), "-o", str(out), "--name", "t"])
     assert r.exit_code == 0, r.output

@@ -21,6 +21,8 @@ from rich.table import Table
 from specwatch.demo import decision as dd
 from specwatch.specdecode.costprofile import EMBEDDED_CPU_PROFILE, load_profile
 from specwatch.specdecode.decision import Candidate, decide, ratio_from_logs
+from specwatch.demo.decisionrecords import Decision, DecisionRow, ProfileFit
+from records import bench_record, record
 
 DEMO = Path(__file__).parents[1] / "fixtures" / "demo"
 T975 = {1: 12.706204736, 2: 4.302652730, 3: 3.182446305, 4: 2.776445105}  # Student's t, two-sided 95 %
@@ -71,7 +73,7 @@ def test_the_fixture_is_a_real_run_with_what_the_decision_needs(docs):
 
 def test_measured_ratio_and_its_interval_come_from_the_paired_batches(docs):
     base, spec, summary = docs
-    d = dd.decide(base, spec, summary["k"], plain_step=_plain()).to_json()
+    d = dd.decide(bench_record(base), bench_record(spec), summary["k"], plain_step=_plain()).to_json()
     assert len(d["rows"]) == len(summary["comparison"]) == len(summary["workloads"]) * len(summary["concurrencies"])
     for row in d["rows"]:
         wl, c = row["workload"], row["concurrency"]
@@ -92,7 +94,7 @@ def test_measured_ratio_and_its_interval_come_from_the_paired_batches(docs):
 
 def test_calibrated_is_the_server_step_cost_measured_here(docs):
     base, spec, summary = docs
-    d = dd.decide(base, spec, summary["k"]).to_json()
+    d = dd.decide(bench_record(base), bench_record(spec), summary["k"]).to_json()
     for row in d["rows"]:
         wl, c = row["workload"], row["concurrency"]
         b, s = _cell(base, wl, c), _cell(spec, wl, c)
@@ -112,7 +114,7 @@ def test_calibrated_is_the_server_step_cost_measured_here(docs):
 def test_what_ifs_use_the_exact_curve_and_the_fitted_slope(docs):
     base, spec, summary = docs
     k = summary["k"]
-    d = dd.decide(base, spec, k).to_json()
+    d = dd.decide(bench_record(base), bench_record(spec), k).to_json()
     checked = 0
     for c in summary["concurrencies"]:
         rows = [r for r in d["rows"] if r["concurrency"] == c]
@@ -153,7 +155,7 @@ def test_the_k_to_run_is_the_one_rule_over_off_the_run_k_and_the_what_ifs(docs):
     the row's k, verdict and confidence are its."""
     base, spec, summary = docs
     k = summary["k"]
-    d = dd.decide(base, spec, k).to_json()
+    d = dd.decide(bench_record(base), bench_record(spec), k).to_json()
     runs = set()
     for row in d["rows"]:
         wl, c = row["workload"], row["concurrency"]
@@ -188,7 +190,7 @@ def test_the_k_to_run_is_the_one_rule_over_off_the_run_k_and_the_what_ifs(docs):
         assert row["never_accepted"] == na
         assert got["certain"] == (p.certain and not na)
         assert "at_value" not in got  # the three-scenario choice is gone
-        text = dd.format_choice(row)
+        text = dd.format_choice(record(DecisionRow, row))
         run = "off" if p.k == 0 else f"k={p.k}"
         runs.add(run)
         assert text.startswith(f"{run} (")  # a k or off in every row, never "withheld"
@@ -197,19 +199,19 @@ def test_the_k_to_run_is_the_one_rule_over_off_the_run_k_and_the_what_ifs(docs):
 
 def test_demo_summary_holds_the_decision_the_module_computes(docs):
     base, spec, summary = docs
-    got = json.loads(json.dumps(dd.decide(base, spec, summary["k"], plain_step=_plain()).to_json()))
+    got = json.loads(json.dumps(dd.decide(bench_record(base), bench_record(spec), summary["k"], plain_step=_plain()).to_json()))
     written = summary["decision"]
     assert written["profile"]["file"].endswith(EMBEDDED_CPU_PROFILE.name) and written["decision_format"] == 2
     assert {k: v for k, v in written.items() if k not in ("profile", "how")} == \
         {k: v for k, v in got.items() if k != "how"}
-    assert dd.table_rows(written) == dd.table_rows(got)
+    assert dd.table_rows(record(Decision, written)) == dd.table_rows(record(Decision, got))
     assert set(written["how"]) == {"measured", "calibrated", "profile", "extrapolated"}
 
 
 def test_profile_fit_compares_the_measured_plain_step_with_the_shipped_profile(docs):
     base, spec, summary = docs
     prof = load_profile(EMBEDDED_CPU_PROFILE)
-    fit = [f.to_json() for f in dd.profile_fit(base, _plain())]
+    fit = [f.to_json() for f in dd.profile_fit(bench_record(base), _plain())]
     assert [f["concurrency"] for f in fit] == summary["concurrencies"]
     for f in fit:
         cells = [r for r in base["summary"] if r["max_concurrency"] == f["concurrency"]]
@@ -219,16 +221,16 @@ def test_profile_fit_compares_the_measured_plain_step_with_the_shipped_profile(d
         assert f["running_requests"] == pytest.approx(b) and f["measured_t0_ms"] == pytest.approx(t0)
         assert f["profile_t0_ms"] == pytest.approx(prof.plain_step(b).seconds * 1000)
         assert f["ratio"] == pytest.approx(t0 / f["profile_t0_ms"])
-    lines = dd.profile_fit_lines(fit, prof.name)
+    lines = dd.profile_fit_lines([record(ProfileFit, f) for f in fit], prof.name)
     f0 = fit[0]
     assert (f"the shipped profile's plain step is {f0['profile_t0_ms']:.1f} ms at b={f0['running_requests']:.2f}; "
             f"this machine measured {f0['measured_t0_ms']:.1f} ms (ratio {f0['ratio']:.2f})") in lines[1]
     if any(not f["fits"] for f in fit):
         assert "cancels" in lines[-1] and "widen with the drift" in lines[-1]
     # a profile whose plain step is 1 s is flagged at every concurrency
-    slow = [f.to_json() for f in dd.profile_fit(base, lambda b: 1.0)]
+    slow = [f.to_json() for f in dd.profile_fit(bench_record(base), lambda b: 1.0)]
     assert slow and all(not f["fits"] and f["ratio"] < 0.5 for f in slow)
-    assert dd.profile_fit(base, None) == []
+    assert dd.profile_fit(bench_record(base), None) == []
 
 
 def test_one_measured_batch_gives_no_interval_but_still_a_k_from_the_point_values(docs):
@@ -236,8 +238,8 @@ def test_one_measured_batch_gives_no_interval_but_still_a_k_from_the_point_value
     b1, s1 = copy.deepcopy(base), copy.deepcopy(spec)
     for doc in (b1, s1):
         doc["batches"] = [b for b in doc["batches"] if b["warmup"] or b["batch_index"] == 1]
-    d = dd.decide(b1, s1, summary["k"]).to_json()
-    full = {(r["workload"], r["concurrency"]): r for r in dd.decide(base, spec, summary["k"]).to_json()["rows"]}
+    d = dd.decide(bench_record(b1), bench_record(s1), summary["k"]).to_json()
+    full = {(r["workload"], r["concurrency"]): r for r in dd.decide(bench_record(base), bench_record(spec), summary["k"]).to_json()["rows"]}
     for row in d["rows"]:
         assert row["measured"] is None and row["calibrated"] is None and row["batches"] == 1
         assert "--num-batches 2" in row["note"]
@@ -245,7 +247,7 @@ def test_one_measured_batch_gives_no_interval_but_still_a_k_from_the_point_value
         assert ch["k"] is not None and not ch["certain"]
         assert ch["reason"] == ("never_accepted" if row["never_accepted"] else "no_interval")
         if not row["never_accepted"]:
-            assert dd.format_choice(row).endswith("; 1 batch: no interval)")
+            assert dd.format_choice(record(DecisionRow, row)).endswith("; 1 batch: no interval)")
             assert row["verdict"] == "cannot_tell" and "no interval" in row["confidence"]
         # the point values: the one batch's client ratio at the run's k, the same R(k') as with an interval
         bb, sb = _batches(b1, row["workload"], row["concurrency"]), _batches(s1, row["workload"], row["concurrency"])
@@ -254,12 +256,12 @@ def test_one_measured_batch_gives_no_interval_but_still_a_k_from_the_point_value
         points = [Candidate("off" if kk == 0 else f"k={kk}", kk, ratio * r, never_accepted=row["never_accepted"])
                   for kk, r in sorted(rel.items())]
         assert ch["k"] == decide(points).k
-        assert dd.table_rows({"rows": [row]})[0][2].endswith("(no interval) measured")
+        assert dd.table_rows(record(Decision, {"rows": [row]}))[0][2].endswith("(no interval) measured")
 
 
 def test_bad_k_and_missing_files():
     with pytest.raises(ValueError, match="k must be >= 1"):
-        dd.decide({}, {}, 0)
+        dd.decide(bench_record({}), bench_record({}), 0)
     assert dd.decide(None, None, 4).to_json()["rows"] == []
     with pytest.raises(ValueError):
         dd.t975(0)
@@ -276,7 +278,7 @@ def test_console_tables_keep_workload_names_whole(docs):
     old = demo_mod.console
     demo_mod.console = Console(width=100, file=buf, color_system=None)
     try:
-        demo_mod._print_decision(summary["decision"])
+        demo_mod._print_decision(record(Decision, summary["decision"]))
     finally:
         demo_mod.console = old
     out = buf.getvalue()

@@ -25,6 +25,7 @@ from specwatch.demo.decisionrecords import Decision, DecisionChoice, DecisionRec
 from specwatch.demo.records import DemoSummary, DemoSummaryError
 from specwatch.common.records import RecordError
 from specwatch.specdecode.costprofile import EMBEDDED_CPU_PROFILE, load_profile
+from records import bench_record, record
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 DEMO = FIXTURES / "demo"
@@ -65,14 +66,15 @@ def _variants(docs):
     base, spec, summary = docs
     benches = {"baseline": BenchResult.from_json(base), "speculative": BenchResult.from_json(spec)}
     return {
-        "profile_k4": lambda: dd.decide(base, spec, 4, plain_step=_plain()),
-        "noprofile_k4": lambda: dd.decide(base, spec, 4),
-        "profile_k2": lambda: dd.decide(base, spec, 2, plain_step=_plain()),
-        "tolerance5_k4": lambda: dd.decide(base, spec, 4, plain_step=_plain(), tolerance=0.05),
-        "one_batch_k4": lambda: dd.decide(_one_batch(base), _one_batch(spec), 4, plain_step=_plain()),
+        "profile_k4": lambda: dd.decide(bench_record(base), bench_record(spec), 4, plain_step=_plain()),
+        "noprofile_k4": lambda: dd.decide(bench_record(base), bench_record(spec), 4),
+        "profile_k2": lambda: dd.decide(bench_record(base), bench_record(spec), 2, plain_step=_plain()),
+        "tolerance5_k4": lambda: dd.decide(bench_record(base), bench_record(spec), 4, plain_step=_plain(), tolerance=0.05),
+        "one_batch_k4": lambda: dd.decide(bench_record(_one_batch(base)), bench_record(_one_batch(spec)), 4, plain_step=_plain()),
         "no_files_k4": lambda: dd.decide(None, None, 4),
-        "demo_decision": lambda: demoreport.demo_decision({k: v for k, v in summary.items() if k != "decision"}, benches),
-        "slow_profile_k4": lambda: dd.decide(base, spec, 4, plain_step=lambda b: 1.0),
+        "demo_decision": lambda: demoreport.demo_decision(record(DemoSummary, {k: v for k, v in summary.items() if k != "decision"}),
+                                                          benches),
+        "slow_profile_k4": lambda: dd.decide(bench_record(base), bench_record(spec), 4, plain_step=lambda b: 1.0),
     }
 
 
@@ -100,7 +102,7 @@ def test_a_decision_round_trips(docs, golden):
 
 def test_the_records_carry_the_numbers(docs):
     base, spec, summary = docs
-    d = dd.decide(base, spec, summary["k"], plain_step=_plain())
+    d = dd.decide(bench_record(base), bench_record(spec), summary["k"], plain_step=_plain())
     row = d.rows[0]
     assert (row.workload, row.concurrency) == (summary["workloads"][0], summary["concurrencies"][0])
     assert row.measured.basis == "measured" and row.measured.lower <= row.measured.value <= row.measured.upper
@@ -121,7 +123,7 @@ def test_old_documents_read_and_render_as_before(docs):
     for name, doc in documents.items():
         rec = Decision.from_json(doc)
         want = rendered[name]
-        for d in (doc, rec):  # the formatters take the record or its parsed document
+        for d in (record(Decision, doc), rec):  # the parsed document, read at the test's edge, and the record
             assert dd.table_rows(d) == want["table_rows"], name
             assert demoreport.decision_section(d) == want["decision_section"], name
             buf = io.StringIO()
@@ -160,8 +162,8 @@ def test_the_demo_summary_holds_a_typed_decision_and_writes_it_unchanged(docs):
     assert _same(summary.to_json(), docs[2])
     # the demo stores demo_decision()'s record: the summary writes its JSON
     base, spec, _ = docs
-    made = demoreport.demo_decision({k: v for k, v in docs[2].items() if k != "decision"},
-                                    {"baseline": base, "speculative": spec})
+    made = demoreport.demo_decision(record(DemoSummary, {k: v for k, v in docs[2].items() if k != "decision"}),
+                                    {"baseline": bench_record(base), "speculative": bench_record(spec)})
     stored = dataclasses.replace(summary, decision=made)
     assert _same(stored.to_json()["decision"], made.to_json())
     assert _same(DemoSummary.from_json(json.loads(json.dumps(stored.to_json()))).to_json(), stored.to_json())
@@ -190,7 +192,7 @@ def test_a_damaged_decision_in_a_summary_is_one_line_naming_the_field(tmp_path, 
     with pytest.raises(DecisionRecordError, match=re.escape(field.removeprefix("decision "))):
         Decision.from_json(doc["decision"], "decision")
     with pytest.raises(DecisionRecordError):
-        dd.table_rows(doc["decision"])
+        dd.table_rows(record(Decision, doc["decision"]))
 
 
 #: Keys of the decision document that only its record module may spell as a subscript (not the

@@ -24,6 +24,7 @@ from specwatch.choosek.advise import WIDE_CONSOLE
 from specwatch.choosek.cli import advise
 from specwatch.demo.decisionrecords import Decision
 from specwatch.demo.report import ADVICE_FORMAT_KEY
+from records import bench_record
 
 DEMO = Path(__file__).resolve().parents[1] / "fixtures" / "demo"
 
@@ -63,7 +64,7 @@ def test_a_cell_whose_drafts_were_never_accepted_is_off(docs):
     base, spec, summary = docs
     assert all(b["spec_decode_accepted_tokens"] == 0 for b in spec["batches"]
                if (b["workload"], b["max_concurrency"]) == ("random-output", 1))
-    d = dd.decide(base, spec, summary["k"])
+    d = dd.decide(bench_record(base), bench_record(spec), summary["k"])
     row = _row(d, "random-output", 1)
     assert row.never_accepted and row.choice.k == 0 and row.choice.reason == "never_accepted"
     assert row.verdict == "loses" and dd.format_choice(row) == "off (no draft accepted)"
@@ -79,7 +80,7 @@ def test_physics_rules_over_a_ratio_that_says_pays(docs):
     base, spec, summary = docs
     spec = copy.deepcopy(spec)
     _scale(spec, "random-output", 1, 4.0)
-    row = _row(dd.decide(base, spec, summary["k"]), "random-output", 1)
+    row = _row(dd.decide(bench_record(base), bench_record(spec), summary["k"]), "random-output", 1)
     assert row.measured.verdict == "pays" and row.measured.lower > 1
     assert row.choice.k == 0 and row.choice.run == "off" and row.verdict == "loses"
     assert "no draft token was accepted" in row.note
@@ -95,7 +96,7 @@ def test_bases_that_disagree_are_said_and_measured_rules(docs):
     base, spec = copy.deepcopy(base), copy.deepcopy(spec)
     for doc in (base, spec):
         _keep_batches(doc, {1, 2})
-    d = dd.decide(base, spec, summary["k"])
+    d = dd.decide(bench_record(base), bench_record(spec), summary["k"])
     row = _row(d, "word-chain", 4)
     assert row.measured.verdict == "cannot_tell" and row.calibrated.verdict == "pays"
     assert row.disagreement is not None and row.disagreement.endswith("measured rules (both servers live)")
@@ -117,10 +118,10 @@ def test_a_lower_end_just_below_1_is_printed_at_the_precision_that_decided(docs)
     """The baseline's throughput at word-chain c = 4 scaled so that the measured lower end is
     0.9989: the table prints 0.999 (not "1.00", which reads "pays") and the verdict cannot tell."""
     base, spec, summary = docs
-    lower = _row(dd.decide(base, spec, summary["k"]), "word-chain", 4).measured.lower
+    lower = _row(dd.decide(bench_record(base), bench_record(spec), summary["k"]), "word-chain", 4).measured.lower
     base = copy.deepcopy(base)
     _scale(base, "word-chain", 4, lower / 0.9989)
-    d = dd.decide(base, spec, summary["k"])
+    d = dd.decide(bench_record(base), bench_record(spec), summary["k"])
     row = _row(d, "word-chain", 4)
     assert row.measured.lower == pytest.approx(0.9989, rel=1e-9) and row.measured.verdict == "cannot_tell"
     (table_row,) = [r for r in dd.table_rows(d) if r[:2] == ["word-chain", "4"]]
@@ -181,7 +182,7 @@ def test_advise_on_two_bench_files_prints_the_same_k_and_verdicts(demo_dir, tmp_
     assert r.exit_code == 0, r.output
     stored = Decision.from_json(docs[2]["decision"])
     assert _console_text(stored) in r.output  # k from the bench file's cells, the shipped profile
-    assert dd.table_rows(json.loads(out.read_text())["decision"]) == dd.table_rows(stored)
+    assert dd.table_rows(Decision.from_json(json.loads(out.read_text())["decision"])) == dd.table_rows(stored)
 
 
 def _one_line_exit_2(r, *names):
@@ -233,13 +234,13 @@ def test_an_unpaired_comparison_only_when_asked_and_labelled(demo_dir):
     assert "compared UNPAIRED, as asked (--unpaired)" in r.output and "measured, unpaired" in r.output
     spec = json.loads(f.read_text())
     base = json.loads((demo_dir / "bench-baseline.json").read_text())
-    d = dd.decide(base, spec, 4, unpaired=True)
+    d = dd.decide(bench_record(base), bench_record(spec), 4, unpaired=True)
     for row in d.rows:
         assert row.measured.paired is False and row.calibrated is None and "not paired (seed 0 vs 1)" in row.note
         # unpaired: the throughput estimates of both cells on the log scale, their ratio
         assert row.measured.value > 0 and row.measured.lower > 0
     # without --unpaired, decide() gives such a row no k
-    plain = dd.decide(base, spec, 4)
+    plain = dd.decide(bench_record(base), bench_record(spec), 4)
     assert all(r.choice.k is None and dd.format_choice(r) == "withheld: not paired" for r in plain.rows)
 
 
@@ -250,7 +251,7 @@ def test_advise_refuses_a_demo_folder_with_another_source(demo_dir):
 
 def test_pairing_of_the_real_run_is_complete(docs):
     base, spec, _ = docs
-    assert dd.pairing(base, spec) == {}
+    assert dd.pairing(bench_record(base), bench_record(spec)) == {}
     # paired batch by batch: the same prompts (input tokens) and counts in every batch of every cell
     for b, s in zip(sorted(base["batches"], key=lambda x: (x["workload"], x["max_concurrency"], x["batch_index"])),
                     sorted(spec["batches"], key=lambda x: (x["workload"], x["max_concurrency"], x["batch_index"])),
@@ -311,7 +312,7 @@ def test_a_positive_bound_never_prints_as_zero(docs):
     (three batches scatter widely there, and the comparison is unpaired); it prints as 1.6e-07, not
     "0.00" (an interval must read positive)."""
     base, spec, summary = docs
-    row = _row(dd.decide(base, spec, summary["k"]), "word-chain", 1)
+    row = _row(dd.decide(bench_record(base), bench_record(spec), summary["k"]), "word-chain", 1)
     lower = row.pick["versus_runner_up"]["lower"]
     assert 0 < lower < 0.005
     assert "[0.00–" not in row.confidence and f"[{dd.format_ratio(lower)}–" in row.confidence
@@ -372,8 +373,8 @@ def test_a_cost_line_through_two_workloads_gives_no_paired_certainty(docs):
         d["summary"] = [c for c in d["summary"] if c["workload"] in keep]
         return d
 
-    two = dd.decide(only(base, {"copy", "word-chain"}), only(spec, {"copy", "word-chain"}), summary["k"])
-    three = dd.decide(base, spec, summary["k"])
+    two = dd.decide(bench_record(only(base, {"copy", "word-chain"})), bench_record(only(spec, {"copy", "word-chain"})), summary["k"])
+    three = dd.decide(bench_record(base), bench_record(spec), summary["k"])
     checked = 0
     for row in two.rows:
         vs = row.pick["versus_runner_up"] if row.pick else None

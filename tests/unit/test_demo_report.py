@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from specwatch.demo.report import demo_measurements, is_demo_summary_file, load_demo, render_demo_report, write_demo_report
+from specwatch.demo.records import DemoSummary
+from specwatch.demo.report import demo_measurements, is_demo_summary_file, render_demo_report, write_demo_report
+from records import demo_documents, record
 from specwatch.choosek.cli import report
 from reportcheck import (CHROMIUM, check_decision_table_first,
                          check_latency_charts_are_the_result_files, check_report_opens_in_chromium)
@@ -54,9 +56,9 @@ def reported_demo_dir(demo_dir, demo_report_bytes) -> Path:
 def test_report_of_a_real_demo_result(demo_dir):
     import matplotlib.image as mpimg
 
-    summary, benches = load_demo(demo_dir)
+    summary, benches = demo_documents(demo_dir)
     assert set(benches) == {"baseline", "speculative"}
-    html = render_demo_report(summary, benches)
+    html = render_demo_report(record(DemoSummary, summary), benches)
     images = pngs(html)
     assert len(images) == IMAGES == len(re.findall(r"<img ", html))
     assert not re.search(r'(src|href)="(https?:)?//', html), "the report must not fetch anything"
@@ -74,7 +76,7 @@ def test_report_of_a_real_demo_result(demo_dir):
         assert f"{r * 100:.1f} %" in html and f"{curve['expected_acceptance_length_by_k'][str(i + 1)]:.2f}" in html
     assert f"mean acceptance length {curve['mean_acceptance_length']:.2f}" in html
     # one measurement per (role, workload, concurrency) cell of the bench files
-    ms = demo_measurements(summary, benches)
+    ms = demo_measurements(record(DemoSummary, summary), benches)
     assert {(m.config, m.workload) for m in ms} == {(role, rec.workload) for role, doc in benches.items()
                                                   for rec in doc.cells}
 
@@ -84,20 +86,20 @@ def test_equivalence_section_says_it_is_measured_and_shows_the_first_differing_t
     says that vLLM documents floating-point differences under batched verification, that the count
     is this run's, and shows each differing prompt's first differing token. The real demo result
     (12/12) with one prompt changed as the fresh-clone run saw it (word-chain-7 from character 54)."""
-    summary, benches = load_demo(demo_dir)
+    summary, benches = demo_documents(demo_dir)
     eq = summary["equivalence"]
     p = next(x for x in eq["prompts"] if x["name"] == "word-chain-7")
     p.update(identical=False, first_difference=54,
              first_differing_token={"index": 12, "baseline": " lantern", "speculative": " harbor", "source": "tokenizer"})
     eq["matched"] = 11
-    html = render_demo_report(summary, benches)
+    html = render_demo_report(record(DemoSummary, summary), benches)
     assert "<b>11/12</b>" in html and "speculation changed some outputs" not in html
     assert "batched verification" in html and "can change floating-point results" in html
     assert "this run measured" in html
     assert "&#39; lantern&#39; → &#39; harbor&#39; (token 12)" in html, html[html.index("equivalence"):][:3000]
     # an older result file without the field still renders (empty cell)
     del p["first_differing_token"]
-    assert "<b>11/12</b>" in render_demo_report(summary, benches)
+    assert "<b>11/12</b>" in render_demo_report(record(DemoSummary, summary), benches)
 
 
 def _capture_figures(monkeypatch) -> list:
@@ -125,9 +127,9 @@ def test_charts_fit_the_page_unscaled_and_no_legend_covers_a_plot(demo_dir, monk
     from specwatch.choosek.charts import plot_metric_vs_concurrency
 
     figs = _capture_figures(monkeypatch)
-    summary, benches = load_demo(demo_dir)
-    render_demo_report(summary, benches)
-    ms = demo_measurements(summary, benches)
+    summary, benches = demo_documents(demo_dir)
+    render_demo_report(record(DemoSummary, summary), benches)
+    ms = demo_measurements(record(DemoSummary, summary), benches)
     plot_metric_vs_concurrency(ms, "output_throughput", "tok/s", "Output throughput")
     # the README's demo has six workloads at two concurrencies: the same cells under six names
     six = [dataclasses.replace(m, workload=f"{m.workload}-{i}") for i in range(6) for m in ms]

@@ -11,7 +11,8 @@ from click.testing import CliRunner
 
 from specwatch.choosek.drafterstudy import acceptance_by_drafter, drafter_labels, family_labels, pick_drafters, study_markdown, study_rows
 from specwatch.choosek.model import Advice, Measurement, Recommendation
-from specwatch.choosek.resultfile import load_result, measurements
+from specwatch.choosek.resultfile import measurements
+from records import sweep_document, sweep_record
 from specwatch.specdecode.decision import Candidate, decide
 from specwatch.choosek.sweep import build_configs
 
@@ -95,11 +96,11 @@ def test_sweep_advise_report_with_two_drafters_on_the_stub(tmp_path, drafter_stu
                                    "--output-len", "8", "--num-batches", "1", "--server-command", drafter_stub,
                                    "--no-lock", "--no-progress"])
     assert r.exit_code == 0, r.output
-    doc = load_result(out)
-    labels = drafter_labels(doc)
+    doc = sweep_document(out)
+    labels = drafter_labels(sweep_record(doc))
     assert sorted(set(labels.values())) == ["close-model", "far-model"] and len(labels) == 4
     assert {c["speculative_config"]["model"] for c in doc["configs"] if c["name"] in labels} == {"org/close-model", "org/far-model"}
-    acc = acceptance_by_drafter(measurements(doc), labels)
+    acc = acceptance_by_drafter(measurements(sweep_record(doc)), labels)
     assert acc["close-model"][2] > acc["far-model"][2]  # the stub accepts more of close's drafts
 
     adv = tmp_path / "a.json"
@@ -107,7 +108,7 @@ def test_sweep_advise_report_with_two_drafters_on_the_stub(tmp_path, drafter_stu
     assert r.exit_code == 0, r.output
     assert "Drafter and k per concurrency" in r.output and "drafter close-model" in r.output
     a = json.loads(adv.read_text())
-    assert len(a["families"]) == 2 and set(family_labels(doc).values()) == {"close-model", "far-model"}
+    assert len(a["families"]) == 2 and set(family_labels(sweep_record(doc)).values()) == {"close-model", "far-model"}
     picks = [p for p in a["drafter_picks"] if p["workload"] == "*"]
     assert sorted(p["concurrency"] for p in picks) == [1, 2]
     for p in picks:
@@ -143,7 +144,7 @@ def test_advise_and_report_on_the_real_drafter_study():
     from specwatch.choosek.advise import advise_sweep
     from specwatch.choosek.report import render_report
 
-    doc = load_result(STUDY)
+    doc = sweep_record(sweep_document(STUDY))
     ms = measurements(doc)
     labels = drafter_labels(doc)
     assert sorted(set(labels.values())) == ["close", "far"] and len(ms) == 36

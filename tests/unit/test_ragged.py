@@ -17,6 +17,7 @@ from specwatch.bench import perrequest
 from specwatch.choosek import variablewidth as vw
 from specwatch.specdecode.metrics import parse_metrics
 from specwatch.specdecode.ragged import EXACT, LOWER_BOUND, classify, draft_width, tolerance
+from records import sweep_record
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 METRICS = FIXTURES / "metrics"
@@ -411,11 +412,11 @@ def test_report_section_shows_counter_and_exact_curves_side_by_side():
            "spec_decode_per_request": perrequest.summarize(*perrequest.collect([(None, {"index": 0})]))}
     doc = {"cells": [{"config": "dyn", "k": 3, "workload": "copy", "max_concurrency": 4, "summary": summary},
                      {"config": "old", "k": 3, "workload": "copy", "max_concurrency": 4, "summary": old}]}
-    page = exactcurves.render_html(doc)
+    page = exactcurves.render_html(sweep_record(doc))
     assert "1.00 / 0.00 / 0.00" in page and "lower_bound" in page  # counters, ragged
     assert "1.00 / 1.00 / 1.00" in page and "E(3)=4.00" in page    # exact per request
     assert "1: 382" in page and "server did not return per-request metrics" in page
-    assert exactcurves.render_html({"cells": []}) == ""
+    assert exactcurves.render_html(sweep_record({"cells": []})) == ""
 
 
 def test_a_ragged_cell_is_not_taken_as_the_measured_length_at_k():
@@ -590,7 +591,7 @@ def test_report_section_shows_conditional_rates_sample_sizes_and_readable_proble
                       "summary": {"spec_decode_per_position_acceptance_rates": [1.0, 0.005, 0.005],
                                   "spec_decode_curve_basis": "lower_bound", "spec_decode_per_request": s}}
                      for i, s in enumerate((pr, clean, trunc))]}
-    page = exactcurves.render_html(doc)
+    page = exactcurves.render_html(sweep_record(doc))
     d = pr["drafted_steps_per_position"]
     assert d[0] > d[1] == d[2] > 0
     assert " / ".join(str(n) for n in d) in page and "steps drafting position j" in page
@@ -659,5 +660,5 @@ def test_a_dynamic_table_config_in_a_sweep_marks_its_runs_variable_width():
                "method": "ngram", "num_speculative_tokens": 3, "num_speculative_tokens_per_batch_size": [[1, 1, 3], [2, 8, 1]]}},
                {"name": "ngram-k3", "k": 3, "family": "", "speculative_config": {"method": "ngram", "num_speculative_tokens": 3}}],
            "cells": [cell("dyn", 3), cell("ngram-k3", 3)]}
-    by = {m.config: m for m in measurements(doc)}
+    by = {m.config: m for m in measurements(sweep_record(doc))}
     assert by["dyn"].variable_width and not by["ngram-k3"].variable_width

@@ -22,6 +22,7 @@ from specwatch.choosek.charts import BASELINE_COLOR, config_colors
 from specwatch.choosek.report import render_report
 from specwatch.choosek.cli import report
 from specwatch.specdecode.metrics import SpecDecodeCounters
+from records import sweep_record
 from reportcheck import CHROME_FLAGS, CHROMIUM, chromium_image_sizes
 
 
@@ -50,7 +51,7 @@ def sweep_doc() -> dict:
 @pytest.fixture(scope="module")
 def sweep_report() -> str:
     """``render_report(sweep_doc)`` of the unchanged document, rendered once for the module."""
-    return render_report(make_sweep_doc())
+    return render_report(sweep_record(make_sweep_doc()))
 
 
 def make_sweep_doc() -> dict:
@@ -102,7 +103,7 @@ def test_baseline_is_black_and_configs_are_distinct():
 def test_report_of_an_empty_sweep(sweep_doc):
     sweep_doc["cells"] = []
     sweep_doc["status"] = "running"
-    html = render_report(sweep_doc)
+    html = render_report(sweep_record(sweep_doc))
     assert "No finished cell yet" in html and "</html>" in html
 
 
@@ -304,7 +305,7 @@ def test_advise_and_report_name_the_cells_left_out_for_failed_requests(tmp_path,
     fam = doc["families"][0]
     assert not any(p["k"] == 2 and p["workload"] == "copy" and p["concurrency"] == 4 and p["measured"] is not None
                    for p in fam["throughput_predictions"])
-    html = render_report(json.loads(src.read_text()))
+    html = render_report(sweep_record(json.loads(src.read_text())))
     assert "Left out: 1 cell(s)" in html and "ngram-k2/copy/c=4" in html
 
 
@@ -371,7 +372,7 @@ def test_charts_skip_lower_bound_cells_and_label_the_curve_basis(sweep_doc):
     exact_pr = {"status": "measured", "per_position_acceptance_rates": list(iid_curve(0.8, 8))}
     sweep_doc["configs"].append({"name": "ngram-k8", "k": 8, "speculative_config": {"method": "ngram", "num_speculative_tokens": 8}})
     sweep_doc["cells"] += [ragged_cell("copy", 4), ragged_cell("explain", 4, exact_pr), ragged_cell("short", 4)]
-    ms = measurements(sweep_doc)
+    ms = measurements(sweep_record(sweep_doc))
     src = largest_k_runs(ms)
     assert (src[("copy", 4)].k, src[("copy", 4)].curve_basis) == (4, "exact")
     assert (src[("explain", 4)].k, src[("explain", 4)].curve_basis) == (8, "exact_per_request")
@@ -384,5 +385,5 @@ def test_charts_skip_lower_bound_cells_and_label_the_curve_basis(sweep_doc):
     assert "exact, per-request data" in series[("explain", 4)]["label"]
     assert series[("short", 4)]["lower_bound"] and "lower bound from k=8" in series[("short", 4)]["label"]
     assert "ragged drafts" in series[("short", 4)]["label"]
-    html = render_report(sweep_doc)
+    html = render_report(sweep_record(sweep_doc))
     assert len(pngs(html)) == 6

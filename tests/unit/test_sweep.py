@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from specwatch.choosek.resultfile import SweepError, load_result, measurements
+from specwatch.choosek.resultfile import SweepError, measurements
+from records import sweep_document, sweep_record
 from specwatch.choosek.sweep import SweepPlan, build_configs, kv_capacity, render_command, run_sweep
 
 from sweep_stub import starts
@@ -35,7 +36,7 @@ def test_sweep_runs_every_cell_and_records_servers(tmp_path, stub):
     out = tmp_path / "sweep.json"
     doc = run_sweep(plan(), out, template=template, lock=False, progress=False, echo=lambda *a, **k: None)
     assert doc["status"] == "complete"
-    saved = load_result(out)
+    saved = sweep_document(out)
     assert saved["status"] == "complete"
     keys = sorted((c["config"], c["workload"], c["max_concurrency"]) for c in saved["cells"])
     assert keys == sorted((cfg, wl, c) for cfg in ("baseline", "ngram-k2", "ngram-k4")
@@ -45,7 +46,7 @@ def test_sweep_runs_every_cell_and_records_servers(tmp_path, stub):
     assert servers["baseline"]["kv_cache_tokens"] == 16000
     assert servers["ngram-k4"]["kv_cache_tokens"] == (1000 - 40) * 16
     assert all(s["startup_seconds"] > 0 for s in servers.values())
-    ms = {(m.config, m.workload, m.concurrency): m for m in measurements(saved)}
+    ms = {(m.config, m.workload, m.concurrency): m for m in measurements(sweep_record(saved))}
     k4 = ms[("ngram-k4", "copy", 2)]
     assert k4.k == 4 and len(k4.position_rates) == 4 and k4.acceptance_length > 1
     assert ms[("baseline", "copy", 1)].acceptance_length is None
@@ -67,7 +68,7 @@ def test_interrupted_sweep_resumes_where_it_stopped(tmp_path, stub):
 
     with pytest.raises(KeyboardInterrupt):
         run_sweep(plan(), out, template=template, lock=False, progress=False, echo=interrupt_after_third_cell)
-    partial = load_result(out)
+    partial = sweep_document(out)
     assert partial["status"] == "interrupted"
     assert len(partial["cells"]) == 6
     done_before = {(c["config"], c["workload"], c["max_concurrency"]): c["finished_at"] for c in partial["cells"]}
@@ -109,7 +110,7 @@ def test_server_that_dies_is_reported_with_its_log(tmp_path):
     with pytest.raises(SweepError, match="boom from the server"):
         run_sweep(plan(ks=(2,), workloads=("copy",), concs=(1,)), out, template=template, lock=False,
                   progress=False, echo=lambda *a, **k: None, startup_timeout=30)
-    assert load_result(out)["status"] == "failed"
+    assert sweep_document(out)["status"] == "failed"
 
 
 def test_render_command_quotes_the_config():
@@ -279,7 +280,7 @@ def test_cli_reads_the_api_key_from_openai_api_key_and_writes_it_nowhere(tmp_pat
     # the stub requires the key: without it every request fails (401)
     r = CliRunner().invoke(sweep, args, env={"OPENAI_API_KEY": secret, "SPECWATCH_API_KEY": None})
     assert r.exit_code == 0, r.output
-    doc = load_result(out)
+    doc = sweep_document(out)
     assert doc["cells"][0]["summary"]["completed"] > 0 and not doc["cells"][0]["summary"].get("failed")
     assert secret not in r.output
     for f in tmp_path.rglob("*"):
@@ -298,7 +299,7 @@ def test_paired_sweep_keeps_the_baseline_up_and_alternates_rounds(tmp_path, stub
                     progress=False, echo=lambda m, **_: msgs.append(m))
     assert doc["status"] == "complete"
     assert starts(log) == [0, 2, 4]  # the baseline started once, each speculative server beside it
-    saved = load_result(out)
+    saved = sweep_document(out)
     cells = {(c["config"], c["workload"], c["max_concurrency"]): c for c in saved["cells"]}
     assert len(cells) == 6
     for c in (1, 2):
@@ -316,13 +317,13 @@ def test_paired_sweep_keeps_the_baseline_up_and_alternates_rounds(tmp_path, stub
             [b["started_at"] for b in cells[("ngram-k2", "copy", c)]["baseline_batches"]]
     assert any("(paired, 1 batch: no interval)" in m for m in msgs)
     # the rows of the sequential path still read: measurements of every configuration
-    ms = {(m.config, m.workload, m.concurrency) for m in measurements(saved)}
+    ms = {(m.config, m.workload, m.concurrency) for m in measurements(sweep_record(saved))}
     assert ("ngram-k4", "copy", 2) in ms and ("baseline", "copy", 1) in ms
     # ngram-k4 pairs with the baseline batches measured beside it, not with the baseline's cell
     # (those were served beside ngram-k2)
     import math
     from specwatch.choosek.model import paired_logs
-    by = {(m.config, m.workload, m.concurrency): m for m in measurements(saved)}
+    by = {(m.config, m.workload, m.concurrency): m for m in measurements(sweep_record(saved))}
     k4, base = by[("ngram-k4", "copy", 2)], by[("baseline", "copy", 2)]
     logs, unpaired = paired_logs(k4, base)
     beside = {b["batch_index"]: b["output_throughput"] for b in cells[("ngram-k4", "copy", 2)]["baseline_batches"]
@@ -344,7 +345,7 @@ def test_paired_sweep_resumes_only_the_missing_cells(tmp_path, stub):
     with pytest.raises(KeyboardInterrupt):
         run_sweep(plan(workloads=("copy",), concs=(1, 2), paired=True), out, template=template, lock=False,
                   progress=False, echo=stop_after_two_paired_cells)
-    partial = load_result(out)
+    partial = sweep_document(out)
     assert partial["status"] == "interrupted"
     kept = {(c["config"], c["max_concurrency"]): c["finished_at"] for c in partial["cells"]}
     assert set(kept) == {("baseline", 1), ("baseline", 2), ("ngram-k2", 1), ("ngram-k2", 2)}
@@ -369,7 +370,7 @@ def test_paired_sweep_says_to_run_sequential_when_the_second_server_cannot_start
                       port=busy.getsockname()[1], lock=False, progress=False, echo=lambda *a, **k: None)
     assert "could not start beside the baseline" in err.value.message and "--sequential" in err.value.message
     assert starts(log) == [0]  # the baseline started, and was stopped
-    assert load_result(out)["status"] == "failed"
+    assert sweep_document(out)["status"] == "failed"
 
 
 def test_the_advice_says_how_the_sweep_measured(tmp_path, stub):

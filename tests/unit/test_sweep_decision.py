@@ -24,7 +24,7 @@ from specwatch.choosek.calibrate import profile_from_sweep
 from specwatch.choosek.cli import advise as advise_cmd
 from specwatch.choosek.cli import calibrate as calibrate_cmd
 from specwatch.choosek.report import render_report
-from specwatch.choosek.resultfile import load_result
+from records import sweep_document, sweep_record
 
 SWEEPS = Path(__file__).parents[1] / "fixtures" / "sweeps"
 DRAFT = SWEEPS / "embedded-ngram-draft-sweep.json"
@@ -33,7 +33,7 @@ TABLE_NAME = "table [[1,2,4],[3,1024,1]]"
 
 
 def _family(doc, word: str = "ngram"):
-    (a,) = [x for x in advise_sweep(doc) if word in x.family]
+    (a,) = [x for x in advise_sweep(sweep_record(doc)) if word in x.family]
     return a, {(r.workload, r.concurrency): r for r in a.recommendations}
 
 
@@ -53,7 +53,7 @@ def _intervals(text: str) -> list[tuple[float, float]]:
 # ------------------------------------------------------------------------------- the project's CPU fixture
 @pytest.fixture(scope="module")
 def draft_doc():
-    return load_result(DRAFT)
+    return sweep_document(DRAFT)
 
 
 @pytest.mark.parametrize("c", [2, 4, 8])
@@ -92,7 +92,7 @@ def test_every_printed_interval_is_positive(draft_doc, tmp_path):
                 assert f"  c={row['concurrency']}: {row['config']} ({p['text']})" in r.output
             for x in (p, p["versus_runner_up"] or {}):
                 assert x.get("lower") is None or x["lower"] > 0
-    html = render_report(draft_doc)
+    html = render_report(sweep_record(draft_doc))
     assert all(0 < lo <= hi for lo, hi in _intervals(html))
 
 
@@ -160,7 +160,7 @@ def test_a_composed_table_is_a_candidate_to_measure_never_the_answer(draft_doc, 
 # ------------------------------------------------------------------------------- a real fixed k and table sweep
 @pytest.fixture(scope="module")
 def table_doc():
-    return load_result(TABLE)
+    return sweep_document(TABLE)
 
 
 def test_the_table_sweep_is_what_it_says(table_doc):
@@ -225,7 +225,7 @@ def test_a_measured_table_that_beats_the_fixed_k_everywhere_is_the_answer(table_
 
 def test_calibrate_leaves_the_table_out_with_one_line(table_doc, tmp_path):
     notes: list[str] = []
-    prof = profile_from_sweep(table_doc, name="t", source_path=str(TABLE), notes=notes)
+    prof = profile_from_sweep(sweep_record(table_doc), name="t", source_path=str(TABLE), notes=notes)
     assert len(notes) == 1 and notes[0].startswith("ngram-k4-2: left out: a dynamic table ([[1,2,4],[3,1024,1]])")
     (curve,) = prof.speculative
     assert (curve.method, curve.k) == ("ngram", 4)
@@ -239,7 +239,7 @@ def test_calibrate_leaves_the_table_out_with_one_line(table_doc, tmp_path):
 
 
 def test_report_shows_both_configurations(table_doc):
-    html = render_report(table_doc)
+    html = render_report(sweep_record(table_doc))
     for wl in ("copy", "random-output"):
         for c in (1, 4):
             assert re.search(rf"<td>{wl}</td><td>{c}</td><td>ngram-k4 \(k=4\)</td>", html), (wl, c)
@@ -252,7 +252,7 @@ def test_curves_and_measured_lengths_come_from_the_fixed_k_not_the_table(table_d
     from specwatch.choosek.charts import expected_length_series, largest_k_runs
     from specwatch.choosek.resultfile import measurements
 
-    ms = measurements(table_doc)
+    ms = measurements(sweep_record(table_doc))
     # the table listed first: a tie in basis and k must still go to the fixed k
     ms = sorted(ms, key=lambda m: not m.variable_width)
     runs = largest_k_runs(ms)
@@ -270,7 +270,7 @@ def test_curves_and_measured_lengths_come_from_the_fixed_k_not_the_table(table_d
 def test_what_ifs_are_candidates_with_their_basis_and_physics(draft_doc):
     """--candidates all: the what-if k′ (k = 1, 3 for ngram) are candidates, basis calibrated, with
     no per-batch ratios; where every measured k's drafts were never accepted, they cannot pay either."""
-    (a,) = [x for x in advise_sweep(draft_doc, candidates="all") if "ngram" in x.family]
+    (a,) = [x for x in advise_sweep(sweep_record(draft_doc), candidates="all") if "ngram" in x.family]
     recs = {(r.workload, r.concurrency): r for r in a.recommendations}
     for key in (("copy", 2), ("random-output", 1)):
         cands = {c.name: c for c in recs[key].pick.candidates}

@@ -25,7 +25,8 @@ import pytest
 from click.testing import CliRunner
 
 from specwatch.common.processes import free_port, stop_process_group
-from specwatch.choosek.resultfile import SweepError, failed_cells, load_result, measurements
+from specwatch.choosek.resultfile import SweepError, failed_cells, measurements
+from records import sweep_document, sweep_record
 from specwatch.choosek.sweep import SweepPlan, TemplateServer, build_configs, run_sweep
 from pids import alive
 from polling import wait_until
@@ -59,7 +60,7 @@ def test_busy_port_is_refused_before_any_server_starts(tmp_path, stub):
         with pytest.raises(SweepError, match=rf"baseline: cannot start a server on 127.0.0.1:{port}: .*in use.*--port"):
             run_sweep(plan(), out, template=template, port=port, echo=lambda *a, **k: None, **QUIET)
     assert starts(log) == []
-    assert load_result(out)["status"] == "failed"
+    assert sweep_document(out)["status"] == "failed"
 
 
 def test_server_that_exits_while_another_answers_on_its_port_is_an_error(tmp_path, stub, monkeypatch):
@@ -81,9 +82,9 @@ def test_server_that_exits_while_another_answers_on_its_port_is_an_error(tmp_pat
         dies = f"{shlex.quote(sys.executable)} -c 'import sys; sys.exit(5)' --port {{port}} {{spec_args}}"
         with pytest.raises(SweepError, match="exited with code 5"):
             run_sweep(plan(), out, template=dies, port=port, echo=lambda *a, **k: None, **QUIET)
-        doc = load_result(out)
+        doc = sweep_document(out)
         assert doc["status"] == "failed"
-        assert measurements(doc) == []
+        assert measurements(sweep_record(doc)) == []
     finally:
         stop_process_group(other, 5)
 
@@ -109,10 +110,10 @@ def test_server_killed_between_cells_stops_the_sweep_with_its_log(tmp_path, stub
     msg = str(info.value)
     assert msg.startswith("ngram-k2: the server exited with code -9 before copy c=2")
     assert str(tmp_path / "s-logs" / "ngram-k2.log") in msg
-    doc = load_result(out)
+    doc = sweep_document(out)
     assert doc["status"] == "failed"
     assert sorted(keys(doc)) == [("baseline", "copy", 1), ("baseline", "copy", 2), ("ngram-k2", "copy", 1)]
-    assert len(measurements(doc)) == 3 and failed_cells(doc) == []
+    assert len(measurements(sweep_record(doc))) == 3 and failed_cells(sweep_record(doc)) == []
 
 
 def test_server_dying_during_a_cell_keeps_it_as_failed_and_resume_measures_it_again(tmp_path, stub, monkeypatch):
@@ -124,19 +125,19 @@ def test_server_dying_during_a_cell_keeps_it_as_failed_and_resume_measures_it_ag
     with pytest.raises(SweepError, match=r"^baseline: the server exited with code 7 during copy c=2") as info:
         run_sweep(plan(concs=(1, 2)), out, template=template, echo=lambda m, **_: msgs.append(m), **QUIET)
     assert "baseline.log" in str(info.value)
-    doc = load_result(out)
+    doc = sweep_document(out)
     assert doc["status"] == "failed"
     bad = next(c for c in doc["cells"] if c["max_concurrency"] == 2)
     assert bad["server_exited"] == 7 and bad["summary"]["failed"] == 2  # data kept
-    assert failed_cells(doc) == ["baseline/copy/c=2: the server exited during the cell (code 7; 2 of 2 requests failed)"]
-    assert [(m.config, m.concurrency) for m in measurements(doc)] == [("baseline", 1)]
+    assert failed_cells(sweep_record(doc)) == ["baseline/copy/c=2: the server exited during the cell (code 7; 2 of 2 requests failed)"]
+    assert [(m.config, m.concurrency) for m in measurements(sweep_record(doc))] == [("baseline", 1)]
 
     monkeypatch.delenv("STUB_DIE_AFTER")
     doc = run_sweep(plan(concs=(1, 2)), out, template=template, echo=lambda m, **_: msgs.append(m), **QUIET)
     assert doc["status"] == "complete"
     assert starts(log) == [0, 0, 2]  # the baseline again, for its failed cell
     assert sorted(keys(doc)) == sorted(set(keys(doc)))  # the failed record was replaced
-    assert len(doc["cells"]) == 4 and failed_cells(doc) == [] and len(measurements(doc)) == 4
+    assert len(doc["cells"]) == 4 and failed_cells(sweep_record(doc)) == [] and len(measurements(sweep_record(doc))) == 4
     assert any("baseline: starting the server (1 cell to run)" in m for m in msgs)
 
 
@@ -147,9 +148,9 @@ def test_cells_with_failed_requests_are_kept_marked_and_rerun(tmp_path, stub, mo
     monkeypatch.setenv("STUB_ERROR_EVERY", "1")  # every request: HTTP 500
     doc = run_sweep(plan(), out, template=template, echo=lambda m, **_: msgs.append(m), **QUIET)
     assert doc["status"] == "incomplete"
-    assert load_result(out)["status"] == "incomplete"
-    assert failed_cells(doc) == ["baseline/copy/c=1: 1 of 1 requests failed", "ngram-k2/copy/c=1: 1 of 1 requests failed"]
-    assert measurements(doc) == []
+    assert sweep_document(out)["status"] == "incomplete"
+    assert failed_cells(sweep_record(doc)) == ["baseline/copy/c=1: 1 of 1 requests failed", "ngram-k2/copy/c=1: 1 of 1 requests failed"]
+    assert measurements(sweep_record(doc)) == []
     warnings = [m for m in msgs if "warning:" in m]
     assert len(warnings) == 2 and "1 of 1 requests failed" in warnings[0] and "injected failure" in warnings[0]
 
@@ -157,7 +158,7 @@ def test_cells_with_failed_requests_are_kept_marked_and_rerun(tmp_path, stub, mo
     doc = run_sweep(plan(), out, template=template, echo=lambda m, **_: msgs.append(m), **QUIET)
     assert doc["status"] == "complete"
     assert starts(log) == [0, 2, 0, 2]
-    assert len(doc["cells"]) == 2 and failed_cells(doc) == [] and len(measurements(doc)) == 2
+    assert len(doc["cells"]) == 2 and failed_cells(sweep_record(doc)) == [] and len(measurements(sweep_record(doc))) == 2
 
 
 def test_cli_exits_non_zero_when_cells_had_failed_requests(tmp_path, stub, monkeypatch):
@@ -181,8 +182,8 @@ def test_measurements_leave_out_failed_cells_of_an_old_file():
                         "failed": 8, "num_batches": 1}}
     good = {**cell, "config": "baseline", "k": 0, "summary": {**cell["summary"], "completed": 8, "failed": 0}}
     doc = {"specwatch_sweep_format": 1, "cells": [cell, good]}
-    assert [m.config for m in measurements(doc)] == ["baseline"]
-    assert failed_cells(doc) == ["ngram-k1/copy/c=2: 8 of 8 requests failed"]
+    assert [m.config for m in measurements(sweep_record(doc))] == ["baseline"]
+    assert failed_cells(sweep_record(doc)) == ["ngram-k1/copy/c=2: 8 of 8 requests failed"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -210,7 +211,7 @@ def test_resume_refuses_another_server_command(tmp_path, stub):
     out = tmp_path / "s.json"
     run_sweep(plan(), out, template=template, echo=lambda *a, **k: None, **QUIET)
     before = out.read_text()
-    assert "stub.py --port" in load_result(out)["server"]["command_template"]
+    assert "stub.py --port" in sweep_document(out)["server"]["command_template"]
     with pytest.raises(SweepError, match=r"was measured with --server-command .*this run uses --server-command"):
         run_sweep(plan(), out, template=template + " --api-key other", echo=lambda *a, **k: None, **QUIET)
     assert out.read_text() == before and starts(log) == [0, 2]
@@ -344,7 +345,7 @@ def test_missing_program_is_a_one_line_error(tmp_path):
         run_sweep(plan(), out, template="nonexistent-binary-xyz --port {port} {spec_args}",
                   echo=lambda *a, **k: None, **QUIET)
     assert str(info.value) == "baseline: --server-command: program 'nonexistent-binary-xyz' not found"
-    assert load_result(out)["status"] == "failed"
+    assert sweep_document(out)["status"] == "failed"
     r = CliRunner().invoke(sweep, ["--result-file", str(out), "--no-lock",
                                    "--server-command", "nonexistent-binary-xyz --port {port} {spec_args}"])
     assert r.exit_code == 2 and isinstance(r.exception, SystemExit), r.output
@@ -388,10 +389,10 @@ def test_hand_damaged_result_files_give_clean_errors(tmp_path, doc, what):
     f = tmp_path / "s.json"
     f.write_text(json.dumps(doc))
     with pytest.raises(SweepError, match="damaged sweep result") as info:
-        load_result(f)
+        sweep_document(f)
     assert what in str(info.value)
     with pytest.raises(SweepError, match="damaged sweep result"):
-        measurements(doc)
+        measurements(sweep_record(doc))
     for cmd, args in ((advise, [str(f)]), (report, [str(f), "-o", str(tmp_path / "r.html")]),
                       (sweep, ["--result-file", str(f), "--server-command", "true --port {port} {spec_args}", "--no-lock"])):
         r = CliRunner().invoke(cmd, args)
@@ -405,7 +406,7 @@ def test_non_utf8_result_file_is_a_clean_error(tmp_path):
     f = tmp_path / "s.json"
     f.write_bytes(b'{"specwatch_sweep_format": 1, "cells": [], "x": "\xff\xfe"}')
     with pytest.raises(SweepError, match="not UTF-8"):
-        load_result(f)
+        sweep_document(f)
     r = CliRunner().invoke(report, [str(f)])
     assert r.exit_code == 1 and isinstance(r.exception, SystemExit) and "not UTF-8" in r.output
 
@@ -466,11 +467,11 @@ def test_sharegpt_sweep_with_a_dataset(tmp_path, stub):
                                    "--dataset-path", str(data), "--concurrency", "1", "--output-len", "8",
                                    "--num-batches", "1", "--server-command", template, "--no-lock", "--no-progress"])
     assert r.exit_code == 0, r.output
-    doc = load_result(out)
+    doc = sweep_document(out)
     assert doc["settings"]["dataset_path"] == str(data)
     assert {(c["config"], c["workload"]) for c in doc["cells"]} == {
         (cfg, wl) for cfg in ("baseline", "ngram-k2") for wl in ("sharegpt", "copy")}
-    assert failed_cells(doc) == []
+    assert failed_cells(sweep_record(doc)) == []
 
 
 # --------------------------------------------------------------------------------------------
@@ -539,7 +540,7 @@ def test_a_first_attempt_that_measured_nothing_does_not_lock_the_file(tmp_path, 
     out = tmp_path / "s.json"
     with pytest.raises(SweepError):
         run_sweep(plan(), out, template="false --port {port} {spec_args}", echo=lambda *a, **k: None, **QUIET)
-    assert load_result(out)["status"] == "failed" and load_result(out)["cells"] == []
+    assert sweep_document(out)["status"] == "failed" and sweep_document(out)["cells"] == []
     doc = run_sweep(plan(), out, template=template, echo=lambda *a, **k: None, **QUIET)
     assert doc["status"] == "complete" and len(doc["cells"]) == 2
     assert "stub.py" in doc["server"]["command_template"]
@@ -614,7 +615,7 @@ def test_sigterm_or_sighup_stops_the_sweep_and_its_server(tmp_path, stub, sig):
     if alive(server_pid):
         os.kill(server_pid, signal.SIGKILL)
         raise AssertionError(f"the sweep left its server running after {sig.name}")
-    assert load_result(out)["status"] == "interrupted"
+    assert sweep_document(out)["status"] == "interrupted"
 
 
 def test_repeated_k_and_concurrency_are_measured_once(tmp_path, stub):
@@ -626,7 +627,7 @@ def test_repeated_k_and_concurrency_are_measured_once(tmp_path, stub):
                                    "--output-len", "8", "--num-batches", "1", "--server-command", template,
                                    "--no-lock", "--no-progress"])
     assert r.exit_code == 0, r.output
-    doc = load_result(out)
+    doc = sweep_document(out)
     assert [c["name"] for c in doc["configs"]] == ["baseline", "ngram-k2"]
     assert sorted(keys(doc)) == [("baseline", "copy", 1), ("ngram-k2", "copy", 1)]
     assert starts(log) == [0, 2]

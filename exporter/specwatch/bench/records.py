@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 from specwatch.bench.perrequest import format_problems
 from specwatch.common.records import (Anything, Bool, Int, JsonRecord, ListOf, Num, Obj, Percent, Rec, RecordError, Str, jfield,
-                                      read_document, read_json_file, record_field)
+                                      read_document, read_json_file)
 
 FORMAT = 1
 #: Formats this reader accepts.
@@ -51,8 +51,6 @@ class ThroughputInterval(JsonRecord):
     low: float | None = jfield("low", _NUM)
     high: float | None = jfield("high", _NUM)
     relative_half_width: float | None = jfield("relative_half_width", _NUM)
-    extra: Mapping[str, Any] = record_field(default_factory=dict)
-    keys: tuple[str, ...] | None = record_field(default=None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,8 +75,6 @@ class PerRequest(JsonRecord):
     draft_length_histogram: Mapping[str, Any] | None = jfield("draft_length_histogram", _OBJ)
     num_outliers: int | None = jfield("num_outliers", Int())
     outliers: tuple[Any, ...] | None = jfield("outliers", ListOf(_ANY))
-    extra: Mapping[str, Any] = record_field(default_factory=dict)
-    keys: tuple[str, ...] | None = record_field(default=None)
 
     #: What a batch keeps of its per-request summary (the cell keeps all of it).
     BATCH_KEYS: ClassVar[tuple[str, ...]] = ("status", "requests", "problems")
@@ -173,8 +169,6 @@ class _Measured(JsonRecord):
     server_request_steps: float | None = jfield("server_request_steps", _NUM)
     server_itl_sum_seconds: float | None = jfield("server_itl_sum_seconds", _NUM)
     per_request: PerRequest | None = jfield("spec_decode_per_request", Rec(PerRequest))
-    extra: Mapping[str, Any] = record_field(default_factory=dict)
-    keys: tuple[str, ...] | None = record_field(default=None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -184,8 +178,6 @@ class BatchError(JsonRecord):
     #: The request's index in its batch.
     index: int | None = jfield("index", Int())
     error: str | None = jfield("error", _STR)
-    extra: Mapping[str, Any] = record_field(default_factory=dict)
-    keys: tuple[str, ...] | None = record_field(default=None)
 
 
 def _order(base: Sequence[str], after: Mapping[str, Sequence[str]], end: Sequence[str] = ()) -> tuple[str, ...]:
@@ -267,8 +259,6 @@ class ComparisonRow(JsonRecord):
     acceptance_length: float | None = jfield("spec_decode_acceptance_length", _NUM)
     baseline_failed: float | None = jfield("baseline_failed", _NUM)
     speculative_failed: float | None = jfield("speculative_failed", _NUM)
-    extra: Mapping[str, Any] = record_field(default_factory=dict)
-    keys: tuple[str, ...] | None = record_field(default=None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -285,8 +275,6 @@ class EquivalencePrompt(JsonRecord):
     error: str | None = jfield("error", _STR)
     #: ``{"index", "baseline", "speculative", "source"}`` (:mod:`specwatch.bench.equivalence`), verbatim.
     first_differing_token: Mapping[str, Any] | None = jfield("first_differing_token", _OBJ)
-    extra: Mapping[str, Any] = record_field(default_factory=dict)
-    keys: tuple[str, ...] | None = record_field(default=None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -299,18 +287,11 @@ class Equivalence(JsonRecord):
     total: int | None = jfield("total", Int())
     prompts: tuple[EquivalencePrompt, ...] = jfield("prompts", ListOf(Rec(EquivalencePrompt)), default=())
     output_len: int | None = jfield("output_len", Int(), omit_none=True)
-    extra: Mapping[str, Any] = record_field(default_factory=dict)
-    keys: tuple[str, ...] | None = record_field(default=None)
 
     @classmethod
     def from_json(cls, data: Any, where: str | None = None) -> Equivalence:
         """The record of :func:`specwatch.bench.equivalence.compare_outputs`'s document (its key order kept)."""
         return read_document(cls, data, where, "greedy-output check", BenchRecordError)
-
-    @classmethod
-    def coerce(cls, doc: Equivalence | Mapping[str, Any] | None) -> Equivalence | None:
-        """``doc`` as a record (None stays None)."""
-        return doc if doc is None or isinstance(doc, Equivalence) else cls.from_json(doc)
 
     @property
     def ran(self) -> bool:
@@ -334,8 +315,6 @@ class BenchResult(JsonRecord):
     comparison: tuple[ComparisonRow, ...] | None = jfield("comparison", ListOf(Rec(ComparisonRow)))
     #: The greedy-output check (None when it did not run).
     equivalence: Equivalence | None = jfield("equivalence", Rec(Equivalence))
-    extra: Mapping[str, Any] = record_field(default_factory=dict)
-    keys: tuple[str, ...] | None = record_field(default=None)
 
     @classmethod
     def from_json(cls, data: Any, where: str | None = None) -> BenchResult:
@@ -369,12 +348,6 @@ class BenchResult(JsonRecord):
             out.setdefault((b.workload, int(b.max_concurrency)), {})[int(b.batch_index or 0)] = b
         return out
 
-    @classmethod
-    def coerce(cls, doc: BenchResult | Mapping[str, Any] | None, where: str | None = None) -> BenchResult | None:
-        """``doc`` as a record: a record as it is, a parsed document read with :meth:`from_json`."""
-        if doc is None or isinstance(doc, BenchResult):
-            return doc
-        return cls.from_json(doc, where)
 
 
 def finite_or_none(o: Any) -> Any:

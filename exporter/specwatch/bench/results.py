@@ -371,11 +371,14 @@ class ResultWriter:
     def write(self, batches: Sequence[BatchResult], status: str, equivalence: dict[str, Any] | None = None,
               started_at: str | None = None, error: str | None = None) -> None:
         """Rewrite both files. ``status``: "running" | "complete" | "interrupted" | "failed";
-        ``error``: why a "failed" run stopped (None otherwise). Raises OSError if unwritable."""
+        ``error``: why a "failed" run stopped (None otherwise); ``equivalence``: the greedy-output
+        check's document (:func:`specwatch.bench.equivalence.compare_outputs`, read into its record
+        here). Raises OSError if unwritable."""
         cells = summarize(batches)
         doc = BenchResult(status=status, error=error, started_at=started_at, config=self.config,
                           batches=tuple(b.to_record() for b in batches), cells=tuple(c.to_record() for c in cells),
-                          comparison=tuple(compare(cells)), equivalence=Equivalence.coerce(equivalence))
+                          comparison=tuple(compare(cells)),
+                          equivalence=None if equivalence is None else Equivalence.from_json(equivalence))
         atomic_write_text(self.json_path, json.dumps(finite_or_none(doc.to_json()), indent=1, default=_json_default) + "\n")
         if self.csv_path is not None:
             atomic_write_text(self.csv_path, csv_text([csv_row(r, b.per_request()) for b, r in zip(batches, doc.batches, strict=True)]))
@@ -399,7 +402,7 @@ _NO_EXACT = {"not_offered": "not returned by the server",
              "no_drafts": "no verify step with draft tokens"}
 
 
-def render_tables(batches: Sequence[BatchResult], equivalence: Equivalence | dict[str, Any] | None = None) -> list[Any]:
+def render_tables(batches: Sequence[BatchResult], equivalence: Equivalence | None = None) -> list[Any]:
     """rich Tables for the console: the per-cell summary, the baseline/speculative comparison
     (when both roles ran) and the equivalence check (when it ran)."""
     cells = summarize(batches)
@@ -455,7 +458,7 @@ def render_tables(batches: Sequence[BatchResult], equivalence: Equivalence | dic
         for row in exact_rows:
             xt.add_row(*row)
         tables.append(xt)
-    eq = Equivalence.coerce(equivalence)
+    eq = equivalence
     if eq is not None and eq.prompts:
         et = Table(title=f"greedy-output equivalence: {eq.matched}/{eq.total} identical")
         for col in ("prompt", "identical", "first difference at", "baseline chars", "spec chars", "error"):

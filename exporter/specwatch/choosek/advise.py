@@ -57,12 +57,11 @@ DEFAULT_LIVE_CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64)
 # --------------------------------------------------------------------------------------------
 
 
-def expected_rows(doc: SweepResult | Mapping[str, Any], family: str, ms) -> dict[tuple[str, int], str]:
+def expected_rows(rec: SweepResult, family: str, ms) -> dict[tuple[str, int], str]:
     """Every (workload, concurrency) a family's advice must have a row for — each cell the sweep
     measured for the family or for the baseline, finished or not — with the reason to show when it
     cannot be scored: the family's cells there failed (:meth:`specwatch.choosek.records.SweepCell.problem`),
     or the family was not measured there (a dynamic table is a configuration of its own, scored like a fixed k)."""
-    rec = SweepResult.coerce(doc)
     fam_cells = [c for c in rec.cells if c.k > 0 and (c.family or "") == family]
     base_cells = [c for c in rec.cells if c.k == 0]
     out: dict[tuple[str, int], str] = {}
@@ -89,19 +88,18 @@ def _family_name(family: str) -> str:
     return str(d.get("method") or ("draft model" if d.get("model") else "speculative")) if isinstance(d, dict) else family
 
 
-def advise_sweep(doc: SweepResult | Mapping[str, Any], *, tolerance: float = DEFAULT_TOLERANCE, candidates: str = "measured",
+def advise_sweep(rec: SweepResult, *, tolerance: float = DEFAULT_TOLERANCE, candidates: str = "measured",
                  prior: CostModel | None = None, fit_ks=None, acceptance: str = "measured",
                  basis: str = "measured", mix: dict[str, float] | None = None,
                  measured: Sequence[kchoice.Measurement] | None = None, source: str | None = None) -> list[Advice]:
     """One :class:`specwatch.choosek.model.Advice` per speculative family of a sweep result (its
-    record, or a parsed document), each with the baseline runs and a row for every (workload,
+    record), each with the baseline runs and a row for every (workload,
     concurrency) measured for it or the baseline (:func:`expected_rows`); ``mix``: workload → share
     of the work for "all workloads" (:func:`specwatch.choosek.model.recommend`); ``measured``: the
     sweep's :func:`specwatch.choosek.resultfile.measurements` when the caller has them already;
     ``source``: the result file's path (names the file of the sweep command that measures a
     composed table, :func:`measure_command`). Raises KChoiceError if the sweep has no usable
     speculative run."""
-    rec = SweepResult.coerce(doc)
     ms = list(measurements(rec) if measured is None else measured)
     base = [m for m in ms if m.k == 0]
     fams: dict[str, list] = defaultdict(list)
@@ -141,13 +139,12 @@ def advise_sweep(doc: SweepResult | Mapping[str, Any], *, tolerance: float = DEF
     return out
 
 
-def measure_command(doc: SweepResult | Mapping[str, Any], configs: Sequence[Mapping[str, Any]],
+def measure_command(rec: SweepResult, configs: Sequence[Mapping[str, Any]],
                     source: str | None = None) -> str:
     """The ``specwatch sweep`` command that measures ``configs`` (e.g. the fixed-k picks and a
     table composed from them) beside a baseline with the sweep's own settings (workloads,
     concurrencies, output length, prompts, batches, seed; its server command template when it
     used one), into a new result file beside ``source`` (``<stem>-table.json``)."""
-    rec = SweepResult.coerce(doc)
     st = rec.settings.to_json() if rec.settings is not None else {}
     stem = (source or "specwatch-sweep.json").rsplit(".json", 1)[0]
     parts = ["specwatch sweep", f"--result-file {shlex.quote(stem + '-table.json')}"]

@@ -141,7 +141,7 @@ def paired_cost_spread(cell: SweepCell) -> float | None:
     return statistics.stdev(logs) if len(logs) >= 2 else None
 
 
-def profile_from_sweep(doc: SweepResult | Mapping[str, Any], *, name: str, source_path: str,
+def profile_from_sweep(rec: SweepResult, *, name: str, source_path: str,
                        provenance: Mapping[str, Any] | None = None, notes: list[str] | None = None) -> CostProfile:
     """A format-2 cost profile from a sweep result document (see the module doc): one plain point
     per baseline cell (workload × concurrency: b, context, t0) and one speculative point per
@@ -159,7 +159,6 @@ def profile_from_sweep(doc: SweepResult | Mapping[str, Any], *, name: str, sourc
     each gets one line in ``notes`` (when given) and in the provenance's ``how``.
 
     Raises CalibrationError when the sweep has no finished baseline cell or no step times."""
-    rec = SweepResult.coerce(doc)
     ms = measurements(rec)
     cells = rec.cells
     base_cells = {(c.workload, c.max_concurrency): c for c in cells if c.k == 0}

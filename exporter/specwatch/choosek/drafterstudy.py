@@ -35,11 +35,11 @@ from specwatch.choosek.resultfile import SweepError, load_sweep, measurements
 from specwatch.specdecode.decision import Candidate, decide
 
 
-def drafter_labels(doc: SweepResult | Mapping[str, Any]) -> dict[str, str]:
+def drafter_labels(doc: SweepResult) -> dict[str, str]:
     """Configuration name → drafter label, for the ``method: draft_model`` configurations of a
-    sweep result (its record, or a parsed document; others are left out)."""
+    sweep result (others are left out)."""
     out: dict[str, str] = {}
-    for c in SweepResult.coerce(doc).configs:
+    for c in doc.configs:
         sc = c.speculative_config or {}
         if sc.get("method") != "draft_model":
             continue
@@ -50,9 +50,8 @@ def drafter_labels(doc: SweepResult | Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def family_labels(doc: SweepResult | Mapping[str, Any]) -> dict[str, str]:
+def family_labels(rec: SweepResult) -> dict[str, str]:
     """Speculative family (config JSON without k) → drafter label, for draft_model families."""
-    rec = SweepResult.coerce(doc)
     labels = drafter_labels(rec)
     return {family_of(c.speculative_config): labels[c.name] for c in rec.configs if c.name in labels}
 
@@ -224,14 +223,13 @@ def plot_acceptance_vs_k(ms: Sequence[Measurement], labels: Mapping[str, str]) -
     return png_data_uri(fig)
 
 
-def report_sections(doc: SweepResult | Mapping[str, Any], ms: Sequence[Measurement], advices: Sequence[Advice],
+def report_sections(doc: SweepResult, ms: Sequence[Measurement], advices: Sequence[Advice],
                     tolerance: float) -> list[str]:
     """HTML parts of the report's "Drafters" section (empty when the sweep has no draft_model
     configuration): per drafter, throughput / TPOT / TTFT against concurrency with one line per k
     and the baseline in black, and its per-position acceptance at its largest k (the general
     section's per-position chart mixes drafters); acceptance against k per drafter; the document's table at k = 3
     (or the k nearest it that was run); the drafter-and-k picks."""
-    doc = SweepResult.coerce(doc)
     labels = drafter_labels(doc)
     if not labels or not any(m.config in labels for m in ms):
         return []

@@ -11,7 +11,7 @@ lengths, outliers, problems).
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from specwatch.bench.perrequest import format_outlier, format_problems
@@ -36,13 +36,13 @@ def _curve(vals: Sequence[Any] | None) -> str:
     return " / ".join("–" if v is None else f"{float(v):.2f}" for v in vals)
 
 
-def cell_rows(doc: SweepResult | Mapping[str, Any]) -> list[dict[str, Any]]:
-    """One row per speculative cell of a sweep result (its record, or a parsed document): config,
+def cell_rows(doc: SweepResult) -> list[dict[str, Any]]:
+    """One row per speculative cell of a sweep result (its record): config,
     workload, concurrency, the counter curve and basis, and the per-request record
     (:class:`specwatch.bench.records.PerRequest`; None when the server did not return per-request
     metrics)."""
     out = []
-    for cell in SweepResult.coerce(doc).cells:
+    for cell in doc.cells:
         s = cell.summary
         if s is None or not s.per_position_acceptance_rates:
             continue
@@ -53,7 +53,7 @@ def cell_rows(doc: SweepResult | Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def render_html(doc: SweepResult | Mapping[str, Any]) -> str:
+def render_html(doc: SweepResult) -> str:
     """The report section: a table of counter vs exact curves per cell, then per-request
     distributions, draft lengths, problems and outliers. Empty string without speculative cells."""
     rows = cell_rows(doc)

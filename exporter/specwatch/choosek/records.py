@@ -29,7 +29,7 @@ import click
 from specwatch.bench.records import BenchBatch, BenchCell
 from specwatch.common.labels import for_terminal
 from specwatch.common.records import (Anything, Int, JsonRecord, ListOf, Num, Obj, Rec, RecordError, Str, jfield, read_document,
-                                      read_json_file, record_field)
+                                      read_json_file)
 
 FORMAT = 1
 FORMAT_KEY = "specwatch_sweep_format"
@@ -81,8 +81,6 @@ class SweepSettings(JsonRecord):
     dataset_path: str | None = jfield("dataset_path", _STR)
     target_ci: Any = jfield("target_ci", _ANY)
     max_batches: Any = jfield("max_batches", _ANY)
-    extra: Mapping[str, Any] = record_field(default_factory=dict)
-    keys: tuple[str, ...] | None = record_field(default=None)
 
     def items(self) -> list[tuple[str, Any]]:
         """(key, value) of every setting the file holds, in its order (for display)."""
@@ -114,8 +112,6 @@ class ServerSource(JsonRecord):
 
     kind: str | None = jfield("kind", _STR)
     command_template: str | None = jfield("command_template", _STR)
-    extra: Mapping[str, Any] = record_field(default_factory=dict)
-    keys: tuple[str, ...] | None = record_field(default=None)
 
     def describe(self) -> str:
         """"the embedded vLLM" or "--server-command '<template>'"."""
@@ -132,8 +128,6 @@ class SweepConfig(JsonRecord):
     speculative_config: Mapping[str, Any] | None = jfield("speculative_config", _OBJ)
     #: The --drafter label of a draft_model configuration (optional key).
     drafter: str | None = jfield("drafter", _ANY, omit_none=True)
-    extra: Mapping[str, Any] = record_field(default_factory=dict)
-    keys: tuple[str, ...] | None = record_field(default=None)
 
     @property
     def has_speculative_config(self) -> bool:
@@ -161,8 +155,6 @@ class ServerStart(JsonRecord):
     #: Tokens per block, or the sorted sizes when the engines differ.
     block_size: Any = jfield("block_size", _ANY)
     engines: int | None = jfield("engines", Int())
-    extra: Mapping[str, Any] = record_field(default_factory=dict)
-    keys: tuple[str, ...] | None = record_field(default=None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -187,8 +179,6 @@ class SweepCell(JsonRecord):
     #: it was measured beside.
     baseline_batches: tuple[BenchBatch, ...] | None = jfield("baseline_batches", ListOf(Rec(BenchBatch)), omit_none=True)
     paired_with: str | None = jfield("paired_with", _STR, omit_none=True)
-    extra: Mapping[str, Any] = record_field(default_factory=dict)
-    keys: tuple[str, ...] | None = record_field(default=None)
 
     @property
     def paired(self) -> bool:
@@ -436,8 +426,6 @@ class SweepResult(JsonRecord):
     servers: tuple[ServerStart, ...] = jfield("servers", ListOf(Rec(ServerStart)), nullable=False, default=())
     cells: tuple[SweepCell, ...] = jfield("cells", ListOf(Rec(SweepCell)), nullable=False, default=())
     resumed_at: tuple[Any, ...] | None = jfield("resumed_at", ListOf(_ANY), nullable=False, omit_none=True)
-    extra: Mapping[str, Any] = record_field(default_factory=dict)
-    keys: tuple[str, ...] | None = record_field(default=None)
 
     @classmethod
     def from_json(cls, data: Any, where: str | None = None) -> SweepResult:
@@ -470,11 +458,6 @@ class SweepResult(JsonRecord):
             raise SweepRecordError(f"{p} is a damaged sweep result: 'configs' is empty, but its cells name "
                                    f"{', '.join(dict.fromkeys(for_terminal(c.config) for c in doc.cells))}")
         return doc
-
-    @classmethod
-    def coerce(cls, doc: SweepResult | Mapping[str, Any]) -> SweepResult:
-        """``doc`` as a record: a record as it is, a parsed document read with :meth:`from_json`."""
-        return doc if isinstance(doc, SweepResult) else cls.from_json(doc)
 
     # -- views ---------------------------------------------------------------------------------
     def failed_cells(self) -> list[str]:

@@ -17,8 +17,7 @@ or archived; nothing is fetched when it is opened.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from specwatch.choosek import exactcurves
 from specwatch.choosek.advise import MODE_LINES, VERDICT_TEXT, advise_sweep, pick_label, recommendation_note, speedup_text
@@ -95,13 +94,12 @@ def config_html(a: Advice) -> str:
     return "".join(out)
 
 
-def render_report(doc: SweepResult | Mapping[str, Any], *, tolerance: float = DEFAULT_TOLERANCE, candidates: str = "measured",
+def render_report(rec: SweepResult, *, tolerance: float = DEFAULT_TOLERANCE, candidates: str = "measured",
                   title: str = "specwatch sweep report", basis: str = "measured",
                   measured: Sequence[Measurement] | None = None) -> str:
-    """The HTML text of the report for a sweep result (its record, or a parsed document; see the
+    """The HTML text of the report for a sweep result (its record; see the
     module docstring). ``measured``: its :func:`specwatch.choosek.resultfile.measurements` when the
     caller has them already (the document is read into measurements once)."""
-    rec = SweepResult.coerce(doc)
     ms = list(measurements(rec) if measured is None else measured)
     servers = rec.servers_by_config()
     order = config_order(ms) or [(c.name, c.k) for c in rec.configs]

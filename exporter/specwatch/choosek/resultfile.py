@@ -15,7 +15,7 @@ import datetime as _dt
 import hashlib
 import os
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from specwatch.choosek.records import FORMAT, MEASUREMENT_KEYS, SweepError, Swee
 from specwatch.common.locks import FileLock, LockHeld
 
 __all__ = ["ARITHMETIC_ERRORS", "FORMAT", "batch_points", "MEASUREMENT_KEYS", "SweepError", "SweepRecordError", "SweepResult", "cell_key",
-           "check_dir_writable", "check_writable", "damaged_file_message", "failed_cells", "load_result", "load_sweep",
+           "check_dir_writable", "check_writable", "damaged_file_message", "failed_cells", "load_sweep",
            "measurements", "result_file_lock", "servers_by_config"]
 
 
@@ -41,33 +41,21 @@ def load_sweep(path: str | Path) -> SweepResult:
     return SweepResult.load(path)
 
 
-def load_result(path: str | Path) -> dict[str, Any]:
-    """Deprecated: read with :func:`load_sweep` (the typed :class:`SweepResult`).
-
-    The checked document of a sweep result file as a plain dict (:func:`load_sweep`, then
-    :meth:`SweepResult.to_json`: the file's JSON). No specwatch module calls it (a test checks
-    that); it stays for the test suite, which edits real sweeps' documents into variants before
-    handing them to the readers (each takes the record or such a dict through
-    :meth:`SweepResult.coerce`), and for scripts written against it. Raises as :func:`load_sweep`."""
-    return load_sweep(path).to_json()
-
-
 def cell_key(config: str, workload: str, concurrency: int) -> tuple[str, str, int]:
     return (config, workload, int(concurrency))
 
 
-def failed_cells(doc: SweepResult | Mapping[str, Any]) -> list[str]:
+def failed_cells(doc: SweepResult) -> list[str]:
     """One line per stored cell that does not count as finished (failed requests, or its server
     died), e.g. ``"ngram-k1/copy/c=2: 8 of 8 requests failed"``; such cells are left out of
     :func:`measurements` and measured again by a resumed sweep."""
-    return SweepResult.coerce(doc).failed_cells()
+    return doc.failed_cells()
 
 
-def measurements(doc: SweepResult | Mapping[str, Any]) -> list[Measurement]:
+def measurements(rec: SweepResult) -> list[Measurement]:
     """One :class:`specwatch.choosek.measurement.Measurement` per finished cell of a sweep result. Left
     out: cells with no successful request, and cells with failed requests or whose server died (see
     :func:`failed_cells`). Raises SweepRecordError for a malformed document."""
-    rec = SweepResult.coerce(doc)
     dynamic = {c.name: (c.speculative_config or {}).get("num_speculative_tokens_per_batch_size")
                for c in rec.configs if c.variable_width}
     seed = rec.settings.seed if rec.settings is not None else None
@@ -104,10 +92,10 @@ def batch_points(cell: Any, seed: Any = None, batches: Any = None) -> tuple[Batc
     return tuple(out)
 
 
-def servers_by_config(doc: SweepResult | Mapping[str, Any]) -> dict[str, Any]:
+def servers_by_config(doc: SweepResult) -> dict[str, Any]:
     """The latest server start of each configuration (:class:`specwatch.choosek.records.ServerStart`:
     start-up time, KV capacity)."""
-    return SweepResult.coerce(doc).servers_by_config()
+    return doc.servers_by_config()
 
 
 @contextmanager

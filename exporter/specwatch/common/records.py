@@ -274,13 +274,21 @@ def _default_of(f: dataclasses.Field) -> Any:
     return None
 
 
+def record_field(**kw: Any) -> Any:
+    """A bookkeeping field of :class:`JsonRecord` (``extra``, ``keys``): not compared, not shown."""
+    return dataclasses.field(**kw, compare=False, repr=False)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class JsonRecord:
     """Base of the result records: frozen ``kw_only`` dataclasses whose :func:`jfield` fields are
-    read and written generically. Every record has ``extra`` (keys it does not know, verbatim) and
-    ``keys`` (the JSON key order it was read with; None for a record built in code)."""
+    read and written generically. The base owns the two bookkeeping fields every record has:
+    ``extra`` (keys it does not know, verbatim) and ``keys`` (the JSON key order it was read with;
+    None for a record built in code). A record is declared
+    ``@dataclass(frozen=True, kw_only=True) class X(JsonRecord)`` with its :func:`jfield` fields only."""
 
-    extra: Mapping[str, Any]
-    keys: tuple[str, ...] | None
+    extra: Mapping[str, Any] = record_field(default_factory=dict)
+    keys: tuple[str, ...] | None = record_field(default=None)
 
     #: The JSON key order of a record built in code (keys not named follow in declaration order):
     #: the order its writer has always used, where that differs from the declaration order.
@@ -379,11 +387,6 @@ class JsonRecord:
         for k, v in self.extra.items():
             out.setdefault(k, v)
         return out
-
-
-def record_field(**kw: Any) -> Any:
-    """The two bookkeeping fields every record declares: ``extra`` and ``keys``."""
-    return dataclasses.field(**kw, compare=False, repr=False)
 
 
 #: The largest JSON result file read (a sweep of thousands of cells is a few MiB).

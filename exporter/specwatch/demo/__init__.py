@@ -50,7 +50,7 @@ from specwatch.common.params import int_list
 from specwatch.demo.checks import (PROM_CHECKS, WITHHELD_QUERY, WITHHELD_REASONS, _print_live, _print_per_position,
                                    _print_prometheus_check, _query_prometheus, _wait_scraped_up, _withheld_text, live_measured,
                                    live_window, withheld_reasons)
-from specwatch.demo.decision import DecisionDoc, render_decision
+from specwatch.demo.decision import render_decision
 from specwatch.demo.decisionrecords import Decision
 from specwatch.demo.flags import (BASELINE_PORT, BENCH_PORT, DEFAULT_WORKLOADS, EXPORTER_URL, EXPORTER_WINDOWS, PROM_PORT, PROM_URL,
                                   SPEC_PORT, TOP_COMMAND, DemoFlagError, DemoSettings, _remove_empty, _result_folder,
@@ -129,10 +129,9 @@ def demo(workloads, concurrency, k, method, drafter, output_len, num_batches, eq
     run_demo(settings, stack, console)
 
 
-def _print_decision(decision: DecisionDoc, con: Console | None = None) -> None:
+def _print_decision(decision: Decision, con: Console | None = None) -> None:
     """The decision table, how its intervals were made, the per-cell notes and whether the
     exporter's profile fits (to ``con``, default the module's ``console``), printed by
     :func:`specwatch.demo.decision.render_decision` as ``specwatch advise`` on the result
-    folder prints it. ``decision``: the record (:class:`specwatch.demo.decisionrecords.Decision`)
-    or its parsed document."""
-    render_decision(Decision.coerce(decision), console if con is None else con)
+    folder prints it. ``decision``: its record (:class:`specwatch.demo.decisionrecords.Decision`)."""
+    render_decision(decision, console if con is None else con)

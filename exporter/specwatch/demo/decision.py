@@ -130,17 +130,11 @@ def _pos(v: Any) -> float | None:
     return x if x is not None and x > 0 else None
 
 
-#: A bench result: its record, a parsed document (read into the record), or None (no file).
-BenchDoc = BenchResult | Mapping[str, Any] | None
-
-
-def _cells(doc: BenchDoc) -> dict[tuple[str, int], BenchCell]:
-    rec = BenchResult.coerce(doc)
+def _cells(rec: BenchResult | None) -> dict[tuple[str, int], BenchCell]:
     return {} if rec is None else rec.cells_by_key()
 
 
-def _batches(doc: BenchDoc) -> dict[tuple[str, int], dict[int, BenchBatch]]:
-    rec = BenchResult.coerce(doc)
+def _batches(rec: BenchResult | None) -> dict[tuple[str, int], dict[int, BenchBatch]]:
     return {} if rec is None else rec.batches_by_key()
 
 
@@ -196,7 +190,7 @@ def fit_line(points: Sequence[tuple[float, float]]) -> CostLine | None:
                     residual_log_sd=res_sd)
 
 
-def profile_fit(baseline: BenchDoc,
+def profile_fit(baseline: BenchResult | None,
                 plain_step: Callable[[float], float] | None) -> list[ProfileFit]:
     """Per concurrency (a :class:`~specwatch.demo.decisionrecords.ProfileFit` each, in
     increasing concurrency): this machine's plain step (the baseline cells pooled: Σ ITL sum / Σ
@@ -226,13 +220,12 @@ def profile_fit(baseline: BenchDoc,
     return out
 
 
-def pairing(baseline: BenchDoc, speculative: BenchDoc) -> dict[tuple[str, int], str]:
+def pairing(brec: BenchResult | None, srec: BenchResult | None) -> dict[tuple[str, int], str]:
     """The cells measured on both servers whose batches are **not** paired, each with why (one
     phrase): batch i of both must have served the same seeded prompts, so the two files must have
     the same seed and workload options (``config.options``: seed, output_len, prompt_words,
     dataset_path), the cell at least one common measured batch, and each common batch the same
     number of prompts and the same input tokens. An empty mapping: every common cell is paired."""
-    brec, srec = BenchResult.coerce(baseline), BenchResult.coerce(speculative)
     if brec is None or srec is None:
         return {}
     bcells, scells = brec.cells_by_key(), srec.cells_by_key()
@@ -297,7 +290,7 @@ def _log_throughput(batches: Sequence[BenchBatch]) -> Estimate | None:
     return Estimate(r.value, r.lower, r.upper, MEASURED)
 
 
-def decide(baseline: BenchDoc, speculative: BenchDoc, k: int, *,
+def decide(baseline: BenchResult | None, speculative: BenchResult | None, k: int, *,
            plain_step: Callable[[float], float] | None = None, tolerance: float = TOLERANCE,
            unpaired: bool = False) -> Decision:
     """The decision table of a demo run (module doc) from its two bench documents and the run's
@@ -466,15 +459,8 @@ def _x(v: float) -> str:
     return format_ratio(v) if v < 100 else f"{v:.3g}"
 
 
-#: A decision: its record or a parsed ``decision`` document (read into the record).
-DecisionDoc = Decision | Mapping[str, Any]
-#: A row of the table: its record or a parsed row.
-RowDoc = DecisionRow | Mapping[str, Any]
-
-
-def _estimate(e: DecisionEstimate | Mapping[str, Any] | None) -> DecisionEstimate | None:
-    """``e`` as a record, None for None or an empty object (shown as "–")."""
-    e = DecisionEstimate.coerce(e)
+def _estimate(e: DecisionEstimate | None) -> DecisionEstimate | None:
+    """``e``, None for None or an empty object (shown as "–")."""
     return e if e is not None and e.given else None
 
 
@@ -483,7 +469,7 @@ def _by_rule(row: DecisionRow) -> bool:
     return row.verdict is not None or row.confidence is not None
 
 
-def format_estimate(e: DecisionEstimate | Mapping[str, Any] | None, *, with_basis: bool = True) -> str:
+def format_estimate(e: DecisionEstimate | None, *, with_basis: bool = True) -> str:
     """``2.95× [2.80–3.11] measured`` (value, 95 % interval, basis; ``, unpaired`` for an unpaired
     comparison) of an estimate (or a what-if row), the bounds at the precision that decides the
     verdict (0.9989 → ``0.999``); "–" for None."""
@@ -496,11 +482,10 @@ def format_estimate(e: DecisionEstimate | Mapping[str, Any] | None, *, with_basi
     return f"{s} {e.basis}" + (", unpaired" if e.paired is False else "")
 
 
-def format_verdict(row: RowDoc) -> str:
+def format_verdict(r: DecisionRow) -> str:
     """The row's verdict. Format 2: the pick's verdict against the baseline, with ``(no draft
     accepted)`` where physics decided and ``(calibrated: pays; measured rules)`` where the two
     bases disagree. Format 1: on the measured interval, else "cannot tell (no interval)"."""
-    r = DecisionRow.coerce(row)
     if r.verdict is not None:
         text = VERDICT_TEXT.get(r.verdict, r.verdict)
         if r.never_accepted:
@@ -518,14 +503,13 @@ def format_verdict(row: RowDoc) -> str:
 _WITHHELD_TEXT = {"not_paired": "not paired", "no_data": "no data"}
 
 
-def format_choice(row: RowDoc) -> str:
+def format_choice(r: DecisionRow) -> str:
     """The k to run. Format 2 (the one rule): ``k=4 (measured)`` when separated from its
     runner-up, ``k=4 (profile; uncertain)`` when not (the confidence column says by how much),
     ``off (no draft accepted)`` where physics decided, ``k=4 (measured; 1 batch: no interval)``
     from point values, ``withheld: not paired``. Format 1: ``k=3 (profile)``, ``k=4 (profile;
     uncertain: off/k=4/k=4)`` (the k at the lower ends / values / upper ends), ``off (measured;
     no interval)``. See :func:`choice_legend`."""
-    r = DecisionRow.coerce(row)
     ch = r.choice or DecisionChoice()
     if ch.k is None:  # not paired, no data; a file written before the demo always chose (withheld then)
         return f"withheld: {_WITHHELD_TEXT.get(ch.reason, ch.reason) if ch.reason else 'no data'}"
@@ -542,10 +526,10 @@ def format_choice(row: RowDoc) -> str:
     return f"{ch.run} ({ch.basis}; no interval)"
 
 
-def format_confidence(row: RowDoc) -> str:
+def format_confidence(row: DecisionRow) -> str:
     """The pick against its runner-up (format 2: the row's ``confidence``, the text of
     :meth:`~specwatch.specdecode.decision.Pick.confidence_text`); "–" for a format-1 row."""
-    return DecisionRow.coerce(row).confidence or "–"
+    return row.confidence or "–"
 
 
 #: What the "k to run" column's texts meant in format 1 (printed under an older document's table).
@@ -567,20 +551,18 @@ RULE_LEGEND = ("k to run: the one decision rule (docs/choosing-k.md): among off 
                "('uncertain'). '1 batch: no interval': point values only.")
 
 
-def choice_legend(decision: DecisionDoc) -> str:
+def choice_legend(d: Decision) -> str:
     """The legend printed under the table: :data:`RULE_LEGEND` for a format-2 decision,
     :data:`CHOICE_LEGEND` for an older one."""
-    d = Decision.coerce(decision)
     return RULE_LEGEND if d.decision_format >= 2 or any(_by_rule(r) for r in d.rows) else CHOICE_LEGEND
 
 
-def table_rows(decision: DecisionDoc) -> list[list[str]]:
+def table_rows(decision: Decision) -> list[list[str]]:
     """The decision table as text cells (:data:`TABLE_COLUMNS`): workload, concurrency, measured
     ratio [95 %] basis, verdict, calibrated at k [95 %] basis, k to run (basis), confidence.
-    ``decision``: the record or its parsed document (raises DecisionRecordError for a damaged
-    one). The console, report.html and ``specwatch advise`` on a demo folder print these cells."""
+    The console, report.html and ``specwatch advise`` on a demo folder print these cells."""
     out = []
-    for r in Decision.coerce(decision).rows:
+    for r in decision.rows:
         m = _estimate(r.measured)
         if m:
             mtxt = format_estimate(m)
@@ -593,22 +575,21 @@ def table_rows(decision: DecisionDoc) -> list[list[str]]:
     return out
 
 
-def row_notes(decision: DecisionDoc) -> list[str]:
+def row_notes(decision: Decision) -> list[str]:
     """``<workload> c=<concurrency>: <note>`` for every row with a note (what is missing, physics,
     bases that disagree), in the table's order."""
-    return [f"{r.workload} c={r.concurrency}: {r.note}" for r in Decision.coerce(decision).rows if r.note]
+    return [f"{r.workload} c={r.concurrency}: {r.note}" for r in decision.rows if r.note]
 
 
 TABLE_COLUMNS = ("workload", "concurrency", "measured ratio [95 %], basis", "verdict",
                  "run's k from step costs [95 %], basis", "k to run (basis)", "confidence (against the runner-up)")
 
 
-def render_decision(decision: DecisionDoc, con: Any) -> None:
+def render_decision(decision: Decision, con: Any) -> None:
     """Print the decision table to the rich console ``con``, as the demo ends and as ``specwatch
     advise`` on a demo folder prints it: the table (:func:`table_rows`), the legend
     (:func:`choice_legend`), how each basis was obtained, the per-cell notes and whether the
-    exporter's cost profile fits this machine. ``decision``: the record or its parsed document."""
-    decision = Decision.coerce(decision)
+    exporter's cost profile fits this machine."""
     t = Table(title=f"the decision: does speculation (k={decision.k}) pay here, and which k to run", title_justify="left")
     for col in TABLE_COLUMNS:
         t.add_column(col, justify="left" if col in ("workload", "verdict") or col.startswith(("k to", "confidence"))
@@ -625,11 +606,10 @@ def render_decision(decision: DecisionDoc, con: Any) -> None:
         con.print(line, soft_wrap=True)
 
 
-def profile_fit_lines(fit: Sequence[ProfileFit | Mapping[str, Any]], profile_name: str | None = None) -> list[str]:
+def profile_fit_lines(fit: Sequence[ProfileFit], profile_name: str | None = None) -> list[str]:
     """Sentences on whether the exporter's cost profile (``profile_name``) fits this machine, one
-    per concurrency (see :func:`profile_fit`; records or their parsed entries), then what a misfit
+    per concurrency (see :func:`profile_fit`), then what a misfit
     does to the exporter's answer."""
-    fit = [ProfileFit.coerce(f) for f in fit]
     out = []
     for f in fit:
         out.append(f"c={f.concurrency}: the shipped profile's plain step is {f.profile_t0_ms:.1f} ms at "
@@ -646,6 +626,6 @@ def profile_fit_lines(fit: Sequence[ProfileFit | Mapping[str, Any]], profile_nam
 
 
 __all__ = ["BASES", "CALIBRATED", "CHOICE_LEGEND", "EXTRAPOLATED", "FIT_BAND", "HOW", "MEASURED", "PAIRING_OPTIONS", "PROFILE",
-           "RULE_LEGEND", "TABLE_COLUMNS", "DecisionDoc", "RowDoc", "choice_legend", "decide", "fit_line",
+           "RULE_LEGEND", "TABLE_COLUMNS", "choice_legend", "decide", "fit_line",
            "format_choice", "format_confidence", "format_estimate", "format_verdict", "log_halfwidth", "never_accepted",
            "pairing", "profile_fit", "profile_fit_lines", "render_decision", "row_notes", "t975", "table_rows", "weakest"]

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from specwatch.common.records import (Bool, Int, JsonRecord, ListOf, MapOf, Num, Obj, Rec, RecordError, Str, jfield,
-                                      read_document, record_field)
+                                      read_document)
 
 _NUM, _STR, _INT = Num(), Str(), Int()
 
@@ -65,8 +65,6 @@ class DecisionEstimate(JsonRecord):
     verdict: str | None = jfield("verdict", _STR)
     #: False for an unpaired comparison (asked for with ``--unpaired``); absent (None) when paired.
     paired: bool | None = jfield("paired", Bool(), omit_none=True)
-    extra: Mapping[str, Any] = record_field(default_factory=dict)
-    keys: tuple[str, ...] | None = record_field(default=None)
 
     @classmethod
     def of(cls, e: Any, *, paired: bool = True) -> DecisionEstimate | None:
@@ -76,14 +74,6 @@ class DecisionEstimate(JsonRecord):
             return None
         return cls(value=e.value, lower=e.lower, upper=e.upper, basis=e.basis, verdict=e.verdict,
                    paired=None if paired else False)
-
-    @classmethod
-    def coerce(cls, doc: DecisionEstimate | Mapping[str, Any] | None) -> DecisionEstimate | None:
-        """``doc`` as a record (a parsed estimate or what-if row is read, its other keys kept in
-        ``extra``; DecisionRecordError naming the field); None stays None."""
-        if doc is None or isinstance(doc, DecisionEstimate):
-            return doc
-        return read_document(cls, doc, None, "decision estimate", DecisionRecordError)
 
     @property
     def given(self) -> bool:
@@ -130,8 +120,6 @@ class CellCost(JsonRecord):
     s: float | None = jfield("s", _NUM)
     b: float | None = jfield("b", _NUM)
     tau: float | None = jfield("tau", _NUM)
-    extra: Mapping[str, Any] = record_field(default_factory=dict)
-    keys: tuple[str, ...] | None = record_field(default=None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,8 +141,6 @@ class DecisionChoice(JsonRecord):
     at_lower: int | None = jfield("at_lower", _INT, omit_none=True)
     at_value: int | None = jfield("at_value", _INT, omit_none=True)
     at_upper: int | None = jfield("at_upper", _INT, omit_none=True)
-    extra: Mapping[str, Any] = record_field(default_factory=dict)
-    keys: tuple[str, ...] | None = record_field(default=None)
 
     @property
     def is_certain(self) -> bool:
@@ -197,18 +183,12 @@ class DecisionRow(JsonRecord):
     never_accepted: bool | None = jfield("never_accepted", Bool(), omit_none=True)
     disagreement: str | None = jfield("disagreement", _STR, omit_none=True)
     pick: Mapping[str, Any] | None = jfield("pick", Obj(), omit_none=True)
-    extra: Mapping[str, Any] = record_field(default_factory=dict)
-    keys: tuple[str, ...] | None = record_field(default=None)
 
     @classmethod
     def from_json(cls, data: Any, where: str | None = None) -> DecisionRow:
         """One row alone. Raises DecisionRecordError naming the field."""
         return read_document(cls, data, where, "decision row", DecisionRecordError)
 
-    @classmethod
-    def coerce(cls, doc: DecisionRow | Mapping[str, Any]) -> DecisionRow:
-        """``doc`` as a record: a record as it is, a parsed row read with :meth:`from_json`."""
-        return doc if isinstance(doc, DecisionRow) else cls.from_json(doc)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -226,8 +206,6 @@ class CostLine(JsonRecord):
     x_max: float | None = jfield("x_max", _NUM)
     slope_halfwidth: float | None = jfield("slope_halfwidth", _NUM)
     residual_log_sd: float | None = jfield("residual_log_sd", _NUM)
-    extra: Mapping[str, Any] = record_field(default_factory=dict)
-    keys: tuple[str, ...] | None = record_field(default=None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -244,15 +222,7 @@ class ProfileFit(JsonRecord):
     profile_t0_ms: float | None = jfield("profile_t0_ms", _NUM)
     ratio: float | None = jfield("ratio", _NUM)
     fits: bool | None = jfield("fits", Bool())
-    extra: Mapping[str, Any] = record_field(default_factory=dict)
-    keys: tuple[str, ...] | None = record_field(default=None)
 
-    @classmethod
-    def coerce(cls, doc: ProfileFit | Mapping[str, Any]) -> ProfileFit:
-        """``doc`` as a record (a parsed entry is read; DecisionRecordError naming the field)."""
-        if isinstance(doc, ProfileFit):
-            return doc
-        return read_document(cls, doc, None, "decision profile check", DecisionRecordError)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -263,8 +233,6 @@ class DecisionProfile(JsonRecord):
 
     file: str | None = jfield("file", _STR)
     name: str | None = jfield("name", _STR)
-    extra: Mapping[str, Any] = record_field(default_factory=dict)
-    keys: tuple[str, ...] | None = record_field(default=None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -287,8 +255,6 @@ class Decision(JsonRecord):
     how: Mapping[str, str] | None = jfield("how", MapOf(_STR))
     tolerance: float | None = jfield("tolerance", _NUM)
     profile: DecisionProfile | None = jfield("profile", Rec(DecisionProfile), omit_none=True)
-    extra: Mapping[str, Any] = record_field(default_factory=dict)
-    keys: tuple[str, ...] | None = record_field(default=None)
 
     @classmethod
     def from_json(cls, data: Any, where: str | None = None) -> Decision:
@@ -299,14 +265,6 @@ class Decision(JsonRecord):
             raise DecisionRecordError(f"{where or 'the decision'} is not a demo decision of format "
                                       f"{', '.join(map(str, READABLE_FORMATS))} ({FORMAT_KEY}: {data[FORMAT_KEY]!r})")
         return read_document(cls, data, where, "demo decision", DecisionRecordError)
-
-    @classmethod
-    def coerce(cls, doc: Decision | Mapping[str, Any] | None, where: str | None = None) -> Decision | None:
-        """``doc`` as a record: a record as it is, a parsed document read with :meth:`from_json`
-        (None stays None)."""
-        if doc is None or isinstance(doc, Decision):
-            return doc
-        return cls.from_json(doc, where)
 
     def cost_line(self, concurrency: int) -> CostLine | None:
         """The cost line fitted at ``concurrency`` (None when there is none)."""

@@ -3,7 +3,7 @@
 ``specwatch demo`` (:mod:`specwatch.demo`) builds a :class:`DemoSummary` and writes its
 ``to_json`` into the result folder after each server and at the end; the demo report
 (:mod:`specwatch.demo.report`) reads it with :meth:`DemoSummary.from_json` /
-:meth:`DemoSummary.load` (or :meth:`DemoSummary.coerce` of a parsed document). Format
+:meth:`DemoSummary.load` (or :meth:`DemoSummary.from_json` of a parsed document). Format
 ``specwatch_demo_format`` 1; a file without the key (written before it existed) is format 1 and
 reads unchanged (``from_json(x).to_json() == x``, unknown keys kept).
 
@@ -29,7 +29,7 @@ from typing import Any
 from specwatch.bench.records import ComparisonRow, Equivalence
 from specwatch.demo.decisionrecords import Decision
 from specwatch.common.records import (Int, JsonRecord, ListOf, MapOf, Num, Obj, Rec, RecordError, Str, jfield, read_document,
-                                      read_json_file, record_field)
+                                      read_json_file)
 
 FORMAT = 1
 READABLE_FORMATS = (1,)
@@ -53,8 +53,6 @@ class DemoServer(JsonRecord):
     speculative_config: Mapping[str, Any] | None = jfield("speculative_config", _OBJ)
     port: int | None = jfield("port", Int())
     result_file: str | None = jfield("result_file", _STR, omit_none=True)
-    extra: Mapping[str, Any] = record_field(default_factory=dict)
-    keys: tuple[str, ...] | None = record_field(default=None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,8 +62,6 @@ class CostProfileRef(JsonRecord):
 
     file: str | None = jfield("file", _STR)
     drafter: str | None = jfield("drafter", _STR)
-    extra: Mapping[str, Any] = record_field(default_factory=dict)
-    keys: tuple[str, ...] | None = record_field(default=None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,8 +77,6 @@ class RunCurve(JsonRecord):
     expected_acceptance_length_by_k: Mapping[str, Any] = jfield("expected_acceptance_length_by_k", _OBJ,
                                                                 default_factory=dict)
     draft_tokens_per_draft: float | None = jfield("draft_tokens_per_draft", _NUM)
-    extra: Mapping[str, Any] = record_field(default_factory=dict)
-    keys: tuple[str, ...] | None = record_field(default=None)
 
     def expected_length(self, k: int) -> float | None:
         """E(k) as stored (None when the curve has no value for k)."""
@@ -120,8 +114,6 @@ class DemoSummary(JsonRecord):
     live_measured: Mapping[str, Any] | None = jfield("live_measured", _OBJ, omit_none=True)
     #: None for a finished run (the file has no key), else ``interrupted``.
     status: str | None = jfield("status", _STR, omit_none=True)
-    extra: Mapping[str, Any] = record_field(default_factory=dict)
-    keys: tuple[str, ...] | None = record_field(default=None)
 
     @classmethod
     def from_json(cls, data: Any, where: str | None = None) -> DemoSummary:
@@ -138,11 +130,6 @@ class DemoSummary(JsonRecord):
     def load(cls, path: str | Path) -> DemoSummary:
         """Read ``demo-summary.json``. Raises DemoSummaryError (one line naming the file and the field)."""
         return cls.from_json(read_json_file(path, "demo summary", DemoSummaryError), str(path))
-
-    @classmethod
-    def coerce(cls, doc: DemoSummary | Mapping[str, Any], where: str | None = None) -> DemoSummary:
-        """``doc`` as a record: a record as it is, a parsed document read with :meth:`from_json`."""
-        return doc if isinstance(doc, DemoSummary) else cls.from_json(doc, where)
 
     @property
     def run_status(self) -> str:

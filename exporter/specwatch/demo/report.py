@@ -43,7 +43,7 @@ from specwatch.choosek.charts import (
 )
 from specwatch.bench.records import BenchRecordError, BenchResult
 from specwatch.demo.decisionrecords import Decision, DecisionProfile
-from specwatch.demo.decision import (TABLE_COLUMNS, VERDICT_TEXT, BenchDoc, DecisionDoc, choice_legend, decide,
+from specwatch.demo.decision import (TABLE_COLUMNS, VERDICT_TEXT, choice_legend, decide,
                                            format_estimate, pairing, profile_fit_lines, render_decision, row_notes,
                                            table_rows)
 from specwatch.demo.records import SUMMARY_FILE, DemoServer, DemoSummary, DemoSummaryError, RunCurve, is_demo_summary
@@ -130,27 +130,14 @@ def load_demo_result(result_dir: Path) -> tuple[DemoSummary, dict[str, BenchResu
     return summary, benches
 
 
-def load_demo(result_dir: Path) -> tuple[dict[str, Any], dict[str, BenchResult]]:
-    """:func:`load_demo_result` with the summary as its JSON document (checked by the record; for
-    callers that edit a summary before rendering it, as the tests do). Raises as
-    :func:`load_demo_result`."""
-    summary, benches = load_demo_result(result_dir)
-    return summary.to_json(), benches
-
-
-#: A demo summary: its record or a parsed document (read into the record).
-SummaryDoc = DemoSummary | Mapping[str, Any]
-
-
-def demo_measurements(summary: SummaryDoc, benches: Mapping[str, BenchDoc]) -> list[Measurement]:
+def demo_measurements(summary: DemoSummary, benches: Mapping[str, BenchResult | None]) -> list[Measurement]:
     """One :class:`Measurement` per (role, workload, concurrency) cell with a throughput: config
     ``baseline`` (k = 0) or ``speculative`` (k = the demo's k). ``benches``: role → bench result
-    record (or its parsed document)."""
-    run_k = DemoSummary.coerce(summary).k or 0
+    record (None: no file)."""
+    run_k = summary.k or 0
     out = []
-    for role, doc in benches.items():
+    for role, rec in benches.items():
         k = 0 if role == "baseline" else run_k
-        rec = BenchResult.coerce(doc)
         for cell in () if rec is None else rec.cells:
             try:
                 out.append(Measurement.from_cell(cell, config=role, k=k))
@@ -245,11 +232,9 @@ def plot_run_curve(curve: RunCurve | None, k: int) -> str | None:
     return png_data_uri(fig)
 
 
-def render_demo_report(summary: SummaryDoc, benches: Mapping[str, BenchDoc],
+def render_demo_report(summary: DemoSummary, benches: Mapping[str, BenchResult | None],
                        title: str = "specwatch demo report") -> str:
-    """The HTML text of ``report.html`` for a demo result (see the module docstring). ``summary``:
-    the record or its parsed document."""
-    summary = DemoSummary.coerce(summary)
+    """The HTML text of ``report.html`` for a demo result (see the module docstring)."""
     ms = demo_measurements(summary, benches)
     k = summary.k or 0
     parts: list[str] = decision_section(demo_decision(summary, benches))
@@ -351,26 +336,24 @@ def _exporter_profile(summary: DemoSummary | None) -> tuple[Path, Any]:
             return prof_file, None
 
 
-def decide_demo(summary: SummaryDoc | None, benches: Mapping[str, BenchDoc], k: int, *,
+def decide_demo(summary: DemoSummary | None, benches: Mapping[str, BenchResult | None], k: int, *,
                 unpaired: bool = False) -> Decision:
-    """The decision table of a demo's two bench results (``benches``: role → record or document)
+    """The decision table of a demo's two bench results (``benches``: role → record)
     at the run's ``k``, by :func:`specwatch.demo.decision.decide`, with the plain-step check
     against the exporter profile named in ``summary`` (``profile`` names its file and name; None
     when it could not be loaded). What the demo stores and ``specwatch advise`` on its folder
     prints. ``unpaired``: as for :func:`~specwatch.demo.decision.decide`."""
-    summary = None if summary is None else DemoSummary.coerce(summary)
     prof_file, prof = _exporter_profile(summary)
     d = decide(benches.get("baseline"), benches.get("speculative"), k,
                plain_step=None if prof is None else (lambda b: prof.plain_step(b).seconds), unpaired=unpaired)
     return dataclasses.replace(d, profile=DecisionProfile(file=str(prof_file), name=None if prof is None else prof.name))
 
 
-def demo_decision(summary: SummaryDoc, benches: Mapping[str, BenchDoc]) -> Decision | None:
+def demo_decision(summary: DemoSummary, benches: Mapping[str, BenchResult | None]) -> Decision | None:
     """The run's decision table (:class:`specwatch.demo.decisionrecords.Decision`): the
     summary's ``decision`` as the demo wrote it (of any readable format), else (a result folder
     written before the demo decided) :func:`decide_demo` of the bench files. None when the run's
     k is unknown."""
-    summary = DemoSummary.coerce(summary)
     if summary.decision is not None:
         return summary.decision
     k = summary.k
@@ -379,14 +362,13 @@ def demo_decision(summary: SummaryDoc, benches: Mapping[str, BenchDoc]) -> Decis
     return decide_demo(summary, benches, k)
 
 
-def decision_section(decision: DecisionDoc | None) -> list[str]:
+def decision_section(decision: Decision | None) -> list[str]:
     """The report's first section: the decision table (the cells of
     :func:`specwatch.demo.decision.table_rows`, as on the console), how each basis was
     obtained, the per-cell notes, the what-if values per k′ and whether the exporter's cost
-    profile fits this machine. ``decision``: the record or its parsed document (None: no
-    decision)."""
+    profile fits this machine. ``decision``: None when there is no
+    decision."""
     parts = ["<h2 id='decision'>The decision: does speculation pay here, and which k to run</h2>"]
-    decision = Decision.coerce(decision)
     if decision is None or not decision.rows:
         parts.append("<p class='note'>No decision: no cell was measured on both servers (an interrupted demo).</p>")
         return parts

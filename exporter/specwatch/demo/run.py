@@ -33,7 +33,6 @@ from specwatch.localvllm.server import LOCK_PATH, LockTimeout, VllmLock, VllmSer
 from specwatch.specdecode.derive import counters_delta, derive, sum_counters
 from specwatch.specdecode.metrics import parse_metrics
 from specwatch.demo.decision import render_decision
-from specwatch.demo.decisionrecords import Decision
 from specwatch.demo.checks import (_print_live, _print_per_position, _print_prometheus_check, _query_prometheus, _wait_scraped_up,
                                     live_measured, withheld_reasons)
 from specwatch.demo.flags import BASELINE_PORT, SPEC_PORT, TOP_COMMAND, DemoSettings
@@ -179,7 +178,7 @@ def run_demo(settings: DemoSettings, stack: DemoStack, con: Console) -> None:
             if curve:
                 _print_per_position(curve, s.k, con)
             _print_prometheus_check(summary.prometheus or {}, con, withheld)
-            render_decision(Decision.coerce(summary.decision), con)
+            render_decision(summary.decision, con)
             save()
             _print_end(s, stack, con)
             if s.keep_running:
