@@ -385,15 +385,23 @@ class TemplateServer:
         return SweepError(f"server exited with code {failure.returncode} while {self.base_url} answered (another server on the "
                           f"port?): {argv}\n{log}")
 
-    def __enter__(self) -> TemplateServer:
+    def start(self) -> TemplateServer:
+        """Take the lock, start the command and wait until it is ready (see the class doc)."""
         try:
             self._proc.start()
         except LockTimeout as exc:
             raise SweepError(f"{exc} (or run with --no-lock)") from None
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> None:
+        """Stop the server's process group and release the lock."""
         self._proc.stop()
+
+    def __enter__(self) -> TemplateServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 def _tail(path: Path, lines: int = 30) -> str:
@@ -485,35 +493,30 @@ def start_server(cfg: ServerConfig, *, template: str | None, port: int | None, h
         busy = port_error(host, p)
         if busy:
             raise SweepError(f"{cfg.name}: {busy}")
-        srv = VllmServer(p, model_dir=model_dir, speculative_config=cfg.speculative_config, host=host,
-                         log_path=log_path, startup_timeout=startup_timeout, on_status=on_status, on_launch=on_launch,
-                         **({} if private_lock is None else {"lock_path": private_lock}))
-        try:
-            srv.start()
-        except SpecwatchEmbeddedError as exc:
-            if record is not None:
-                record.stopped(srv.process)
-            raise SweepError(f"{cfg.name}: {exc}") from None
-        stop = srv.stop
+        srv: VllmServer | TemplateServer = VllmServer(
+            p, model_dir=model_dir, speculative_config=cfg.speculative_config, host=host, log_path=log_path,
+            startup_timeout=startup_timeout, on_status=on_status, on_launch=on_launch,
+            **({} if private_lock is None else {"lock_path": private_lock}))
+        start_errors: tuple[type[Exception], ...] = (SpecwatchEmbeddedError,)
     else:
         srv = TemplateServer(render_command(template, p, cfg.speculative_config), p, host=host, log_path=log_path,
                              startup_timeout=startup_timeout, lock=lock and private_lock is None, api_key=api_key,
                              on_status=on_status,
                              on_launch=on_launch)
-        try:
-            srv.__enter__()
-        except SweepError as exc:
-            if record is not None:
-                record.stopped(srv.process)
-            raise SweepError(f"{cfg.name}: {exc.message}") from None
-        stop = srv.__exit__
+        start_errors = (SweepError,)
+    try:
+        srv.start()
+    except start_errors as exc:
+        if record is not None:
+            record.stopped(srv.process)
+        raise SweepError(f"{cfg.name}: {exc.message if isinstance(exc, SweepError) else exc}") from None
     try:
         yield srv
     finally:
         try:
             on_status(f"{cfg.name}: stopping the server (up to {srv.stop_timeout:.0f} s)…")
         finally:
-            stop()
+            srv.stop()
             if record is not None:
                 record.stopped(srv.process)
 
@@ -724,38 +727,130 @@ def run_sweep_record(plan: SweepPlan, result_file: Path, *, template: str | None
 
 def _run_sweep(plan: SweepPlan, result_file: Path, *, template, port, host, log_dir, startup_timeout, lock, api_key,
                model_dir, progress, echo) -> SweepResult:
-    result_file = Path(result_file)
-    log_dir = Path(log_dir) if log_dir else result_file.with_name(result_file.stem + "-logs")
-    check_dataset(plan.workloads, plan.dataset_path)
-    server_info = ServerSource.read({"kind": "template" if template else "embedded",
-                                     "command_template": None if template is None else shlex.join(redact_argv(shlex.split(template)))})
-    record = ServerRecord(result_file)
-    record.stop_leftovers(result_file, echo)
-    doc = _merge_doc(result_file, plan, server_info)
-    done = {c.key for c in doc.cells if not c.problem()}
-    options = WorkloadOptions(output_len=plan.output_len, seed=plan.seed, dataset_path=plan.dataset_path)
+    sweep = _Sweep(plan, Path(result_file), template=template, port=port, host=host, log_dir=log_dir,
+                   startup_timeout=startup_timeout, lock=lock, api_key=api_key, model_dir=model_dir,
+                   progress=progress, echo=echo)
+    sweep.open()
+    sweep.save("running")
+    try:
+        if sweep.paired:
+            sweep.run_paired()
+        for cfg in ([sweep.base_cfg] if sweep.paired else plan.configs):
+            sweep.run_sequential(cfg)
+        sweep.save(sweep.final_status())
+    except KeyboardInterrupt:
+        sweep.save("interrupted")
+        raise
+    except BaseException:
+        sweep.save("failed")
+        raise
+    return sweep.doc
 
-    def save(status: str) -> None:
-        nonlocal doc
-        doc = doc.replace(status=status, updated_at=_now())
-        atomic_write_json(result_file, doc.to_json())
 
-    def server_died(cfg: ServerConfig, rc: int, log_path: Path, when: str) -> SweepError:
-        return SweepError(f"{cfg.name}: the server exited with code {rc} {when}; the sweep stops "
-                          f"(finished cells are kept in {result_file})\nlog {log_path}:\n{_tail(log_path)}")
+class _Sweep:
+    """One sweep while it runs: its plan, result document, finished cells and server record; the
+    steps of :func:`_run_sweep` are its methods."""
 
-    def started(cfg: ServerConfig, srv: Any, log_path: Path) -> None:
-        nonlocal doc
-        kv = kv_capacity(read_metrics(srv.metrics_url, api_key) or "")
+    def __init__(self, plan: SweepPlan, result_file: Path, *, template, port, host, log_dir, startup_timeout, lock,
+                 api_key, model_dir, progress, echo) -> None:
+        self.plan = plan
+        self.result_file = result_file
+        self.template = template
+        self.port = port
+        self.host = host
+        self.log_dir = Path(log_dir) if log_dir else result_file.with_name(result_file.stem + "-logs")
+        self.startup_timeout = startup_timeout
+        self.lock = lock
+        self.api_key = api_key
+        self.model_dir = model_dir
+        self.progress = progress
+        self.echo = echo
+        self.base_cfg = next((cfg for cfg in plan.configs if cfg.k == 0 and not cfg.speculative_config), None)
+        self.spec_cfgs = [cfg for cfg in plan.configs if cfg is not self.base_cfg]
+        self.paired = plan.paired and self.base_cfg is not None and bool(self.spec_cfgs)
+
+    # -- the result file ---------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Step 1: check the ShareGPT file, stop what an earlier sweep of the file left running,
+        and read the result document to continue (or start one)."""
+        plan, template = self.plan, self.template
+        check_dataset(plan.workloads, plan.dataset_path)
+        server_info = ServerSource.read({"kind": "template" if template else "embedded",
+                                         "command_template": None if template is None
+                                         else shlex.join(redact_argv(shlex.split(template)))})
+        self.record = ServerRecord(self.result_file)
+        self.record.stop_leftovers(self.result_file, self.echo)
+        self.doc = _merge_doc(self.result_file, plan, server_info)
+        self.done = {c.key for c in self.doc.cells if not c.problem()}
+        self.options = WorkloadOptions(output_len=plan.output_len, seed=plan.seed, dataset_path=plan.dataset_path)
+
+    def save(self, status: str) -> None:
+        """Write the result document with ``status``."""
+        self.doc = self.doc.replace(status=status, updated_at=_now())
+        atomic_write_json(self.result_file, self.doc.to_json())
+
+    def final_status(self) -> str:
+        """Last step: "complete" when every planned cell is measured without a problem, else "incomplete"."""
+        plan = self.plan
+        planned = {cell_key(cfg.name, wl, c) for cfg in plan.configs for wl in plan.workloads for c in plan.concurrencies}
+        return "complete" if planned <= self.done else "incomplete"
+
+    def store(self, cell: SweepCell) -> str | None:
+        """Cell step: keep ``cell`` in the document (replacing an older one) and save; returns and
+        warns about its problem, if any."""
+        self.doc = self.doc.with_cell(cell)  # a re-measured cell replaces the old record
+        problem = cell.problem()
+        if not problem:
+            self.done.add(cell.key)
+        self.save("running")
+        if problem:
+            err = cell.first_error()
+            self.echo(f"  warning: {cell.config} {cell.workload} c={cell.max_concurrency}: {problem}"
+                      + (f" (first error: {err})" if err else "")
+                      + "; the cell is kept but not used by advise/report, and a resumed sweep measures it again")
+        return problem
+
+    # -- servers -----------------------------------------------------------------------------
+
+    def todo(self, cfg: ServerConfig) -> list[tuple[str, int]]:
+        """The (workload, concurrency) cells of ``cfg`` not yet measured."""
+        return [(wl, c) for wl in self.plan.workloads for c in self.plan.concurrencies
+                if cell_key(cfg.name, wl, c) not in self.done]
+
+    def skipped(self, cfg: ServerConfig) -> None:
+        """Say that every cell of ``cfg`` is already in the result file."""
+        n = len(self.plan.workloads) * len(self.plan.concurrencies)
+        self.echo(f"{cfg.name}: {'its cell is' if n == 1 else f'all {n} cells'} already in {self.result_file}, skipped")
+
+    def server(self, cfg: ServerConfig, log_path: Path, *, port: int | None, private_lock: Path | None = None):
+        """:func:`start_server` for ``cfg`` with this sweep's settings (a context manager)."""
+        return start_server(cfg, template=self.template, port=port, host=self.host, log_path=log_path,
+                            startup_timeout=self.startup_timeout, lock=self.lock, api_key=self.api_key,
+                            model_dir=self.model_dir, on_status=self.echo, record=self.record,
+                            private_lock=private_lock)
+
+    def started(self, cfg: ServerConfig, srv: Any, log_path: Path) -> None:
+        """Server step: record a ready server's start (its KV-cache capacity) and say so."""
+        kv = kv_capacity(read_metrics(srv.metrics_url, self.api_key) or "")
         start = {"config": cfg.name, "k": cfg.k, "started_at": _now(),
                  "startup_seconds": srv.startup_seconds, "command": redact_argv(srv.command),
                  "log": str(log_path), **kv}
-        doc = doc.replace(servers=(*doc.servers, ServerStart.read(start)))
-        save("running")
+        self.doc = self.doc.replace(servers=(*self.doc.servers, ServerStart.read(start)))
+        self.save("running")
         kvs = "unknown" if kv["kv_cache_tokens"] is None else f"{kv['kv_cache_tokens']} tokens"
-        echo(f"{cfg.name}: ready in {srv.startup_seconds:.1f} s at {srv.base_url}, KV-cache capacity {kvs}")
+        self.echo(f"{cfg.name}: ready in {srv.startup_seconds:.1f} s at {srv.base_url}, KV-cache capacity {kvs}")
 
-    def bench_cell(cfg: ServerConfig, srv: Any, wl: str, c: int, baseline_srv: Any = None):
+    def server_died(self, cfg: ServerConfig, rc: int, log_path: Path, when: str) -> SweepError:
+        """The error of a server that exited with ``rc`` ``when`` (with its log's tail)."""
+        return SweepError(f"{cfg.name}: the server exited with code {rc} {when}; the sweep stops "
+                          f"(finished cells are kept in {self.result_file})\nlog {log_path}:\n{_tail(log_path)}")
+
+    # -- cells -------------------------------------------------------------------------------
+
+    def bench_cell(self, cfg: ServerConfig, srv: Any, wl: str, c: int, baseline_srv: Any = None):
+        """Cell step: one bench run of (wl, c) on ``srv`` (paired with ``baseline_srv`` when given)."""
+        plan = self.plan
         try:
             bcfg = BenchConfig(
                 base_url=srv.base_url, role="baseline" if cfg.k == 0 else "speculative",
@@ -763,8 +858,8 @@ def _run_sweep(plan: SweepPlan, result_file: Path, *, template, port, host, log_
                 served_model_name=getattr(srv, "served_model_name", None),
                 workloads=(wl,), concurrencies=(c,), num_prompts=plan.prompts_for(c),
                 num_batches=plan.num_batches, warmup_batches=plan.warmup_batches,
-                request_rate=plan.request_rate, options=options, api_key=api_key,
-                equivalence=False, save_result=False, progress=progress,
+                request_rate=plan.request_rate, options=self.options, api_key=self.api_key,
+                equivalence=False, save_result=False, progress=self.progress,
                 target_ci=plan.target_ci, max_batches=plan.max_batches,
             )
         except (BenchConfigError, WorkloadError) as exc:
@@ -777,156 +872,143 @@ def _run_sweep(plan: SweepPlan, result_file: Path, *, template, port, host, log_
             raise SweepError(f"{cfg.name} {wl} c={c}: no measured batch")
         return res
 
+    @staticmethod
     def settle(srv: Any, batches) -> int | None:
+        """Cell step: the server's exit code after a cell (a moment's wait when requests failed), None while it runs."""
         if any(b.failed for b in batches) and _server_exit_code(srv) is None:
             # failures from a dying server: give it a moment to finish exiting
             with contextlib.suppress(subprocess.TimeoutExpired, AttributeError):
                 srv.process.wait(timeout=1.0)
         return _server_exit_code(srv)
 
-    def store(cell: SweepCell) -> str | None:
-        nonlocal doc
-        doc = doc.with_cell(cell)  # a re-measured cell replaces the old record
-        problem = cell.problem()
-        if not problem:
-            done.add(cell.key)
-        save("running")
-        if problem:
-            err = cell.first_error()
-            echo(f"  warning: {cell.config} {cell.workload} c={cell.max_concurrency}: {problem}"
-                 + (f" (first error: {err})" if err else "")
-                 + "; the cell is kept but not used by advise/report, and a resumed sweep measures it again")
-        return problem
+    # -- sequential --------------------------------------------------------------------------
 
-    def role_summary(res, role: str):
-        return next((x for x in res.summary() if x.role == role), None)
+    def run_sequential(self, cfg: ServerConfig) -> None:
+        """One server at a time: start ``cfg``'s server and measure its cells still to run."""
+        todo = self.todo(cfg)
+        if not todo:
+            if not self.paired:
+                self.skipped(cfg)
+            return
+        self.echo(f"{cfg.name}: starting the server ({_plural(len(todo), 'cell')} to run)")
+        log_path = self.log_dir / f"{cfg.name}.log"
+        with self.server(cfg, log_path, port=self.port) as srv:
+            self.started(cfg, srv, log_path)
+            for wl, c in todo:
+                self.sequential_cell(cfg, srv, log_path, wl, c)
 
-    base_cfg = next((cfg for cfg in plan.configs if cfg.k == 0 and not cfg.speculative_config), None)
-    spec_cfgs = [cfg for cfg in plan.configs if cfg is not base_cfg]
-    paired = plan.paired and base_cfg is not None and bool(spec_cfgs)
+    def sequential_cell(self, cfg: ServerConfig, srv: Any, log_path: Path, wl: str, c: int) -> None:
+        """One cell measured alone on ``srv``: bench it, store it, say how it went, stop on a dead server."""
+        rc = _server_exit_code(srv)
+        if rc is not None:
+            raise self.server_died(cfg, rc, log_path, f"before {wl} c={c}")
+        res = self.bench_cell(cfg, srv, wl, c)
+        summary = res.summary()[0].to_record()
+        batches = tuple(b.to_record() for b in res.batches)
+        rc = self.settle(srv, batches)
+        cell = SweepCell(config=cfg.name, k=cfg.k, family=cfg.family, workload=wl, max_concurrency=c,
+                         finished_at=_now(), summary=summary, batches=batches, server_exited=rc)
+        problem = self.store(cell)
+        acc = summary.acceptance_rate
+        self.echo(f"  {cfg.name} {wl} c={c}: {summary.output_throughput or 0.0:.1f} tok/s"
+                  + _interval_text(summary.output_throughput_ci95, self.plan.target_ci)
+                  + ("" if acc is None else f", acceptance {acc * 100:.1f} %")
+                  + (f", {summary.failed} failed" if summary.failed else ""))
+        if rc is not None:
+            raise self.server_died(cfg, rc, log_path, f"during {wl} c={c}")
+        err = cell.first_error()
+        if not problem and any(b.failed for b in batches):  # only warm-up requests failed
+            self.echo(f"  warning: {cfg.name} {wl} c={c}: warm-up requests failed"
+                      + (f" (first error: {err})" if err else ""))
 
-    def run_paired() -> None:
+    # -- paired ------------------------------------------------------------------------------
+
+    def run_paired(self) -> None:
         """Paired mode: the baseline server up beside each speculative server, every cell in
         alternating rounds on the same prompts; the baseline's own cells are the batches it
         served beside the first configuration measured there."""
-        todo = {cfg.name: [(wl, c) for wl in plan.workloads for c in plan.concurrencies
-                           if cell_key(cfg.name, wl, c) not in done] for cfg in spec_cfgs}
+        todo = {cfg.name: self.todo(cfg) for cfg in self.spec_cfgs}
         if not any(todo.values()):
             return
         with ExitStack() as stack:
-            if template is None or lock:  # one hold of the machine-wide lock for both servers
-                mlock = VllmLock(localvllm_server.LOCK_PATH, timeout=3600.0, on_wait=echo,
-                                 note="specwatch sweep (paired: baseline + speculative)")
-                try:
-                    mlock.acquire()
-                except LockTimeout as exc:
-                    raise SweepError(f"{exc}; the paired sweep needs it for both servers") from None
-                stack.callback(mlock.release)
+            self.hold_machine_lock(stack)
             private = Path(tempfile.mkdtemp(prefix="specwatch-pair-locks-"))
             stack.callback(shutil.rmtree, private, True)
-            base_log = log_dir / f"{base_cfg.name}.log"
-            echo(f"{base_cfg.name}: starting the server (paired mode: it stays up beside each speculative server; "
-                 "--sequential runs one server at a time)")
-            base_srv = stack.enter_context(start_server(
-                base_cfg, template=template, port=None, host=host, log_path=base_log, startup_timeout=startup_timeout,
-                lock=lock, api_key=api_key, model_dir=model_dir, on_status=echo, record=record,
-                private_lock=private / "baseline.lock"))
-            started(base_cfg, base_srv, base_log)
-            for cfg in spec_cfgs:
-                cells = todo[cfg.name]
-                if not cells:
-                    n = len(plan.workloads) * len(plan.concurrencies)
-                    echo(f"{cfg.name}: {'its cell is' if n == 1 else f'all {n} cells'} already in {result_file}, skipped")
+            base_srv = self.start_baseline(stack, private)
+            for cfg in self.spec_cfgs:
+                if not todo[cfg.name]:
+                    self.skipped(cfg)
                     continue
-                echo(f"{cfg.name}: starting the server beside {base_cfg.name} ({_plural(len(cells), 'cell')} to run, "
-                     "paired rounds)")
-                log_path = log_dir / f"{cfg.name}.log"
-                inner = ExitStack()
-                try:
-                    srv = inner.enter_context(start_server(
-                        cfg, template=template, port=port, host=host, log_path=log_path,
-                        startup_timeout=startup_timeout, lock=lock, api_key=api_key, model_dir=model_dir,
-                        on_status=echo, record=record, private_lock=private / f"{cfg.name}.lock"))
-                except SweepError as exc:
-                    raise SweepError(f"{exc.message}\n{cfg.name} could not start beside the baseline server (memory, "
-                                     "port or lock?): run the same command with --sequential to measure one server "
-                                     f"at a time; finished cells are kept in {result_file}") from None
-                with inner:
-                    started(cfg, srv, log_path)
-                    for wl, c in cells:
-                        for who, server in ((cfg, srv), (base_cfg, base_srv)):
-                            rc = _server_exit_code(server)
-                            if rc is not None:
-                                raise server_died(who, rc, log_dir / f"{who.name}.log", f"before {cfg.name} {wl} c={c}")
-                        res = bench_cell(cfg, srv, wl, c, baseline_srv=base_srv)
-                        sb = tuple(b.to_record() for b in res.batches if b.role == "speculative")
-                        bb = tuple(b.to_record() for b in res.batches if b.role == "baseline")
-                        rc_s, rc_b = settle(srv, sb), settle(base_srv, bb)
-                        ss, bs = role_summary(res, "speculative"), role_summary(res, "baseline")
-                        cell = SweepCell(config=cfg.name, k=cfg.k, family=cfg.family, workload=wl, max_concurrency=c,
-                                         finished_at=_now(), summary=None if ss is None else ss.to_record(), batches=sb,
-                                         server_exited=rc_s, mode="paired", baseline_batches=bb)
-                        if cell_key(base_cfg.name, wl, c) not in done:
-                            store(SweepCell(config=base_cfg.name, k=0, family=base_cfg.family, workload=wl,
-                                            max_concurrency=c, finished_at=_now(),
-                                            summary=None if bs is None else bs.to_record(), batches=bb,
-                                            server_exited=rc_b, mode="paired", paired_with=cfg.name))
-                        store(cell)
-                        echo(f"  {cfg.name} {wl} c={c}: " + _paired_text(sb, bb, plan.target_ci)
-                             + ("" if cell.summary is None or cell.summary.acceptance_rate is None
-                                else f", acceptance {cell.summary.acceptance_rate * 100:.1f} %"))
-                        for who, rc in ((cfg, rc_s), (base_cfg, rc_b)):
-                            if rc is not None:
-                                raise server_died(who, rc, log_dir / f"{who.name}.log", f"during {cfg.name} {wl} c={c}")
+                self.run_beside(cfg, todo[cfg.name], base_srv, private)
 
-    save("running")
-    try:
-        if paired:
-            run_paired()
-        for cfg in ([base_cfg] if paired else plan.configs):
-            todo = [(wl, c) for wl in plan.workloads for c in plan.concurrencies
-                    if cell_key(cfg.name, wl, c) not in done]
-            if not todo:
-                if not paired:
-                    n = len(plan.workloads) * len(plan.concurrencies)
-                    echo(f"{cfg.name}: {'its cell is' if n == 1 else f'all {n} cells'} already in {result_file}, skipped")
-                continue
-            echo(f"{cfg.name}: starting the server ({_plural(len(todo), 'cell')} to run)")
-            log_path = log_dir / f"{cfg.name}.log"
-            with start_server(cfg, template=template, port=port, host=host, log_path=log_path,
-                              startup_timeout=startup_timeout, lock=lock, api_key=api_key,
-                              model_dir=model_dir, on_status=echo, record=record) as srv:
-                started(cfg, srv, log_path)
-                for wl, c in todo:
-                    rc = _server_exit_code(srv)
-                    if rc is not None:
-                        raise server_died(cfg, rc, log_path, f"before {wl} c={c}")
-                    res = bench_cell(cfg, srv, wl, c)
-                    summary = res.summary()[0].to_record()
-                    batches = tuple(b.to_record() for b in res.batches)
-                    rc = settle(srv, batches)
-                    cell = SweepCell(config=cfg.name, k=cfg.k, family=cfg.family, workload=wl, max_concurrency=c,
-                                     finished_at=_now(), summary=summary, batches=batches, server_exited=rc)
-                    problem = store(cell)
-                    acc = summary.acceptance_rate
-                    echo(f"  {cfg.name} {wl} c={c}: {summary.output_throughput or 0.0:.1f} tok/s"
-                         + _interval_text(summary.output_throughput_ci95, plan.target_ci)
-                         + ("" if acc is None else f", acceptance {acc * 100:.1f} %")
-                         + (f", {summary.failed} failed" if summary.failed else ""))
-                    if rc is not None:
-                        raise server_died(cfg, rc, log_path, f"during {wl} c={c}")
-                    err = cell.first_error()
-                    if not problem and any(b.failed for b in batches):  # only warm-up requests failed
-                        echo(f"  warning: {cfg.name} {wl} c={c}: warm-up requests failed"
-                             + (f" (first error: {err})" if err else ""))
-        planned = {cell_key(cfg.name, wl, c) for cfg in plan.configs for wl in plan.workloads for c in plan.concurrencies}
-        save("complete" if planned <= done else "incomplete")
-    except KeyboardInterrupt:
-        save("interrupted")
-        raise
-    except BaseException:
-        save("failed")
-        raise
-    return doc
+    def hold_machine_lock(self, stack: ExitStack) -> None:
+        """Paired step: one hold of the machine-wide vLLM lock for both servers (released by ``stack``)."""
+        if self.template is None or self.lock:
+            mlock = VllmLock(localvllm_server.LOCK_PATH, timeout=3600.0, on_wait=self.echo,
+                             note="specwatch sweep (paired: baseline + speculative)")
+            try:
+                mlock.acquire()
+            except LockTimeout as exc:
+                raise SweepError(f"{exc}; the paired sweep needs it for both servers") from None
+            stack.callback(mlock.release)
+
+    def start_baseline(self, stack: ExitStack, private: Path) -> Any:
+        """Paired step: start the baseline server, kept up by ``stack`` beside each speculative one."""
+        base_cfg = self.base_cfg
+        base_log = self.log_dir / f"{base_cfg.name}.log"
+        self.echo(f"{base_cfg.name}: starting the server (paired mode: it stays up beside each speculative server; "
+                  "--sequential runs one server at a time)")
+        base_srv = stack.enter_context(self.server(base_cfg, base_log, port=None, private_lock=private / "baseline.lock"))
+        self.started(base_cfg, base_srv, base_log)
+        return base_srv
+
+    def run_beside(self, cfg: ServerConfig, cells: list[tuple[str, int]], base_srv: Any, private: Path) -> None:
+        """Paired step: start ``cfg``'s server beside the baseline and measure its cells in paired rounds."""
+        self.echo(f"{cfg.name}: starting the server beside {self.base_cfg.name} ({_plural(len(cells), 'cell')} to run, "
+                  "paired rounds)")
+        log_path = self.log_dir / f"{cfg.name}.log"
+        inner = ExitStack()
+        try:
+            srv = inner.enter_context(self.server(cfg, log_path, port=self.port, private_lock=private / f"{cfg.name}.lock"))
+        except SweepError as exc:
+            raise SweepError(f"{exc.message}\n{cfg.name} could not start beside the baseline server (memory, "
+                             "port or lock?): run the same command with --sequential to measure one server "
+                             f"at a time; finished cells are kept in {self.result_file}") from None
+        with inner:
+            self.started(cfg, srv, log_path)
+            for wl, c in cells:
+                self.paired_cell(cfg, srv, base_srv, wl, c)
+
+    def paired_cell(self, cfg: ServerConfig, srv: Any, base_srv: Any, wl: str, c: int) -> None:
+        """One cell in paired rounds: bench it on both servers, store the speculative cell (and the
+        baseline's, the first time), say how it went, stop on a dead server."""
+        base_cfg = self.base_cfg
+        for who, server in ((cfg, srv), (base_cfg, base_srv)):
+            rc = _server_exit_code(server)
+            if rc is not None:
+                raise self.server_died(who, rc, self.log_dir / f"{who.name}.log", f"before {cfg.name} {wl} c={c}")
+        res = self.bench_cell(cfg, srv, wl, c, baseline_srv=base_srv)
+        sb = tuple(b.to_record() for b in res.batches if b.role == "speculative")
+        bb = tuple(b.to_record() for b in res.batches if b.role == "baseline")
+        rc_s, rc_b = self.settle(srv, sb), self.settle(base_srv, bb)
+        ss, bs = _role_summary(res, "speculative"), _role_summary(res, "baseline")
+        cell = SweepCell(config=cfg.name, k=cfg.k, family=cfg.family, workload=wl, max_concurrency=c,
+                         finished_at=_now(), summary=None if ss is None else ss.to_record(), batches=sb,
+                         server_exited=rc_s, mode="paired", baseline_batches=bb)
+        if cell_key(base_cfg.name, wl, c) not in self.done:
+            self.store(SweepCell(config=base_cfg.name, k=0, family=base_cfg.family, workload=wl,
+                                 max_concurrency=c, finished_at=_now(),
+                                 summary=None if bs is None else bs.to_record(), batches=bb,
+                                 server_exited=rc_b, mode="paired", paired_with=cfg.name))
+        self.store(cell)
+        self.echo(f"  {cfg.name} {wl} c={c}: " + _paired_text(sb, bb, self.plan.target_ci)
+                  + ("" if cell.summary is None or cell.summary.acceptance_rate is None
+                     else f", acceptance {cell.summary.acceptance_rate * 100:.1f} %"))
+        for who, rc in ((cfg, rc_s), (base_cfg, rc_b)):
+            if rc is not None:
+                raise self.server_died(who, rc, self.log_dir / f"{who.name}.log", f"during {cfg.name} {wl} c={c}")
 
 
+def _role_summary(res, role: str):
+    """The bench run's summary of ``role``'s batches, None when it has none."""
+    return next((x for x in res.summary() if x.role == role), None)
