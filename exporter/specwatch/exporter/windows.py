@@ -290,6 +290,23 @@ class WindowEngine:
         Raises :class:`TooManySeries` (state unchanged) when the fetch would make the state hold
         more than ``max_series`` series."""
         values = self._flatten(snap)
+        self._make_room(t, snap, values)
+        first = self._fetches == 0
+        restarted, keys = self._restarts(snap, values)
+        self._trim_positions(snap, values, restarted)
+        if restarted:
+            self.restarts += 1
+            for sid, s in self._series.items():
+                if sid[0] in restarted:
+                    s.last = 0.0  # vLLM starts its series again at 0
+        self._add_increases(t, values, first, restarted)
+        self._add_running(t, snap)
+        self._remember(t, snap, values, keys | set(snap.running_requests))
+        self._record(t)
+
+    def _make_room(self, t: float, snap: UpstreamSnapshot, values: dict[tuple[Key, str], float]) -> None:
+        """Update step: drop stale series (forced when the fetch brings new ones past ``max_series``);
+        raises :class:`TooManySeries` when that is still too many."""
         series = self._series
 
         def n_new() -> int:
@@ -306,13 +323,15 @@ class WindowEngine:
                                     f"(label values that keep changing?)")
         else:
             self._sweep(t, force=False)
-        first = self._fetches == 0
+
+    def _restarts(self, snap: UpstreamSnapshot, values: dict[tuple[Key, str], float]) -> tuple[set[Key], set[Key]]:
+        """Update step: the keys that restarted with this fetch (a new process start time, or their
+        counters falling; see the module docstring), and every key the fetch's counters hold."""
         restart_all = (self._start is not None and snap.process_start_time is not None
                        and snap.process_start_time != self._start)
         start_known = self._start is not None and snap.process_start_time is not None
         if snap.process_start_time is not None:
             self._start = snap.process_start_time
-
         restarted: set[Key] = set()
         by_key: dict[Key, list[tuple[str, float, float]]] = {}
         for sid, v in values.items():
@@ -320,14 +339,17 @@ class WindowEngine:
             s = self._series.get(sid)
             if s is not None:
                 common.append((sid[1], v, s.last))
-        keys = set(by_key)
         for key, common in by_key.items():
             # a new start time, or none known and a drop (a known, unchanged one: same process, drops are dips)
             if restart_all or (not start_known and self._restarted(common)):
                 restarted.add(key)
         if restart_all:
             restarted |= self._keys
-        # positions fewer than known without a restart: a partial body, the family is absent
+        return restarted, set(by_key)
+
+    def _trim_positions(self, snap: UpstreamSnapshot, values: dict[tuple[Key, str], float], restarted: set[Key]) -> None:
+        """Update step: positions fewer than known without a restart are a partial body (the family
+        is absent): drop them from ``values``; otherwise the fetch sets the known number."""
         for key, c in snap.counters.items():
             n = len(c.accepted_per_position)
             if key in restarted or key not in self._kpos:
@@ -337,12 +359,10 @@ class WindowEngine:
                     values.pop((key, f"pos{i}"), None)
             else:
                 self._kpos[key] = n
-        if restarted:
-            self.restarts += 1
-            for sid, s in self._series.items():
-                if sid[0] in restarted:
-                    s.last = 0.0  # vLLM starts its series again at 0
 
+    def _add_increases(self, t: float, values: dict[tuple[Key, str], float], first: bool, restarted: set[Key]) -> None:
+        """Update step: each counter's increase since its last value into its adjusted value (a new
+        series gets a slot, counting from 0 when its key is new or restarted)."""
         adj = self._adj
         forgotten = self._forgotten
         for sid, v in values.items():
@@ -359,12 +379,20 @@ class WindowEngine:
                 adj[s.slot] += v - s.last
                 s.last = v
             # else: a dip without a restart: no increase, the highest value stays the reference
+
+    def _add_running(self, t: float, snap: UpstreamSnapshot) -> None:
+        """Update step: the running-requests gauge into its two cumulative series (sum, fetches)."""
+        adj = self._adj
         for key, r in snap.running_requests.items():
             for name, inc in (("running_sum", r), ("running_n", 1.0)):
                 s = self._series.get((key, name)) or self._slot((key, name), 0.0, t)
                 s.seen = t
                 adj[s.slot] += inc
-        seen_keys = keys | set(snap.running_requests)
+
+    def _remember(self, t: float, snap: UpstreamSnapshot, values: dict[tuple[Key, str], float],
+                  seen_keys: set[Key]) -> None:
+        """Update step: the keys and series this fetch held, its time, and one more fetch."""
+        forgotten = self._forgotten
         if forgotten:
             for key in seen_keys:
                 forgotten.pop(key, None)
@@ -372,7 +400,6 @@ class WindowEngine:
         self._present = set(values) | {(k, n) for k in snap.running_requests for n in ("running_sum", "running_n")}
         self._now = t
         self._fetches += 1
-        self._record(t)
 
     def _record(self, t: float) -> None:
         h, times = self.history, self._times
