@@ -33,6 +33,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from specwatch.bench.records import BenchResult
 from specwatch.localvllm.model import prepare_model
 from specwatch.localvllm.server import VllmServer
 
@@ -92,14 +93,14 @@ def exporter_view(url: str) -> dict:
     return out
 
 
-def bench(base_url: str, workloads: list[str], conc: int, out_dir: Path, name: str) -> dict:
+def bench(base_url: str, workloads: list[str], conc: int, out_dir: Path, name: str) -> BenchResult:
     fname = f"{name}-c{conc}.json"
     cmd = [sys.executable, "-m", "specwatch", "bench", "--base-url", base_url, "--dataset-name", ",".join(workloads),
            "--max-concurrency", str(conc), "--num-prompts", str(2 * conc), "--num-batches", "1",
            "--warmup-batches", "1", "--output-len", "96", "--no-progress", "--result-dir", str(out_dir),
            "--result-filename", fname]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    return json.loads((out_dir / fname).read_text())
+    return BenchResult.load(out_dir / fname)
 
 
 def main() -> int:
@@ -130,7 +131,7 @@ def main() -> int:
                             "status", "requests", "problems", "per_position_acceptance_rates",
                             "conditional_per_position_acceptance_rates", "expected_acceptance_lengths",
                             "draft_length_histogram", "request_acceptance", "num_outliers", "outliers")}}
-                        for cell in doc["summary"]]
+                        for cell in (c.to_json() for c in doc.cells)]
                     time.sleep(1.5)
                     requests.get(exp + "/metrics", timeout=30)
                 time.sleep(1.5)

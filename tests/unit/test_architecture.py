@@ -124,3 +124,44 @@ def test_one_tie_tolerance():
     from specwatch.choosek.model import DEFAULT_TOLERANCE
     from specwatch.specdecode.decision import TOLERANCE
     assert DEFAULT_TOLERANCE is TOLERANCE
+
+
+#: The modules that may import click (issue #39): the commands and the command layer's own helpers.
+#: Every other module raises plain exceptions (one line each), which a command maps to click's
+#: "Error: …" line and exit status (e.g. choosek/cli.py ``OneLineErrors`` for SweepError,
+#: WriteCheckError and PrometheusError).
+CLICK_MODULES = {
+    "cli.py": "the specwatch click group",
+    "bench/cli.py": "the bench command",
+    "choosek/cli.py": "the sweep, advise, report and calibrate commands",
+    "localvllm/cli.py": "the prepare-model and vllm commands",
+    "top/cli.py": "the top command",
+    "exporter/server.py": "the serve command",
+    "exporter/options.py": "the click options serve and top --upstream share",
+    "mixin/generate.py": "the generator's command (python -m specwatch.mixin.generate)",
+    "common/params.py": "the click parameter types of the commands' flags (--k 1,2,4, a NaN-free float range)",
+    "demo/__init__.py": "the demo command",
+    "demo/flags.py": "the demo command's flags and their checks (DemoFlagError: a usage error)",
+    # the demo command's body: run_demo and the stack it starts answer a failure with click's one line
+    # (a child that exits, a port in use); they run only under the demo command
+    "demo/run.py": "the demo command's run (run_demo)",
+    "demo/stack.py": "the demo command's child processes (exporter, Prometheus)",
+}
+
+
+def _imports_click(path: Path) -> bool:
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "click" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "click" and not node.level:
+            return True
+    return False
+
+
+def test_only_command_modules_import_click():
+    """Issue #39: records, result files and advice are libraries: only the command modules (and
+    the command layer's helpers) named in CLICK_MODULES import click."""
+    users = {path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*.py") if _imports_click(path)}
+    assert users - set(CLICK_MODULES) == set(), "a non-command module imports click"
+    for rel in ("choosek/records.py", "choosek/resultfile.py", "choosek/advise.py"):
+        assert rel not in users, rel

@@ -31,7 +31,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import click
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
@@ -135,7 +134,7 @@ def advise_sweep(rec: SweepResult, *, tolerance: float = DEFAULT_TOLERANCE, cand
         except KChoiceError as exc:
             if len(fams) == 1:
                 raise
-            click.echo(f"family {fam}: {exc}", err=True)
+            print(f"family {fam}: {exc}", file=sys.stderr)
     return out
 
 
@@ -520,23 +519,30 @@ def curves_from_exporter(text: str, window: str,
     return {k: tuple(v[i] for i in sorted(v)) for k, v in chosen.items()}
 
 
+class PrometheusError(Exception):
+    """Prometheus cannot be queried or answers what is no query result (one line): a plain
+    exception, printed by the command layer (:mod:`specwatch.choosek.cli`), exit 1."""
+
+    exit_code = 1
+
+
 def curves_from_prometheus(url: str, rule: str = "model_name:specwatch_position_acceptance_rate:ratio_rate5m",
                            timeout: float = 10.0,
                            bases: dict[tuple[str, ...], str] | None = None) -> dict[tuple[str, ...], tuple[float, ...]]:
     """Per-position curves from Prometheus' instant query of the recording rule ``rule`` (labels
-    job, model_name, position). Raises click.ClickException when Prometheus cannot be queried."""
+    job, model_name, position). Raises PrometheusError (one line) when Prometheus cannot be queried."""
     try:
         r = requests.get(url.rstrip("/") + "/api/v1/query", params={"query": rule}, timeout=timeout)
         r.raise_for_status()
         data = r.json()
     except requests.RequestException as exc:
-        raise click.ClickException(f"cannot query Prometheus at {url}: {request_failure(url, exc)}") from None
+        raise PrometheusError(f"cannot query Prometheus at {url}: {request_failure(url, exc)}") from None
     except ValueError:
-        raise click.ClickException(f"cannot query Prometheus at {url}: the answer is not JSON (is it Prometheus?)") from None
+        raise PrometheusError(f"cannot query Prometheus at {url}: the answer is not JSON (is it Prometheus?)") from None
     if not isinstance(data, dict):
-        raise click.ClickException(f"cannot query Prometheus at {url}: unexpected answer (is it Prometheus?)")
+        raise PrometheusError(f"cannot query Prometheus at {url}: unexpected answer (is it Prometheus?)")
     if data.get("status") != "success":
-        raise click.ClickException(f"Prometheus query failed: {for_terminal(data.get('error'))}")
+        raise PrometheusError(f"Prometheus query failed: {for_terminal(data.get('error'))}")
     acc: dict[tuple[str, ...], dict[int, float]] = defaultdict(dict)
     for item in data.get("data", {}).get("result", []):
         m = item.get("metric", {})

@@ -19,6 +19,7 @@ from specwatch.bench.workloads import WORKLOADS
 from specwatch.choosek.advise import (
     DEFAULT_LIVE_CONCURRENCIES,
     LiveAdviceResult,
+    PrometheusError,
     SweepAdviceResult,
     advise_sweep,
     curves_from_exporter,
@@ -47,6 +48,7 @@ from specwatch.choosek.report import render_report
 from specwatch.choosek.resultfile import (
     ARITHMETIC_ERRORS,
     SweepError,
+    WriteCheckError,
     check_dir_writable,
     check_writable,
     damaged_file_message,
@@ -81,6 +83,25 @@ from specwatch.specdecode.costprofile import CostProfile, CostProfileError, load
 
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+#: The plain exceptions of the library modules below (records, result file, advise): each is one
+#: line, and the command prints it as click prints its own errors ("Error: …"), exit ``exit_code``.
+ONE_LINE_ERRORS = (SweepError, WriteCheckError, PrometheusError)
+
+
+class OneLineErrors(click.Command):
+    """A command that prints :data:`ONE_LINE_ERRORS` as one line (``Error: <message>``) and exits with
+    their ``exit_code`` (1; 2 for a result-file argument that is no regular file), as it did when they
+    were click exceptions."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ONE_LINE_ERRORS as exc:
+            err = click.ClickException(str(exc))
+            err.exit_code = getattr(exc, "exit_code", 1)
+            raise err from None
 
 
 # click callbacks: flag errors exit 2 with a Usage line and the option's name
@@ -172,7 +193,7 @@ def _drafter_models(drafters, server_command, model_dir) -> list[tuple[str, str]
     return out
 
 
-@click.command("sweep")
+@click.command("sweep", cls=OneLineErrors)
 @click.option("--result-file", type=click.Path(dir_okay=False, path_type=Path), default=Path("specwatch-sweep.json"),
               show_default=True, help="One JSON file with every cell; rerun with the same file to resume.")
 @click.option("--k", "ks", default=",".join(map(str, DEFAULT_KS)), show_default=True, callback=int_list(1),
@@ -289,7 +310,7 @@ def sweep(result_file, ks, spec_configs, drafters, baseline, workloads, dataset_
     echo(f"sweep complete: {result_file}\nnext: specwatch advise {result_file}; specwatch report {result_file}")
 
 
-@click.command("advise")
+@click.command("advise", cls=OneLineErrors)
 @click.argument("result_file", required=False, type=click.Path(exists=True, path_type=Path))
 @click.option("--exporter", "exporter_url", default=None, help="Live: the specwatch exporter's /metrics URL (e.g. http://127.0.0.1:19337/metrics).")
 @click.option("--prometheus", "prometheus_url", default=None, help="Live: Prometheus base URL (uses the recording rules).")
@@ -474,7 +495,7 @@ def _advise_live(exporter_url, prometheus_url, *, window, concurrencies, toleran
                             drafter=drafter)
 
 
-@click.command("report")
+@click.command("report", cls=OneLineErrors)
 @click.argument("result_file", type=click.Path(dir_okay=False, exists=True, path_type=Path))
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="HTML file to write (default: the result file with .html).")
@@ -553,7 +574,7 @@ def render_profile(profile: CostProfile, console) -> None:
     console.print(t)
 
 
-@click.command("calibrate")
+@click.command("calibrate", cls=OneLineErrors)
 @click.option("--from-sweep", "sweep_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), default=None,
               help="A specwatch sweep result with a baseline and speculative configurations.")
 @click.option("--baseline-url", default=None, help="Live: the baseline server (no speculation), e.g. http://127.0.0.1:8001.")
@@ -627,7 +648,7 @@ def calibrate(sweep_file, baseline_url, spec_url, duration, interval, forward_fi
                                    else text) from None
     except CalibrationError as exc:
         raise click.ClickException(str(exc)) from None
-    except click.ClickException:  # a SweepError (an unreadable or damaged sweep), a usage error
+    except (click.ClickException, *ONE_LINE_ERRORS):  # a SweepError (an unreadable or damaged sweep), a usage error
         raise
     except ARITHMETIC_ERRORS as exc:
         raise click.ClickException(damaged_file_message(sweep_file, exc)) from None

@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import click
-
 from specwatch.bench.records import BenchBatch, BenchCell
 from specwatch.common.labels import for_terminal
 from specwatch.common.records import (Anything, Int, JsonRecord, ListOf, Num, Obj, Rec, RecordError, Str, jfield, read_document,
@@ -44,14 +42,23 @@ _NUM, _STR, _ANY, _OBJ = Num(), Str(), Anything(), Obj()
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-class SweepError(click.ClickException):
+class SweepError(Exception):
     """A sweep cannot start or continue (bad options, unreadable or mismatched result file,
-    server that fails to start)."""
+    server that fails to start). A plain exception: the command layer
+    (:mod:`specwatch.choosek.cli`) prints its one line and exits with :attr:`exit_code`."""
+
+    #: The exit status of a command that stops on this error.
+    exit_code = 1
+
+    @property
+    def message(self) -> str:
+        """The one-line text (as the command prints it after ``Error: ``)."""
+        return str(self)
 
 
 class SweepRecordError(SweepError, RecordError):
     """A sweep result file (or document) that cannot be read: the message names it and the field.
-    A :class:`SweepError` (commands print it as one line) and a
+    A :class:`SweepError` (the commands print it as one line) and a
     :class:`specwatch.common.records.RecordError`."""
 
     def __init__(self, message: str) -> None:

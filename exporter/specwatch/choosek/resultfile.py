@@ -20,14 +20,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import click
-
 from specwatch.choosek.measurement import BatchPoint, KChoiceError, Measurement
 from specwatch.choosek.records import FORMAT, MEASUREMENT_KEYS, SweepError, SweepRecordError, SweepResult
 from specwatch.common.locks import FileLock, LockHeld
 
 __all__ = ["ARITHMETIC_ERRORS", "FORMAT", "batch_points", "MEASUREMENT_KEYS", "SweepError", "SweepRecordError", "SweepResult", "cell_key",
-           "check_dir_writable", "check_writable", "damaged_file_message", "failed_cells", "load_sweep",
+           "WriteCheckError", "check_dir_writable", "check_writable", "damaged_file_message", "failed_cells", "load_sweep",
            "measurements", "result_file_lock", "servers_by_config"]
 
 
@@ -118,36 +116,43 @@ def result_file_lock(result_file: Path) -> Iterator[None]:
         lock.release()
 
 
+class WriteCheckError(Exception):
+    """A result file or folder that cannot be written (one line naming it): a plain exception,
+    printed by the command layer (:mod:`specwatch.choosek.cli`), exit 1."""
+
+    exit_code = 1
+
+
 def check_writable(path: str | Path, what: str) -> None:
-    """Fail early (click.ClickException, one line) when ``path`` cannot be written: its nearest
+    """Fail early (:class:`WriteCheckError`, one line) when ``path`` cannot be written: its nearest
     existing ancestor is not a directory, or that directory (or an existing ``path``) is not
     writable. For an existing parent directory the check creates and removes a temporary file
     there (the only test that also holds for root). Creates nothing that stays."""
     p = Path(path)
     if p.exists() and p.is_dir():
-        raise click.ClickException(f"cannot write {what} {p}: it is a directory")
+        raise WriteCheckError(f"cannot write {what} {p}: it is a directory")
     if p.exists() and not os.access(p, os.W_OK):
-        raise click.ClickException(f"cannot write {what} {p}: permission denied")
+        raise WriteCheckError(f"cannot write {what} {p}: permission denied")
     anc = p.parent if str(p.parent) else Path(".")
     while not anc.exists() and anc != anc.parent:
         anc = anc.parent
     if not anc.is_dir():
-        raise click.ClickException(f"cannot write {what} {p}: {anc} is not a directory")
+        raise WriteCheckError(f"cannot write {what} {p}: {anc} is not a directory")
     if anc == (p.parent if str(p.parent) else Path(".")):
         try:
             with tempfile.NamedTemporaryFile(dir=anc, prefix=".specwatch-write-check-"):
                 pass
         except OSError as exc:
-            raise click.ClickException(f"cannot write {what} {p}: {exc.strerror or exc}") from None
+            raise WriteCheckError(f"cannot write {what} {p}: {exc.strerror or exc}") from None
     elif not os.access(anc, os.W_OK | os.X_OK):
-        raise click.ClickException(f"cannot write {what} {p}: {anc} is not writable")
+        raise WriteCheckError(f"cannot write {what} {p}: {anc} is not writable")
 
 
 def check_dir_writable(path: str | Path, what: str) -> None:
     """As :func:`check_writable` for a directory that may not exist yet."""
     p = Path(path)
     if p.exists() and not p.is_dir():
-        raise click.ClickException(f"cannot use {what} {p}: it is not a directory")
+        raise WriteCheckError(f"cannot use {what} {p}: it is not a directory")
     check_writable(p / ".specwatch-write-check", what)
 
 
