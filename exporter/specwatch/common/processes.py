@@ -384,65 +384,87 @@ def stop_process_group(process: subprocess.Popen | None, timeout: float) -> None
     if process is None:
         return
     pgid = process.pid
+    previous, deferred = _defer_stop_signals()
+    try:
+        if _group_alive(process, pgid):
+            _signal_group(process, pgid, signal.SIGTERM)
+            if not _wait_gone(process, pgid, timeout):
+                _signal_group(process, pgid, signal.SIGKILL)
+                _wait_gone(process, pgid, 10.0)
+    finally:
+        _restore_signals(previous, deferred)
 
-    def group_alive() -> bool:
-        if process.poll() is None:  # (also reaps the leader: its zombie would count for killpg)
-            return True
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        # killpg also counts zombies (exited children not yet reaped by their new parent; a
-        # container's PID 1 may never reap them): look for a live member of the group.
-        for proc in psutil.process_iter(["status"]):
-            try:
-                if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                    return True
-            except (OSError, psutil.Error):
-                continue
-        return False
 
-    def signal_group(sig: int) -> None:
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:  # not a group leader after all: signal the process alone
-            if process.poll() is None:
-                process.send_signal(sig)
-        except PermissionError:
-            pass
-
-    def wait_gone(seconds: float) -> bool:
-        deadline = time.monotonic() + seconds
-        while group_alive():
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.05)
+def _group_alive(process: subprocess.Popen, pgid: int) -> bool:
+    """Stop step: whether a process of the group is still alive (zombies do not count)."""
+    if process.poll() is None:  # (also reaps the leader: its zombie would count for killpg)
         return True
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # killpg also counts zombies (exited children not yet reaped by their new parent; a
+    # container's PID 1 may never reap them): look for a live member of the group.
+    return _has_live_member(pgid)
 
+
+def _has_live_member(pgid: int) -> bool:
+    """Stop step: whether any process of group ``pgid`` is not a zombie."""
+    for proc in psutil.process_iter(["status"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                return True
+        except (OSError, psutil.Error):
+            continue
+    return False
+
+
+def _signal_group(process: subprocess.Popen, pgid: int, sig: int) -> None:
+    """Stop step: send ``sig`` to the group (to the process alone when it leads none)."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:  # not a group leader after all: signal the process alone
+        if process.poll() is None:
+            process.send_signal(sig)
+    except PermissionError:
+        pass
+
+
+def _wait_gone(process: subprocess.Popen, pgid: int, seconds: float) -> bool:
+    """Stop step: wait up to ``seconds`` for the group to vanish; whether it did."""
+    deadline = time.monotonic() + seconds
+    while _group_alive(process, pgid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _defer_stop_signals() -> tuple[dict[int, Any], list[int]]:
+    """Stop step: from the main thread, record SIGINT and SIGTERM instead of acting on them;
+    returns (the previous handlers, the list the signals are recorded in)."""
     deferred: list[int] = []
     previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.getsignal(sig)
             signal.signal(sig, lambda signum, frame: deferred.append(signum))
-    try:
-        if group_alive():
-            signal_group(signal.SIGTERM)
-            if not wait_gone(timeout):
-                signal_group(signal.SIGKILL)
-                wait_gone(10.0)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
-        if deferred:
-            signum = deferred[0]
-            handler = previous.get(signum)
-            if callable(handler):
-                handler(signum, None)
-            elif handler != signal.SIG_IGN:
-                signal.raise_signal(signum)
+    return previous, deferred
+
+
+def _restore_signals(previous: dict[int, Any], deferred: list[int]) -> None:
+    """Stop step: restore the previous handlers, then hand the first recorded signal to its own."""
+    for sig, handler in previous.items():
+        signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+    if deferred:
+        signum = deferred[0]
+        handler = previous.get(signum)
+        if callable(handler):
+            handler(signum, None)
+        elif handler != signal.SIG_IGN:
+            signal.raise_signal(signum)
 
 
 def listen_error(host: str, port: int) -> str | None:
