@@ -509,7 +509,6 @@ def profile_from_dict(doc: Any, source: str = "<profile>") -> CostProfile:
     _check_strings_and_sizes(doc, src)
     if not isinstance(doc, dict):
         raise CostProfileError(f"{src}: not a specwatch cost profile (expected a YAML mapping)")
-    _check_strings_and_sizes(doc, src)
     fmt = doc.get("specwatch_cost_profile")
     if isinstance(fmt, bool) or fmt not in READABLE_FORMATS:
         raise CostProfileError(f"{src}: specwatch_cost_profile: expected {FORMAT} (or 1, read with a wider interval), "
@@ -518,7 +517,19 @@ def profile_from_dict(doc: Any, source: str = "<profile>") -> CostProfile:
     name = doc.get("name")
     if not isinstance(name, str) or not name.strip():
         raise CostProfileError(f"{src}: name: expected a non-empty string")
-    prov = doc.get("provenance")
+    prov = _provenance(src, doc.get("provenance"))
+    plain = _points(src, "plain", doc.get("plain"), v2=v2)
+    curves = _curves(src, doc.get("speculative", []), v2=v2)
+    if v2:
+        _check_points_total(src, doc.get("points_total"), len(plain) + sum(len(c.points) for c in curves))
+    known = {"specwatch_cost_profile", "name", "provenance", "plain", "speculative", "plain_spread", "points_total"}
+    extra = {k: v for k, v in doc.items() if k not in known}
+    return CostProfile(name.strip(), dict(prov), plain, tuple(curves), source=src, extra=extra,
+                       plain_spread=_spread(src, "plain_spread", doc.get("plain_spread")) if v2 else None, format=fmt)
+
+
+def _provenance(src: str, prov: Any) -> dict[Any, Any]:
+    """Validation step: the provenance mapping (its required strings, scalar values, ``forward_only``)."""
     if not isinstance(prov, dict):
         raise CostProfileError(f"{src}: provenance: expected a mapping (hardware, model, vllm_version, source, measured_at, how)")
     for key in ("hardware", "model", "source", "how"):
@@ -531,43 +542,50 @@ def profile_from_dict(doc: Any, source: str = "<profile>") -> CostProfile:
             raise CostProfileError(f"{src}: provenance.{key}: expected a string, number, true/false or null")
     if "forward_only" in prov and not isinstance(prov["forward_only"], bool):
         raise CostProfileError(f"{src}: provenance.forward_only: expected true or false")
-    plain = _points(src, "plain", doc.get("plain"), v2=v2)
-    spec_raw = doc.get("speculative", [])
+    return prov
+
+
+def _curves(src: str, spec_raw: Any, *, v2: bool) -> list[SpeculativeCurve]:
+    """Validation step: the speculative curves, one per (method, drafter, k), with their points."""
     if not isinstance(spec_raw, list):
         raise CostProfileError(f"{src}: speculative: expected a list")
     curves = []
     seen = set()
     for i, c in enumerate(spec_raw):
         where = f"speculative[{i}]"
-        if not isinstance(c, dict):
-            raise CostProfileError(f"{src}: {where}: expected a mapping with method, k and points")
-        method = c.get("method")
-        if not isinstance(method, str) or not method:
-            raise CostProfileError(f"{src}: {where}.method: expected a non-empty string")
-        drafter = c.get("drafter")
-        if drafter is not None and not isinstance(drafter, str):
-            raise CostProfileError(f"{src}: {where}.drafter: expected a string or null")
-        k = c.get("k")
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 64:
-            raise CostProfileError(f"{src}: {where}.k: expected an integer from 1 to 64, got {k!r}"[:300])
+        method, drafter, k = _curve_identity(src, where, c)
         if (method, drafter, k) in seen:
             raise CostProfileError(f"{src}: {where}: a second curve for method {method}, drafter {drafter}, k = {k}")
         seen.add((method, drafter, k))
         pts = _points(src, f"{where}.points", c.get("points"), v2=v2)
         curves.append(SpeculativeCurve(method, drafter, k, pts, _spread(src, f"{where}.spread", c.get("spread")) if v2 else None))
-    total = len(plain) + sum(len(c.points) for c in curves)
-    if v2:
-        pt = doc.get("points_total")
-        if isinstance(pt, bool) or not isinstance(pt, int):
-            raise CostProfileError(f"{src}: points_total: missing or not an integer: the file is cut short or not "
-                                   "written by specwatch calibrate; re-run specwatch calibrate")
-        if pt != total:
-            raise CostProfileError(f"{src}: points_total: says {pt} points, the file holds {total}: the file is cut "
-                                   "short or edited; re-run specwatch calibrate")
-    known = {"specwatch_cost_profile", "name", "provenance", "plain", "speculative", "plain_spread", "points_total"}
-    extra = {k: v for k, v in doc.items() if k not in known}
-    return CostProfile(name.strip(), dict(prov), plain, tuple(curves), source=src, extra=extra,
-                       plain_spread=_spread(src, "plain_spread", doc.get("plain_spread")) if v2 else None, format=fmt)
+    return curves
+
+
+def _curve_identity(src: str, where: str, c: Any) -> tuple[str, str | None, int]:
+    """Validation step: one curve's (method, drafter, k)."""
+    if not isinstance(c, dict):
+        raise CostProfileError(f"{src}: {where}: expected a mapping with method, k and points")
+    method = c.get("method")
+    if not isinstance(method, str) or not method:
+        raise CostProfileError(f"{src}: {where}.method: expected a non-empty string")
+    drafter = c.get("drafter")
+    if drafter is not None and not isinstance(drafter, str):
+        raise CostProfileError(f"{src}: {where}.drafter: expected a string or null")
+    k = c.get("k")
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= 64:
+        raise CostProfileError(f"{src}: {where}.k: expected an integer from 1 to 64, got {k!r}"[:300])
+    return method, drafter, k
+
+
+def _check_points_total(src: str, pt: Any, total: int) -> None:
+    """Validation step (format 2): ``points_total`` matches the points the file holds (not cut short)."""
+    if isinstance(pt, bool) or not isinstance(pt, int):
+        raise CostProfileError(f"{src}: points_total: missing or not an integer: the file is cut short or not "
+                               "written by specwatch calibrate; re-run specwatch calibrate")
+    if pt != total:
+        raise CostProfileError(f"{src}: points_total: says {pt} points, the file holds {total}: the file is cut "
+                               "short or edited; re-run specwatch calibrate")
 
 
 def load_profile(path: str | Path) -> CostProfile:
@@ -636,40 +654,51 @@ def _check_strings_and_sizes(doc: Any, src: str) -> None:
         prov = doc.get("provenance")
         if isinstance(prov, dict):
             for key, v in prov.items():
-                where = f"provenance.{key}"
-                if not isinstance(key, str):
-                    raise BadLabelValue(f"provenance: a key that is not a string ({key!r})"[:200])
-                if key in _LABEL_PROVENANCE:
-                    if v is None and key in _OPTIONAL_PROVENANCE:
-                        continue
-                    if not isinstance(v, str):
-                        raise BadLabelValue(f"{where}: expected a string{' or null' if key in _OPTIONAL_PROVENANCE else ''}, "
-                                            f"got {type(v).__name__}")
-                    check_label_value(v, what=where)
-                elif key == "how":
-                    if isinstance(v, str):
-                        check_label_value(v.replace("\n", " ").replace("\t", " "), what=where, max_len=MAX_HOW_CHARS)
-                elif key == "forward_only":
-                    continue  # typed by profile_from_dict
-                elif isinstance(v, str):
-                    check_label_value(v, what=where)
-                elif not (v is None or isinstance(v, (bool, int, float, _dt.date))):
-                    raise BadLabelValue(f"{where}: expected a string, number, true/false or null, got {type(v).__name__}")
-        n_points = len(doc["plain"]) if isinstance(doc.get("plain"), list) else 0
-        spec = doc.get("speculative")
-        if isinstance(spec, list):
-            for i, c in enumerate(spec):
-                if not isinstance(c, dict):
-                    continue
-                for key in ("method", "drafter"):
-                    if isinstance(c.get(key), str):
-                        check_label_value(c[key], what=f"speculative[{i}].{key}", max_len=MAX_METHOD_CHARS)
-                if isinstance(c.get("points"), list):
-                    n_points += len(c["points"])
-                if n_points > MAX_POINTS:
-                    break
-        if n_points > MAX_POINTS:
-            raise BadLabelValue(f"more than {MAX_POINTS} step points in all (plain and speculative): "
-                                "not a measured profile")
+                _check_provenance_field(key, v)
+        _check_curve_labels_and_points(doc)
     except BadLabelValue as exc:
         raise CostProfileError(f"{src}: {exc}") from None
+
+
+def _check_provenance_field(key: Any, v: Any) -> None:
+    """Bounds step: one provenance field (a label, ``how``, or another scalar); raises BadLabelValue."""
+    where = f"provenance.{key}"
+    if not isinstance(key, str):
+        raise BadLabelValue(f"provenance: a key that is not a string ({key!r})"[:200])
+    if key in _LABEL_PROVENANCE:
+        if v is None and key in _OPTIONAL_PROVENANCE:
+            return
+        if not isinstance(v, str):
+            raise BadLabelValue(f"{where}: expected a string{' or null' if key in _OPTIONAL_PROVENANCE else ''}, "
+                                f"got {type(v).__name__}")
+        check_label_value(v, what=where)
+    elif key == "how":
+        if isinstance(v, str):
+            check_label_value(v.replace("\n", " ").replace("\t", " "), what=where, max_len=MAX_HOW_CHARS)
+    elif key == "forward_only":
+        return  # typed by profile_from_dict
+    elif isinstance(v, str):
+        check_label_value(v, what=where)
+    elif not (v is None or isinstance(v, (bool, int, float, _dt.date))):
+        raise BadLabelValue(f"{where}: expected a string, number, true/false or null, got {type(v).__name__}")
+
+
+def _check_curve_labels_and_points(doc: dict[str, Any]) -> None:
+    """Bounds step: each curve's ``method`` and ``drafter`` labels, and at most :data:`MAX_POINTS`
+    points in all; raises BadLabelValue."""
+    n_points = len(doc["plain"]) if isinstance(doc.get("plain"), list) else 0
+    spec = doc.get("speculative")
+    if isinstance(spec, list):
+        for i, c in enumerate(spec):
+            if not isinstance(c, dict):
+                continue
+            for key in ("method", "drafter"):
+                if isinstance(c.get(key), str):
+                    check_label_value(c[key], what=f"speculative[{i}].{key}", max_len=MAX_METHOD_CHARS)
+            if isinstance(c.get("points"), list):
+                n_points += len(c["points"])
+            if n_points > MAX_POINTS:
+                break
+    if n_points > MAX_POINTS:
+        raise BadLabelValue(f"more than {MAX_POINTS} step points in all (plain and speculative): "
+                            "not a measured profile")
