@@ -378,87 +378,129 @@ def predict_throughputs(
     preds: list[ThroughputPrediction] = []
     fits: list[StepCostFit] = []
     for (wl, c), runs in _cells(measurements).items():
-        by_k: dict[int, Measurement] = {}
-        for m in runs:  # one fixed-k run per k (the latest wins if a family ran twice); a dynamic
-            if not m.variable_width:  # table is a configuration of its own, never the run at its k
-                by_k[m.k] = m
-        if 0 in by_k:
-            b = by_k[0]
-            preds.append(ThroughputPrediction(wl, c, 0, b.output_throughput, b.output_throughput, 1.0, 0.0, b.step_time_s,
-                                              b.noise, "exact", throughput_interval(b), len(b.batch_throughputs) or None))
-        src = _source(runs)
-        basis = "exact"
-        if src is None and any(m.curve_basis == "lower_bound" and m.drafts for m in runs):
-            # only lower-bound curves (ragged drafts): the measured k keep their measured throughput;
-            # the what-if for other k comes from the lower-bound curve, labelled lower_bound
-            src, basis = _lower_bound_source(runs), "lower_bound"
-            if src is None:  # a dynamic table's ragged run only: nothing at a fixed k to predict from
-                preds.extend(_measured_only(wl, c, by_k, "none"))
-                continue
-        # a table's step mixes widths: not a point of T(x) beside fixed-k runs (alone, the only one)
-        fixed = [m for m in runs if not m.variable_width]
-        if not any(m.k > 0 for m in fixed):
-            fixed = list(runs)
-        fit = fit_step_cost(fixed if keep is None else [m for m in fixed if m.k in keep], prior)
-        if fit is None:
-            preds.extend(_measured_only(wl, c, by_k, "none"))  # no step time: no model, the runs still count
-            continue
-        if src is not None and src.draft_fraction is not None:
-            rates, f = src.position_rates, src.draft_fraction
-            dbar = src.draft_tokens_per_draft or float(src.k)
-            if src.ragged_drafts and basis == "exact":
-                # an exact per-request curve of a cell whose drafts were ragged (a dynamic table ran
-                # shorter drafts): the curve is that of full drafts of j + 1 tokens, so k′ is predicted
-                # as a fixed-width server verifying k′ tokens per draft (x = f·k′), not with the
-                # cell's mean draft length d̄ (which would pair full-draft tokens with short-draft cost)
-                dbar = float(len(rates))
-        else:
-            # no drafts at all (e.g. ngram never found a match): every k verifies nothing and
-            # gains nothing, so each k costs the speculative server's T0
-            src = max((m for m in fixed if m.k > 0 and m.step_time_s is not None), key=lambda m: m.k)
-            rates, f, dbar = (0.0,) * src.k, 0.0, float(src.k)
-        fits.append(fit)
-        ceff = src.effective_concurrency
-
-        def from_curve(k: int, *, f: float = f, rates: Sequence[float] = rates, dbar: float = dbar) -> tuple[float, float]:
-            return 1.0 + f * math.fsum(rates[:k]), f * min(float(k), dbar)
-
-        # measured mode: ratio measured / curve at the k that were run, interpolated in k for the
-        # k that were not (so an unmeasured k is not predicted with the curve's bias alone)
-        ratios: dict[int, tuple[float, float]] = {}
-        if acceptance == "measured":
-            for k, m in by_k.items():
-                if (1 <= k <= len(rates) and m.tokens_per_step is not None and m.verified_per_step is not None
-                        and not m.ragged_drafts):
-                    ct, cx = from_curve(k)
-                    ratios[k] = (m.tokens_per_step / ct, m.verified_per_step / cx if cx > 0 else 1.0)
-        for k in range(1, len(rates) + 1):
-            m = by_k.get(k)
-            if m is not None and m.variable_width:
-                m = None  # a dynamic table ran other widths under this k: not the throughput at k
-            tau, x = from_curve(k)
-            if ratios:
-                if k in ratios:
-                    rt, rx = ratios[k]
-                else:
-                    lo = max((j for j in ratios if j < k), default=None)
-                    hi = min((j for j in ratios if j > k), default=None)
-                    if lo is None or hi is None:
-                        rt, rx = ratios[lo if hi is None else hi]
-                    else:
-                        w = (k - lo) / (hi - lo)
-                        rt = ratios[lo][0] + w * (ratios[hi][0] - ratios[lo][0])
-                        rx = ratios[lo][1] + w * (ratios[hi][1] - ratios[lo][1])
-                tau, x = tau * rt, x * rx
-            t = fit.step_time(x)
-            preds.append(ThroughputPrediction(
-                wl, c, k, ceff * tau / t, None if m is None else m.output_throughput, tau, x, t,
-                None if m is None else m.noise, basis, None if m is None else throughput_interval(m),
-                None if m is None else (len(m.batch_throughputs) or None),
-            ))
-        # a measured k beyond the source curve (e.g. a ragged k = 4 beside an exact k = 2): still a measurement
-        preds.extend(_measured_only(wl, c, {k: m for k, m in by_k.items() if k > len(rates)}, "beyond_curve"))
+        cell_preds, fit = _predict_cell(wl, c, runs, prior, keep, acceptance)
+        preds.extend(cell_preds)
+        if fit is not None:
+            fits.append(fit)
     return preds, fits
+
+
+@dataclass(frozen=True)
+class _Curve:
+    """The acceptance curve a cell's predictions come from: per-position rates, the fraction of
+    request-steps with a draft f, and the mean draft length d̄."""
+
+    rates: Sequence[float]
+    f: float
+    dbar: float
+
+    def at(self, k: int) -> tuple[float, float]:
+        """(τ, x) at k: tokens per request-step 1 + f·Σ rates[:k], draft tokens verified f·min(k, d̄)."""
+        return 1.0 + self.f * math.fsum(self.rates[:k]), self.f * min(float(k), self.dbar)
+
+
+def _predict_cell(wl: str, c: int, runs: Sequence[Measurement], prior: CostModel | None, keep: set[int] | None,
+                  acceptance: str) -> tuple[list[ThroughputPrediction], StepCostFit | None]:
+    """One (workload, concurrency) cell of :func:`predict_throughputs`: its predictions and the
+    step-cost fit they used (None: no model, the runs are the predictions)."""
+    by_k: dict[int, Measurement] = {}
+    for m in runs:  # one fixed-k run per k (the latest wins if a family ran twice); a dynamic
+        if not m.variable_width:  # table is a configuration of its own, never the run at its k
+            by_k[m.k] = m
+    preds: list[ThroughputPrediction] = []
+    if 0 in by_k:
+        b = by_k[0]
+        preds.append(ThroughputPrediction(wl, c, 0, b.output_throughput, b.output_throughput, 1.0, 0.0, b.step_time_s,
+                                          b.noise, "exact", throughput_interval(b), len(b.batch_throughputs) or None))
+    src = _source(runs)
+    basis = "exact"
+    if src is None and any(m.curve_basis == "lower_bound" and m.drafts for m in runs):
+        # only lower-bound curves (ragged drafts): the measured k keep their measured throughput;
+        # the what-if for other k comes from the lower-bound curve, labelled lower_bound
+        src, basis = _lower_bound_source(runs), "lower_bound"
+        if src is None:  # a dynamic table's ragged run only: nothing at a fixed k to predict from
+            return preds + _measured_only(wl, c, by_k, "none"), None
+    # a table's step mixes widths: not a point of T(x) beside fixed-k runs (alone, the only one)
+    fixed = [m for m in runs if not m.variable_width]
+    if not any(m.k > 0 for m in fixed):
+        fixed = list(runs)
+    fit = fit_step_cost(fixed if keep is None else [m for m in fixed if m.k in keep], prior)
+    if fit is None:
+        return preds + _measured_only(wl, c, by_k, "none"), None  # no step time: no model, the runs still count
+    src, curve = _acceptance_curve(src, basis, fixed)
+    ratios = _measured_ratios(by_k, curve) if acceptance == "measured" else {}
+    preds.extend(_curve_predictions(wl, c, by_k, curve, ratios, fit, src.effective_concurrency, basis))
+    # a measured k beyond the source curve (e.g. a ragged k = 4 beside an exact k = 2): still a measurement
+    preds.extend(_measured_only(wl, c, {k: m for k, m in by_k.items() if k > len(curve.rates)}, "beyond_curve"))
+    return preds, fit
+
+
+def _acceptance_curve(src: Measurement | None, basis: str, fixed: Sequence[Measurement]) -> tuple[Measurement, _Curve]:
+    """Cell step: the run the curve comes from and the curve (f = 0 when no run drafted at all)."""
+    if src is not None and src.draft_fraction is not None:
+        rates, f = src.position_rates, src.draft_fraction
+        dbar = src.draft_tokens_per_draft or float(src.k)
+        if src.ragged_drafts and basis == "exact":
+            # an exact per-request curve of a cell whose drafts were ragged (a dynamic table ran
+            # shorter drafts): the curve is that of full drafts of j + 1 tokens, so k′ is predicted
+            # as a fixed-width server verifying k′ tokens per draft (x = f·k′), not with the
+            # cell's mean draft length d̄ (which would pair full-draft tokens with short-draft cost)
+            dbar = float(len(rates))
+        return src, _Curve(rates, f, dbar)
+    # no drafts at all (e.g. ngram never found a match): every k verifies nothing and
+    # gains nothing, so each k costs the speculative server's T0
+    src = max((m for m in fixed if m.k > 0 and m.step_time_s is not None), key=lambda m: m.k)
+    return src, _Curve((0.0,) * src.k, 0.0, float(src.k))
+
+
+def _measured_ratios(by_k: Mapping[int, Measurement], curve: _Curve) -> dict[int, tuple[float, float]]:
+    """Cell step (acceptance "measured"): measured / curve of τ and x at each k that was run with full drafts."""
+    ratios: dict[int, tuple[float, float]] = {}
+    for k, m in by_k.items():
+        if (1 <= k <= len(curve.rates) and m.tokens_per_step is not None and m.verified_per_step is not None
+                and not m.ragged_drafts):
+            ct, cx = curve.at(k)
+            ratios[k] = (m.tokens_per_step / ct, m.verified_per_step / cx if cx > 0 else 1.0)
+    return ratios
+
+
+def _ratio_at(ratios: Mapping[int, tuple[float, float]], k: int) -> tuple[float, float]:
+    """Cell step: the measured / curve ratios at k, interpolated in k between the k that were run
+    (the nearest one outside them)."""
+    if k in ratios:
+        return ratios[k]
+    lo = max((j for j in ratios if j < k), default=None)
+    hi = min((j for j in ratios if j > k), default=None)
+    if lo is None or hi is None:
+        return ratios[lo if hi is None else hi]
+    w = (k - lo) / (hi - lo)
+    return (ratios[lo][0] + w * (ratios[hi][0] - ratios[lo][0]),
+            ratios[lo][1] + w * (ratios[hi][1] - ratios[lo][1]))
+
+
+def _curve_predictions(wl: str, c: int, by_k: Mapping[int, Measurement], curve: _Curve,
+                       ratios: Mapping[int, tuple[float, float]], fit: StepCostFit, ceff: float,
+                       basis: str) -> list[ThroughputPrediction]:
+    """Cell step: the predicted throughput of k = 1 … K from the curve (scaled by the measured
+    ratios, if any) and the step-cost fit, beside the measurement where k was run."""
+    out: list[ThroughputPrediction] = []
+    for k in range(1, len(curve.rates) + 1):
+        m = by_k.get(k)
+        if m is not None and m.variable_width:
+            m = None  # a dynamic table ran other widths under this k: not the throughput at k
+        tau, x = curve.at(k)
+        if ratios:
+            # measured mode: ratio measured / curve at the k that were run, interpolated in k for the
+            # k that were not (so an unmeasured k is not predicted with the curve's bias alone)
+            rt, rx = _ratio_at(ratios, k)
+            tau, x = tau * rt, x * rx
+        t = fit.step_time(x)
+        out.append(ThroughputPrediction(
+            wl, c, k, ceff * tau / t, None if m is None else m.output_throughput, tau, x, t,
+            None if m is None else m.noise, basis, None if m is None else throughput_interval(m),
+            None if m is None else (len(m.batch_throughputs) or None),
+        ))
+    return out
 
 
 # --------------------------------------------------------------------------------------------
