@@ -284,6 +284,70 @@ def _with_defaults(up: Upstream, method: str | None, drafter: str | None) -> Ups
     return Upstream(up.name, up.metrics_url, method, drafter, "default", up.read_server_info)
 
 
+def _check_method_flags(speculative_method: str | None, drafter: str | None) -> None:
+    """Config step: ``--speculative-method`` and ``--drafter``, when given, are non-empty label values."""
+    for flag, value in (("--speculative-method", speculative_method), ("--drafter", drafter)):
+        if value is not None and not value.strip():  # as ,method= with nothing after it
+            raise ConfigError(f"{flag}: expected a non-empty value")
+        if value is not None:
+            try:
+                check_label_value(value, what=flag, max_len=MAX_METHOD_CHARS)
+            except BadLabelValue as exc:
+                raise ConfigError(str(exc)) from None
+
+
+def _upstreams(upstreams: list[str] | tuple[str, ...], speculative_method: str | None,
+               drafter: str | None) -> tuple[Upstream, ...]:
+    """Config step: the parsed upstreams with the exporter-wide method/drafter, their names unique."""
+    ups = tuple(_with_defaults(parse_upstream(u), speculative_method, drafter) for u in upstreams)
+    names = [u.name for u in ups]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise ConfigError(f"duplicate upstream names: {', '.join(sorted(dup))} (use NAME=URL)")
+    return ups
+
+
+def _windows(windows: list[str] | tuple[str, ...]) -> tuple[Window, ...]:
+    """Config step: the parsed ``--window`` values, no length given twice."""
+    wins = tuple(parse_window(w) for w in windows)
+    if len({w.seconds for w in wins}) != len(wins):
+        raise ConfigError("duplicate --window values (" + ", ".join(sorted({w.label for w in wins
+                                                                             if [x.seconds for x in wins].count(w.seconds) > 1}))
+                          + " given twice, maybe spelled differently)")
+    return wins
+
+
+def _cost_profile(path: str, ups: tuple[Upstream, ...], speculative_method: str | None) -> CostProfile:
+    """Config step: load the cost profile and check it has a curve for every method the upstreams name."""
+    try:
+        profile = load_profile(path)
+    except CostProfileError as exc:
+        raise ConfigError(f"--cost-profile: {exc}") from None
+    check_profile_estimates(profile)
+    for u in ups:
+        m = u.speculative_method if u.options_source == "upstream" else speculative_method
+        if m is not None and all(pm != m for pm, _ in profile.methods()):
+            flag = f"--upstream {u.name} method" if u.options_source == "upstream" else "--speculative-method"
+            raise ConfigError(f"{flag} {m!r}: {profile.source} has no curve for it "
+                              f"(it has {', '.join(pm for pm, _ in profile.methods()) or 'none'})")
+    return profile
+
+
+def _check_limits(timeout_seconds: float, min_fetch_interval: float, max_requests: int, max_connections: int,
+                  request_timeout: float) -> None:
+    """Config step: the fetch timeout, the fetch interval and the listener's request limits are in range."""
+    if not math.isfinite(timeout_seconds):
+        raise ConfigError("timeout must be a finite number of seconds")
+    if not (math.isfinite(min_fetch_interval) and 0 <= min_fetch_interval <= 60):
+        raise ConfigError("min fetch interval must be between 0 and 60 seconds")
+    if not 1 <= max_requests <= 10000:
+        raise ConfigError("max requests must be between 1 and 10000")
+    if not max_requests <= max_connections <= 10000:
+        raise ConfigError("max connections must be between max requests and 10000")
+    if not (math.isfinite(request_timeout) and 0.5 <= request_timeout <= 300):
+        raise ConfigError("request timeout must be between 0.5 and 300 seconds")
+
+
 def build_config(
     upstreams: list[str] | tuple[str, ...],
     windows: list[str] | tuple[str, ...] = (),
@@ -302,53 +366,18 @@ def build_config(
     """Validate raw CLI values into an :class:`ExporterConfig`; raises :class:`ConfigError`."""
     if not upstreams:
         raise ConfigError("at least one --upstream is required")
-    for flag, value in (("--speculative-method", speculative_method), ("--drafter", drafter)):
-        if value is not None and not value.strip():  # as ,method= with nothing after it
-            raise ConfigError(f"{flag}: expected a non-empty value")
-        if value is not None:
-            try:
-                check_label_value(value, what=flag, max_len=MAX_METHOD_CHARS)
-            except BadLabelValue as exc:
-                raise ConfigError(str(exc)) from None
-    ups = tuple(_with_defaults(parse_upstream(u), speculative_method, drafter) for u in upstreams)
-    names = [u.name for u in ups]
-    dup = {n for n in names if names.count(n) > 1}
-    if dup:
-        raise ConfigError(f"duplicate upstream names: {', '.join(sorted(dup))} (use NAME=URL)")
-    wins = tuple(parse_window(w) for w in windows)
-    if len({w.seconds for w in wins}) != len(wins):
-        raise ConfigError("duplicate --window values (" + ", ".join(sorted({w.label for w in wins
-                                                                             if [x.seconds for x in wins].count(w.seconds) > 1}))
-                          + " given twice, maybe spelled differently)")
+    _check_method_flags(speculative_method, drafter)
+    ups = _upstreams(upstreams, speculative_method, drafter)
+    wins = _windows(windows)
     if not 0.1 <= timeout_seconds <= 60:
         raise ConfigError("timeout must be between 0.1 and 60 seconds")
     if max_body_bytes < 1024:
         raise ConfigError("max body bytes must be at least 1024")
-    profile = None
-    if cost_profile is not None:
-        try:
-            profile = load_profile(cost_profile)
-        except CostProfileError as exc:
-            raise ConfigError(f"--cost-profile: {exc}") from None
-        check_profile_estimates(profile)
-        for u in ups:
-            m = u.speculative_method if u.options_source == "upstream" else speculative_method
-            if m is not None and all(pm != m for pm, _ in profile.methods()):
-                flag = f"--upstream {u.name} method" if u.options_source == "upstream" else "--speculative-method"
-                raise ConfigError(f"{flag} {m!r}: {profile.source} has no curve for it "
-                                  f"(it has {', '.join(pm for pm, _ in profile.methods()) or 'none'})")
+    profile = None if cost_profile is None else _cost_profile(cost_profile, ups, speculative_method)
+    names = [u.name for u in ups]
     if baseline_upstream is not None and baseline_upstream not in names:
         raise ConfigError(f"--baseline-upstream {baseline_upstream!r} is not one of the upstreams ({', '.join(names)})")
-    if not math.isfinite(timeout_seconds):
-        raise ConfigError("timeout must be a finite number of seconds")
-    if not (math.isfinite(min_fetch_interval) and 0 <= min_fetch_interval <= 60):
-        raise ConfigError("min fetch interval must be between 0 and 60 seconds")
-    if not 1 <= max_requests <= 10000:
-        raise ConfigError("max requests must be between 1 and 10000")
-    if not max_requests <= max_connections <= 10000:
-        raise ConfigError("max connections must be between max requests and 10000")
-    if not (math.isfinite(request_timeout) and 0.5 <= request_timeout <= 300):
-        raise ConfigError("request timeout must be between 0.5 and 300 seconds")
+    _check_limits(timeout_seconds, min_fetch_interval, max_requests, max_connections, request_timeout)
     host, port = parse_listen_address(listen_address)
     return ExporterConfig(
         upstreams=ups,
