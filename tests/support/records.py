@@ -1,6 +1,7 @@
 """The tests' one edge between documents and records (issue #39): specwatch's readers take typed
 records only (:class:`specwatch.choosek.records.SweepResult`, :class:`specwatch.bench.records.BenchResult`,
-:class:`specwatch.demo.records.DemoSummary`, :class:`specwatch.demo.decisionrecords.Decision`, …).
+:class:`specwatch.demo.records.DemoSummary`, :class:`specwatch.demo.decisionrecords.Decision`,
+:class:`specwatch.bench.records.BenchCell`, …).
 A test that edits a real document into a variant (a plain dict) turns it into its record here,
 through the record's own reader, so a damaged variant fails as a damaged file would."""
 
@@ -10,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from specwatch.bench.records import BenchResult
+from specwatch.bench.records import BenchCell, BenchResult
 from specwatch.choosek.records import SweepResult
 from specwatch.common.records import JsonRecord, RecordError, read_document
 from specwatch.demo.report import load_demo_result
@@ -53,3 +54,9 @@ def demo_documents(result_dir: str | Path) -> tuple[dict[str, Any], dict[str, Be
 def bench_record(doc: Mapping[str, Any] | None) -> BenchResult | None:
     """``record(BenchResult, doc)``: a bench result document a test edited (None: no file)."""
     return record(BenchResult, doc)
+
+
+def cell_record(doc: Mapping[str, Any]) -> BenchCell:
+    """``record(BenchCell, doc)``: a cell summary document a test constructed with the bench's field
+    names (what :meth:`specwatch.choosek.measurement.Measurement.from_cell` takes)."""
+    return record(BenchCell, doc)

@@ -575,13 +575,14 @@ def test_live_advice_withholds_when_the_profile_has_no_curve_for_the_drafter():
     """`specwatch advise --exporter/--prometheus --cost-profile P --method draft_model --drafter close` follows
     the exporter's rule: the CPU profile's draft_model curve is the target as drafter, so no k is recommended
     for close (before: the built-in guess recommended k > 0); with the drafter profile a k is."""
-    from specwatch.choosek.advise import live_advice
+    from specwatch.choosek.advise import live_advices
 
     curves = {("spec", "smollm2", "0"): (0.72, 0.55, 0.41)}  # the close capture's per-position curve, rounded
     cpu = load_profile(PROFILES / "cpu-2core-smollm2-135m-vllm0.32.yaml")
-    (item,) = live_advice(curves, (1, 4), cpu, 0.02, None, method="draft_model", drafter="close")
+    (item,) = [a.to_json() for a in live_advices(curves, (1, 4), cpu, 0.02, None, method="draft_model", drafter="close")]
     assert item["withheld"] == "no_cost_curve" and not item["k_by_concurrency"] and not item["speedup"]
-    (item,) = live_advice(curves, (1, 4), load_profile(DRAFTERS_PROFILE), 0.02, None, method="draft_model", drafter="close")
+    drafters = load_profile(DRAFTERS_PROFILE)
+    (item,) = [a.to_json() for a in live_advices(curves, (1, 4), drafters, 0.02, None, method="draft_model", drafter="close")]
     assert "withheld" not in item and item["k_by_concurrency"] == {"1": 0, "4": 0}
     assert DEFAULT not in set(item["basis_by_concurrency"].values())
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from exporter_helpers import exporter_text as _exporter_text, serve_pages as _pages
+from records import cell_record
 from specwatch.specdecode.cost import estimated_speedups, recommend_k
 from specwatch.specdecode.cost import CostModel
 from dataclasses import replace
@@ -333,7 +334,7 @@ def test_measurement_from_a_bench_cell_record():
     from bench_records import one_batch_cell_record
 
     rec = one_batch_cell_record()
-    m = Measurement.from_record(rec, config="ngram-k4", k=4, family="ngram")
+    m = Measurement.from_cell(cell_record(rec), config="ngram-k4", k=4, family="ngram")
     assert m.output_throughput == pytest.approx(256.0)
     assert m.position_rates == pytest.approx((0.9, 0.7, 0.5, 0.4))
     assert m.acceptance_length == pytest.approx(3.5)
@@ -345,7 +346,7 @@ def test_measurement_from_a_bench_cell_record():
     assert m.step_time_s == pytest.approx(4 * (512 / 262) / 256.0)
     assert m.step_time_tpot_s == pytest.approx(0.01 * 512 / 262)
     with pytest.raises(KChoiceError):
-        Measurement.from_record({**rec, "output_throughput": None}, config="x", k=4)
+        Measurement.from_cell(cell_record({**rec, "output_throughput": None}), config="x", k=4)
 
 
 def test_live_advice_matches_the_exporters_functions():

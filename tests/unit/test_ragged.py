@@ -17,7 +17,7 @@ from specwatch.bench import perrequest
 from specwatch.choosek import variablewidth as vw
 from specwatch.specdecode.metrics import parse_metrics
 from specwatch.specdecode.ragged import EXACT, LOWER_BOUND, classify, draft_width, tolerance
-from records import sweep_record
+from records import cell_record, sweep_record
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 METRICS = FIXTURES / "metrics"
@@ -173,10 +173,10 @@ def test_sglang_and_trtllm_formats():
 
 
 def test_advise_json_carries_engine_formats_for_live_curves():
-    from specwatch.choosek.advise import live_advice
+    from specwatch.choosek.advise import live_advices
 
     curves = {("spec", "m", "0"): (0.9, 0.85, 0.8), ("ragged", "m", "0"): (0.9, 0.1, 0.1)}
-    out = live_advice(curves, (1, 64), None, 0.02, None, bases={("ragged", "m", "0"): "lower_bound"})
+    out = [a.to_json() for a in live_advices(curves, (1, 64), None, 0.02, None, bases={("ragged", "m", "0"): "lower_bound"})]
     by = {tuple(x["series"]): x for x in out}
     rag = by[("ragged", "m", "0")]
     # the best estimate at every concurrency, with its confidence, never withheld as uncertain (#36)
@@ -378,13 +378,15 @@ def test_sweep_measurements_prefer_exact_per_request_curves_and_label_lower_boun
             "spec_decode_per_position_acceptance_rates": [1.0, 0.0026, 0.0026], "spec_decode_curve_basis": "lower_bound",
             "mean_tpot_ms": 20.0, "server_step_duration_ms": 20.0, "server_running_requests": 4.0}
     exact = {**base, "spec_decode_per_request": {"status": "measured", "per_position_acceptance_rates": [1.0, 1.0, 1.0]}}
-    m = Measurement.from_record(exact, config="dyn", k=3)
+    m = Measurement.from_cell(cell_record(exact), config="dyn", k=3)
     assert m.curve_basis == "exact_per_request" and m.position_rates == (1.0, 1.0, 1.0)
     assert m.counter_position_rates == (1.0, 0.0026, 0.0026)
-    ragged = Measurement.from_record(base, config="dyn", k=3)
+    ragged = Measurement.from_cell(cell_record(base), config="dyn", k=3)
     assert ragged.curve_basis == "lower_bound"
-    baseline = Measurement.from_record({**base, "spec_decode_num_drafts": None, "spec_decode_per_position_acceptance_rates": None,
-                                        "spec_decode_curve_basis": None, "output_throughput": 90.0}, config="base", k=0)
+    baseline = Measurement.from_cell(cell_record({**base, "spec_decode_num_drafts": None,
+                                                  "spec_decode_per_position_acceptance_rates": None,
+                                                  "spec_decode_curve_basis": None, "output_throughput": 90.0}),
+                                     config="base", k=0)
     assert predict_acceptance_lengths([ragged]) == []
     preds, _ = predict_throughputs([baseline, ragged])
     # issue 23: the ragged cell's measured throughput still scores its own k; the what-if for the
@@ -428,7 +430,7 @@ def test_a_ragged_cell_is_not_taken_as_the_measured_length_at_k():
            "spec_decode_draft_tokens": 385, "spec_decode_accepted_tokens": 385, "spec_decode_acceptance_length": 2.005,
            "spec_decode_per_position_acceptance_rates": [1.0, 0.0026, 0.0026], "spec_decode_curve_basis": "lower_bound",
            "spec_decode_per_request": {"status": "measured", "per_position_acceptance_rates": [1.0, 1.0, 1.0]}}
-    m = Measurement.from_record(rec, config="dyn", k=3)
+    m = Measurement.from_cell(cell_record(rec), config="dyn", k=3)
     assert m.ragged_drafts
     preds = predict_acceptance_lengths([m])
     assert [(p.k, p.predicted, p.measured) for p in preds] == [(1, 2.0, None), (2, 3.0, None), (3, 4.0, None)]
@@ -624,7 +626,7 @@ def test_ragged_cell_with_an_exact_curve_predicts_full_width_drafts():
            "spec_decode_per_position_acceptance_rates": list(derive(d).position_acceptance_rates),
            "spec_decode_curve_basis": draft_width(d).basis, "mean_tpot_ms": 20.0,
            "spec_decode_per_request": perrequest.summarize(*perrequest.collect(items))}
-    m = Measurement.from_record(rec, config="dyn", k=3, variable_width=True)
+    m = Measurement.from_cell(cell_record(rec), config="dyn", k=3, variable_width=True)
     assert m.ragged_drafts and m.curve_basis == "exact_per_request" and m.draft_tokens_per_draft < 1.01
     preds, fits = predict_throughputs([m])
     (fit,) = fits
@@ -642,7 +644,7 @@ def test_ragged_cell_with_an_exact_curve_predicts_full_width_drafts():
     assert by_k[3].step_time_s > m.step_time_s and by_k[3].predicted < 2 * m.output_throughput
     # the same ragged cell from a fixed-k server (short drafts, no dynamic table) is still the server
     # at k = 3: its throughput stays the measured value there
-    fixed = Measurement.from_record(rec, config="ngram", k=3)
+    fixed = Measurement.from_cell(cell_record(rec), config="ngram", k=3)
     assert fixed.ragged_drafts and not fixed.variable_width
     assert {p.k: p for p in predict_throughputs([fixed])[0]}[3].measured == pytest.approx(100.0)
 

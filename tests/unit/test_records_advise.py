@@ -9,7 +9,7 @@ import json
 
 from rich.console import Console
 
-from specwatch.choosek.advise import LiveAdvice, LiveAdviceResult, live_advice, live_advices, render_result
+from specwatch.choosek.advise import LiveAdvice, LiveAdviceResult, live_advices, render_result
 
 CURVES = {("spec", "m", "0"): (0.9, 0.85, 0.8), ("ragged", "m", "0"): (0.9, 0.1, 0.1)}
 BASES = {("ragged", "m", "0"): "lower_bound"}
@@ -17,7 +17,7 @@ BASES = {("ragged", "m", "0"): "lower_bound"}
 
 def test_live_advice_round_trips_through_its_json():
     items = live_advices(CURVES, (1, 64), None, 0.02, None, bases=BASES)
-    docs = live_advice(CURVES, (1, 64), None, 0.02, None, bases=BASES)
+    docs = [a.to_json() for a in live_advices(CURVES, (1, 64), None, 0.02, None, bases=BASES)]
     assert [a.to_json() for a in items] == docs
     assert [LiveAdvice.from_json(json.loads(json.dumps(d))) for d in docs] == items
     spec = next(a for a in items if a.series == ("spec", "m", "0"))

@@ -682,14 +682,6 @@ def live_advices(curves: dict[tuple[str, ...], tuple[float, ...]], concurrencies
     return out
 
 
-def live_advice(curves: dict[tuple[str, ...], tuple[float, ...]], concurrencies, profile: CostProfile | None,
-                tolerance: float, base_config: dict[str, Any] | None, *, method: str | None = None,
-                drafter: str | None = None, bases: dict[tuple[str, ...], str] | None = None) -> list[dict[str, Any]]:
-    """:func:`live_advices` as their JSON objects (``advise --json``'s ``live`` items)."""
-    return [a.to_json() for a in live_advices(curves, concurrencies, profile, tolerance, base_config, method=method,
-                                              drafter=drafter, bases=bases)]
-
-
 # --------------------------------------------------------------------------------------------
 # The two results of `specwatch advise` and their one renderer
 # --------------------------------------------------------------------------------------------

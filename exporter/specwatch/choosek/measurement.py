@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -186,16 +185,6 @@ class Measurement:
             table=None if not table else tuple(tuple(int(x) for x in row) for row in table),
             paired_baseline=tuple(paired_baseline),
         )
-
-    @classmethod
-    def from_record(cls, rec: Mapping[str, Any], *, config: str, k: int, family: str = "",
-                    variable_width: bool = False) -> Measurement:
-        """:meth:`from_cell` of a parsed cell summary document
-        (:meth:`specwatch.bench.results.CellSummary.record`). Raises KChoiceError if it has no
-        output throughput, :class:`specwatch.bench.records.BenchRecordError` (a ValueError) for a
-        field of the wrong kind."""
-        return cls.from_cell(BenchCell.from_json(rec, f"cell {config}"), config=config, k=k, family=family,
-                             variable_width=variable_width)
 
     # -- derived -----------------------------------------------------------------------------
     @property
