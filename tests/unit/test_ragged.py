@@ -85,7 +85,7 @@ def test_bad_payloads_are_counted_never_averaged_in(payload, ctx, problem):
     good, bad = perrequest.collect([(payload, {"index": 0, **ctx}),
                                     (_payload([3, 3], [3, 3]), {"index": 1})])
     assert bad == {problem: 1} and [r.index for r in good] == [1]
-    rec = perrequest.summarize(good, bad)
+    rec = perrequest.summarize(good, bad).to_json()
     assert rec["status"] == "partial" and rec["problems"] == {problem: 1}
     assert rec["per_position_acceptance_rates"] == [1.0, 1.0, 1.0]  # only the good request counts
 
@@ -122,7 +122,7 @@ def test_distribution_and_outliers():
         reqs.append(perrequest.RequestSpecDecode(i, (2, 1, 2, 2, 1) * 6, (3,) * 30, 3, 120, f"prompt {i}"))
     reqs.append(perrequest.RequestSpecDecode(10, (0,) * 27 + (1, 1, 1), (3,) * 30, 3, 40, "garbled"))
     reqs.append(perrequest.RequestSpecDecode(11, (3,) * 40, (3,) * 40, 3, 160, "loop"))
-    rec = perrequest.summarize(reqs, {})
+    rec = perrequest.summarize(reqs, {}).to_json()
     kinds = {o["index"]: o["kind"] for o in rec["outliers"]}
     assert kinds == {10: "low", 11: "loop"}
     assert rec["outliers"][0]["prompt_excerpt"] in ("garbled", "loop")
@@ -131,12 +131,12 @@ def test_distribution_and_outliers():
     assert rec["draft_length_histogram"] == {"3": 370}
     # a copy-like cell where everything is at the ceiling: the ceiling is the norm, no loop outliers
     copy = [perrequest.RequestSpecDecode(i, (3,) * 40, (3,) * 40, 3) for i in range(5)]
-    assert perrequest.summarize(copy, {})["outliers"] == []
+    assert perrequest.summarize(copy, {}).to_json()["outliers"] == []
 
 
 def test_no_payload_at_all_is_not_offered():
     good, bad = perrequest.collect([(None, {"index": i}) for i in range(3)])
-    rec = perrequest.summarize(good, bad)
+    rec = perrequest.summarize(good, bad).to_json()
     assert rec["status"] == "not_offered" and rec["problems"] == {"missing": 3}
 
 
@@ -216,7 +216,7 @@ def test_real_per_request_totals_equal_the_counter_deltas(before, after):
     d = counters_delta(c0, c1)
     good, bad = perrequest.collect(items)
     assert not bad and len(good) == len(items)
-    rec = perrequest.summarize(good, bad)
+    rec = perrequest.summarize(good, bad).to_json()
     assert rec["verify_steps"] == d.drafts
     assert rec["draft_tokens"] == d.draft_tokens and rec["accepted_tokens"] == d.accepted_tokens
 
@@ -232,7 +232,7 @@ def test_real_dynamic_table_exact_curve_reads_one_where_counters_read_a_lower_bo
     d = counters_delta(c0, c1)
     assert draft_width(d).basis == LOWER_BOUND and draft_width(c1).basis == LOWER_BOUND
     assert derive(d).position_acceptance_rates[1] < 0.05
-    rec = perrequest.summarize(*perrequest.collect(items))
+    rec = perrequest.summarize(*perrequest.collect(items)).to_json()
     assert rec["status"] == "measured"
     assert rec["per_position_acceptance_rates"] == [1.0, 1.0, 1.0]
     assert rec["expected_acceptance_lengths"] == {"1": 2.0, "2": 3.0, "3": 4.0}
@@ -242,7 +242,7 @@ def test_real_dynamic_table_exact_curve_reads_one_where_counters_read_a_lower_bo
     # at concurrency 1 the table gives k = 3: full drafts, exact counters, the same curve
     c_1, items_1 = _real("dynamic-c1")
     assert draft_width(c_1).basis == EXACT
-    assert perrequest.summarize(*perrequest.collect(items_1))["draft_length_histogram"] == {"3": 72}
+    assert perrequest.summarize(*perrequest.collect(items_1)).to_json()["draft_length_histogram"] == {"3": 72}
 
 
 def test_real_ngram_explain_exact_curve_equals_the_counter_curve():
@@ -254,7 +254,7 @@ def test_real_ngram_explain_exact_curve_equals_the_counter_curve():
     c1, items = _real("ngram-k3-explain")
     d = counters_delta(c0, c1)
     assert draft_width(d).basis == EXACT
-    rec = perrequest.summarize(*perrequest.collect(items))
+    rec = perrequest.summarize(*perrequest.collect(items)).to_json()
     assert rec["per_position_acceptance_rates"] == pytest.approx(list(derive(d).position_acceptance_rates))
     ra = rec["request_acceptance"]
     assert ra["p5"] < ra["p50"] < ra["p95"]  # explain varies from request to request
@@ -275,7 +275,7 @@ def test_real_payloads_damaged_are_counted_per_reason():
     items[4] = (None, items[4][1])
     good, bad = perrequest.collect(items)
     assert dict(bad) == {"truncated": 1, "unequal_lengths": 1, "accepted_gt_drafted": 1, "n_gt_1": 1, "missing": 1}
-    rec = perrequest.summarize(good, bad)
+    rec = perrequest.summarize(good, bad).to_json()
     assert rec["requests"] == len(items) - 5 and rec["status"] == "partial"
     assert rec["per_position_acceptance_rates"][0] == 1.0
 
@@ -409,9 +409,9 @@ def test_report_section_shows_counter_and_exact_curves_side_by_side():
     d = counters_delta(c0, c1)
     summary = {"spec_decode_per_position_acceptance_rates": list(derive(d).position_acceptance_rates),
                "spec_decode_curve_basis": draft_width(d).basis,
-               "spec_decode_per_request": perrequest.summarize(*perrequest.collect(items))}
+               "spec_decode_per_request": perrequest.summarize(*perrequest.collect(items)).to_json()}
     old = {"spec_decode_per_position_acceptance_rates": [0.9, 0.8], "spec_decode_curve_basis": "exact",
-           "spec_decode_per_request": perrequest.summarize(*perrequest.collect([(None, {"index": 0})]))}
+           "spec_decode_per_request": perrequest.summarize(*perrequest.collect([(None, {"index": 0})])).to_json()}
     doc = {"cells": [{"config": "dyn", "k": 3, "workload": "copy", "max_concurrency": 4, "summary": summary},
                      {"config": "old", "k": 3, "workload": "copy", "max_concurrency": 4, "summary": old}]}
     page = exactcurves.render_html(sweep_record(doc))
@@ -482,7 +482,7 @@ def test_non_count_values_in_real_payloads_are_inconsistent_and_never_raise(fiel
     assert perrequest.parse_payload(payloads[0], index=0) == "inconsistent"
     good, bad = perrequest.collect([(p, {"index": i}) for i, p in enumerate(payloads)])
     assert dict(bad) == {"inconsistent": 1} and len(good) == len(payloads) - 1
-    rec = perrequest.summarize(good, bad)
+    rec = perrequest.summarize(good, bad).to_json()
     assert rec["status"] == "partial" and len(rec["per_position_acceptance_rates"]) == 3
 
 
@@ -526,13 +526,13 @@ def test_a_request_without_verify_steps_is_valid_not_summary_only():
     assert not isinstance(r, str) and r.drafted == () and r.acceptance is None
     items = [(p, {"index": i}) for i, p in enumerate(_real_payloads("ngram-k3-explain"))]
     good, bad = perrequest.collect(items + [(_zero_step_payload(), {"index": len(items)})])
-    rec = perrequest.summarize(good, bad)
+    rec = perrequest.summarize(good, bad).to_json()
     assert rec["status"] == "measured" and rec["problems"] == {}
     assert rec["requests"] == len(items) + 1 and rec["requests_without_verify_steps"] == 1
     assert sum(rec["request_acceptance"]["histogram"]) == len(items)  # no acceptance without drafts
-    ref = perrequest.summarize(*perrequest.collect(items))
+    ref = perrequest.summarize(*perrequest.collect(items)).to_json()
     assert rec["per_position_acceptance_rates"] == ref["per_position_acceptance_rates"]
-    only = perrequest.summarize(*perrequest.collect([(_zero_step_payload(), {"index": 0})]))
+    only = perrequest.summarize(*perrequest.collect([(_zero_step_payload(), {"index": 0})])).to_json()
     assert only["status"] == "no_drafts"
     summary = _real_payloads("ngram-k3-explain")[0]
     del summary["per_step_accepted"], summary["per_step_drafted"]
@@ -555,7 +555,7 @@ def test_cell_status_follows_the_problem_reasons(problems, status):
     items += [({"num_spec_tokens": 3, "num_spec_steps": 2}, {"index": 9})] * problems.get("summary_only", 0)
     good, bad = perrequest.collect(items)
     assert dict(bad) == problems
-    assert perrequest.summarize(good, bad)["status"] == status
+    assert perrequest.summarize(good, bad).to_json()["status"] == status
 
 
 def test_outliers_carry_the_batch_index_and_problems_read_as_text():
@@ -568,7 +568,7 @@ def test_outliers_carry_the_batch_index_and_problems_read_as_text():
         p["per_step_accepted"] = [0] * len(p["per_step_accepted"])
         p["num_accepted_draft_tokens"] = 0
         items += [(q, {"index": i, "batch_index": batch}) for i, q in enumerate(payloads)]
-    rec = perrequest.summarize(*perrequest.collect(items))
+    rec = perrequest.summarize(*perrequest.collect(items)).to_json()
     assert [(o["batch_index"], o["index"], o["kind"]) for o in rec["outliers"]] == [(0, 1, "low"), (1, 1, "low")]
     assert perrequest.format_outlier(rec["outliers"][1]).startswith("batch 1 #1 low 0.00")
     assert perrequest.format_problems({}) == "none"
@@ -584,9 +584,9 @@ def test_report_section_shows_conditional_rates_sample_sizes_and_readable_proble
     _, items = _real("dynamic-c4")
     items[0][1]["success"] = False
     items[1][1]["success"] = False
-    pr = perrequest.summarize(*perrequest.collect(items))
-    clean = perrequest.summarize(*perrequest.collect(_real("dynamic-c4")[1]))
-    trunc = perrequest.summarize(*perrequest.collect([(p, {**c, "success": False}) for p, c in _real("dynamic-c4")[1]]))
+    pr = perrequest.summarize(*perrequest.collect(items)).to_json()
+    clean = perrequest.summarize(*perrequest.collect(_real("dynamic-c4")[1])).to_json()
+    trunc = perrequest.summarize(*perrequest.collect([(p, {**c, "success": False}) for p, c in _real("dynamic-c4")[1]])).to_json()
     # three cells of one phase, as three configurations (a sweep holds one cell per configuration,
     # workload and concurrency)
     doc = {"cells": [{"config": f"dyn-{i}", "k": 3, "workload": "copy", "max_concurrency": 4,
@@ -625,7 +625,7 @@ def test_ragged_cell_with_an_exact_curve_predicts_full_width_drafts():
            "spec_decode_acceptance_length": derive(d).mean_acceptance_length, "spec_decode_generation_tokens": gen,
            "spec_decode_per_position_acceptance_rates": list(derive(d).position_acceptance_rates),
            "spec_decode_curve_basis": draft_width(d).basis, "mean_tpot_ms": 20.0,
-           "spec_decode_per_request": perrequest.summarize(*perrequest.collect(items))}
+           "spec_decode_per_request": perrequest.summarize(*perrequest.collect(items)).to_json()}
     m = Measurement.from_cell(cell_record(rec), config="dyn", k=3, variable_width=True)
     assert m.ragged_drafts and m.curve_basis == "exact_per_request" and m.draft_tokens_per_draft < 1.01
     preds, fits = predict_throughputs([m])

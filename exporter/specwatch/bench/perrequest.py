@@ -45,6 +45,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
+from specwatch.bench.records import PerRequest, format_problems
 from specwatch.specdecode.derive import expected_lengths
 
 #: Reasons a request contributes nothing to the exact curve, as counted per cell.
@@ -289,19 +290,25 @@ def cell_status(n_usable: int, problems: Mapping[str, int], verify_steps: int) -
     return "partial" if probs else "measured"
 
 
-def summarize(reqs: Sequence[RequestSpecDecode], problems: Mapping[str, int]) -> dict[str, Any]:
-    """The cell's ``spec_decode_per_request`` record: the exact curve (:func:`exact_curve`),
-    totals, the per-request acceptance distribution (p5/p50/p95, mean, 10 bins over 0–1; requests
-    with draft tokens only), the draft-length distribution {d: steps}, :func:`outliers` (at most
-    MAX_OUTLIERS listed, ``num_outliers`` exact), ``problems`` {reason: requests} and
-    ``requests_without_verify_steps``. ``status``: :func:`cell_status`."""
+#: Where a cell's exact curve comes from (the ``source`` of its summary).
+SOURCE = "vLLM per-request metrics (metrics.speculative_decoding, --per-request-spec-decode-metrics detailed)"
+
+
+def summarize(reqs: Sequence[RequestSpecDecode], problems: Mapping[str, int]) -> PerRequest:
+    """The cell's ``spec_decode_per_request`` record (:class:`specwatch.bench.records.PerRequest`):
+    the exact curve (:func:`exact_curve`), totals, the per-request acceptance distribution
+    (p5/p50/p95, mean, 10 bins over 0–1; requests with draft tokens only), the draft-length
+    distribution {d: steps}, :func:`outliers` (at most MAX_OUTLIERS listed, ``num_outliers``
+    exact), ``problems`` {reason: requests} and ``requests_without_verify_steps``. ``status``:
+    :func:`cell_status`; a status without a curve keeps only
+    :data:`specwatch.bench.records.PerRequest.UNMEASURED_KEYS`."""
     probs = {k: int(v) for k, v in problems.items() if v}
     total_steps = sum(len(r.drafted) for r in reqs)
     status = cell_status(len(reqs), probs, total_steps)
     no_steps = sum(1 for r in reqs if not r.drafted)
     if status in ("not_offered", "unusable", "no_drafts"):
-        return {"status": status, "requests": len(reqs), "requests_without_verify_steps": no_steps, "problems": probs,
-                "source": "vLLM per-request metrics (metrics.speculative_decoding, --per-request-spec-decode-metrics detailed)"}
+        return PerRequest(status=status, requests=len(reqs), requests_without_verify_steps=no_steps, problems=probs,
+                          source=SOURCE, keys=PerRequest.UNMEASURED_KEYS)
     acc = sum(sum(r.accepted) for r in reqs)
     dra = sum(sum(r.drafted) for r in reqs)
     accs = sorted(a for a in (r.acceptance for r in reqs) if a is not None)
@@ -310,34 +317,32 @@ def summarize(reqs: Sequence[RequestSpecDecode], problems: Mapping[str, int]) ->
         hist[min(9, int(a * 10))] += 1
     lengths = Counter(d for r in reqs for d in r.drafted)
     outs = outliers(reqs)
-    rec: dict[str, Any] = {
-        "status": status,
-        "source": "vLLM per-request metrics (metrics.speculative_decoding, --per-request-spec-decode-metrics detailed)",
-        "requests": len(reqs),
-        "requests_without_verify_steps": no_steps,
-        "problems": probs,
-        "verify_steps": total_steps,
-        "draft_tokens": dra,
-        "accepted_tokens": acc,
-        "draft_acceptance_rate": acc / dra if dra else None,
-        "mean_acceptance_length": 1.0 + acc / total_steps,
-        **exact_curve(reqs),
-        "draft_length_histogram": {str(d): lengths[d] for d in sorted(lengths)},
-        "request_acceptance": {
+    curve = exact_curve(reqs)
+    return PerRequest(
+        status=status,
+        source=SOURCE,
+        requests=len(reqs),
+        requests_without_verify_steps=no_steps,
+        problems=probs,
+        verify_steps=total_steps,
+        draft_tokens=dra,
+        accepted_tokens=acc,
+        draft_acceptance_rate=acc / dra if dra else None,
+        mean_acceptance_length=1.0 + acc / total_steps,
+        num_spec_tokens=curve["num_spec_tokens"],
+        max_draft_length=curve["max_draft_length"],
+        drafted_steps_per_position=tuple(curve["drafted_steps_per_position"]),
+        conditional_per_position_acceptance_rates=tuple(curve["conditional_per_position_acceptance_rates"]),
+        per_position_acceptance_rates=tuple(curve["per_position_acceptance_rates"]),
+        expected_acceptance_lengths=curve["expected_acceptance_lengths"],
+        draft_length_histogram={str(d): lengths[d] for d in sorted(lengths)},
+        request_acceptance={
             "p5": _pct(accs, 5), "p50": _pct(accs, 50), "p95": _pct(accs, 95), "mean": statistics.fmean(accs),
             "histogram_bins": [round(i / 10, 1) for i in range(11)], "histogram": hist,
         } if accs else None,
-        "num_outliers": len(outs),
-        "outliers": outs[:MAX_OUTLIERS],
-    }
-    return rec
-
-
-def format_problems(problems: Mapping[str, int] | None) -> str:
-    """``problems`` {reason: requests} as text: "none", or "truncated: 2, missing: 1" (the
-    reasons of :data:`PROBLEMS`, most frequent first)."""
-    items = sorted(((str(k), v) for k, v in (problems or {}).items() if v), key=lambda kv: (-kv[1], kv[0]))
-    return ", ".join(f"{k}: {v}" for k, v in items) or "none"
+        num_outliers=len(outs),
+        outliers=tuple(outs[:MAX_OUTLIERS]),
+    )
 
 
 def format_outlier(o: Mapping[str, Any]) -> str:
@@ -365,5 +370,5 @@ def collect(items: Iterable[tuple[Any, dict[str, Any]]]) -> tuple[list[RequestSp
     return good, bad
 
 
-__all__ = ["MAX_NUM_SPEC_TOKENS", "PROBLEMS", "RequestSpecDecode", "cell_status", "collect", "format_outlier", "format_problems",
+__all__ = ["MAX_NUM_SPEC_TOKENS", "PROBLEMS", "SOURCE", "RequestSpecDecode", "cell_status", "collect", "format_outlier", "format_problems",
            "exact_curve", "excerpt", "outliers", "parse_payload", "summarize"]

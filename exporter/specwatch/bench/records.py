@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from specwatch.bench.perrequest import format_problems
 from specwatch.common.records import (Anything, Bool, Int, JsonRecord, ListOf, Num, Obj, Percent, Rec, RecordError, Str, jfield,
                                       read_document, read_json_file)
 
@@ -53,37 +52,50 @@ class ThroughputInterval(JsonRecord):
     relative_half_width: float | None = jfield("relative_half_width", _NUM)
 
 
+def format_problems(problems: Mapping[str, int] | None) -> str:
+    """A per-request summary's ``problems`` {reason: requests} as text: "none", or "truncated: 2,
+    missing: 1" (the reasons of :data:`specwatch.bench.perrequest.PROBLEMS`, most frequent first)."""
+    items = sorted(((str(k), v) for k, v in (problems or {}).items() if v), key=lambda kv: (-kv[1], kv[0]))
+    return ", ".join(f"{k}: {v}" for k, v in items) or "none"
+
+
 @dataclass(frozen=True, kw_only=True)
 class PerRequest(JsonRecord):
-    """``spec_decode_per_request``: the exact per-request summary of a cell or batch
-    (:func:`specwatch.bench.perrequest.summarize`; a batch keeps ``status``, ``requests`` and
+    """``spec_decode_per_request``: the exact per-request summary of a cell or batch, built by
+    :func:`specwatch.bench.perrequest.summarize` (a batch keeps ``status``, ``requests`` and
     ``problems``). ``problems``, ``request_acceptance``, ``draft_length_histogram`` and
-    ``outliers`` are :mod:`specwatch.bench.perrequest`'s own documents, kept verbatim."""
+    ``outliers`` are :mod:`specwatch.bench.perrequest`'s own documents, kept verbatim. The fields
+    are declared in the order the summary of a measured cell writes them; a summary without a
+    curve writes only :data:`UNMEASURED_KEYS`."""
 
     status: str | None = jfield("status", _STR)
     source: str | None = jfield("source", _STR)
     requests: int | None = jfield("requests", Int())
+    requests_without_verify_steps: int | None = jfield("requests_without_verify_steps", Int())
     problems: Mapping[str, Any] | None = jfield("problems", _OBJ)
-    per_position_acceptance_rates: tuple[float | None, ...] | None = jfield(
-        "per_position_acceptance_rates", ListOf(_NUM, nullable_items=True))
+    verify_steps: int | None = jfield("verify_steps", Int())
+    draft_tokens: int | None = jfield("draft_tokens", Int())
+    accepted_tokens: int | None = jfield("accepted_tokens", Int())
+    draft_acceptance_rate: float | None = jfield("draft_acceptance_rate", _NUM)
+    mean_acceptance_length: float | None = jfield("mean_acceptance_length", _NUM)
+    num_spec_tokens: int | None = jfield("num_spec_tokens", Int())
+    max_draft_length: int | None = jfield("max_draft_length", Int())
+    drafted_steps_per_position: tuple[float, ...] | None = jfield("drafted_steps_per_position", ListOf(_NUM))
     conditional_per_position_acceptance_rates: tuple[float | None, ...] | None = jfield(
         "conditional_per_position_acceptance_rates", ListOf(_NUM, nullable_items=True))
-    drafted_steps_per_position: tuple[float, ...] | None = jfield("drafted_steps_per_position", ListOf(_NUM))
+    per_position_acceptance_rates: tuple[float | None, ...] | None = jfield(
+        "per_position_acceptance_rates", ListOf(_NUM, nullable_items=True))
     #: E(k) by k as text ("1", "2", …), as the file writes it.
     expected_acceptance_lengths: Mapping[str, Any] | None = jfield("expected_acceptance_lengths", _OBJ)
-    request_acceptance: Mapping[str, Any] | None = jfield("request_acceptance", _OBJ)
     draft_length_histogram: Mapping[str, Any] | None = jfield("draft_length_histogram", _OBJ)
+    request_acceptance: Mapping[str, Any] | None = jfield("request_acceptance", _OBJ)
     num_outliers: int | None = jfield("num_outliers", Int())
     outliers: tuple[Any, ...] | None = jfield("outliers", ListOf(_ANY))
 
     #: What a batch keeps of its per-request summary (the cell keeps all of it).
     BATCH_KEYS: ClassVar[tuple[str, ...]] = ("status", "requests", "problems")
-
-    @classmethod
-    def from_summary(cls, summary: Mapping[str, Any]) -> PerRequest:
-        """The record of :func:`specwatch.bench.perrequest.summarize`'s document (its keys and
-        their order kept, so the file holds that document as it was made)."""
-        return read_document(cls, finite_or_none(summary), None, "per-request summary", BenchRecordError)
+    #: The keys of a summary without a curve (status not_offered, unusable or no_drafts), in its order.
+    UNMEASURED_KEYS: ClassVar[tuple[str, ...]] = ("status", "requests", "requests_without_verify_steps", "problems", "source")
 
     def for_batch(self) -> PerRequest:
         """The part a batch record stores (:data:`BATCH_KEYS`: status, requests, problems)."""
@@ -407,4 +419,4 @@ def csv_text(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 __all__ = ["BatchError", "BenchBatch", "BenchCell", "BenchRecordError", "BenchResult", "ComparisonRow", "CSV_FIELDS", "Equivalence",
-           "EquivalencePrompt", "FORMAT", "FORMAT_KEY", "PerRequest", "ThroughputInterval", "csv_row", "csv_text"]
+           "EquivalencePrompt", "FORMAT", "FORMAT_KEY", "PerRequest", "ThroughputInterval", "csv_row", "csv_text", "format_problems"]

@@ -305,12 +305,12 @@ class CellSummary:
 
 
 def per_request_record(spec: SpecDecodeStats, items: Sequence[tuple[Any, dict[str, Any]]]) -> PerRequest | None:
-    """The exact per-request summary (:func:`specwatch.bench.perrequest.summarize`, as its record) of
-    a batch or cell; None for a server without speculative-decoding counters (a baseline) and no payloads."""
+    """The exact per-request summary (:func:`specwatch.bench.perrequest.summarize`) of a batch or
+    cell; None for a server without speculative-decoding counters (a baseline) and no payloads."""
     if spec.delta is None and not any(p is not None for p, _ in items):
         return None
     good, bad = perrequest.collect(items)
-    return PerRequest.from_summary(perrequest.summarize(good, bad))
+    return perrequest.summarize(good, bad)
 
 
 def summarize(batches: Iterable[BatchResult]) -> list[CellSummary]:
