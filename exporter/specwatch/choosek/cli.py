@@ -52,6 +52,7 @@ from specwatch.choosek.resultfile import (
     check_dir_writable,
     check_writable,
     damaged_file_message,
+    load_measured,
     load_sweep,
     measurements,
 )
@@ -523,16 +524,7 @@ def report(result_file: Path, output: Path | None, tolerance: float, candidates:
             raise click.ClickException(f"cannot write {out}: {exc.strerror or exc}") from None
         click.echo(f"report written: {written} ({written.stat().st_size // 1024} KiB)")
         return
-    doc = load_sweep(result_file)
-    try:
-        usable = measurements(doc)
-    except KChoiceError as exc:
-        raise click.ClickException(f"{result_file}: {exc}") from None
-    if not usable:
-        left_out = doc.failed_cells()
-        raise click.ClickException(
-            f"{result_file} has no finished cell yet (status {doc.status!r}): nothing to report; run or resume "
-            "specwatch sweep first" + (f". Left out for failed requests: {'; '.join(left_out)}" if left_out else ""))
+    doc, usable = load_measured(result_file)  # NoFinishedCell (a SweepError: one line) without a finished cell
     out = output or result_file.with_suffix(".html")
     _check_output_dir(out, "--output")
     if same_file(out, result_file):

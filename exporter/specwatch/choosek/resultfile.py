@@ -5,7 +5,8 @@ Format ``specwatch_sweep_format`` 1, read and written by the records of
 :mod:`specwatch.choosek.records` (:class:`SweepResult`: :meth:`SweepResult.load` checks every
 field and names the file and the field in its one-line error). Here: the views the readers share
 (:func:`measurements`: a typed :class:`specwatch.choosek.measurement.Measurement` per finished cell;
-:func:`failed_cells`), the lock a writer holds (:func:`result_file_lock`) and the write checks.
+:func:`failed_cells`; :func:`load_measured`: the record and its measurements, refused without a
+finished cell), the lock a writer holds (:func:`result_file_lock`) and the write checks.
 Writing goes through :func:`specwatch.common.files.atomic_write_json` of :meth:`SweepResult.to_json`.
 """
 
@@ -25,8 +26,8 @@ from specwatch.choosek.records import FORMAT, MEASUREMENT_KEYS, SweepError, Swee
 from specwatch.common.locks import FileLock, LockHeld
 
 __all__ = ["ARITHMETIC_ERRORS", "FORMAT", "batch_points", "MEASUREMENT_KEYS", "SweepError", "SweepRecordError", "SweepResult", "cell_key",
-           "WriteCheckError", "check_dir_writable", "check_writable", "damaged_file_message", "failed_cells", "load_sweep",
-           "measurements", "result_file_lock", "servers_by_config"]
+           "NoFinishedCell", "WriteCheckError", "check_dir_writable", "check_writable", "damaged_file_message", "failed_cells",
+           "load_measured", "load_sweep", "measurements", "result_file_lock", "servers_by_config"]
 
 
 def _now() -> str:
@@ -37,6 +38,26 @@ def load_sweep(path: str | Path) -> SweepResult:
     """Read a sweep result file into its record (:meth:`SweepResult.load`). Raises
     SweepRecordError (a SweepError: one line naming the file, and the field for a damaged one)."""
     return SweepResult.load(path)
+
+
+class NoFinishedCell(SweepError):
+    """A sweep result without a finished cell: nothing to report (one line naming the file, its
+    status and the cells left out for failed requests; exit 1)."""
+
+
+def load_measured(path: str | Path) -> tuple[SweepResult, list[Measurement]]:
+    """A sweep result file's record (:func:`load_sweep`) and its :func:`measurements`, read once,
+    for a reader that needs at least one finished cell (``specwatch report``). Raises
+    SweepRecordError as :func:`load_sweep` and :func:`measurements` do, and
+    :class:`NoFinishedCell` when no cell has finished."""
+    rec = load_sweep(path)
+    ms = measurements(rec)
+    if not ms:
+        left_out = rec.failed_cells()
+        raise NoFinishedCell(
+            f"{path} has no finished cell yet (status {rec.status!r}): nothing to report; run or resume "
+            "specwatch sweep first" + (f". Left out for failed requests: {'; '.join(left_out)}" if left_out else ""))
+    return rec, ms
 
 
 def cell_key(config: str, workload: str, concurrency: int) -> tuple[str, str, int]:
