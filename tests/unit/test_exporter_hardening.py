@@ -528,6 +528,26 @@ def test_a_scrape_joining_a_round_in_flight_waits_for_it_when_the_previous_round
     assert joined is not first and joined.done.is_set()
 
 
+def test_each_answer_says_how_old_its_round_is():
+    from specwatch.exporter.app import make_app
+
+    reg, _, clock = make_exporter({"s": _k4()}, min_fetch_interval=1.0)
+    coll = reg.specwatch_collector
+    app = make_app(coll.config, reg)
+
+    def age() -> float:
+        got = {}
+        body = b"".join(app({"PATH_INFO": "/metrics"}, lambda status, headers: got.update(headers)))
+        assert b'specwatch_up{upstream="s"} 1.0' in body
+        return float(got["X-Specwatch-Round-Age"])
+
+    assert age() == 0.0  # a new round, this scrape's own
+    clock.t += 0.75  # within --min-fetch-interval: the same round, 0.75 s old
+    assert age() == 0.75
+    clock.t += 0.5  # past it: a new round again
+    assert age() == 0.0
+
+
 # ---- 7. smaller items ------------------------------------------------------------------------
 
 def test_a_leading_byte_order_mark_is_accepted():
