@@ -142,10 +142,6 @@ CLICK_MODULES = {
     "common/params.py": "the click parameter types of the commands' flags (--k 1,2,4, a NaN-free float range)",
     "demo/__init__.py": "the demo command",
     "demo/flags.py": "the demo command's flags and their checks (DemoFlagError: a usage error)",
-    # the demo command's body: run_demo and the stack it starts answer a failure with click's one line
-    # (a child that exits, a port in use); they run only under the demo command
-    "demo/run.py": "the demo command's run (run_demo)",
-    "demo/stack.py": "the demo command's child processes (exporter, Prometheus)",
 }
 
 

@@ -57,13 +57,13 @@ from specwatch.demo.flags import (BASELINE_PORT, BENCH_PORT, DEFAULT_WORKLOADS, 
                                   console)
 from specwatch.demo.run import (KEEP_RUNNING_HINT, _BenchFiles, _equivalence_outputs, _print_end, _print_intro, _spec_curve,
                                 _write_report, run_demo)
-from specwatch.demo.stack import DemoStack, _click_error, exporter_cost_options
+from specwatch.demo.stack import DemoError, DemoStack, exporter_cost_options
 from specwatch.localvllm.drafters import DrafterError, resolve_drafter
 
 #: The names ``specwatch.demo`` had as one module, kept importable from the package.
 __all__ = ["BASELINE_PORT", "BENCH_PORT", "DEFAULT_WORKLOADS", "EXPORTER_URL", "EXPORTER_WINDOWS", "KEEP_RUNNING_HINT",
            "PROM_CHECKS", "PROM_PORT", "PROM_URL", "SPEC_PORT", "TOP_COMMAND", "WITHHELD_QUERY", "WITHHELD_REASONS",
-           "DemoFlagError", "DemoSettings", "DemoStack", "_BenchFiles", "_click_error", "_equivalence_outputs", "_print_decision",
+           "DemoError", "DemoFlagError", "DemoSettings", "DemoStack", "_BenchFiles", "_equivalence_outputs", "_print_decision",
            "_print_end", "_print_intro", "_print_live", "_print_per_position", "_print_prometheus_check", "_query_prometheus",
            "_remove_empty", "_result_folder", "_spec_curve", "_wait_scraped_up", "_withheld_text", "_write_report", "console",
            "demo", "exporter_cost_options", "live_measured", "live_window", "run_demo", "withheld_reasons"]
@@ -126,7 +126,10 @@ def demo(workloads, concurrency, k, method, drafter, output_len, num_batches, eq
         drafter_path=drafter_path, output_len=output_len, num_batches=num_batches,
         equivalence_output_len=equivalence_output_len, out=out, stamp=stamp,
         keep_running=sys.stdout.isatty() if keep_running is None else keep_running)  # output piped: do not wait
-    run_demo(settings, stack, console)
+    try:
+        run_demo(settings, stack, console)
+    except DemoError as exc:  # the run's failures, as click's one line (exit 1)
+        raise click.ClickException(str(exc)) from None
 
 
 def _print_decision(decision: Decision, con: Console | None = None) -> None:

@@ -13,7 +13,6 @@ from typing import Any
 from dataclasses import replace
 from pathlib import Path
 
-import click
 import requests
 from rich.console import Console
 
@@ -36,7 +35,7 @@ from specwatch.demo.decision import render_decision
 from specwatch.demo.checks import (_print_live, _print_per_position, _print_prometheus_check, _query_prometheus, _wait_scraped_up,
                                     live_measured, withheld_reasons)
 from specwatch.demo.flags import BASELINE_PORT, SPEC_PORT, TOP_COMMAND, DemoSettings
-from specwatch.demo.stack import DemoStack
+from specwatch.demo.stack import DemoError, DemoStack
 
 def _spec_curve(before_text: str | None, after_text: str | None) -> RunCurve | None:
     """Per-position curve of the speculative run: counter deltas over the whole run."""
@@ -62,7 +61,8 @@ def run_demo(settings: DemoSettings, stack: DemoStack, con: Console) -> None:
     Writes ``demo-summary.json`` (a :class:`specwatch.demo.records.DemoSummary`'s ``to_json``)
     after each server and at the end. Interrupted (Ctrl-C, SIGTERM, an
     interrupted bench): keeps what was measured, writes the report of it and exits 130. A bad
-    bench configuration or value: click.ClickException."""
+    bench configuration or value, the lock not had, a child that exited: :class:`DemoError`
+    (the command's one line)."""
     s, out = settings, settings.out
     summary_path = out / "demo-summary.json"
     summary = DemoSummary(started_at=s.stamp, workloads=tuple(s.workloads), concurrencies=tuple(s.concurrencies), k=s.k,
@@ -104,7 +104,7 @@ def run_demo(settings: DemoSettings, stack: DemoStack, con: Console) -> None:
             try:
                 lock.acquire()
             except LockTimeout as exc:
-                raise click.ClickException(f"{exc}: the demo needs it for its two servers") from None
+                raise DemoError(f"{exc}: the demo needs it for its two servers") from None
             running.callback(lock.release)
             private = Path(tempfile.mkdtemp(prefix="specwatch-demo-locks-"))
             running.callback(shutil.rmtree, private, True)
@@ -194,7 +194,7 @@ def run_demo(settings: DemoSettings, stack: DemoStack, con: Console) -> None:
             con.print(f"Report of what was measured: {_write_report(out)}", soft_wrap=True)
             raise SystemExit(130) from None
         except (BenchConfigError, ValueError) as exc:
-            raise click.ClickException(str(exc)) from None
+            raise DemoError(str(exc)) from None
 
 
 class _BenchFiles:

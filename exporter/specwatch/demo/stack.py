@@ -9,8 +9,6 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import click
-
 from specwatch.bench.metrics import BenchMetrics
 from specwatch.common.defaults import EXPORTER_PORT
 from specwatch.common.files import atomic_write_text
@@ -41,8 +39,15 @@ def exporter_cost_options(method: str, drafter_label: str | None) -> tuple[Path,
     return EMBEDDED_CPU_PROFILE, re.sub(r"[\s,=]", "_", Path(drafter_label).name or drafter_label)
 
 
-def _click_error(failure: Exception) -> click.ClickException:
-    return click.ClickException(str(failure))
+class DemoError(Exception):
+    """A failure of the demo's run (a child process that exited or was not ready, the machine-wide
+    vLLM lock not had, a bench value refused): one line; the ``demo`` command answers it with
+    click's ``Error: …`` and exit status 1."""
+
+
+def _demo_error(failure: Exception) -> DemoError:
+    """A :class:`ManagedProcess` failure as the demo's one-line error."""
+    return DemoError(str(failure))
 
 
 class DemoStack:
@@ -56,7 +61,7 @@ class DemoStack:
 
     :meth:`problem` says why it cannot start here (Prometheus missing, a port of the embedded
     default in use). On enter it writes the Prometheus config, then both processes start, then it waits for each (the exporter
-    up to 30 s, Prometheus 60 s; click.ClickException naming the one that exited or was not
+    up to 30 s, Prometheus 60 s; :class:`DemoError` naming the one that exited or was not
     ready) and serves the metrics. On exit the metrics server and both processes stop (every one,
     even if Ctrl-C is pressed again while one stops)."""
 
@@ -117,9 +122,9 @@ class DemoStack:
         self.write_prometheus_config()
         self.processes = [
             ManagedProcess(self.exporter_argv(), ready=self.exporter_url + "/", what="the exporter",
-                           log_path=self.logs / "exporter.log", startup_timeout=30, stop_timeout=20, on_error=_click_error),
+                           log_path=self.logs / "exporter.log", startup_timeout=30, stop_timeout=20, on_error=_demo_error),
             ManagedProcess(self.prometheus_argv(), ready=self.prometheus_url + "/-/ready", what="Prometheus",
-                           log_path=self.logs / "prometheus.log", startup_timeout=60, stop_timeout=20, on_error=_click_error),
+                           log_path=self.logs / "prometheus.log", startup_timeout=60, stop_timeout=20, on_error=_demo_error),
         ]
         try:
             for p in self.processes:  # both start, then each is waited for
