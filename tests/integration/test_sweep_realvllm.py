@@ -24,7 +24,7 @@ def test_tiny_sweep_on_the_real_embedded_vllm(tmp_path):
         pytest.skip("the embedded model is not prepared (specwatch prepare-model)")
     out = tmp_path / "real.json"
     p = SweepPlan(build_configs((2,), (), True), ("copy",), (1,), 32, 2, 1, 1, 1, 0)
-    doc = run_sweep(p, out, progress=False, echo=lambda *a, **k: None)
+    doc = run_sweep(p, out, progress=False, echo=lambda *a, **k: None).to_json()
     assert doc["status"] == "complete"
     servers = {s["config"]: s for s in doc["servers"]}
     assert set(servers) == {"baseline", "ngram-k2"}

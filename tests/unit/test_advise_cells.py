@@ -65,15 +65,15 @@ def test_t_quantiles_and_the_interval_of_a_cell():
     with pytest.raises(ValueError):
         t975(0)
     xs = [100.0, 104.0, 98.0, 102.0]
-    ci = throughput_interval(xs)
+    ci = throughput_interval(xs).to_json()
     half = t975(3) * statistics.stdev(xs) / 2
     assert ci["batches"] == 4 and ci["low"] == pytest.approx(101 - half) and ci["high"] == pytest.approx(101 + half)
     assert ci["relative_half_width"] == pytest.approx(half / 101)
     # two scattered batches: t(1) = 12.7 makes the half width larger than the mean; the lower end stops at 0
-    wide = throughput_interval([20.0, 60.0])
+    wide = throughput_interval([20.0, 60.0]).to_json()
     assert wide["low"] == 0.0 and wide["high"] == pytest.approx(40 + t975(1) * statistics.stdev([20.0, 60.0]) / math.sqrt(2))
     assert wide["relative_half_width"] > 1
-    one = throughput_interval([50.0])
+    one = throughput_interval([50.0]).to_json()
     assert one["batches"] == 1 and one["low"] is None and one["relative_half_width"] is None
 
 
@@ -98,7 +98,7 @@ def test_real_sweep_stores_intervals_and_batches_per_cell(new_doc):
             assert ci["relative_half_width"] <= s["target_ci"]
             if n > s["num_batches"]:  # ... and was not within it one batch earlier
                 thr = c["summary"]["output_throughput_per_batch"]
-                assert throughput_interval(thr[:-1])["relative_half_width"] > s["target_ci"]
+                assert throughput_interval(thr[:-1]).to_json()["relative_half_width"] > s["target_ci"]
         else:
             assert n == s["max_batches"]
         assert ci["low"] <= c["summary"]["output_throughput"] <= ci["high"]
@@ -271,7 +271,7 @@ def test_old_result_file_loads_with_intervals_from_its_batches():
     ms = _thr(doc)
     m = ms[("ngram-k4", "copy", 1)]
     lo, hi = m.interval
-    ci = throughput_interval(m.batch_throughputs)
+    ci = throughput_interval(m.batch_throughputs).to_json()
     assert (lo, hi) == (ci["low"], ci["high"]) and lo < m.output_throughput < hi
     _, recs = _recs(doc)
     assert all(r.batches and set(r.batches.values()) == {2} for r in recs.values() if r.workload != "*")
@@ -367,7 +367,7 @@ def test_noise_aware_cells_repeat_batches_until_the_target_or_the_cap(tmp_path, 
     msgs: list[str] = []
     # an unreachable target: every cell runs the cap, says so, and stores its interval
     doc = run_sweep(_plan(target_ci=1e-9, max_batches=4), tmp_path / "a.json", template=template, lock=False,
-                    progress=False, echo=lambda m, **_: msgs.append(m))
+                    progress=False, echo=lambda m, **_: msgs.append(m)).to_json()
     for c in doc["cells"]:
         assert c["summary"]["num_batches"] == 4 and len([b for b in c["batches"] if not b["warmup"]]) == 4
         ci = c["summary"]["output_throughput_ci95"]
@@ -375,12 +375,12 @@ def test_noise_aware_cells_repeat_batches_until_the_target_or_the_cap(tmp_path, 
     assert sum("(95 %, 4 batches; target 1e-07 % not reached)" in m for m in msgs) == 2, msgs
     # a reachable target: each cell stops at the first batch count whose interval is within it
     doc = run_sweep(_plan(target_ci=0.3, max_batches=12), tmp_path / "b.json", template=template, lock=False,
-                    progress=False, echo=lambda *a, **k: None)
+                    progress=False, echo=lambda *a, **k: None).to_json()
     for c in doc["cells"]:
         thr = c["summary"]["output_throughput_per_batch"]
         n = len(thr)
         assert 2 <= n <= 12
-        firsts = [j for j in range(2, n + 1) if throughput_interval(thr[:j])["relative_half_width"] <= 0.3]
+        firsts = [j for j in range(2, n + 1) if throughput_interval(thr[:j]).to_json()["relative_half_width"] <= 0.3]
         assert firsts[:1] == ([n] if n < 12 else firsts[:1])  # no batch more than the target needs
     assert doc["settings"]["target_ci"] == 0.3 and doc["settings"]["max_batches"] == 12
 
@@ -389,11 +389,11 @@ def test_resumed_noise_aware_sweep_keeps_its_cells_and_old_files_resume(tmp_path
     template, log = stub
     out = tmp_path / "s.json"
     doc = run_sweep(_plan(target_ci=0.5, max_batches=3), out, template=template, lock=False, progress=False,
-                    echo=lambda *a, **k: None)
+                    echo=lambda *a, **k: None).to_json()
     before = {(c["config"], c["workload"]): c["finished_at"] for c in doc["cells"]}
     plan2 = SweepPlan(build_configs((2, 4), (), True), ("copy",), (1,), 8, None, 1, 2, 1, 0, target_ci=0.5, max_batches=3,
                       paired=False)
-    doc2 = run_sweep(plan2, out, template=template, lock=False, progress=False, echo=lambda *a, **k: None)
+    doc2 = run_sweep(plan2, out, template=template, lock=False, progress=False, echo=lambda *a, **k: None).to_json()
     for c in doc2["cells"]:
         if (c["config"], c["workload"]) in before:
             assert c["finished_at"] == before[(c["config"], c["workload"])]
@@ -413,7 +413,7 @@ def test_resumed_noise_aware_sweep_keeps_its_cells_and_old_files_resume(tmp_path
         c["summary"].pop("output_throughput_ci95")
     out.write_text(json.dumps(old))
     doc3 = run_sweep(_plan(target_ci=0.05, max_batches=3), out, template=template, lock=False, progress=False,
-                     echo=lambda *a, **k: None)
+                     echo=lambda *a, **k: None).to_json()
     assert len(doc3["cells"]) == 3 and all("output_throughput_ci95" not in c["summary"] for c in doc3["cells"])
     assert all(m.interval is not None for m in measurements(sweep_record(doc3)))
 

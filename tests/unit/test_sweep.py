@@ -34,7 +34,7 @@ def plan(ks=(2, 4), workloads=("copy", "explain"), concs=(1, 2), output_len=8, p
 def test_sweep_runs_every_cell_and_records_servers(tmp_path, stub):
     template, log = stub
     out = tmp_path / "sweep.json"
-    doc = run_sweep(plan(), out, template=template, lock=False, progress=False, echo=lambda *a, **k: None)
+    doc = run_sweep(plan(), out, template=template, lock=False, progress=False, echo=lambda *a, **k: None).to_json()
     assert doc["status"] == "complete"
     saved = sweep_document(out)
     assert saved["status"] == "complete"
@@ -75,7 +75,7 @@ def test_interrupted_sweep_resumes_where_it_stopped(tmp_path, stub):
     assert starts(log) == [0, 2]
 
     msgs: list[str] = []
-    doc = run_sweep(plan(), out, template=template, lock=False, progress=False, echo=lambda m, **_: msgs.append(m))
+    doc = run_sweep(plan(), out, template=template, lock=False, progress=False, echo=lambda m, **_: msgs.append(m)).to_json()
     assert doc["status"] == "complete"
     assert starts(log) == [0, 2, 2, 4]  # the baseline was not started again
     assert any("baseline: all 4 cells already" in m for m in msgs)
@@ -87,7 +87,7 @@ def test_interrupted_sweep_resumes_where_it_stopped(tmp_path, stub):
     assert len(doc["resumed_at"]) == 1
 
     # extending the sweep with a new k runs only the new cells
-    doc = run_sweep(plan(ks=(2, 4, 1)), out, template=template, lock=False, progress=False, echo=lambda *a, **k: None)
+    doc = run_sweep(plan(ks=(2, 4, 1)), out, template=template, lock=False, progress=False, echo=lambda *a, **k: None).to_json()
     assert starts(log) == [0, 2, 2, 4, 1]
     assert len(doc["cells"]) == 16
 
@@ -203,7 +203,7 @@ def test_secrets_in_server_commands_are_not_written(tmp_path, stub):
     template, _ = stub
     out = tmp_path / "sweep.json"
     doc = run_sweep(plan(ks=(2,), workloads=("copy",), concs=(1,)), out, template=template + " --api-key s3cr3t-value",
-                    lock=False, progress=False, echo=lambda *a, **k: None, api_key="s3cr3t-value")
+                    lock=False, progress=False, echo=lambda *a, **k: None, api_key="s3cr3t-value").to_json()
     assert doc["status"] == "complete" and all(c["summary"]["completed"] > 0 for c in doc["cells"])
     assert "s3cr3t" not in out.read_text()
     out.unlink()
@@ -296,7 +296,7 @@ def test_paired_sweep_keeps_the_baseline_up_and_alternates_rounds(tmp_path, stub
     out = tmp_path / "sweep.json"
     msgs: list[str] = []
     doc = run_sweep(plan(workloads=("copy",), concs=(1, 2), paired=True), out, template=template, lock=False,
-                    progress=False, echo=lambda m, **_: msgs.append(m))
+                    progress=False, echo=lambda m, **_: msgs.append(m)).to_json()
     assert doc["status"] == "complete"
     assert starts(log) == [0, 2, 4]  # the baseline started once, each speculative server beside it
     saved = sweep_document(out)
@@ -350,7 +350,7 @@ def test_paired_sweep_resumes_only_the_missing_cells(tmp_path, stub):
     kept = {(c["config"], c["max_concurrency"]): c["finished_at"] for c in partial["cells"]}
     assert set(kept) == {("baseline", 1), ("baseline", 2), ("ngram-k2", 1), ("ngram-k2", 2)}
     doc = run_sweep(plan(workloads=("copy",), concs=(1, 2), paired=True), out, template=template, lock=False,
-                    progress=False, echo=lambda *a, **k: None)
+                    progress=False, echo=lambda *a, **k: None).to_json()
     assert doc["status"] == "complete"
     assert starts(log) == [0, 2, 0, 4]  # ngram-k2 was not started again; the baseline came back beside k4
     for c in doc["cells"]:

@@ -93,7 +93,7 @@ def test_a_resume_stops_the_server_an_earlier_killed_sweep_left_behind(tmp_path,
         assert os.getpgid(worker_pid) == leader
         msgs: list[str] = []
         plan = SweepPlan(build_configs((2,), (), True), ("copy",), (1,), 8, None, 1, 1, 1, 0, paired=False)
-        doc = run_sweep(plan, out, template=template, lock=False, progress=False, echo=lambda m, **_: msgs.append(m))
+        doc = run_sweep(plan, out, template=template, lock=False, progress=False, echo=lambda m, **_: msgs.append(m)).to_json()
         assert doc["status"] == "complete"
         assert any(m.startswith(f"stopping the server an earlier sweep of {out} left running (baseline, pid {leader};")
                    for m in msgs), msgs

@@ -133,7 +133,7 @@ def test_server_dying_during_a_cell_keeps_it_as_failed_and_resume_measures_it_ag
     assert [(m.config, m.concurrency) for m in measurements(sweep_record(doc))] == [("baseline", 1)]
 
     monkeypatch.delenv("STUB_DIE_AFTER")
-    doc = run_sweep(plan(concs=(1, 2)), out, template=template, echo=lambda m, **_: msgs.append(m), **QUIET)
+    doc = run_sweep(plan(concs=(1, 2)), out, template=template, echo=lambda m, **_: msgs.append(m), **QUIET).to_json()
     assert doc["status"] == "complete"
     assert starts(log) == [0, 0, 2]  # the baseline again, for its failed cell
     assert sorted(keys(doc)) == sorted(set(keys(doc)))  # the failed record was replaced
@@ -146,7 +146,7 @@ def test_cells_with_failed_requests_are_kept_marked_and_rerun(tmp_path, stub, mo
     out = tmp_path / "s.json"
     msgs: list[str] = []
     monkeypatch.setenv("STUB_ERROR_EVERY", "1")  # every request: HTTP 500
-    doc = run_sweep(plan(), out, template=template, echo=lambda m, **_: msgs.append(m), **QUIET)
+    doc = run_sweep(plan(), out, template=template, echo=lambda m, **_: msgs.append(m), **QUIET).to_json()
     assert doc["status"] == "incomplete"
     assert sweep_document(out)["status"] == "incomplete"
     assert failed_cells(sweep_record(doc)) == ["baseline/copy/c=1: 1 of 1 requests failed", "ngram-k2/copy/c=1: 1 of 1 requests failed"]
@@ -155,7 +155,7 @@ def test_cells_with_failed_requests_are_kept_marked_and_rerun(tmp_path, stub, mo
     assert len(warnings) == 2 and "1 of 1 requests failed" in warnings[0] and "injected failure" in warnings[0]
 
     monkeypatch.delenv("STUB_ERROR_EVERY")
-    doc = run_sweep(plan(), out, template=template, echo=lambda m, **_: msgs.append(m), **QUIET)
+    doc = run_sweep(plan(), out, template=template, echo=lambda m, **_: msgs.append(m), **QUIET).to_json()
     assert doc["status"] == "complete"
     assert starts(log) == [0, 2, 0, 2]
     assert len(doc["cells"]) == 2 and failed_cells(sweep_record(doc)) == [] and len(measurements(sweep_record(doc))) == 2
@@ -202,7 +202,7 @@ def test_resume_refuses_another_speculative_config_under_the_same_name(tmp_path,
         run_sweep(plan(spec=(b,), baseline=False), out, template=template, echo=lambda *a, **k: None, **QUIET)
     assert out.read_text() == before and starts(log) == [2]
     # the same config again: resumes (nothing to run)
-    doc = run_sweep(plan(spec=(a,), baseline=False), out, template=template, echo=lambda *a, **k: None, **QUIET)
+    doc = run_sweep(plan(spec=(a,), baseline=False), out, template=template, echo=lambda *a, **k: None, **QUIET).to_json()
     assert doc["status"] == "complete" and starts(log) == [2]
 
 
@@ -505,7 +505,7 @@ def test_template_sweep_echoes_while_it_waits_for_the_lock(tmp_path, stub, monke
     try:
         timer.start()
         doc = run_sweep(plan(ks=(1,), baseline=False), tmp_path / "s.json", template=template, lock=True,
-                        progress=False, echo=lambda m, **_: msgs.append(m))
+                        progress=False, echo=lambda m, **_: msgs.append(m)).to_json()
     finally:
         timer.cancel()
         held.release()
@@ -541,7 +541,7 @@ def test_a_first_attempt_that_measured_nothing_does_not_lock_the_file(tmp_path, 
     with pytest.raises(SweepError):
         run_sweep(plan(), out, template="false --port {port} {spec_args}", echo=lambda *a, **k: None, **QUIET)
     assert sweep_document(out)["status"] == "failed" and sweep_document(out)["cells"] == []
-    doc = run_sweep(plan(), out, template=template, echo=lambda *a, **k: None, **QUIET)
+    doc = run_sweep(plan(), out, template=template, echo=lambda *a, **k: None, **QUIET).to_json()
     assert doc["status"] == "complete" and len(doc["cells"]) == 2
     assert "stub.py" in doc["server"]["command_template"]
     # a configuration without cells may be redefined; one with cells may not
@@ -557,7 +557,7 @@ def test_a_first_attempt_that_measured_nothing_does_not_lock_the_file(tmp_path, 
     with pytest.raises(KeyboardInterrupt):
         run_sweep(plan(ks=(), spec=spec_a), out2, template=template, echo=stop_after_baseline, **QUIET)
     spec_b = (json.dumps({"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3}),)
-    doc = run_sweep(plan(ks=(), spec=spec_b), out2, template=template, echo=lambda *a, **k: None, **QUIET)
+    doc = run_sweep(plan(ks=(), spec=spec_b), out2, template=template, echo=lambda *a, **k: None, **QUIET).to_json()
     assert doc["status"] == "complete"
     stored = next(c for c in doc["configs"] if c["k"] == 2)
     assert stored["speculative_config"]["prompt_lookup_max"] == 3
@@ -573,7 +573,7 @@ def test_two_sweeps_cannot_write_one_result_file(tmp_path, stub):
     with result_file_lock(out), pytest.raises(SweepError, match="another specwatch sweep is writing"):  # as a running sweep holds it
         run_sweep(plan(), out, template=template, echo=lambda *a, **k: None, **QUIET)
     assert not out.exists() and starts(log) == []
-    assert run_sweep(plan(), out, template=template, echo=lambda *a, **k: None, **QUIET)["status"] == "complete"
+    assert run_sweep(plan(), out, template=template, echo=lambda *a, **k: None, **QUIET).to_json()["status"] == "complete"
 
 
 def _as_if_from_a_shell() -> None:

@@ -231,18 +231,14 @@ class BatchResult:
 
 
 #: Student's t 0.975 quantiles for 1 … 30 degrees of freedom (two-sided 95 % intervals).
-def throughput_interval(per_batch: Sequence[float]) -> dict[str, Any]:
+def throughput_interval(per_batch: Sequence[float]) -> ThroughputInterval:
     """The 95 % interval of a cell's throughput (the mean of its measured batches' throughputs,
     tok/s): mean ± t₀.₉₇₅(n − 1) × stdev / √n over the n batches (Student's t; the batches are
     independent repeats of the same prompts' sizes), the lower end at least 0 (a throughput is never
-    negative). Returns ``{"batches": n, "mean", "low", "high", "relative_half_width"}`` (half width
-    / mean, from the unclipped half width); with fewer than 2 batches (or a mean ≤ 0)
-    ``low``/``high``/``relative_half_width`` are None: one batch gives no interval."""
-    return interval_record(per_batch).to_json()
-
-
-def interval_record(per_batch: Sequence[float]) -> ThroughputInterval:
-    """:func:`throughput_interval` as its record (:class:`specwatch.bench.records.ThroughputInterval`)."""
+    negative). Returns its record (:class:`specwatch.bench.records.ThroughputInterval`: ``batches``
+    n, ``mean``, ``low``, ``high``, ``relative_half_width``: half width / mean, from the unclipped
+    half width); with fewer than 2 batches (or a mean ≤ 0) ``low``/``high``/``relative_half_width``
+    are None: one batch gives no interval."""
     xs = [float(x) for x in per_batch if x is not None and math.isfinite(float(x))]
     n = len(xs)
     mean = statistics.fmean(xs) if xs else None
@@ -293,7 +289,7 @@ class CellSummary:
             request_throughput=completed / dur if dur > 0 else None, output_throughput=self.output_throughput,
             output_throughput_pooled=out / dur if dur > 0 else None,
             output_throughput_per_batch=tuple(b.output_throughput for b in bs),
-            output_throughput_ci95=interval_record([b.output_throughput for b in bs]),
+            output_throughput_ci95=throughput_interval([b.output_throughput for b in bs]),
             **_latency_fields(*([v for b in bs for v in getattr(b, attr)] for attr in ("ttfts", "tpots", "itls", "e2els"))),
             **spec.fields(),
             per_request=per_request_record(spec, [x for b in bs for x in b.spec_requests]),

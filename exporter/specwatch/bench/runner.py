@@ -560,7 +560,7 @@ class _BenchRun:
             return True
         if config.target_ci is None or len(measured) >= self.max_measured or failed:
             return False
-        rel = throughput_interval(measured)["relative_half_width"]
+        rel = throughput_interval(measured).relative_half_width
         return rel is None or rel > config.target_ci
 
     def need_more_paired(self, base: list[float], spec: list[float], failed: bool) -> bool:

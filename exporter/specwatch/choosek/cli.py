@@ -70,7 +70,7 @@ from specwatch.choosek.sweep import (
     build_configs,
     check_dataset,
     render_command,
-    run_sweep_record,
+    run_sweep,
     uses_speculation,
 )
 from specwatch.common.files import atomic_write_json, atomic_write_text, same_file
@@ -291,7 +291,7 @@ def sweep(result_file, ks, spec_configs, drafters, baseline, workloads, dataset_
          f"concurrency: {', '.join(map(str, concs))}; results: {result_file}")
     install_stop_signals()
     try:
-        doc = run_sweep_record(plan, result_file, template=server_command, port=port, host=host, log_dir=log_dir,
+        doc = run_sweep(plan, result_file, template=server_command, port=port, host=host, log_dir=log_dir,
                         startup_timeout=startup_timeout, lock=lock, api_key=api_key, model_dir=model_dir,
                         progress=progress, echo=echo)
     except KeyboardInterrupt:

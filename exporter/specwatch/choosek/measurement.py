@@ -258,7 +258,7 @@ class Measurement:
         (:func:`specwatch.bench.results.throughput_interval`, Student's t); None with fewer than 2
         batches (a result file written before intervals were stored gets them from its batches)."""
         ci = throughput_interval(self.batch_throughputs)
-        return None if ci["low"] is None else (ci["low"], ci["high"])
+        return None if ci.low is None else (ci.low, ci.high)
 
     @property
     def noise(self) -> float | None:

@@ -685,40 +685,20 @@ def _paired_text(spec: Sequence[Any], base: Sequence[Any], target: float | None)
             f"{r.n} batches" + (f"; target {target * 100:g} % not reached" if missed else "") + ")")
 
 
-def run_sweep(
-    plan: SweepPlan,
-    result_file: Path,
-    *,
-    template: str | None = None,
-    port: int | None = None,
-    host: str = "127.0.0.1",
-    log_dir: Path | None = None,
-    startup_timeout: float = 900.0,
-    lock: bool = True,
-    api_key: str | None = None,
-    model_dir: str | None = None,
-    progress: bool = True,
-    echo=print,
-) -> dict[str, Any]:
-    """Run (or resume) a sweep and return the result document (also in ``result_file``).
+def run_sweep(plan: SweepPlan, result_file: Path, *, template: str | None = None, port: int | None = None,
+              host: str = "127.0.0.1", log_dir: Path | None = None, startup_timeout: float = 900.0, lock: bool = True,
+              api_key: str | None = None, model_dir: str | None = None, progress: bool = True,
+              echo=print) -> SweepResult:
+    """Run (or resume) a sweep and return the result as its record
+    (:class:`specwatch.choosek.records.SweepResult`; its ``to_json()`` is what ``result_file`` holds).
 
     The status ends "complete", or "incomplete" when some cells of ``plan`` had failed requests
-    (kept in the file, listed by :func:`failed_cells`, measured again on resume). Raises
+    (kept in the file, listed by :meth:`SweepResult.failed_cells`, measured again on resume). Raises
     SweepError (bad/mismatched result file or ShareGPT file, busy port, server that does not
     start or exits during the sweep — the file then says "failed", finished cells kept —, another
     sweep writing the same file) and KeyboardInterrupt (after writing the file with status
     "interrupted").
     """
-    return run_sweep_record(plan, result_file, template=template, port=port, host=host, log_dir=log_dir,
-                            startup_timeout=startup_timeout, lock=lock, api_key=api_key, model_dir=model_dir,
-                            progress=progress, echo=echo).to_json()
-
-
-def run_sweep_record(plan: SweepPlan, result_file: Path, *, template: str | None = None, port: int | None = None,
-                     host: str = "127.0.0.1", log_dir: Path | None = None, startup_timeout: float = 900.0, lock: bool = True,
-                     api_key: str | None = None, model_dir: str | None = None, progress: bool = True,
-                     echo=print) -> SweepResult:
-    """:func:`run_sweep`, returning the result as its record (:class:`specwatch.choosek.records.SweepResult`)."""
     with result_file_lock(Path(result_file)):
         return _run_sweep(plan, Path(result_file), template=template, port=port, host=host, log_dir=log_dir,
                           startup_timeout=startup_timeout, lock=lock, api_key=api_key, model_dir=model_dir,
