@@ -341,55 +341,78 @@ def check_cells(doc: SweepResult, where: str | None) -> None:
     or batch with an impossible value (:func:`impossible_value`, :func:`impossible_batch_value`);
     a batch index twice in one cell's batches; a server start with a negative value."""
     prefix = f"{where} is a damaged sweep result" if where else "damaged sweep result"
-    configs: dict[str, SweepConfig] = {}
-    for i, cfg in enumerate(doc.configs):
-        for key, value in (("name", cfg.name), ("family", cfg.family), ("drafter", cfg.drafter)):
-            ch = _control_character(value)
-            if ch:
-                raise SweepRecordError(f"{prefix}: configs[{i}]: '{key}' holds the control character {ch} "
-                                       f"('{_shown(value)}')")
-        if cfg.name in configs:
+    configs = _check_configs(doc.configs, prefix)
+    _check_servers(doc.servers, prefix)
+    seen: set[tuple[str, str, int]] = set()
+    for i, cell in enumerate(doc.cells):
+        at = f"{prefix}: cells[{i}]"
+        _check_names(cell, ("config", "workload", "family"), at)
+        _check_cell_config(cell, configs, at)
+        if cell.key in seen:
+            raise SweepRecordError(f"{at}: cell {cell.name} appears twice (one measurement per "
+                                   "configuration, workload and concurrency)")
+        seen.add(cell.key)
+        _check_cell_values(cell, at)
+
+
+def _check_names(rec: Any, keys: Sequence[str], at: str) -> None:
+    """Refuse a control character in the names ``keys`` of ``rec`` (``at``: the message's start)."""
+    for key in keys:
+        value = getattr(rec, key)
+        ch = _control_character(value)
+        if ch:
+            raise SweepRecordError(f"{at}: '{key}' holds the control character {ch} ('{_shown(value)}')")
+
+
+def _check_configs(configs: Sequence[SweepConfig], prefix: str) -> dict[str, SweepConfig]:
+    """The configurations by name; refuses a control character in a name and a configuration twice."""
+    out: dict[str, SweepConfig] = {}
+    for i, cfg in enumerate(configs):
+        _check_names(cfg, ("name", "family", "drafter"), f"{prefix}: configs[{i}]")
+        if cfg.name in out:
             raise SweepRecordError(f"{prefix}: configs[{i}]: configuration {cfg.name} appears twice")
-        configs[cfg.name] = cfg
-    for i, srv in enumerate(doc.servers):
+        out[cfg.name] = cfg
+    return out
+
+
+def _check_servers(servers: Sequence[ServerStart], prefix: str) -> None:
+    """Refuse a server start with a negative start-up time or KV-cache capacity."""
+    for i, srv in enumerate(servers):
         for key in ("startup_seconds", "kv_cache_tokens", "num_gpu_blocks"):
             v = getattr(srv, key)
             if v is not None and v < 0:
                 raise SweepRecordError(f"{prefix}: servers[{i}]: '{key}' {v:g} is negative")
-    seen: set[tuple[str, str, int]] = set()
-    for i, cell in enumerate(doc.cells):
-        for key in ("config", "workload", "family"):
-            value = getattr(cell, key)
-            ch = _control_character(value)
-            if ch:
-                raise SweepRecordError(f"{prefix}: cells[{i}]: '{key}' holds the control character {ch} "
-                                       f"('{_shown(value)}')")
-        if configs:  # a document without configurations (built in code) names none to check against
-            cfg = configs.get(cell.config)
-            if cfg is None:
-                raise SweepRecordError(f"{prefix}: cells[{i}] (cell {cell.name}): configuration {cell.config} is not "
-                                       f"in 'configs' ({', '.join(configs)})")
-            if cfg.k is not None and cfg.k != cell.k:
-                raise SweepRecordError(f"{prefix}: cells[{i}] (cell {cell.name}): 'k' {cell.k}, but configuration "
-                                       f"{cell.config} has k {cfg.k}")
-        if cell.key in seen:
-            raise SweepRecordError(f"{prefix}: cells[{i}]: cell {cell.name} appears twice (one measurement per "
-                                   "configuration, workload and concurrency)")
-        seen.add(cell.key)
-        bad = None if cell.summary is None else impossible_value(cell.summary, cell.max_concurrency)
-        if bad:
-            raise SweepRecordError(f"{prefix}: cells[{i}] (cell {cell.name}): summary.{bad}")
-        for field in ("batches", "baseline_batches"):
-            indices: set[int] = set()
-            for j, b in enumerate(getattr(cell, field) or ()):
-                bad = impossible_batch_value(b)
-                if bad:
-                    raise SweepRecordError(f"{prefix}: cells[{i}] (cell {cell.name}): {field}[{j}].{bad}")
-                if b.batch_index is not None:
-                    if b.batch_index in indices:
-                        raise SweepRecordError(f"{prefix}: cells[{i}] (cell {cell.name}): {field}[{j}].batch_index "
-                                               f"{b.batch_index} appears twice")
-                    indices.add(b.batch_index)
+
+
+def _check_cell_config(cell: SweepCell, configs: Mapping[str, SweepConfig], at: str) -> None:
+    """Refuse a cell of a configuration ``configs`` does not list, or at another k than its configuration's."""
+    if not configs:  # a document without configurations (built in code) names none to check against
+        return
+    cfg = configs.get(cell.config)
+    if cfg is None:
+        raise SweepRecordError(f"{at} (cell {cell.name}): configuration {cell.config} is not "
+                               f"in 'configs' ({', '.join(configs)})")
+    if cfg.k is not None and cfg.k != cell.k:
+        raise SweepRecordError(f"{at} (cell {cell.name}): 'k' {cell.k}, but configuration "
+                               f"{cell.config} has k {cfg.k}")
+
+
+def _check_cell_values(cell: SweepCell, at: str) -> None:
+    """Refuse an impossible value in the cell's summary or batches, and a batch index twice in one list."""
+    bad = None if cell.summary is None else impossible_value(cell.summary, cell.max_concurrency)
+    if bad:
+        raise SweepRecordError(f"{at} (cell {cell.name}): summary.{bad}")
+    for field in ("batches", "baseline_batches"):
+        indices: set[int] = set()
+        for j, b in enumerate(getattr(cell, field) or ()):
+            bad = impossible_batch_value(b)
+            if bad:
+                raise SweepRecordError(f"{at} (cell {cell.name}): {field}[{j}].{bad}")
+            if b.batch_index is not None:
+                if b.batch_index in indices:
+                    raise SweepRecordError(f"{at} (cell {cell.name}): {field}[{j}].batch_index "
+                                           f"{b.batch_index} appears twice")
+                indices.add(b.batch_index)
 
 
 #: Other specwatch documents by their format key (a file of the wrong kind is named as what it is).

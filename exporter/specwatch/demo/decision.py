@@ -65,6 +65,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from rich.table import Table
@@ -310,93 +311,130 @@ def decide(baseline: BenchResult | None, speculative: BenchResult | None, k: int
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     bcells, scells = _cells(baseline), _cells(speculative)
-    bbat, sbat = _batches(baseline), _batches(speculative)
-    not_paired = pairing(baseline, speculative)
     keys = [key for key in scells if key in bcells]
-    cost: dict[tuple[str, int], CellCost] = {}
-    for key in keys:
-        b, s = bcells[key], scells[key]
-        t0, ts = _pos(b.server_step_duration_ms), _pos(s.server_step_duration_ms)
-        steps = _pos(s.server_request_steps)
-        dt, dr = _num(s.draft_tokens), _num(s.num_drafts)
-        cost[key] = CellCost(t0_ms=t0, t_spec_ms=ts, c=ts / t0 if t0 and ts else None,
-                             x=dt / steps if steps and dt is not None else None,
-                             s=min(1.0, dr / steps) if steps and dr is not None else None,
-                             b=_pos(s.server_running_requests), tau=_server_tau(s))
+    cost = {key: _cell_cost(bcells[key], scells[key]) for key in keys}
     lines: dict[int, CostLine | None] = {}
     for conc in sorted({c for _, c in keys}):
         lines[conc] = fit_line([(cost[key].x, cost[key].c) for key in keys if key[1] == conc])
+    shared = _Shared(k=k, bbat=_batches(baseline), sbat=_batches(speculative), not_paired=pairing(baseline, speculative),
+                     lines=lines, tolerance=tolerance, unpaired=unpaired)
+    rows = [_CellDecision(key, bcells[key], scells[key], cost[key], shared).row() for key in keys]
+    return Decision(format=FORMAT, k=k, rows=tuple(rows), cost_lines={str(c): ln for c, ln in lines.items()},
+                    profile_fit=tuple(profile_fit(baseline, plain_step)), how=dict(HOW), tolerance=tolerance)
 
-    rows = []
-    for key in keys:
-        wl, conc = key
-        b, s = bcells[key], scells[key]
-        why_not_paired = not_paired.get(key)
-        pairs = [] if why_not_paired else sorted(set(bbat.get(key, {})) & set(sbat.get(key, {})))
-        notes = []
-        bt, st = _pos(b.output_throughput), _pos(s.output_throughput)
-        ratio = st / bt if bt and st else None
-        # measured: the paired ratio of the client's output throughputs (both servers live)
-        logs = [math.log(_pos(sbat[key][i].output_throughput) / _pos(bbat[key][i].output_throughput))
-                for i in pairs if _pos(sbat[key][i].output_throughput) and _pos(bbat[key][i].output_throughput)]
-        measured_ratio: PairedRatio | None = ratio_from_logs(logs) if logs else None
-        if why_not_paired:
-            if unpaired:
-                se = _log_throughput(list(sbat.get(key, {}).values()))
-                be = _log_throughput(list(bbat.get(key, {}).values()))
-                measured_ratio = unpaired_ratio(se, be) if se is not None and be is not None else None
-                notes.append(f"not paired ({why_not_paired}): an unpaired comparison, as asked (--unpaired)")
-            else:
-                notes.append(f"not paired ({why_not_paired}): no paired ratio (--unpaired compares it unpaired)")
+
+def _cell_cost(b: BenchCell, s: BenchCell) -> CellCost:
+    """A cell's step costs: t0, t_spec, c = t_spec / t0, x and s per request-step, b, τ."""
+    t0, ts = _pos(b.server_step_duration_ms), _pos(s.server_step_duration_ms)
+    steps = _pos(s.server_request_steps)
+    dt, dr = _num(s.draft_tokens), _num(s.num_drafts)
+    return CellCost(t0_ms=t0, t_spec_ms=ts, c=ts / t0 if t0 and ts else None,
+                    x=dt / steps if steps and dt is not None else None,
+                    s=min(1.0, dr / steps) if steps and dr is not None else None,
+                    b=_pos(s.server_running_requests), tau=_server_tau(s))
+
+
+@dataclass(frozen=True)
+class _Shared:
+    """What every row of one :func:`decide` shares: the run's k, the batches by cell, the cells not paired, the cost lines, the options."""
+
+    k: int
+    bbat: dict[tuple[str, int], dict[int, BenchBatch]]
+    sbat: dict[tuple[str, int], dict[int, BenchBatch]]
+    not_paired: dict[tuple[str, int], str]
+    lines: dict[int, CostLine | None]
+    tolerance: float
+    unpaired: bool
+
+
+class _CellDecision:
+    """One cell's row of :func:`decide` while it is built; its steps are the methods, its notes collect in order."""
+
+    def __init__(self, key: tuple[str, int], b: BenchCell, s: BenchCell, cc: CellCost, shared: _Shared) -> None:
+        self.key, self.b, self.s, self.cc, self.shared = key, b, s, cc, shared
+        self.bb, self.sb = shared.bbat.get(key, {}), shared.sbat.get(key, {})
+        self.why_not_paired = shared.not_paired.get(key)
+        self.pairs = [] if self.why_not_paired else sorted(set(self.bb) & set(self.sb))
+        self.notes: list[str] = []
+
+    def row(self) -> DecisionRow:
+        """The row: the measured and calibrated estimates, the what-ifs, the candidates and the pick."""
+        k, cc, s = self.shared.k, self.cc, self.s
+        bt, st = _pos(self.b.output_throughput), _pos(s.output_throughput)
+        measured_ratio, logs = self.measured_ratio()
         measured = measured_ratio.estimate(MEASURED) if measured_ratio is not None else None
         if measured_ratio is not None and not measured_ratio.has_interval:
-            notes.append(f"{len(logs)} measured batch: no interval (run --num-batches 2 or more)")
-        # calibrated: the run's k from the measured step costs (paired per-batch server ratios)
-        cc = cost[key]
+            self.notes.append(f"{len(logs)} measured batch: no interval (run --num-batches 2 or more)")
         curve, source = _curve(s)
         if not source.startswith("exact"):
-            notes.append(f"acceptance curve from the {source}, not per-request")
-        share = cc.s if cc.s is not None else 1.0
-        # share 0, nothing drafted: one token per request-step at every k'
-        tau = (dict.fromkeys(range(1, k + 1), 1.0) if share == 0
-               else {kk: 1.0 + share * (e - 1.0) for kk, e in enumerate(curve[:k], 1)})
-        calibrated = None
-        h_cal = log_halfwidth([_server_ratio(sbat[key][i], bbat[key][i]) for i in pairs])
-        tau_run = cc.tau
-        if cc.c is None or tau_run is None:
-            notes.append("no server step times: nothing calibrated")
-        elif h_cal is not None:
-            calibrated = Estimate.around(tau_run / cc.c, h_cal, CALIBRATED)
-        na = never_accepted(s, [sbat[key][i] for i in pairs] if pairs else list(sbat.get(key, {}).values()))
+            self.notes.append(f"acceptance curve from the {source}, not per-request")
+        calibrated = self.calibrated()
+        na = never_accepted(s, [self.sb[i] for i in self.pairs] if self.pairs else list(self.sb.values()))
         if na:
-            notes.append("no draft token was accepted in any measured batch (or none was proposed): speculation "
-                         "cannot pay here, off whatever the ratio's noise says")
+            self.notes.append("no draft token was accepted in any measured batch (or none was proposed): speculation "
+                              "cannot pay here, off whatever the ratio's noise says")
         split = disagreement(measured if measured_ratio is not None and measured_ratio.paired else None, calibrated)
         if split:
-            notes.append(f"the bases disagree: {split}")
+            self.notes.append(f"the bases disagree: {split}")
         # the run's k: the measured paired ratio where it has an interval, else the calibrated one,
         # else (one batch) the measured point value; what-ifs k' < k are that anchor times R(k')
         anchor = measured if measured is not None else calibrated
-        h_anchor = math.log(anchor.upper / anchor.value) if anchor is not None else None
-        run_name = _run(k)
-        cands: list[Candidate] = []
-        if measured is not None:
-            cands.append(Candidate.from_ratio(run_name, k, measured_ratio, basis=MEASURED,
-                                              log_ratios=logs if measured_ratio.paired else None, never_accepted=na))
-        elif calibrated is not None:
-            cands.append(Candidate.from_estimate(run_name, k, calibrated, never_accepted=na))
-        elif measured_ratio is not None:
-            cands.append(Candidate.from_ratio(run_name, k, measured_ratio, basis=MEASURED, never_accepted=na))
-        run_value = cands[0].value if cands else None
-        what_if: list[WhatIf] = []
-        line = lines.get(conc)
+        cands = _run_candidates(k, measured_ratio, measured, calibrated, logs, na)
+        paired_logs = logs if measured is not None and measured_ratio.paired else []
+        what_if = self.what_ifs(_tau_by_k(cc.s, curve, k), anchor, cands, paired_logs, na)
+        if anchor is not None:
+            what_if.append(WhatIf.at(k, anchor, x=cc.x, c=cc.c, relative_to_run=1.0))
+        choice, verdict_, confidence, pick_json = self.choose(cands, na)
+        return DecisionRow(workload=self.key[0], concurrency=self.key[1], batches=len(self.pairs),
+                           ratio=st / bt if bt and st else None,
+                           measured=DecisionEstimate.of(measured, paired=measured_ratio is None or measured_ratio.paired),
+                           calibrated=DecisionEstimate.of(calibrated), cost=cc, curve_source=source,
+                           what_if=tuple(what_if), choice=choice, note="; ".join(self.notes), verdict=verdict_,
+                           confidence=confidence, never_accepted=na, disagreement=split, pick=pick_json)
+
+    def measured_ratio(self) -> tuple[PairedRatio | None, list[float]]:
+        """(the paired ratio of the client's output throughputs, both servers live, or the unpaired
+        one asked for; its per-batch log ratios)."""
+        bb, sb = self.bb, self.sb
+        logs = [math.log(_pos(sb[i].output_throughput) / _pos(bb[i].output_throughput))
+                for i in self.pairs if _pos(sb[i].output_throughput) and _pos(bb[i].output_throughput)]
+        measured_ratio: PairedRatio | None = ratio_from_logs(logs) if logs else None
+        if self.why_not_paired:
+            if self.shared.unpaired:
+                se, be = _log_throughput(list(sb.values())), _log_throughput(list(bb.values()))
+                measured_ratio = unpaired_ratio(se, be) if se is not None and be is not None else None
+                self.notes.append(f"not paired ({self.why_not_paired}): an unpaired comparison, as asked (--unpaired)")
+            else:
+                self.notes.append(f"not paired ({self.why_not_paired}): no paired ratio (--unpaired compares it unpaired)")
+        return measured_ratio, logs
+
+    def calibrated(self) -> Estimate | None:
+        """The run's k from the measured step costs (paired per-batch server ratios), None without them."""
+        cc = self.cc
+        h_cal = log_halfwidth([_server_ratio(self.sb[i], self.bb[i]) for i in self.pairs])
+        if cc.c is None or cc.tau is None:
+            self.notes.append("no server step times: nothing calibrated")
+        elif h_cal is not None:
+            return Estimate.around(cc.tau / cc.c, h_cal, CALIBRATED)
+        return None
+
+    def what_ifs(self, tau: dict[int, float], anchor: Estimate | None, cands: list[Candidate], paired_logs: list[float],
+                 na: bool) -> list[WhatIf]:
+        """The what-ifs k′ < k (each also a candidate, added to ``cands``): the anchor times R(k′)."""
+        k, cc = self.shared.k, self.cc
+        line = self.shared.lines.get(self.key[1])
         if line is None:
-            notes.append("no cost line at this concurrency (needs two workloads with different drafted tokens per step)")
+            self.notes.append("no cost line at this concurrency (needs two workloads with different drafted tokens per step)")
         elif line.points == 2:
-            notes.append("cost line through 2 workloads: no fit spread in the what-if intervals")
-        tau_k = tau.get(k, tau_run)  # the counters' τ where the exact curve stops short of k (ragged drafts)
+            self.notes.append("cost line through 2 workloads: no fit spread in the what-if intervals")
+        run_value = cands[0].value if cands else None
+        tau_k = tau.get(k, cc.tau)  # the counters' τ where the exact curve stops short of k (ragged drafts)
+        if tau_k is None or line is None or cc.x is None or cc.c is None or not run_value:
+            return []
+        h_anchor = math.log(anchor.upper / anchor.value) if anchor is not None else None
+        out: list[WhatIf] = []
         for kk in range(1, k):
-            if kk not in tau or tau_k is None or line is None or cc.x is None or cc.c is None or not run_value:
+            if kk not in tau:
                 continue
             x2 = cc.x * kk / k
             c2 = cc.c + line.b * (x2 - cc.x)  # the fitted slope through this cell's own point
@@ -414,32 +452,45 @@ def decide(baseline: BenchResult | None, speculative: BenchResult | None, k: int
             # from the measured paired anchor: the same batches shifted by log R(k'), so k' and the
             # run's k compare paired, with R's own (slope) error only; a line through two workloads
             # has no fit spread to give that error, so there k' stays an unpaired estimate
-            shifted = ([x + math.log(rel) for x in logs]
-                       if measured is not None and measured_ratio.paired and logs and line.points >= 3 else None)
+            shifted = [x + math.log(rel) for x in paired_logs] if paired_logs and line.points >= 3 else None
             cands.append(Candidate.from_estimate(_run(kk), kk, e, never_accepted=na, log_ratios=shifted,
                                                  model_log_halfwidth=h_line if shifted is not None else 0.0))
-            what_if.append(WhatIf.at(kk, e, x=x2, c=c2, relative_to_run=rel))
-        if anchor is not None:
-            what_if.append(WhatIf.at(k, anchor, x=cc.x, c=cc.c, relative_to_run=1.0))
-        verdict_ = confidence = pick_json = None
-        if why_not_paired and not unpaired:
-            choice = DecisionChoice(run="withheld", certain=False, reason="not_paired")
-        elif cands:
-            p = rule.decide(sorted(cands, key=lambda c: c.k), tolerance)
-            reason = ("never_accepted" if na else None if any(c.has_interval for c in cands) else "no_interval")
-            if reason is None and not p.certain:
-                reason = "uncertain"
-            choice = DecisionChoice(k=p.k, run=_run(p.k), certain=reason is None, reason=reason, basis=p.basis)
-            verdict_, confidence, pick_json = p.verdict, p.confidence_text(), p.to_json()
-        else:
-            choice = DecisionChoice(run="withheld", certain=False, reason="no_data")
-        rows.append(DecisionRow(workload=wl, concurrency=conc, batches=len(pairs), ratio=ratio,
-                                measured=DecisionEstimate.of(measured, paired=measured_ratio is None or measured_ratio.paired),
-                                calibrated=DecisionEstimate.of(calibrated), cost=cc, curve_source=source,
-                                what_if=tuple(what_if), choice=choice, note="; ".join(notes), verdict=verdict_,
-                                confidence=confidence, never_accepted=na, disagreement=split, pick=pick_json))
-    return Decision(format=FORMAT, k=k, rows=tuple(rows), cost_lines={str(c): ln for c, ln in lines.items()},
-                    profile_fit=tuple(profile_fit(baseline, plain_step)), how=dict(HOW), tolerance=tolerance)
+            out.append(WhatIf.at(kk, e, x=x2, c=c2, relative_to_run=rel))
+        return out
+
+    def choose(self, cands: list[Candidate], na: bool) -> tuple[DecisionChoice, str | None, str | None, Any]:
+        """(the choice, the verdict, the confidence, the pick's JSON) by the decision rule over ``cands``."""
+        if self.why_not_paired and not self.shared.unpaired:
+            return DecisionChoice(run="withheld", certain=False, reason="not_paired"), None, None, None
+        if not cands:
+            return DecisionChoice(run="withheld", certain=False, reason="no_data"), None, None, None
+        p = rule.decide(sorted(cands, key=lambda c: c.k), self.shared.tolerance)
+        reason = ("never_accepted" if na else None if any(c.has_interval for c in cands) else "no_interval")
+        if reason is None and not p.certain:
+            reason = "uncertain"
+        choice = DecisionChoice(k=p.k, run=_run(p.k), certain=reason is None, reason=reason, basis=p.basis)
+        return choice, p.verdict, p.confidence_text(), p.to_json()
+
+
+def _tau_by_k(share: float | None, curve: Sequence[float], k: int) -> dict[int, float]:
+    """Tokens per request-step τ(k′) = 1 + s (E(k′) − 1) for k′ = 1 … k along ``curve`` (s unknown: 1)."""
+    share = share if share is not None else 1.0
+    # share 0, nothing drafted: one token per request-step at every k'
+    return (dict.fromkeys(range(1, k + 1), 1.0) if share == 0
+            else {kk: 1.0 + share * (e - 1.0) for kk, e in enumerate(curve[:k], 1)})
+
+
+def _run_candidates(k: int, measured_ratio: PairedRatio | None, measured: Estimate | None, calibrated: Estimate | None,
+                    logs: list[float], na: bool) -> list[Candidate]:
+    """The run's k as a candidate: the measured ratio, else the calibrated estimate, else (one batch) the point value."""
+    if measured is not None:
+        return [Candidate.from_ratio(_run(k), k, measured_ratio, basis=MEASURED,
+                                     log_ratios=logs if measured_ratio.paired else None, never_accepted=na)]
+    if calibrated is not None:
+        return [Candidate.from_estimate(_run(k), k, calibrated, never_accepted=na)]
+    if measured_ratio is not None:
+        return [Candidate.from_ratio(_run(k), k, measured_ratio, basis=MEASURED, never_accepted=na)]
+    return []
 
 
 def _run(k: int | None) -> str:
