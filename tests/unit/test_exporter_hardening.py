@@ -548,6 +548,23 @@ def test_each_answer_says_how_old_its_round_is():
     assert age() == 0.0
 
 
+def test_a_round_is_rendered_in_the_formats_asked_before_any_scrape_can_get_it():
+    from specwatch.exporter.app import make_registry, render_round
+    from specwatch.exporter.config import build_config
+    from exporter_helpers import DictFetcher
+
+    clock = FakeClock()
+    cfg = build_config(["s=http://127.0.0.1:9/s"], (), "127.0.0.1:1", min_fetch_interval=1.0)
+    coll = make_registry(cfg, fetch=DictFetcher({"s": _k4()}), clock=clock).specwatch_collector
+    status, body, headers = render_round(coll, "", "gzip")  # a scrape asks for gzipped text
+    assert status == 200 and ("Content-Encoding", "gzip") in headers
+    clock.t += 2.0
+    rnd = coll.current_round()  # the next round, as a joiner would get it once published
+    assert rnd is not None and len(rnd.rendered) == 1
+    (key, (st, pre)), = rnd.rendered.items()
+    assert key[1] is True and st == 200 and pre[:2] == b"\x1f\x8b"  # gzip, rendered before publishing
+
+
 # ---- 7. smaller items ------------------------------------------------------------------------
 
 def test_a_leading_byte_order_mark_is_accepted():

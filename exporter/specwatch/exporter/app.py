@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import html
 import logging
+import threading
 
 from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily
@@ -28,6 +29,8 @@ def make_registry(config: ExporterConfig, **collector_kwargs) -> CollectorRegist
     reachable as ``registry.specwatch_collector``."""
     registry = CollectorRegistry(auto_describe=False)
     collector = SpecwatchCollector(config, **collector_kwargs)
+    collector.asked_formats = _AskedFormats()  # type: ignore[attr-defined]
+    collector.before_publish = collector.asked_formats.prerender  # type: ignore[attr-defined]
     registry.register(collector)
     registry.specwatch_collector = collector  # type: ignore[attr-defined]
     return registry
@@ -90,15 +93,9 @@ class RenderError(Exception):
         self.headers = headers
 
 
-def render_round(collector: SpecwatchCollector, accept: str, accept_encoding: str) -> tuple[int, bytes, list]:
-    """``(HTTP status, body, headers)`` of the current round (see :func:`render_metrics`): 200 and
-    the full exposition, or 500 and the self-metrics when the round cannot be rendered. The headers
-    carry ``X-Specwatch-Round-Age``: seconds since the round's fetches ended (see
-    :meth:`SpecwatchCollector.current_round`)."""
-    rnd = collector.current_round()
-    encoder, content_type = choose_encoder(accept)
-    use_gzip = "gzip" in (accept_encoding or "")
-    key = (content_type, use_gzip)
+def _render_into(rnd, key: tuple[str, bool], encoder) -> tuple[int, bytes]:
+    """``(status, body)`` of round ``rnd`` in format ``key``, rendered once (under the round's
+    render lock) and kept on the round."""
     with rnd.render_lock:
         got = rnd.rendered.get(key)
         if got is None:
@@ -109,11 +106,52 @@ def render_round(collector: SpecwatchCollector, accept: str, accept_encoding: st
                 log.warning("the /metrics exposition could not be rendered (%s: %s); answering HTTP 500 with the "
                             "self-metrics", type(exc).__name__, clip(str(exc), 200))
                 status, body = 500, _render_self_metrics(rnd, encoder)
-            if use_gzip:
+            if key[1]:
                 body = gzip.compress(body, compresslevel=5)
             got = rnd.rendered[key] = (status, body)
             release_memory()
-    status, body = got
+    return got
+
+
+class _AskedFormats:
+    """The exposition formats a collector's scrapes asked for, most recent last (``(content type,
+    gzip) -> encoder``; at most 4: text or OpenMetrics, gzipped or not)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._asked: dict[tuple[str, bool], object] = {}
+
+    def note(self, key: tuple[str, bool], encoder) -> None:
+        """Remember that a scrape asked for format ``key``."""
+        with self._lock:
+            self._asked.pop(key, None)
+            self._asked[key] = encoder
+            while len(self._asked) > 4:
+                self._asked.pop(next(iter(self._asked)))
+
+    def prerender(self, rnd) -> None:
+        """Render a built round in every format asked for, before it is published (the
+        collector's ``before_publish``): the scrape that started the round pays for it, and
+        scrapes that come later never wait behind it."""
+        with self._lock:
+            asked = list(self._asked.items())
+        for key, encoder in asked:
+            _render_into(rnd, key, encoder)
+
+
+def render_round(collector: SpecwatchCollector, accept: str, accept_encoding: str) -> tuple[int, bytes, list]:
+    """``(HTTP status, body, headers)`` of the current round (see :func:`render_metrics`): 200 and
+    the full exposition, or 500 and the self-metrics when the round cannot be rendered. The headers
+    carry ``X-Specwatch-Round-Age``: seconds since the round's fetches ended (see
+    :meth:`SpecwatchCollector.current_round`)."""
+    encoder, content_type = choose_encoder(accept)
+    use_gzip = "gzip" in (accept_encoding or "")
+    key = (content_type, use_gzip)
+    asked = getattr(collector, "asked_formats", None)
+    if asked is not None:
+        asked.note(key, encoder)
+    rnd = collector.current_round()
+    status, body = _render_into(rnd, key, encoder)
     headers = [("Content-Type", content_type)]
     if use_gzip:
         headers.append(("Content-Encoding", "gzip"))

@@ -139,6 +139,9 @@ class SpecwatchCollector(Collector):
         self._states = {u.name: _UpstreamState(u.name, config) for u in config.upstreams}
         self._upstreams = {u.name: u for u in config.upstreams}
         self._baseline_refused = False  # the baseline upstream speculates (logged once per episode)
+        #: called with a built round before scrapes can get it (the app renders it there, so a
+        #: scrape never waits behind another's rendering); an exception is logged, never raised
+        self.before_publish: Callable[[_Round], None] | None = None
         self._baseline_speculating: set[tuple[str, str]] = set()
         self._baseline_bad_logged: set[str] = set()  # upstreams told once that the baseline's values are unusable
         n = len(config.upstreams)
@@ -224,6 +227,11 @@ class SpecwatchCollector(Collector):
             r.families = list(fams.all())
         finally:
             r.finished_at = self._clock()
+            if self.before_publish is not None:
+                try:
+                    self.before_publish(r)
+                except Exception:  # the scrape renders it then (and answers 500 if it cannot)
+                    log.exception("the round could not be prepared")
             with self._lock:
                 self._finished = r
             r.done.set()
