@@ -203,6 +203,24 @@ def _write(doc, path: Path) -> Path:
     return path
 
 
+def test_advise_json_carries_the_format_key_in_both_modes(tmp_path):
+    """``advise --json`` names its format as the other result files do (specwatch_advice_format),
+    from a sweep result (beside its advise_format) and from live data."""
+    from specwatch.choosek.advise import ADVICE_FORMAT_KEY, ADVISE_FORMAT, LiveAdviceResult, advice_document, live_advices
+
+    out = tmp_path / "a.json"
+    r = CliRunner().invoke(advise_cmd, [str(NEW), "--json", str(out)])
+    assert r.exit_code == 0, r.output
+    j = json.loads(out.read_text())
+    assert ADVICE_FORMAT_KEY == "specwatch_advice_format" and list(j)[:2] == ["source", ADVICE_FORMAT_KEY]
+    assert j[ADVICE_FORMAT_KEY] == j["advise_format"] == ADVISE_FORMAT == 3
+    items = tuple(live_advices({("spec", "m", "0"): (0.9, 0.8)}, (1, 8), None, 0.02, None))
+    live = LiveAdviceResult(source="http://x/metrics", items=items, concurrencies=(1, 8), tolerance=0.02, profile=None,
+                            profile_path=None, method=None, drafter=None)
+    doc = advice_document(live)
+    assert doc == {ADVICE_FORMAT_KEY: 3, **live.to_json()} and list(doc)[:2] == ["source", ADVICE_FORMAT_KEY]
+
+
 def test_real_sweep_advise_cli_lists_every_workload_and_json_format(new_doc, tmp_path):
     out = tmp_path / "a.json"
     r = CliRunner().invoke(advise_cmd, [str(NEW), "--json", str(out)])

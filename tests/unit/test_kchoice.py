@@ -222,7 +222,7 @@ def test_advice_end_to_end_on_a_model_world():
     assert a.answer == "per_concurrency" and a.speculative_config is None
     assert a.candidate_config["num_speculative_tokens"] == expected1
     assert a.candidate_config["num_speculative_tokens_per_batch_size"] == [[1, 4, expected1], [5, 16, 0]]
-    assert a.acceptance_error["max_abs_relative"] == pytest.approx(0, abs=1e-12)
+    assert a.acceptance_error.to_json()["max_abs_relative"] == pytest.approx(0, abs=1e-12)
     assert a.worst_shortfall <= 0.02 + 1e-12  # smaller k within the tolerance costs at most 2 %
     d = a.to_dict()
     assert d["k_by_concurrency"] == {"1": expected1, "16": 0}
@@ -376,9 +376,9 @@ def test_acceptance_error_can_ignore_runs_with_few_drafts():
     a = advise([few, synth(4, 0.8), synth(8, 0.8)])
     by_k = {p.k: p for p in a.acceptance}
     assert by_k[2].measured_drafts == 10.0 and by_k[4].measured_drafts == 1000.0
-    assert a.acceptance_error["n"] == 2
-    assert a.acceptance_error["max_abs_relative"] == pytest.approx(abs(iid_expected_length(0.8, 2) - 1.5) / 1.5)
-    strict = a.acceptance_error_over(100.0)
+    assert a.acceptance_error.to_json()["n"] == 2
+    assert a.acceptance_error.to_json()["max_abs_relative"] == pytest.approx(abs(iid_expected_length(0.8, 2) - 1.5) / 1.5)
+    strict = a.acceptance_error_over(100.0).to_json()
     assert strict["n"] == 1 and strict["max_abs_relative"] == pytest.approx(0, abs=1e-12)
 
 

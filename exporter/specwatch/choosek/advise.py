@@ -16,8 +16,9 @@ profile (``--cost-profile``; without one the built-in guess, basis ``default``),
 exporter's own functions (:func:`specwatch.specdecode.speedup.speedups` and ``pick``, as its
 ``specwatch_speedup`` series): one :class:`LiveAdvice` record per curve.
 
-Both modes give a typed result (:class:`SweepAdviceResult`, :class:`LiveAdviceResult`) with its
-``--json`` document (``to_json``), printed by one renderer (:func:`render_result`).
+Both modes give a typed result (:class:`SweepAdviceResult`, :class:`LiveAdviceResult`), printed by
+one renderer (:func:`render_result`); its ``--json`` file (:func:`advice_document`) is its
+``to_json()`` under the format key ``specwatch_advice_format`` (:data:`ADVISE_FORMAT`).
 """
 
 from __future__ import annotations
@@ -286,10 +287,10 @@ def render_advice(a: Advice, console) -> None:
                   _f(p.error, "+.2f"), _f(None if p.relative_error is None else p.relative_error * 100, "+.1f", " %"))
     console.print(t)
     for e in (a.acceptance_error, a.acceptance_error_over(100.0)):
-        if e["n"]:
-            console.print(f"acceptance-length prediction error (k < largest k, {e['n']} runs"
-                          + (f" with >= {e['min_drafts']:.0f} drafts" if e["min_drafts"] else "")
-                          + f"): mean |rel| {e['mean_abs_relative'] * 100:.1f} %, max {e['max_abs_relative'] * 100:.1f} %")
+        if e.n:
+            console.print(f"acceptance-length prediction error (k < largest k, {e.n} runs"
+                          + (f" with >= {e.min_drafts:.0f} drafts" if e.min_drafts else "")
+                          + f"): mean |rel| {e.mean_abs_relative * 100:.1f} %, max {e.max_abs_relative * 100:.1f} %")
 
     t = Table(title="Step time T(x) = T0 + β·x (x = draft tokens verified per request-step; T = c·τ / throughput)")
     for col in ("workload", "conc.", "baseline T ms", "T0 ms", "β ms/token", "fit", "max residual"):
@@ -345,12 +346,12 @@ def render_advice(a: Advice, console) -> None:
                       "the per-position curve of that cell (its drafts were never that long); the measured throughput "
                       "still scores that k", soft_wrap=True)
     te = a.throughput_error
-    if te["n"] and te.get("exact_fit"):
-        console.print(f"throughput prediction error: exact fit: {te['max_points']} runs, {te['parameters']} parameters "
+    if te.n and te.exact_fit:
+        console.print(f"throughput prediction error: exact fit: {te.max_points} runs, {te.parameters} parameters "
                       f"per (workload, concurrency) — no error estimate (measure more k to get one)")
-    elif te["n"]:
-        console.print(f"throughput prediction error ({te['n']} measured runs): mean |rel| "
-                      f"{te['mean_abs_relative'] * 100:.1f} %, max {te['max_abs_relative'] * 100:.1f} %"
+    elif te.n:
+        console.print(f"throughput prediction error ({te.n} measured runs): mean |rel| "
+                      f"{te.mean_abs_relative * 100:.1f} %, max {te.max_abs_relative * 100:.1f} %"
                       + ("" if a.noise is None else f"; measurement noise (median rel. std. error) {a.noise * 100:.1f} %"))
 
     t = Table(title="Pick per cell (the decision rule, docs/choosing-k.md#the-decision-rule: the best speedup "
@@ -694,6 +695,10 @@ def live_advices(curves: dict[tuple[str, ...], tuple[float, ...]], concurrencies
 #: the family's ``answer``, ``config_by_concurrency`` and ``candidate_to_measure``; no
 #: ``intervals``/``tied`` (the overlap rule is gone) and no cross-validation.
 ADVISE_FORMAT = 3
+#: The format key of ``advise --json`` in both modes (sweep result and live data), named as the
+#: other result files name theirs (``specwatch_sweep_format``, ``specwatch_bench_format``, …); its
+#: value is :data:`ADVISE_FORMAT`. A sweep's document keeps its ``advise_format`` too.
+ADVICE_FORMAT_KEY = "specwatch_advice_format"
 
 
 @dataclass(frozen=True)
@@ -756,6 +761,14 @@ class LiveAdviceResult:
         """The ``--json`` document."""
         return {"source": self.source, "tolerance": self.tolerance, "cost_profile": self.profile_path,
                 "live": [a.to_json() for a in self.items]}
+
+
+def advice_document(result: SweepAdviceResult | LiveAdviceResult) -> dict[str, Any]:
+    """The ``advise --json`` file of either mode: the result's ``to_json()`` (a sweep's families,
+    or the ``live`` items) with :data:`ADVICE_FORMAT_KEY` after its ``source`` (the first key, as
+    before the format key)."""
+    doc = result.to_json()
+    return {"source": doc.pop("source"), ADVICE_FORMAT_KEY: ADVISE_FORMAT, **doc}
 
 
 def render_left_out(lines: Sequence[str], console) -> None:

@@ -21,6 +21,7 @@ from specwatch.choosek.advise import (
     LiveAdviceResult,
     PrometheusError,
     SweepAdviceResult,
+    advice_document,
     advise_sweep,
     curves_from_exporter,
     curves_from_prometheus,
@@ -342,7 +343,7 @@ def sweep(result_file, ks, spec_configs, drafters, baseline, workloads, dataset_
               help="Sweep: each workload's share of the work (output tokens) for the all-workloads advice, e.g. "
                    "copy=3,random-output=1 (default: the same work from every workload; throughputs combine through time).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Also write the advice as JSON here (advise_format 2).")
+              help="Also write the advice as JSON here (specwatch_advice_format 3; a demo folder's: specwatch_demo_advice_format 1).")
 @click.option("--baseline", "baseline_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Two bench files: the baseline server's (with --speculative); the demo's decision table.")
 @click.option("--speculative", "speculative_file", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -411,7 +412,7 @@ def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tol
     render_result(result, console)
     if json_path:
         try:
-            atomic_write_json(json_path, result.to_json())
+            atomic_write_json(json_path, advice_document(result))
         except OSError as exc:
             raise click.ClickException(f"cannot write {json_path}: {exc.strerror or exc}") from None
 

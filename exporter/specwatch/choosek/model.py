@@ -97,11 +97,13 @@ from specwatch.specdecode.derive import expected_lengths
 
 __all__ = [
     "AccuracyCell",
+    "AcceptanceError",
     "AcceptancePrediction",
     "Advice",
     "Measurement",
     "Recommendation",
     "StepCostFit",
+    "ThroughputError",
     "ThroughputPrediction",
     "advise",
     "advise_from_curve",
@@ -1018,6 +1020,49 @@ def evaluate_choices(recs: Iterable[Recommendation], measurements: Iterable[Meas
     return out
 
 
+@dataclass(frozen=True)
+class AcceptanceError:
+    """How far the acceptance-length predictions E(k) fall from the measured k < K
+    (:meth:`Advice.acceptance_error_over`): ``n`` runs that made at least ``min_drafts`` drafts,
+    the mean and max |relative error| (fractions; None without a run)."""
+
+    n: int
+    min_drafts: float
+    mean_abs_relative: float | None
+    max_abs_relative: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"n", "min_drafts", "mean_abs_relative", "max_abs_relative"}``."""
+        return {"n": self.n, "min_drafts": self.min_drafts, "mean_abs_relative": self.mean_abs_relative,
+                "max_abs_relative": self.max_abs_relative}
+
+
+@dataclass(frozen=True)
+class ThroughputError:
+    """How far the throughput predictions fall from the measured k > 0 (:attr:`Advice.throughput_error`):
+    ``n`` runs, the mean and max |relative error| (fractions; None without a run). ``exact_fit``:
+    every measured run was one of ≤ 2 points its step-cost fit passes through (zero error by
+    construction, no error estimate); then ``max_points`` (the most points of a fit) and
+    ``parameters`` (2 for a least-squares line, else 1), else both None."""
+
+    n: int
+    mean_abs_relative: float | None
+    max_abs_relative: float | None
+    exact_fit: bool
+    max_points: int | None = None
+    parameters: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"n", "mean_abs_relative", "max_abs_relative", "exact_fit"}``, then ``max_points`` and
+        ``parameters`` for an exact fit."""
+        out: dict[str, Any] = {"n": self.n, "mean_abs_relative": self.mean_abs_relative,
+                               "max_abs_relative": self.max_abs_relative, "exact_fit": self.exact_fit}
+        if self.exact_fit:
+            out["max_points"] = self.max_points
+            out["parameters"] = self.parameters
+        return out
+
+
 # --------------------------------------------------------------------------------------------
 # Everything together
 # --------------------------------------------------------------------------------------------
@@ -1060,39 +1105,37 @@ class Advice:
     table_throughputs: dict[str, dict[tuple[str, int], tuple[float, tuple[float, float] | None, int]]] = \
         field(default_factory=dict)
 
-    def acceptance_error_over(self, min_drafts: float = 0.0) -> dict[str, float | None]:
+    def acceptance_error_over(self, min_drafts: float = 0.0) -> AcceptanceError:
         """Mean and max |relative error| of E(k) over the measured k < K whose run made at least
         ``min_drafts`` drafts (a run with a handful of drafts measures its length poorly)."""
         errs = [abs(p.relative_error) for p in self.acceptance
                 if p.k < p.source_k and p.relative_error is not None and (p.measured_drafts or 0) >= min_drafts]
-        return {"n": len(errs), "min_drafts": min_drafts, "mean_abs_relative": statistics.fmean(errs) if errs else None,
-                "max_abs_relative": max(errs) if errs else None}
+        return AcceptanceError(n=len(errs), min_drafts=min_drafts, mean_abs_relative=statistics.fmean(errs) if errs else None,
+                               max_abs_relative=max(errs) if errs else None)
 
     @property
-    def acceptance_error(self) -> dict[str, float | None]:
+    def acceptance_error(self) -> AcceptanceError:
         """Mean and max |relative error| of E(k) over every measured k < K."""
         return self.acceptance_error_over(0.0)
 
     @property
-    def throughput_error(self) -> dict[str, float | None]:
-        """Mean and max |relative error| of the throughput prediction over the measured k > 0:
-        ``{"n", "mean_abs_relative", "max_abs_relative", "exact_fit"}``; ``exact_fit`` is True when
-        every measured run was one of ≤ 2 points its step-cost fit passes through (zero error by
-        construction, no error estimate), then with ``max_points`` and ``parameters``."""
+    def throughput_error(self) -> ThroughputError:
+        """Mean and max |relative error| of the throughput prediction over the measured k > 0
+        (:class:`ThroughputError`); ``exact_fit`` when every measured run was one of ≤ 2 points its
+        step-cost fit passes through (zero error by construction, no error estimate), then with
+        ``max_points`` and ``parameters``."""
         errs = [abs(p.relative_error) for p in self.throughput if p.k > 0 and p.relative_error is not None]
-        out: dict[str, Any] = {"n": len(errs), "mean_abs_relative": statistics.fmean(errs) if errs else None,
-                               "max_abs_relative": max(errs) if errs else None}
         # T0 + β·x fitted on 2 runs (or the cost model on 1) passes through them: the error at the
         # fitted runs is zero by construction and says nothing about the model
         fitted = {(f.workload, f.concurrency, k) for f in self.fits for k, _, _ in f.points}
         measured = [p for p in self.throughput if p.k > 0 and p.relative_error is not None]
         exact = bool(measured) and all((p.workload, p.concurrency, p.k) in fitted for p in measured) \
             and all(len(f.points) <= 2 for f in self.fits) and max(errs) < 1e-9
-        out["exact_fit"] = exact
-        if exact:
-            out["max_points"] = max(len(f.points) for f in self.fits)
-            out["parameters"] = 2 if any(f.method == "least-squares" for f in self.fits) else 1
-        return out
+        return ThroughputError(
+            n=len(errs), mean_abs_relative=statistics.fmean(errs) if errs else None,
+            max_abs_relative=max(errs) if errs else None, exact_fit=exact,
+            max_points=max(len(f.points) for f in self.fits) if exact else None,
+            parameters=(2 if any(f.method == "least-squares" for f in self.fits) else 1) if exact else None)
 
     @property
     def worst_shortfall(self) -> float | None:
@@ -1108,10 +1151,10 @@ class Advice:
             "tolerance": self.tolerance,
             "noise": self.noise,
             "acceptance_predictions": [dict(asdict(p), error=p.error, relative_error=p.relative_error) for p in self.acceptance],
-            "acceptance_error": self.acceptance_error,
-            "acceptance_error_min_100_drafts": self.acceptance_error_over(100.0),
+            "acceptance_error": self.acceptance_error.to_json(),
+            "acceptance_error_min_100_drafts": self.acceptance_error_over(100.0).to_json(),
             "throughput_predictions": [dict(asdict(p), relative_error=p.relative_error) for p in self.throughput],
-            "throughput_error": self.throughput_error,
+            "throughput_error": self.throughput_error.to_json(),
             "step_cost_fits": [dict(asdict(f), max_residual=f.max_residual) for f in self.fits],
             "recommendations": [r.to_json() for r in self.recommendations],
             "basis": self.basis,

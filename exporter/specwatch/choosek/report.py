@@ -160,10 +160,10 @@ def render_report(rec: SweepResult, *, tolerance: float = DEFAULT_TOLERANCE, can
         if a.family:
             parts.append(f"<p>Speculative family <code>{escape(a.family)}</code>.</p>")
         for e in (a.acceptance_error, a.acceptance_error_over(100.0)):
-            if e["n"]:
+            if e.n:
                 parts.append(f"<p>Acceptance-length prediction from the largest k's per-position curve: mean |relative error| "
-                             f"{e['mean_abs_relative'] * 100:.1f} %, max {e['max_abs_relative'] * 100:.1f} % over {e['n']} runs"
-                             + (f" with at least {e['min_drafts']:.0f} drafts" if e["min_drafts"] else "") + ".</p>")
+                             f"{e.mean_abs_relative * 100:.1f} %, max {e.max_abs_relative * 100:.1f} % over {e.n} runs"
+                             + (f" with at least {e.min_drafts:.0f} drafts" if e.min_drafts else "") + ".</p>")
         parts.append(html_table(["workload", "concurrency", "k", "from k", "predicted E(k)", "measured", "drafts", "rel. error"],
                                 [[p.workload, p.concurrency, p.k, p.source_k, fmt_num(p.predicted, ".2f"), fmt_num(p.measured, ".2f"),
                                   fmt_num(p.measured_drafts, ".0f"),
