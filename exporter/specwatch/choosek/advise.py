@@ -275,9 +275,26 @@ def recommendation_note(r) -> str:
 
 
 def render_advice(a: Advice, console) -> None:
-    """Print one family's advice as rich tables on ``console``."""
+    """Print one family's advice as rich tables on ``console``: the acceptance-length predictions,
+    the step-time fits, the throughputs, the pick per cell, the check against the measurements and
+    what to run (:func:`render_sweep_config`)."""
     if a.family:
         console.print(f"[bold]speculative family[/bold] {a.family}")
+    _render_acceptance(a, console)
+    _render_step_fits(a, console)
+    _render_throughputs(a, console)
+    _render_model_gaps(a, console)
+    _render_throughput_error(a, console)
+    _render_picks_per_cell(a, console)
+    _render_accuracy(a, console)
+    if not any(r.k is not None for r in a.recommendations):
+        console.print("[yellow]no recommendation: no measured cell has both a speculative run and a baseline run to "
+                      "pair it with[/yellow]")
+    render_sweep_config(a, console)
+
+
+def _render_acceptance(a: Advice, console) -> None:
+    """The predicted against the measured acceptance lengths E(k), then their errors."""
     t = Table(title="Expected acceptance length E(k) from the largest k's per-position curve vs measured")
     for col in ("workload", "conc.", "k", "from k", "predicted", "measured", "drafts", "error", "rel. error"):
         t.add_column(col, justify="left" if col == "workload" else "right")
@@ -292,6 +309,9 @@ def render_advice(a: Advice, console) -> None:
                           + (f" with >= {e.min_drafts:.0f} drafts" if e.min_drafts else "")
                           + f"): mean |rel| {e.mean_abs_relative * 100:.1f} %, max {e.max_abs_relative * 100:.1f} %")
 
+
+def _render_step_fits(a: Advice, console) -> None:
+    """The step-time fit T(x) = T0 + β·x per (workload, concurrency)."""
     t = Table(title="Step time T(x) = T0 + β·x (x = draft tokens verified per request-step; T = c·τ / throughput)")
     for col in ("workload", "conc.", "baseline T ms", "T0 ms", "β ms/token", "fit", "max residual"):
         t.add_column(col, justify="left" if col == "workload" else "right")
@@ -300,6 +320,9 @@ def render_advice(a: Advice, console) -> None:
                   _f(f.intercept_s * 1000), _f(f.slope_s * 1000, ".3f"), f.method, _f(f.max_residual * 100, ".1f", " %"))
     console.print(t)
 
+
+def _render_throughputs(a: Advice, console) -> None:
+    """The predicted (and measured) throughput of every k per cell, and the measured dynamic tables."""
     ks = sorted({p.k for p in a.throughput})
     t = Table(title="Output throughput tok/s: predicted (measured [95 % interval, log scale: shown, never decided on]); "
                     "\"lower bound\": a what-if from a ragged cell's lower-bound curve; –: no model for the cell (its "
@@ -316,24 +339,28 @@ def render_advice(a: Advice, console) -> None:
     for key in {key for cells in a.table_throughputs.values() for key in cells}:
         rows.setdefault(key, {})
     for (wl, c), ps in sorted(rows.items()):
-        cells = []
-        for k in ks:
-            p = ps.get(k)
-            if p is None:
-                cells.append("")
-            elif k == 0:
-                cells.append(f"{p.measured:.1f}" + _ci_text(p.interval, p.measured))
-            elif p.curve_basis in ("none", "beyond_curve"):
-                cells.append(f"– ({p.measured:.1f}{_ci_text(p.interval, p.measured)})")
-            else:
-                cells.append(f"{p.predicted:.1f}" + ("" if p.measured is None
-                                                       else f" ({p.measured:.1f}{_ci_text(p.interval, p.measured)})")
-                             + (" lower bound" if p.curve_basis == "lower_bound" and p.measured is None else ""))
+        cells = [_throughput_cell(ps.get(k), k) for k in ks]
         for tcells in a.table_throughputs.values():
             v = tcells.get((wl, c))
             cells.append("" if v is None else f"– ({v[0]:.1f}{_ci_text(v[1], v[0])})")
         t.add_row(wl, str(c), *cells)
     console.print(t)
+
+
+def _throughput_cell(p, k: int) -> str:
+    """One k's cell of the throughput table: the prediction with the measurement and its interval."""
+    if p is None:
+        return ""
+    if k == 0:
+        return f"{p.measured:.1f}" + _ci_text(p.interval, p.measured)
+    if p.curve_basis in ("none", "beyond_curve"):
+        return f"– ({p.measured:.1f}{_ci_text(p.interval, p.measured)})"
+    return (f"{p.predicted:.1f}" + ("" if p.measured is None else f" ({p.measured:.1f}{_ci_text(p.interval, p.measured)})")
+            + (" lower bound" if p.curve_basis == "lower_bound" and p.measured is None else ""))
+
+
+def _render_model_gaps(a: Advice, console) -> None:
+    """The cells without a model and the k beyond a cell's per-position curve."""
     no_model = sorted({(p.workload, p.concurrency) for p in a.throughput if p.k > 0 and p.curve_basis == "none"})
     if no_model:
         console.print("[yellow]no model for " + ", ".join(f"{wl} c={c}" for wl, c in no_model) + ": those runs have no "
@@ -345,6 +372,10 @@ def render_advice(a: Advice, console) -> None:
         console.print("no prediction for " + ", ".join(f"{wl} c={c} k={k}" for wl, c, k in beyond) + ": k is beyond "
                       "the per-position curve of that cell (its drafts were never that long); the measured throughput "
                       "still scores that k", soft_wrap=True)
+
+
+def _render_throughput_error(a: Advice, console) -> None:
+    """The throughput predictions' error over the measured runs (or that the fit is exact)."""
     te = a.throughput_error
     if te.n and te.exact_fit:
         console.print(f"throughput prediction error: exact fit: {te.max_points} runs, {te.parameters} parameters "
@@ -354,6 +385,9 @@ def render_advice(a: Advice, console) -> None:
                       f"{te.mean_abs_relative * 100:.1f} %, max {te.max_abs_relative * 100:.1f} %"
                       + ("" if a.noise is None else f"; measurement noise (median rel. std. error) {a.noise * 100:.1f} %"))
 
+
+def _render_picks_per_cell(a: Advice, console) -> None:
+    """The decision rule's pick per cell, the rows' notes and how all workloads combine."""
     t = Table(title="Pick per cell (the decision rule, docs/choosing-k.md#the-decision-rule: the best speedup "
                     "estimate from paired per-batch ratios over the baseline, smaller k within "
                     f"{a.tolerance * 100:g} %; off = speculation off; a dynamic table is a configuration of its own)")
@@ -373,25 +407,26 @@ def render_advice(a: Advice, console) -> None:
         console.print(f"all workloads: speedups combined through {how}, batch by batch on the log scale — total baseline "
                       "time / total time with the configuration (the harmonic mean of the per-workload speedups, "
                       "weighted by baseline time)", soft_wrap=True)
-    if a.accuracy:
-        t = Table(title="Check against the measurements: throughput of the pick vs the best measured configuration "
-                        "(mean tok/s [95 %, log scale])")
-        for col in ("workload", "conc.", "pick", "best measured", "pick tok/s", "best tok/s", "shortfall"):
-            t.add_column(col, justify="left" if col in ("workload", "pick", "best measured") else "right")
-        for x in a.accuracy:
-            t.add_row(x.workload, str(x.concurrency), x.picked + (" (within tolerance)" if x.tie else ""), x.best,
-                      _f(x.picked_throughput, ".1f") + _iv_text(x.picked_interval),
-                      _f(x.best_throughput, ".1f") + _iv_text(x.best_interval),
-                      _f(None if x.shortfall is None else x.shortfall * 100, ".1f", " %"))
-        console.print(t)
-        if a.worst_shortfall is not None:
-            console.print(f"shortfall of the picks against the best measured configuration of their cell: worst "
-                          f"{a.worst_shortfall * 100:.1f} % over {len(a.accuracy)} cells (mean throughputs; the picks "
-                          "are decided on paired ratios)", soft_wrap=True)
-    if not any(r.k is not None for r in a.recommendations):
-        console.print("[yellow]no recommendation: no measured cell has both a speculative run and a baseline run to "
-                      "pair it with[/yellow]")
-    render_sweep_config(a, console)
+
+
+def _render_accuracy(a: Advice, console) -> None:
+    """The picks' measured throughput against the best measured configuration of their cell."""
+    if not a.accuracy:
+        return
+    t = Table(title="Check against the measurements: throughput of the pick vs the best measured configuration "
+                    "(mean tok/s [95 %, log scale])")
+    for col in ("workload", "conc.", "pick", "best measured", "pick tok/s", "best tok/s", "shortfall"):
+        t.add_column(col, justify="left" if col in ("workload", "pick", "best measured") else "right")
+    for x in a.accuracy:
+        t.add_row(x.workload, str(x.concurrency), x.picked + (" (within tolerance)" if x.tie else ""), x.best,
+                  _f(x.picked_throughput, ".1f") + _iv_text(x.picked_interval),
+                  _f(x.best_throughput, ".1f") + _iv_text(x.best_interval),
+                  _f(None if x.shortfall is None else x.shortfall * 100, ".1f", " %"))
+    console.print(t)
+    if a.worst_shortfall is not None:
+        console.print(f"shortfall of the picks against the best measured configuration of their cell: worst "
+                      f"{a.worst_shortfall * 100:.1f} % over {len(a.accuracy)} cells (mean throughputs; the picks "
+                      "are decided on paired ratios)", soft_wrap=True)
 
 
 def render_sweep_config(a: Advice, console) -> None:
