@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from specwatch.bench.records import BenchBatch
 from specwatch.bench.runner import BenchConfig, run_bench, spec_stats
 from specwatch.bench.workloads import WorkloadOptions
 from specwatch.specdecode.metrics import parse_metrics
@@ -41,7 +42,7 @@ def test_deltas_from_real_captures(k):
     ta, tb = totals(a_text), totals(b_text)
     d = {key: tb[key] - ta.get(key, 0.0) for key in tb}
     p = "vllm:spec_decode_num_"
-    rec = st.record()
+    rec = BenchBatch.json_of_fields(**st.fields())
     assert rec["spec_decode_num_drafts"] == d[p + "drafts_total"] > 0
     assert rec["spec_decode_draft_tokens"] == d[p + "draft_tokens_total"]
     assert rec["spec_decode_accepted_tokens"] == d[p + "accepted_tokens_total"]
@@ -71,7 +72,7 @@ def test_copy_batch_on_real_vllm(real_vllm, tmp_path):
     (b,) = res.batches
     assert b.failed == 0, b.errors
     assert b.completed == 2 and b.total_output_tokens == 96 and b.output_tokens_from_usage
-    rec = b.record()
+    rec = b.to_record().to_json()
     p = "vllm:spec_decode_num_"
     # nothing else talks to the fixture's server during the test: run delta = batch delta
     assert rec["spec_decode_accepted_tokens"] == after[p + "accepted_tokens_total"] - before[p + "accepted_tokens_total"]

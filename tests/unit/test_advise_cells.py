@@ -221,6 +221,20 @@ def test_advise_json_carries_the_format_key_in_both_modes(tmp_path):
     assert doc == {ADVICE_FORMAT_KEY: 3, **live.to_json()} and list(doc)[:2] == ["source", ADVICE_FORMAT_KEY]
 
 
+def test_report_on_live_advice_json_says_what_the_file_is(tmp_path):
+    """``specwatch report`` given ``advise --exporter … --json``'s file (no advise_format key, only
+    specwatch_advice_format) names it, as it names the sweep-mode advice file."""
+    from specwatch.choosek.advise import LiveAdviceResult, advice_document, live_advices
+    from specwatch.choosek.cli import report as report_cmd
+
+    items = tuple(live_advices({("spec", "m", "0"): (0.9, 0.8)}, (1, 8), None, 0.02, None))
+    live = LiveAdviceResult(source="http://x/metrics", items=items, concurrencies=(1, 8), tolerance=0.02, profile=None,
+                            profile_path=None, method=None, drafter=None)
+    path = _write(advice_document(live), tmp_path / "live-advice.json")
+    r = CliRunner().invoke(report_cmd, [str(path), "--output", str(tmp_path / "r.html")])
+    assert r.exit_code != 0 and "specwatch advise's JSON (--json)" in r.output, r.output
+
+
 def test_real_sweep_advise_cli_lists_every_workload_and_json_format(new_doc, tmp_path):
     out = tmp_path / "a.json"
     r = CliRunner().invoke(advise_cmd, [str(NEW), "--json", str(out)])

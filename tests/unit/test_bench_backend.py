@@ -187,7 +187,7 @@ def test_per_request_spec_decode_metrics_are_read_and_summarized(tmp_path, offer
                           options=WorkloadOptions(output_len=12))
         res = run_bench(cfg)
     (cell,) = res.summary()
-    rec = cell.record()
+    rec = cell.to_record().to_json()
     pr = rec["spec_decode_per_request"]
     if not offered:
         assert pr["status"] == "not_offered" and pr["problems"] == {"missing": 6}
@@ -209,7 +209,7 @@ def test_dropped_requests_count_as_truncated_per_request_payloads(tmp_path):
                           num_batches=1, warmup_batches=0, result_dir=str(tmp_path), progress=False,
                           options=WorkloadOptions(output_len=12))
         res = run_bench(cfg)
-    pr = res.summary()[0].record()["spec_decode_per_request"]
+    pr = res.summary()[0].to_record().to_json()["spec_decode_per_request"]
     assert pr["status"] == "partial" and pr["requests"] == 8 and pr["problems"] == {"truncated": 2}
 
 

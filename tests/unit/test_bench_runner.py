@@ -38,7 +38,7 @@ def test_spec_decode_deltas_equal_counter_differences(tmp_path):
         before, after = snaps[2 * i], snaps[2 * i + 1]
         d = {k: after[k] - before[k] for k in ("drafts", "draft_tokens", "accepted", "generation_tokens")}
         pp = [a - c for a, c in zip(after["per_pos"], before["per_pos"], strict=True)]
-        rec = b.record()
+        rec = b.to_record().to_json()
         assert d["drafts"] > 0
         assert rec["spec_decode_num_drafts"] == d["drafts"]
         assert rec["spec_decode_draft_tokens"] == d["draft_tokens"]
@@ -49,7 +49,7 @@ def test_spec_decode_deltas_equal_counter_differences(tmp_path):
         assert rec["spec_decode_per_position_acceptance_rates"] == pytest.approx([p / d["drafts"] for p in pp])
         assert rec["spec_decode_num_speculative_tokens"] == 4
     # pooled over the measured batches of a cell = the summed deltas
-    cell = res.summary()[0].record()
+    cell = res.summary()[0].to_record().to_json()
     measured = [i for i, b in enumerate(res.batches[:3]) if not b.warmup]
     acc = sum(snaps[2 * i + 1]["accepted"] - snaps[2 * i]["accepted"] for i in measured)
     dt = sum(snaps[2 * i + 1]["draft_tokens"] - snaps[2 * i]["draft_tokens"] for i in measured)
@@ -163,7 +163,7 @@ def test_baseline_then_speculative_comparison_and_equivalence(tmp_path):
     for r in rows:
         assert r["ratio"] == pytest.approx(r["speculative_output_throughput"] / r["baseline_output_throughput"])
         assert 0 < r["spec_decode_acceptance_rate"] <= 100
-    eq = res.equivalence
+    eq = res.equivalence.to_json()
     assert eq["total"] == 12 and eq["matched"] == 6
     reqs = equivalence_requests(output_len=12)
     for p, r in zip(eq["prompts"], reqs, strict=True):
@@ -188,7 +188,7 @@ def test_equivalence_names_the_first_differing_token(tmp_path, tokenizer):
         res = run_bench(cfg(spec.url, tmp_path, baseline_url=base.url, equivalence=True,
                             equivalence_output_len=12, workloads=("copy",)))
     reqs = equivalence_requests(output_len=12)
-    differing = [(p, r) for p, r in zip(res.equivalence["prompts"], reqs, strict=True) if not p["identical"]]
+    differing = [(p, r) for p, r in zip(res.equivalence.to_json()["prompts"], reqs, strict=True) if not p["identical"]]
     assert len(differing) == 6
     for p, r in differing:
         key = prompt_key(r.payload("stub-model"))
@@ -196,7 +196,7 @@ def test_equivalence_names_the_first_differing_token(tmp_path, tokenizer):
         assert (tok["baseline"], tok["speculative"]) == (token_text(key, 5), token_text(key, 5, diverged=True)), tok
         assert tok["source"] == ("tokenizer" if tokenizer else "text")
         assert tok["index"] == (5 if tokenizer else None)
-    assert all(p["first_differing_token"] is None for p in res.equivalence["prompts"] if p["identical"])
+    assert all(p["first_differing_token"] is None for p in res.equivalence.to_json()["prompts"] if p["identical"])
 
 
 def test_first_difference_and_failed_prompts():
@@ -208,7 +208,7 @@ def test_first_difference_and_failed_prompts():
     reqs = equivalence_requests()[:2]
     ok = RequestOutcome(0, success=True, generated_text="same")
     bad = RequestOutcome(1, success=False, error="HTTP 500")
-    out = compare_outputs(reqs, [ok, ok], [ok, bad])
+    out = compare_outputs(reqs, [ok, ok], [ok, bad]).to_json()
     assert out["matched"] == 1 and out["prompts"][1]["error"].startswith("speculative: HTTP 500")
 
 
@@ -230,7 +230,7 @@ def test_request_rate_and_config_errors(tmp_path):
     with ThreadedStub(StubConfig(k=0)) as stub:
         res = run_bench(cfg(stub.url, tmp_path, request_rate=200.0, num_prompts=5, concurrencies=(2,),
                             warmup_batches=0, num_batches=1))
-    assert res.batches[0].completed == 5 and res.batches[0].record()["request_rate"] == 200.0
+    assert res.batches[0].completed == 5 and res.batches[0].to_record().to_json()["request_rate"] == 200.0
     with pytest.raises(BenchConfigError, match="concurrencies"):
         cfg("http://x", tmp_path, concurrencies=(0,))
     with pytest.raises(BenchConfigError, match="dataset"):

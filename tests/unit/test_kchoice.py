@@ -35,7 +35,7 @@ from specwatch.choosek.model import (
     predict_throughputs,
     recommend,
     speculative_config_advice,
-    throughput_interval,
+    log_throughput_interval,
 )
 
 
@@ -293,8 +293,8 @@ def test_paired_batches_decide_where_unpaired_intervals_overlap():
     assert r.config == "k=4" and r.pick.certain and r.pick.runner_up.name == "k=2"
     assert r.pick.pick.lower > 1.7 and r.pick.versus_runner_up.lower > 1.1
     # the unpaired 95 % intervals of the two throughputs overlap (what the old rule tied on)
-    lo4, hi4 = throughput_interval(ms[2])
-    lo2, hi2 = throughput_interval(ms[1])
+    lo4, hi4 = log_throughput_interval(ms[2])
+    lo2, hi2 = log_throughput_interval(ms[1])
     assert lo4 < hi2
 
 

@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from specwatch.bench.records import BenchBatch, BenchCell, BenchResult
+from specwatch.bench.records import BenchBatch, BenchCell, BenchResult, Equivalence
 from specwatch.bench.results import BatchResult, CellSummary, ResultWriter, SpecDecodeStats
 from specwatch.specdecode.metrics import SpecDecodeCounters, StepCounters
 
@@ -74,7 +74,8 @@ EQUIVALENCE = {"matched": 1, "total": 2, "output_len": 16, "prompts": [
 def write_run(out_dir: Path, status: str = "complete") -> tuple[Path, Path]:
     """Write the bench files of :func:`build_batches` into ``out_dir`` (the writer's JSON and CSV)."""
     js, cs = out_dir / "bench-run.json", out_dir / "bench-run.csv"
-    ResultWriter(js, cs, CONFIG).write(build_batches(), status, equivalence=EQUIVALENCE, started_at="2026-12-02T10:00:00+00:00")
+    ResultWriter(js, cs, CONFIG).write(build_batches(), status, equivalence=Equivalence.from_json(EQUIVALENCE),
+                                       started_at="2026-12-02T10:00:00+00:00")
     return js, cs
 
 

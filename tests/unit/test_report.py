@@ -40,7 +40,7 @@ def cell(k: int, wl: str, c: int, alpha: float = 0.8) -> dict:
     return {"config": "baseline" if k == 0 else f"ngram-k{k}", "k": k,
             "family": "" if k == 0 else '{"method":"ngram"}', "workload": wl, "max_concurrency": c,
             "finished_at": "2026-01-01T00:00:00+00:00",
-            "summary": CellSummary(batch.role, wl, c, [batch]).record(), "batches": [batch.record()]}
+            "summary": CellSummary(batch.role, wl, c, [batch]).to_record().to_json(), "batches": [batch.to_record().to_json()]}
 
 
 @pytest.fixture
@@ -352,12 +352,12 @@ def ragged_cell(wl: str, c: int, per_request: dict | None = None) -> dict:
     batch = BatchResult("speculative", wl, c, 1, False, "2026-01-01T00:00:00+00:00", out_tokens / (30.0 * c), 2 * c, 2 * c,
                         0, 100 * c, out_tokens, True, None, SpecDecodeStats("v1", delta),
                         ttfts=[0.1] * (2 * c), tpots=[0.02] * (2 * c))
-    summary = CellSummary(batch.role, wl, c, [batch]).record()
+    summary = CellSummary(batch.role, wl, c, [batch]).to_record().to_json()
     assert summary["spec_decode_curve_basis"] == "lower_bound"
     if per_request is not None:
         summary["spec_decode_per_request"] = per_request
     return {"config": "ngram-k8", "k": k, "family": '{"method":"ngram"}', "workload": wl, "max_concurrency": c,
-            "finished_at": "2026-01-01T00:00:00+00:00", "summary": summary, "batches": [batch.record()]}
+            "finished_at": "2026-01-01T00:00:00+00:00", "summary": summary, "batches": [batch.to_record().to_json()]}
 
 
 def test_charts_skip_lower_bound_cells_and_label_the_curve_basis(sweep_doc):

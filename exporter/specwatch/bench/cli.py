@@ -17,7 +17,6 @@ import sys
 import click
 from rich.console import Console
 
-from specwatch.bench.records import Equivalence
 from specwatch.bench.results import render_tables
 from specwatch.bench.runner import BenchConfig, BenchConfigError, BenchInterrupted, RunResult, run_bench
 from specwatch.bench.workloads import DEFAULT_VOCAB_SIZE, WORKLOADS, WorkloadError, WorkloadOptions, load_sharegpt, parse_workloads
@@ -178,7 +177,7 @@ def _finish(console, result) -> None:
 
 
 def _print(console, result) -> None:
-    for t in render_tables(result.batches, None if result.equivalence is None else Equivalence.from_json(result.equivalence)):
+    for t in render_tables(result.batches, result.equivalence):
         console.print(t)
     failed = sum(b.failed for b in result.batches)
     if failed:

@@ -15,12 +15,13 @@ compares the generated texts character by character.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import aiohttp
 
 from specwatch.bench.backend import OpenAIBackend, RequestOutcome
+from specwatch.bench.records import Equivalence, EquivalencePrompt
 from specwatch.bench.workloads import BenchRequest, equivalence_requests
 
 
@@ -73,17 +74,17 @@ class PromptComparison:
     #: text, "source": "tokenizer" (the server's /tokenize) | "text" (the piece of text there)}``.
     first_token: dict[str, Any] | None = None
 
-    def record(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "identical": self.identical, "first_difference": self.first_difference,
-            "baseline_chars": self.baseline_chars, "speculative_chars": self.speculative_chars,
-            "error": self.error, "first_differing_token": self.first_token,
-        }
+    def to_record(self) -> EquivalencePrompt:
+        """This prompt's record (one of ``equivalence.prompts`` in a result file)."""
+        return EquivalencePrompt(name=self.name, identical=self.identical, first_difference=self.first_difference,
+                                 baseline_chars=self.baseline_chars, speculative_chars=self.speculative_chars,
+                                 error=self.error, first_differing_token=self.first_token)
 
 
 def compare_outputs(requests: Sequence[BenchRequest], baseline: Sequence[RequestOutcome],
-                    speculative: Sequence[RequestOutcome]) -> dict[str, Any]:
-    """Compare outcomes pairwise; returns ``{"matched", "total", "prompts": [...]}`` (JSON-ready)."""
+                    speculative: Sequence[RequestOutcome]) -> Equivalence:
+    """Compare outcomes pairwise (one :class:`PromptComparison` per request, in order): the
+    :class:`specwatch.bench.records.Equivalence` record, ``matched`` of ``total`` identical."""
     prompts = []
     for req, b, s in zip(requests, baseline, speculative, strict=True):
         name = f"{req.workload}-{req.index}"
@@ -94,11 +95,8 @@ def compare_outputs(requests: Sequence[BenchRequest], baseline: Sequence[Request
         pos = first_difference(b.generated_text, s.generated_text)
         prompts.append(PromptComparison(name, pos is None, pos, len(b.generated_text), len(s.generated_text),
                                         first_token=None if pos is None else text_difference(b.generated_text, s.generated_text, pos)))
-    return {
-        "matched": sum(p.identical for p in prompts),
-        "total": len(prompts),
-        "prompts": [p.record() for p in prompts],
-    }
+    return Equivalence(matched=sum(p.identical for p in prompts), total=len(prompts),
+                       prompts=tuple(p.to_record() for p in prompts))
 
 
 async def run_sequential(backend: OpenAIBackend, requests: Sequence[BenchRequest]) -> list[RequestOutcome]:
@@ -150,18 +148,20 @@ async def first_differing_token(backend: OpenAIBackend, a: str, b: str) -> dict[
 
 
 async def check_equivalence(baseline: OpenAIBackend, speculative: OpenAIBackend, *,
-                            output_len: int = 128, count_per_kind: int = 6, seed: int = 0) -> dict[str, Any]:
+                            output_len: int = 128, count_per_kind: int = 6, seed: int = 0) -> Equivalence:
     """Run the fixed greedy prompts on the baseline, then on the speculative server (never both
-    at once), and compare (see :func:`compare_outputs`). Request failures are reported per
-    prompt, never raised."""
+    at once), and compare (see :func:`compare_outputs`); each differing prompt's first differing
+    token from the baseline server's tokenizer where it has one. Request failures are reported per
+    prompt, never raised. Returns the record with ``output_len`` (tokens per prompt)."""
     reqs = equivalence_requests(output_len=output_len, count_per_kind=count_per_kind, seed=seed)
     base = await run_sequential(baseline, reqs)
     spec = await run_sequential(speculative, reqs)
     result = compare_outputs(reqs, base, spec)
-    for p, b, sp in zip(result["prompts"], base, spec, strict=True):
-        if p["first_difference"] is not None and not p["error"]:
+    prompts = []
+    for p, b, sp in zip(result.prompts, base, spec, strict=True):
+        if p.first_difference is not None and not p.error:
             tok = await first_differing_token(baseline, b.generated_text, sp.generated_text)
             if tok is not None:
-                p["first_differing_token"] = tok
-    result["output_len"] = output_len
-    return result
+                p = replace(p, first_differing_token=tok)
+        prompts.append(p)
+    return replace(result, prompts=tuple(prompts), output_len=output_len)

@@ -292,7 +292,7 @@ class EquivalencePrompt(JsonRecord):
 @dataclass(frozen=True, kw_only=True)
 class Equivalence(JsonRecord):
     """The greedy-output check (``equivalence`` of a bench result and of a demo summary;
-    :func:`specwatch.bench.equivalence.compare_outputs` makes its document): ``matched`` of
+    :func:`specwatch.bench.equivalence.compare_outputs` builds it): ``matched`` of
     ``total`` prompts identical, ``output_len`` tokens per prompt."""
 
     matched: int | None = jfield("matched", Int())
@@ -302,7 +302,7 @@ class Equivalence(JsonRecord):
 
     @classmethod
     def from_json(cls, data: Any, where: str | None = None) -> Equivalence:
-        """The record of :func:`specwatch.bench.equivalence.compare_outputs`'s document (its key order kept)."""
+        """The record read from a result file's ``equivalence`` object (its key order kept)."""
         return read_document(cls, data, where, "greedy-output check", BenchRecordError)
 
     @property

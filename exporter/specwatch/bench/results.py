@@ -149,11 +149,6 @@ class SpecDecodeStats:
             f.update(curve_basis=width.basis, missing_draft_tokens_ratio=width.missing_ratio)
         return f
 
-    def record(self) -> dict[str, Any]:
-        """The same values under their result-file keys (vLLM's names; the rate in percent like
-        ``vllm bench serve``), as a batch or cell record writes them."""
-        return BenchBatch.json_of_fields(**self.fields())
-
     @property
     def acceptance_rate(self) -> float | None:
         """Draft acceptance rate 0–1 (Δaccepted / Δdraft_tokens), None if unknown."""
@@ -219,10 +214,6 @@ class BatchResult:
             per_request=None if pr is None else pr.for_batch(),
             errors=tuple(BatchError(**e) for e in self.errors[:MAX_ERRORS_KEPT]),
         )
-
-    def record(self) -> dict[str, Any]:
-        """The JSON document of the batch (:meth:`to_record`'s ``to_json``)."""
-        return self.to_record().to_json()
 
     def per_request(self) -> PerRequest | None:
         """The batch's full per-request summary (:func:`per_request_record`; the JSON keeps only its
@@ -295,10 +286,6 @@ class CellSummary:
             per_request=per_request_record(spec, [x for b in bs for x in b.spec_requests]),
         )
 
-    def record(self) -> dict[str, Any]:
-        """The JSON document of the cell summary (:meth:`to_record`'s ``to_json``)."""
-        return self.to_record().to_json()
-
 
 def per_request_record(spec: SpecDecodeStats, items: Sequence[tuple[Any, dict[str, Any]]]) -> PerRequest | None:
     """The exact per-request summary (:func:`specwatch.bench.perrequest.summarize`) of a batch or
@@ -364,17 +351,17 @@ class ResultWriter:
         self.csv_path = Path(csv_path) if csv_path is not None else None
         self.config = config
 
-    def write(self, batches: Sequence[BatchResult], status: str, equivalence: dict[str, Any] | None = None,
+    def write(self, batches: Sequence[BatchResult], status: str, equivalence: Equivalence | None = None,
               started_at: str | None = None, error: str | None = None) -> None:
         """Rewrite both files. ``status``: "running" | "complete" | "interrupted" | "failed";
         ``error``: why a "failed" run stopped (None otherwise); ``equivalence``: the greedy-output
-        check's document (:func:`specwatch.bench.equivalence.compare_outputs`, read into its record
-        here). Raises OSError if unwritable."""
+        check's record (:func:`specwatch.bench.equivalence.check_equivalence`), or None. Raises
+        OSError if unwritable."""
         cells = summarize(batches)
         doc = BenchResult(status=status, error=error, started_at=started_at, config=self.config,
                           batches=tuple(b.to_record() for b in batches), cells=tuple(c.to_record() for c in cells),
                           comparison=tuple(compare(cells)),
-                          equivalence=None if equivalence is None else Equivalence.from_json(equivalence))
+                          equivalence=equivalence)
         atomic_write_text(self.json_path, json.dumps(finite_or_none(doc.to_json()), indent=1, default=_json_default) + "\n")
         if self.csv_path is not None:
             atomic_write_text(self.csv_path, csv_text([csv_row(r, b.per_request()) for b, r in zip(batches, doc.batches, strict=True)]))

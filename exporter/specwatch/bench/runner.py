@@ -41,6 +41,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from specwatch.bench.backend import DEFAULT_MAX_RESPONSE_BYTES, OpenAIBackend, RequestOutcome, normalize_base_url
 from specwatch.bench.equivalence import check_equivalence
 from specwatch.bench.metrics import BenchMetrics
+from specwatch.bench.records import Equivalence
 from specwatch.bench.results import BatchResult, CellSummary, ResultWriter, SpecDecodeStats, compare, summarize, throughput_interval
 from specwatch.bench.workloads import (
     WORKLOADS,
@@ -241,13 +242,13 @@ class BenchConfig:
 class RunResult:
     """What a run produced so far. ``status``: "complete" | "interrupted" | "running" |
     "failed" (``error`` then says why, e.g. the server was unreachable at start).
-    ``batches`` in run order (warm-ups included, flagged); ``equivalence`` as
-    :func:`specwatch.bench.equivalence.compare_outputs` returns it, or None."""
+    ``batches`` in run order (warm-ups included, flagged); ``equivalence``: the greedy-output
+    check's record (:func:`specwatch.bench.equivalence.check_equivalence`), or None."""
 
     config: BenchConfig
     status: str = "running"
     batches: list[BatchResult] = field(default_factory=list)
-    equivalence: dict[str, Any] | None = None
+    equivalence: Equivalence | None = None
     json_path: Path | None = None
     csv_path: Path | None = None
     started_at: str = ""

@@ -113,7 +113,7 @@ __all__ = [
     "combine_ratios_by_time",
     "configuration_advice",
     "paired_logs",
-    "throughput_interval",
+    "log_throughput_interval",
     "unpaired_line",
     "dynamic_schedule",
     "evaluate_choices",
@@ -224,7 +224,7 @@ def _lower_bound_source(runs: Sequence[Measurement]) -> Measurement | None:
 def _measured_only(wl: str, c: int, by_k: Mapping[int, Measurement], basis: str) -> list[ThroughputPrediction]:
     """Predictions that are the measurements (no model): every fixed-k run of a cell."""
     return [ThroughputPrediction(wl, c, k, m.output_throughput, m.output_throughput, m.tokens_per_step or 1.0,
-                                 m.verified_per_step or 0.0, m.step_time_s, m.noise, basis, throughput_interval(m),
+                                 m.verified_per_step or 0.0, m.step_time_s, m.noise, basis, log_throughput_interval(m),
                                  len(m.batch_throughputs) or None)
             for k, m in sorted(by_k.items()) if k > 0 and not m.variable_width]
 
@@ -413,7 +413,7 @@ def _predict_cell(wl: str, c: int, runs: Sequence[Measurement], prior: CostModel
     if 0 in by_k:
         b = by_k[0]
         preds.append(ThroughputPrediction(wl, c, 0, b.output_throughput, b.output_throughput, 1.0, 0.0, b.step_time_s,
-                                          b.noise, "exact", throughput_interval(b), len(b.batch_throughputs) or None))
+                                          b.noise, "exact", log_throughput_interval(b), len(b.batch_throughputs) or None))
     src = _source(runs)
     basis = "exact"
     if src is None and any(m.curve_basis == "lower_bound" and m.drafts for m in runs):
@@ -499,7 +499,7 @@ def _curve_predictions(wl: str, c: int, by_k: Mapping[int, Measurement], curve: 
         t = fit.step_time(x)
         out.append(ThroughputPrediction(
             wl, c, k, ceff * tau / t, None if m is None else m.output_throughput, tau, x, t,
-            None if m is None else m.noise, basis, None if m is None else throughput_interval(m),
+            None if m is None else m.noise, basis, None if m is None else log_throughput_interval(m),
             None if m is None else (len(m.batch_throughputs) or None),
         ))
     return out
@@ -729,7 +729,7 @@ def paired_logs(spec: Measurement, base: Measurement) -> tuple[list[float], list
     return logs, unpaired
 
 
-def throughput_interval(m: Measurement) -> tuple[float, float] | None:
+def log_throughput_interval(m: Measurement) -> tuple[float, float] | None:
     """The 95 % interval (tok/s) of a cell's throughput on the log scale (exp(mean log x ± t·sd/√n)
     over its measured batches: always positive; shown, never decided on); None with one batch."""
     xs = [x for x in m.batch_throughputs if x > 0]
@@ -1015,7 +1015,7 @@ def evaluate_choices(recs: Iterable[Recommendation], measurements: Iterable[Meas
         picked = ms.get(r.config)
         out.append(AccuracyCell(r.workload, r.concurrency, r.k, ms[best].k,
                                 None if picked is None else picked.output_throughput, ms[best].output_throughput,
-                                None if picked is None else throughput_interval(picked), throughput_interval(ms[best]),
+                                None if picked is None else log_throughput_interval(picked), log_throughput_interval(ms[best]),
                                 r.tie, r.config, best))
     return out
 
@@ -1270,7 +1270,7 @@ def _table_throughputs(ms: Sequence[Measurement]) -> dict[str, dict[tuple[str, i
     out: dict[str, dict[tuple[str, int], tuple[float, tuple[float, float] | None, int]]] = defaultdict(dict)
     for m in ms:
         if m.variable_width and m.k > 0:
-            out[candidate_name(m)][(m.workload, m.concurrency)] = (m.output_throughput, throughput_interval(m),
+            out[candidate_name(m)][(m.workload, m.concurrency)] = (m.output_throughput, log_throughput_interval(m),
                                                                   len(m.batch_throughputs))
     return dict(out)
 

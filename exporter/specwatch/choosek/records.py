@@ -420,6 +420,7 @@ _OTHER_FORMATS = {"specwatch_bench_format": "a specwatch bench result (specwatch
                                             "--baseline FILE --speculative FILE, or one FILE of both servers)",
                   "specwatch_demo_format": "a specwatch demo summary (demo-summary.json)",
                   "specwatch_demo_advice_format": "specwatch advise's JSON (--json)",
+                  "specwatch_advice_format": "specwatch advise's JSON (--json)",
                   "advise_format": "specwatch advise's JSON (--json)",
                   "specwatch_cost_profile": "a specwatch cost profile"}
 

@@ -18,7 +18,6 @@ from rich.console import Console
 
 from specwatch.bench.backend import OpenAIBackend
 from specwatch.bench.equivalence import compare_outputs, run_sequential
-from specwatch.bench.records import Equivalence
 from specwatch.bench.results import ResultWriter, compare, render_tables, summarize
 from specwatch.bench.runner import BenchConfig, BenchConfigError, BenchInterrupted, run_bench
 from specwatch.bench.workloads import WorkloadOptions, equivalence_requests
@@ -164,8 +163,7 @@ def run_demo(settings: DemoSettings, stack: DemoStack, con: Console) -> None:
             save()
             stack.metrics.clear_active()
 
-            summary = replace(summary, equivalence=Equivalence.from_json(compare_outputs(eq_reqs, outputs["baseline"],
-                                                                                         outputs["speculative"])),
+            summary = replace(summary, equivalence=compare_outputs(eq_reqs, outputs["baseline"], outputs["speculative"]),
                               per_position=curve, comparison=tuple(compare(summarize(batches))))
             save()
             # the report reads this one
