@@ -39,6 +39,7 @@ from typing import Any
 import requests
 
 from specwatch.choosek.records import SweepCell, SweepResult
+from specwatch.common.records import read_json_file
 from specwatch.choosek.resultfile import measurements
 from specwatch.specdecode.costprofile import (
     CostProfile,
@@ -388,12 +389,15 @@ def profile_from_forward(doc: Any, *, name: str, method: str, provenance: Mappin
                         plain, [SpeculativeCurve(method, None, k, tuple(pts)) for k, pts in sorted(spec.items())])
 
 
+#: The largest ``vllm bench forward --output-json`` file read (a few KiB in practice).
+MAX_FORWARD_JSON_BYTES = 16 * 1024 * 1024
+
+
 def load_forward_json(path: Path) -> Any:
-    """Read ``vllm bench forward --output-json`` output. Raises CalibrationError naming the file."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CalibrationError(f"{path}: cannot read a vllm bench forward result: {exc}") from None
+    """Read ``vllm bench forward --output-json`` output: a regular file of at most
+    :data:`MAX_FORWARD_JSON_BYTES` (a FIFO or ``/dev/zero`` is refused, never read), UTF-8 JSON.
+    Raises CalibrationError, one line naming the file."""
+    return read_json_file(path, "vllm bench forward result", CalibrationError, max_bytes=MAX_FORWARD_JSON_BYTES)
 
 
 __all__ = ["CalibrationError", "CostProfileError", "profile_from_forward", "profile_from_live", "profile_from_sweep",

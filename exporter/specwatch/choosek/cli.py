@@ -74,7 +74,7 @@ from specwatch.choosek.sweep import (
     run_sweep,
     uses_speculation,
 )
-from specwatch.common.files import atomic_write_json, atomic_write_text, same_file
+from specwatch.common.files import atomic_write_json, atomic_write_text, measurement_file_kind, same_file
 from specwatch.common.params import FloatRange, int_list
 from specwatch.common.processes import install_stop_signals
 from specwatch.localvllm.drafters import DrafterError, resolve_drafter
@@ -156,11 +156,16 @@ def _check_output_dir(path: Path, flag: str) -> None:
 
 
 def _check_not_input(output: Path, inputs, flag: str) -> None:
-    """Exit 2 (one line) when ``output`` is one of the ``inputs`` files: writing it would destroy
-    what the command reads."""
+    """Exit 2 (one line) when ``output`` is one of the ``inputs`` files, or an existing file that
+    holds measurements (a sweep, bench or demo result, :func:`measurement_file_kind`): writing it
+    would destroy what was measured. An earlier advice JSON, report or cost profile may be
+    written again."""
     for src in inputs:
         if src is not None and same_file(output, src):
             raise FlagError(f"{flag} {output} is the input {src} itself: writing it would destroy it; give another {flag}")
+    kind = measurement_file_kind(output)
+    if kind is not None:
+        raise FlagError(f"{flag} {output} holds {kind}: writing it would destroy those measurements; give another {flag}")
 
 
 def _target_ci_cb(ctx, param, value):
@@ -367,6 +372,8 @@ def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tol
                 or (demo_folder is not None and (baseline_file or speculative_file)):
             raise click.UsageError("give a demo result folder, or --baseline FILE --speculative FILE, and nothing else")
         if json_path:
+            _check_output_dir(json_path, "--json")
+            _check_not_input(json_path, (baseline_file, speculative_file), "--json")
             check_writable(json_path, "--json")
         try:
             got = advise_demo(folder=None if demo_folder is None else (demo_folder if demo_folder.is_dir() else demo_folder.parent),
@@ -398,11 +405,13 @@ def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tol
             raise click.BadParameter(str(exc).removeprefix("--cost-profile: "), param_hint="--cost-profile") from None
     cost = CostModel()  # the step-cost fit's prior for k not run in a sweep (choosek.model)
     if json_path:
+        if result_file is not None and same_file(json_path, result_file):
+            raise click.BadParameter("is the sweep result itself: writing it would destroy the sweep", param_hint="--json")
+        _check_output_dir(json_path, "--json")
+        _check_not_input(json_path, (), "--json")
         check_writable(json_path, "--json")
 
     if result_file is not None:
-        if json_path is not None and same_file(json_path, result_file):
-            raise click.BadParameter("is the sweep result itself: writing it would destroy the sweep", param_hint="--json")
         result = _advise_from_sweep(result_file, console, tolerance=tolerance, candidates=candidates, prior=cost,
                                     acceptance=acceptance, fit_k=fit_k, basis=basis, mix=mix)
     else:
@@ -516,6 +525,7 @@ def report(result_file: Path, output: Path | None, tolerance: float, candidates:
     if is_demo_summary_file(result_file):  # a `specwatch demo` result: its own renderer, report.html beside it
         out = output or result_file.parent / "report.html"
         _check_output_dir(out, "--output")
+        _check_not_input(out, (), "--output")
         check_writable(out, "--output")
         try:
             written = write_demo_report(result_file.parent, out)
@@ -531,6 +541,7 @@ def report(result_file: Path, output: Path | None, tolerance: float, candidates:
     if same_file(out, result_file):
         raise click.BadParameter(f"{out} is the sweep result itself: writing it would destroy the sweep "
                                  "(give another --output)", param_hint="--output")
+    _check_not_input(out, (), "--output")
     check_writable(out, "--output")
     try:
         text = render_report(doc, tolerance=tolerance, candidates=candidates, basis=basis, title=title, measured=usable)
@@ -552,7 +563,8 @@ def render_profile(profile: CostProfile, console) -> None:
     prov = profile.provenance
     console.print(f"[bold]{profile.name}[/bold] — {prov.get('source')}, {prov.get('hardware')}; model {prov.get('model')}; "
                   f"vLLM {prov.get('vllm_version') or '?'}" + ("; [yellow]forward pass only[/yellow]" if profile.forward_only else ""))
-    t = Table(title="step time (ms) against running requests b; c = speculative / plain step at that b")
+    t = Table(title="step time (ms) against running requests b; c = speculative / plain step at that b "
+                    "(the same workload's, as the file holds it)")
     t.add_column("configuration")
     t.add_column("b", justify="right")
     t.add_column("step ms", justify="right")
@@ -561,7 +573,8 @@ def render_profile(profile: CostProfile, console) -> None:
         t.add_row("plain (no speculation)", f"{p.running_requests:.2f}", f"{p.step_seconds * 1000:.2f}", "1")
     for c in profile.speculative:
         for p in c.points:
-            ratio = p.step_seconds / profile.plain_step(p.running_requests).seconds
+            # the file's own c (against the same workload's plain step) where it has one (format 2)
+            ratio = p.cost_ratio if p.cost_ratio is not None else p.step_seconds / profile.plain_step(p.running_requests).seconds
             t.add_row(f"{c.method}{'' if c.drafter is None else ' (' + Path(c.drafter).name + ')'} k={c.k}",
                       f"{p.running_requests:.2f}", f"{p.step_seconds * 1000:.2f}", f"{ratio:.2f}")
     console.print(t)
@@ -594,6 +607,7 @@ def calibrate(sweep_file, baseline_url, spec_url, duration, interval, forward_fi
         raise click.UsageError("give exactly one source: --from-sweep FILE, --baseline-url with --url, or --from-forward-json FILE")
     if (baseline_url is None) != (spec_url is None):
         raise click.UsageError("live calibration needs both --baseline-url and --url")
+    _check_output_dir(output, "--output")
     _check_not_input(output, (sweep_file, forward_file), "--output")
     check_writable(output, "--output")
     name = name or output.stem
@@ -609,7 +623,11 @@ def calibrate(sweep_file, baseline_url, spec_url, duration, interval, forward_fi
         elif forward_file is not None:
             if not method or not hardware or not model:
                 raise click.UsageError("--from-forward-json needs --method, --hardware and --model (the JSON does not say)")
-            profile = profile_from_forward(load_forward_json(forward_file), name=name, method=method, provenance=prov)
+            forward = load_forward_json(forward_file)
+            try:
+                profile = profile_from_forward(forward, name=name, method=method, provenance=prov)
+            except CalibrationError as exc:
+                raise CalibrationError(f"{forward_file}: {exc}") from None
         else:
             if not method:
                 raise click.UsageError("live calibration needs --method (vLLM's /metrics does not say which method runs)")

@@ -6,6 +6,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import stat
 import tempfile
 from pathlib import Path
@@ -111,6 +112,32 @@ def same_file(a: str | Path, b: str | Path) -> bool:
         return os.path.samefile(a, b)
     except OSError:
         return False
+
+
+#: The format keys of the measurement files specwatch writes, and what each file is: an output
+#: flag never overwrites one (:func:`measurement_file_kind`).
+_MEASUREMENT_KEYS = re.compile(rb'"(specwatch_sweep_format|specwatch_bench_format|specwatch_demo_format|decision_format)"\s*:')
+_MEASUREMENT_KINDS = {b"specwatch_sweep_format": "a specwatch sweep result",
+                      b"specwatch_bench_format": "a specwatch bench result",
+                      b"specwatch_demo_format": "a specwatch demo summary",
+                      b"decision_format": "a specwatch demo decision"}
+
+
+def measurement_file_kind(path: str | Path) -> str | None:
+    """What measurement file ``path`` holds ("a specwatch sweep result", "… bench result", "… demo
+    summary", "… demo decision"), read from its first 64 KiB; None when it is missing, not a
+    regular file, unreadable or none of those (an advice JSON, a report, a cost profile: outputs
+    that may be written again)."""
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        with open(path, "rb") as fh:
+            head = fh.read(65536)
+    except OSError:
+        return None
+    m = _MEASUREMENT_KEYS.search(head)
+    return None if m is None else _MEASUREMENT_KINDS[m.group(1)]
 
 
 def log_tail(path: str | Path | None, lines: int = 40) -> str:

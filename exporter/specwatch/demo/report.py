@@ -490,6 +490,18 @@ def role_view(rec: BenchResult, role: str, path: Path | str) -> BenchResult:
                                cells=tuple(c for c in rec.cells if c.role == role), comparison=())
 
 
+def _check_baseline_role(path: Path, rec: BenchResult) -> None:
+    """Raise :class:`DemoInputError` when the file given as the baseline's measured a speculative
+    server: its batches are recorded as the speculative role's, or its cells show a k ≥ 1
+    (``spec_decode_num_speculative_tokens``). A ratio to it is not a ratio to no speculation."""
+    roles = bench_roles(rec)
+    k = run_k(rec)
+    if roles == {"speculative"} or k is not None:
+        why = f"its cells show k = {k}" if k is not None else "its batches are the speculative role's"
+        raise DemoInputError(f"{path} measured a speculative server ({why}): the baseline file must come from a "
+                             "server without speculation")
+
+
 def run_k(speculative: BenchResult, summary: DemoSummary | None = None) -> int | None:
     """The speculative server's k: the demo summary's, else the largest
     ``spec_decode_num_speculative_tokens`` of the bench file's cells (None when neither says)."""
@@ -525,6 +537,8 @@ def advise_demo(*, folder: Path | None = None, baseline: Path | None = None, spe
     if same_path(baseline, speculative) and not (bench_roles(brec) == {"baseline"} and bench_roles(srec) == {"speculative"}):
         raise DemoInputError(f"{baseline} is given as both files but does not hold both servers' batches "
                              "(a specwatch bench run with --baseline-url does); a file compared with itself says nothing")
+    if not same_path(baseline, speculative):
+        _check_baseline_role(baseline, brec)
     k = run_k(srec, summary)
     if k is None:
         raise DemoInputError(f"{speculative}: no cell says the speculative server's k "
