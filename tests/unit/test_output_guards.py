@@ -173,3 +173,14 @@ def test_a_missing_output_directory_is_refused_not_created(tmp_path, demo, comma
     assert r.exit_code == 2
     assert _one_line_error(r) == f"{flag} {out}: the directory {out.parent} does not exist (create it first)"
     assert not out.parent.exists()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("value, says", [("1", '"1", not an integer (the file is damaged)'),
+                                         (99, "a sweep result of format 99, which this specwatch does not read")])
+def test_a_sweep_format_that_is_not_a_number_says_so(tmp_path, value, says):
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps({"specwatch_sweep_format": value, "cells": []}))
+    r = _invoke(advise, [str(f)])
+    assert r.exit_code != 0
+    assert _one_line_error(r).endswith(says)

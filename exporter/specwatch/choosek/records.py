@@ -17,6 +17,7 @@ A cell's ``summary`` and ``batches`` are the bench's own records
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -430,7 +431,10 @@ def _what_it_is(data: Any) -> str:
     it says nothing)."""
     if isinstance(data, dict):
         if FORMAT_KEY in data:
-            return f": it is a sweep result of format {for_terminal(str(data[FORMAT_KEY]))[:40]}, which this specwatch does not read"
+            v = data[FORMAT_KEY]
+            if not isinstance(v, int) or isinstance(v, bool):  # "1", 1.0, true: not a format number at all
+                return f": its '{FORMAT_KEY}' is {for_terminal(json.dumps(v))[:40]}, not an integer (the file is damaged)"
+            return f": it is a sweep result of format {v}, which this specwatch does not read"
         for key, what in _OTHER_FORMATS.items():
             if key in data:
                 return f": it is {what}"
