@@ -367,3 +367,27 @@ def test_paired_needs_a_baseline_and_stops_on_the_paired_interval(tmp_path):
     idx = sorted({b.batch_index for b in measured})
     rel = paired_relative_half_width([thr[("baseline", i)] for i in idx], [thr[("speculative", i)] for i in idx])
     assert rel <= 0.5 or n == 6
+
+
+def test_cache_salt_goes_with_every_request_to_both_servers(tmp_path):
+    """BenchConfig.cache_salt is sent as vLLM's ``cache_salt`` with every request (warm-up,
+    settle and measured batches, both servers of a paired run); without it no request carries one."""
+    with ThreadedStub(StubConfig(k=4)) as spec, ThreadedStub(StubConfig(k=0)) as base:
+        cfg = BenchConfig(base_url=spec.url, baseline_url=base.url, paired=True, workloads=("copy",),
+                          concurrencies=(2,), num_prompts=2, num_batches=2, warmup_batches=1,
+                          result_dir=str(tmp_path), progress=False, equivalence=False, cache_salt="specwatch-sweep-x",
+                          options=WorkloadOptions(output_len=4))
+        res = run_bench(cfg)
+        assert res.status == "complete"
+        for srv in (spec, base):
+            assert srv.state.payloads and all(p.get("cache_salt") == "specwatch-sweep-x" for p in srv.state.payloads)
+    with ThreadedStub(StubConfig(k=4)) as spec:
+        run_bench(BenchConfig(base_url=spec.url, workloads=("copy",), concurrencies=(1,), num_batches=1, warmup_batches=0,
+                              result_dir=str(tmp_path), progress=False, options=WorkloadOptions(output_len=4)))
+        assert spec.state.payloads and not any("cache_salt" in p for p in spec.state.payloads)
+
+
+@pytest.mark.parametrize("salt", ["", "a\nb", "x" * 1025])
+def test_a_bad_cache_salt_is_refused(salt):
+    with pytest.raises(BenchConfigError, match="cache_salt must be 1-1024 printable characters"):
+        BenchConfig(base_url="http://127.0.0.1:9", cache_salt=salt)

@@ -395,3 +395,29 @@ def test_the_advice_says_how_the_sweep_measured(tmp_path, stub):
     r = CliRunner().invoke(report, [str(out), "-o", str(html)])
     assert r.exit_code == 0, r.output
     assert "measured paired" in html.read_text()  # the report says it too
+
+
+def test_paired_sweep_salts_each_configurations_prefix_cache(tmp_path, stub, monkeypatch):
+    """The long-lived baseline served a configuration's prompts beside the configurations before
+    it, so a later configuration's baseline batches hit vLLM's prefix cache where the fresh
+    speculative server did not (a real run, 2026-12-05: baseline TTFT 93-136 ms beside ngram k = 4
+    against 291-336 ms beside k = 2, the ratio 0.74x paired against 0.91x sequential). Each
+    configuration's paired cells send their own cache_salt to both servers; sequential cells none."""
+    import specwatch.choosek.sweep as sweep_mod
+
+    template, _ = stub
+    salts: list[tuple[str, str | None, bool]] = []
+    real = sweep_mod.run_bench
+
+    def spy(bcfg):
+        salts.append((bcfg.role, bcfg.cache_salt, bcfg.paired))
+        return real(bcfg)
+
+    monkeypatch.setattr(sweep_mod, "run_bench", spy)
+    run_sweep(plan(workloads=("copy",), concs=(1,), paired=True), tmp_path / "p.json", template=template, lock=False,
+              progress=False, echo=lambda *a, **k: None)
+    assert salts == [("speculative", "specwatch-sweep-ngram-k2", True), ("speculative", "specwatch-sweep-ngram-k4", True)]
+    salts.clear()
+    run_sweep(plan(workloads=("copy",), concs=(1,), paired=False), tmp_path / "s.json", template=template, lock=False,
+              progress=False, echo=lambda *a, **k: None)
+    assert salts and all(s is None and not p for _, s, p in salts)

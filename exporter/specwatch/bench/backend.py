@@ -273,7 +273,9 @@ class OpenAIBackend:
     ``ClientTimeout(sock_read=...)``; detects a stalled server long before ``timeout``).
     ``max_response_bytes``: a streamed response larger than this fails the request with
     "response exceeded N bytes" (bounds the client's memory). ``metrics_url``: where
-    :meth:`fetch_metrics` reads Prometheus text (default ``<base_url>/metrics``).
+    :meth:`fetch_metrics` reads Prometheus text (default ``<base_url>/metrics``). ``cache_salt``:
+    sent as vLLM's ``cache_salt`` field with every request (None: not sent), which keeps the
+    prefix-cache blocks of its requests apart from those of any other salt.
     """
 
     def __init__(
@@ -287,6 +289,7 @@ class OpenAIBackend:
         connect_timeout: float = 30.0,
         metrics_url: str | None = None,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        cache_salt: str | None = None,
     ) -> None:
         self.base_url = normalize_base_url(base_url)
         self.model = model
@@ -294,6 +297,7 @@ class OpenAIBackend:
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.read_timeout = read_timeout
         self.max_response_bytes = max_response_bytes
+        self.cache_salt = cache_salt
         self._timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=connect_timeout, sock_read=read_timeout)
         self._session: aiohttp.ClientSession | None = None
 
@@ -350,6 +354,8 @@ class OpenAIBackend:
         model = self.model or ""
         url = self.base_url + request.path
         payload = request.payload(model)
+        if self.cache_salt is not None:
+            payload["cache_salt"] = self.cache_salt
         perf = time.perf_counter
         st = perf()
         out.start_time = st

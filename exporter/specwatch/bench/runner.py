@@ -119,6 +119,11 @@ class BenchConfig:
     #: ABBA order: baseline, speculative, speculative, baseline, …); ``target_ci`` applies to the
     #: paired ratio's interval. False: the whole run on the baseline, then on the speculative server.
     paired: bool = False
+    #: vLLM's ``cache_salt`` (1-1024 printable characters) sent with every request of the run, or
+    #: None: its prefix-cache blocks are hashed apart from every other salt's, so prompts a server
+    #: served under another salt (an earlier sweep configuration's cells) are not prefix-cache hits.
+    #: The paired sweep gives each speculative configuration its own salt on both servers.
+    cache_salt: str | None = None
 
     def __post_init__(self) -> None:
         self._check_servers()
@@ -140,6 +145,9 @@ class BenchConfig:
             raise BenchConfigError(f"role must be one of {ROLES}, got {self.role!r}")
         if self.paired and not self.baseline_url:
             raise BenchConfigError("paired: needs a baseline server beside the speculative one (--baseline-url)")
+        salt = self.cache_salt
+        if salt is not None and not (0 < len(salt) <= 1024 and salt.isprintable()):
+            raise BenchConfigError("cache_salt must be 1-1024 printable characters")
 
     def _check_workloads(self) -> None:
         """Validation step: the workloads (known, with a dataset for sharegpt) and the concurrencies."""
@@ -548,7 +556,7 @@ class _BenchRun:
         for role, url, murl in config.targets:
             backend = OpenAIBackend(url, None, api_key=config.api_key, timeout=config.timeout,
                                     read_timeout=config.read_timeout, metrics_url=murl,
-                                    max_response_bytes=config.max_response_bytes)
+                                    max_response_bytes=config.max_response_bytes, cache_salt=config.cache_salt)
             await backend.__aenter__()
             self.backends[role] = backend
             backend.model = config.served_model_name or config.model or await backend.first_model()

@@ -841,6 +841,9 @@ class _Sweep:
                 request_rate=plan.request_rate, options=self.options, api_key=self.api_key,
                 equivalence=False, save_result=False, progress=self.progress,
                 target_ci=plan.target_ci, max_batches=plan.max_batches,
+                # paired: the long-lived baseline served these prompts beside the configurations
+                # before this one; its own salt per configuration keeps them out of its prefix cache
+                cache_salt=None if baseline_srv is None else f"specwatch-sweep-{cfg.name}",
             )
         except (BenchConfigError, WorkloadError) as exc:
             raise SweepError(str(exc)) from None
