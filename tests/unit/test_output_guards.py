@@ -184,3 +184,13 @@ def test_a_sweep_format_that_is_not_a_number_says_so(tmp_path, value, says):
     r = _invoke(advise, [str(f)])
     assert r.exit_code != 0
     assert _one_line_error(r).endswith(says)
+
+
+@pytest.mark.unit
+def test_a_demo_advice_json_is_written_again(demo, tmp_path):
+    """The demo folder's advice JSON holds the decision (with its own format key) inside: it is an
+    output, written again, not a measurement."""
+    out = tmp_path / "a.json"
+    for _ in range(2):
+        assert _invoke(advise, [str(demo), "--json", str(out)]).exit_code == 0
+    assert measurement_file_kind(out) is None and "decision_format" in out.read_text()

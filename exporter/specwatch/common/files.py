@@ -116,16 +116,17 @@ def same_file(a: str | Path, b: str | Path) -> bool:
 
 #: The format keys of the measurement files specwatch writes, and what each file is: an output
 #: flag never overwrites one (:func:`measurement_file_kind`).
-_MEASUREMENT_KEYS = re.compile(rb'"(specwatch_sweep_format|specwatch_bench_format|specwatch_demo_format|decision_format)"\s*:')
+#: The key is the document's first (each writer puts it there); a key deeper in, as the decision
+#: inside an advice JSON holds, does not make the file a measurement.
+_MEASUREMENT_KEYS = re.compile(rb'\A(?:\xef\xbb\xbf)?\s*\{\s*"(specwatch_sweep_format|specwatch_bench_format|specwatch_demo_format)"\s*:')
 _MEASUREMENT_KINDS = {b"specwatch_sweep_format": "a specwatch sweep result",
                       b"specwatch_bench_format": "a specwatch bench result",
-                      b"specwatch_demo_format": "a specwatch demo summary",
-                      b"decision_format": "a specwatch demo decision"}
+                      b"specwatch_demo_format": "a specwatch demo summary"}
 
 
 def measurement_file_kind(path: str | Path) -> str | None:
     """What measurement file ``path`` holds ("a specwatch sweep result", "… bench result", "… demo
-    summary", "… demo decision"), read from its first 64 KiB; None when it is missing, not a
+    summary"), from the first key of its JSON; None when it is missing, not a
     regular file, unreadable or none of those (an advice JSON, a report, a cost profile: outputs
     that may be written again)."""
     try:
@@ -136,7 +137,7 @@ def measurement_file_kind(path: str | Path) -> str | None:
             head = fh.read(65536)
     except OSError:
         return None
-    m = _MEASUREMENT_KEYS.search(head)
+    m = _MEASUREMENT_KEYS.match(head)
     return None if m is None else _MEASUREMENT_KINDS[m.group(1)]
 
 
