@@ -194,3 +194,12 @@ def test_a_demo_advice_json_is_written_again(demo, tmp_path):
     for _ in range(2):
         assert _invoke(advise, [str(demo), "--json", str(out)]).exit_code == 0
     assert measurement_file_kind(out) is None and "decision_format" in out.read_text()
+
+
+@pytest.mark.unit
+def test_fit_k_names_each_missing_k_once(tmp_path):
+    src = tmp_path / "s.json"
+    shutil.copy(OTHER_SWEEP, src)  # runs at k = 2, 4
+    r = _invoke(advise, [str(src), "--fit-k", "3,1,3"])
+    assert r.exit_code == 1
+    assert _one_line_error(r) == f"--fit-k: no finished run at k = 1, 3 in {src} (runs at k = 2, 4)"

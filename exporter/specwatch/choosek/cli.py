@@ -442,7 +442,7 @@ def _advise_from_sweep(result_file: Path, console, *, tolerance, candidates, pri
     ms = measurements(doc)
     if fit_k is not None:
         run_ks = {m.k for m in ms if m.k > 0}
-        missing = [k for k in fit_k if k not in run_ks]
+        missing = sorted({k for k in fit_k if k not in run_ks})
         if missing:
             raise click.ClickException(
                 f"--fit-k: no finished run at k = {', '.join(map(str, missing))} in {result_file} "
