@@ -13,8 +13,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
+from clirun import invoke as _invoke, one_line_error as _one_line_error
 from specwatch.choosek.cli import advise, calibrate, report
 from specwatch.common.files import measurement_file_kind
 
@@ -22,16 +22,6 @@ FIX = Path(__file__).resolve().parents[1] / "fixtures"
 DEMO = FIX / "demo-12row"
 SWEEP = FIX / "sweeps" / "embedded-ngram-draft-sweep.json"
 OTHER_SWEEP = FIX / "sweeps" / "embedded-paired-sweep.json"
-
-
-def _invoke(cmd, args):
-    return CliRunner().invoke(cmd, args, catch_exceptions=False)
-
-
-def _one_line_error(r) -> str:
-    lines = r.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), r.output
-    return lines[0].removeprefix("Error: ")
 
 
 @pytest.fixture

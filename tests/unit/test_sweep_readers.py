@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from clirun import invoke as _invoke, one_line_error as _one_line_error
 from specwatch.choosek.cli import advise, calibrate, report, sweep
 from specwatch.choosek.records import SweepRecordError, SweepResult
 
@@ -24,16 +25,6 @@ READERS = {
     "advise": lambda f, tmp: (advise, [str(f)]),
     "report": lambda f, tmp: (report, [str(f), "-o", str(tmp / "r.html")]),
 }
-
-
-def _invoke(cmd, args):
-    return CliRunner().invoke(cmd, args, catch_exceptions=False)
-
-
-def _one_line_error(r) -> str:
-    lines = r.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), r.output
-    return lines[0].removeprefix("Error: ")
 
 
 @pytest.fixture

@@ -168,6 +168,15 @@ def _check_not_input(output: Path, inputs, flag: str) -> None:
         raise FlagError(f"{flag} {output} holds {kind}: writing it would destroy those measurements; give another {flag}")
 
 
+def _check_output(path: Path, flag: str, inputs=()) -> None:
+    """Every check an output flag's file gets before anything runs (each exit 2, one line): its
+    directory exists (:func:`_check_output_dir`), it is none of the ``inputs`` and holds no
+    measurements (:func:`_check_not_input`), and it can be written (``check_writable``)."""
+    _check_output_dir(path, flag)
+    _check_not_input(path, inputs, flag)
+    check_writable(path, flag)
+
+
 def _target_ci_cb(ctx, param, value):
     if value is not None and not (0.0 < value < 1.0):
         raise FlagError(f"--target-ci must be in (0, 1) (a relative half width: 0.05 = ±5 %), got {value:g}")
@@ -372,9 +381,7 @@ def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tol
                 or (demo_folder is not None and (baseline_file or speculative_file)):
             raise click.UsageError("give a demo result folder, or --baseline FILE --speculative FILE, and nothing else")
         if json_path:
-            _check_output_dir(json_path, "--json")
-            _check_not_input(json_path, (baseline_file, speculative_file), "--json")
-            check_writable(json_path, "--json")
+            _check_output(json_path, "--json", (baseline_file, speculative_file))
         try:
             got = advise_demo(folder=None if demo_folder is None else (demo_folder if demo_folder.is_dir() else demo_folder.parent),
                               baseline=baseline_file, speculative=speculative_file, unpaired=unpaired)
@@ -407,9 +414,7 @@ def advise(result_file, exporter_url, prometheus_url, window, concurrencies, tol
     if json_path:
         if result_file is not None and same_file(json_path, result_file):
             raise click.BadParameter("is the sweep result itself: writing it would destroy the sweep", param_hint="--json")
-        _check_output_dir(json_path, "--json")
-        _check_not_input(json_path, (), "--json")
-        check_writable(json_path, "--json")
+        _check_output(json_path, "--json")
 
     if result_file is not None:
         result = _advise_from_sweep(result_file, console, tolerance=tolerance, candidates=candidates, prior=cost,
@@ -524,9 +529,7 @@ def report(result_file: Path, output: Path | None, tolerance: float, candidates:
         raise click.BadParameter("is the sweep result itself: writing it would destroy the sweep", param_hint="--output")
     if is_demo_summary_file(result_file):  # a `specwatch demo` result: its own renderer, report.html beside it
         out = output or result_file.parent / "report.html"
-        _check_output_dir(out, "--output")
-        _check_not_input(out, (), "--output")
-        check_writable(out, "--output")
+        _check_output(out, "--output")
         try:
             written = write_demo_report(result_file.parent, out)
         except DemoReportError as exc:
@@ -537,12 +540,10 @@ def report(result_file: Path, output: Path | None, tolerance: float, candidates:
         return
     doc, usable = load_measured(result_file)  # NoFinishedCell (a SweepError: one line) without a finished cell
     out = output or result_file.with_suffix(".html")
-    _check_output_dir(out, "--output")
     if same_file(out, result_file):
         raise click.BadParameter(f"{out} is the sweep result itself: writing it would destroy the sweep "
                                  "(give another --output)", param_hint="--output")
-    _check_not_input(out, (), "--output")
-    check_writable(out, "--output")
+    _check_output(out, "--output")
     try:
         text = render_report(doc, tolerance=tolerance, candidates=candidates, basis=basis, title=title, measured=usable)
     except KChoiceError as exc:
@@ -607,9 +608,7 @@ def calibrate(sweep_file, baseline_url, spec_url, duration, interval, forward_fi
         raise click.UsageError("give exactly one source: --from-sweep FILE, --baseline-url with --url, or --from-forward-json FILE")
     if (baseline_url is None) != (spec_url is None):
         raise click.UsageError("live calibration needs both --baseline-url and --url")
-    _check_output_dir(output, "--output")
-    _check_not_input(output, (sweep_file, forward_file), "--output")
-    check_writable(output, "--output")
+    _check_output(output, "--output", (sweep_file, forward_file))
     name = name or output.stem
     prov = {"hardware": hardware, "model": model, "served_model_name": served_model_name, "vllm_version": vllm_version}
     console = make_console()
