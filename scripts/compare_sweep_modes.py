@@ -99,6 +99,46 @@ def analyse(path: Path, target: float, cap: int) -> dict[tuple[str, str, int], d
     return out
 
 
+def regularized_beta(x: float, a: float, b: float, steps: int = 2000) -> float:
+    """I_x(a, b), the regularized incomplete beta function, for a, b ≥ 0.5 and 0 ≤ x ≤ 1: Simpson's
+    rule on t = sin²θ, where the integrand 2 sin^(2a−1)θ cos^(2b−1)θ / B(a, b) has no singularity."""
+    if not (a >= 0.5 and b >= 0.5):
+        raise ValueError(f"a and b must be >= 0.5, got {a}, {b}")
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    top = math.asin(math.sqrt(x))
+    log_beta = math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+
+    def f(th: float) -> float:
+        return 2.0 * math.sin(th) ** (2 * a - 1) * math.cos(th) ** (2 * b - 1)
+
+    n = steps + steps % 2
+    h = top / n
+    total = f(0.0) + f(top) + sum((4 if i % 2 else 2) * f(i * h) for i in range(1, n))
+    return min(1.0, total * h / 3.0 / math.exp(log_beta))
+
+
+def f_cdf(x: float, d1: int, d2: int) -> float:
+    """P(F ≤ x) for F ~ F(d1, d2) (d1, d2 ≥ 1): I_{d1·x/(d1·x + d2)}(d1/2, d2/2)."""
+    if x <= 0:
+        return 0.0
+    return regularized_beta(d1 * x / (d1 * x + d2), d1 / 2, d2 / 2)
+
+
+def expected_half_as_wide(width_ratio: float, rows_p: list[dict], rows_s: list[dict], bar: float = 0.5) -> float:
+    """The number of cells expected at a width ratio ≤ ``bar`` if every cell's true ratio were
+    ``width_ratio`` (the pooled one): Σ P(F(n_p − 1, n_s − 1) ≤ (bar / width_ratio)²), a cell's
+    width ratio being width_ratio · √F with F the ratio of its two sample variances over their
+    true values (and of the t quantiles, equal at equal batches)."""
+    total = 0.0
+    for x, y in zip(rows_p, rows_s, strict=True):
+        if x["n"] >= 2 and y["n"] >= 2:
+            total += f_cdf((bar / width_ratio) ** 2, x["n"] - 1, y["n"] - 1)
+    return total
+
+
 def pooled_variance(rows: list[dict]) -> tuple[float, int] | None:
     """(pooled variance of the per-batch log ratio, its degrees of freedom) over cells:
     Σ (n−1) sd² / Σ (n−1). None without a cell of two batches."""
@@ -185,10 +225,21 @@ def main(argv: list[str] | None = None) -> int:
     if vp and vs and vs[0] > 0:
         pooled = {"paired_variance": vp[0], "sequential_variance": vs[0], "df": [vp[1], vs[1]],
                   "width_ratio": math.sqrt(vp[0] / vs[0])}
+        pooled["expected_half_as_wide"] = expected_half_as_wide(pooled["width_ratio"], [p[k] for k in keys],
+                                                                [s[k] for k in keys]) if vp[0] > 0 else float(len(keys))
         print(f"pooled over the {len(keys)} cells, the per-batch log ratio's variance: paired {vp[0]:.4f}, sequential "
               f"{vs[0]:.4f} ({vp[1]} and {vs[1]} degrees of freedom): at the same batches the paired interval is "
               f"{pooled['width_ratio']:.2f} × the sequential one's width (one cell's width, from {keys and p[keys[0]]['n']} "
               "batches, scatters around this by a factor of F(n−1, n−1))")
+        rp, rs = [p[k] for k in keys], [s[k] for k in keys]
+        lo, hi = 1e-3, 1.0  # the pooled ratio at which 3 cells in 4 are expected at most half as wide
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if expected_half_as_wide(mid, rp, rs) > 0.75 * len(keys) else (lo, mid)
+        pooled["ratio_for_three_in_four"] = lo
+        print(f"expected at that pooled width ratio: {pooled['expected_half_as_wide']:.1f} of {len(keys)} cells at "
+              "most half as wide (a cell's width ratio is the pooled one × √F(n_p−1, n_s−1)); 3 cells in 4 are "
+              f"expected at a pooled width ratio of {lo:.2f}")
     oe = order_effect([p[k] for k in keys])
     if oe is not None:
         print(f"paired order effect: log ratio of the speculative-first pairs minus the baseline-first ones, mean "

@@ -66,3 +66,69 @@ def test_compare_sweep_modes_on_real_sweeps(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "compare_sweep_modes.py"), str(bad), str(fix)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.startswith("error:") and len(r.stderr.strip().splitlines()) == 1
+
+
+def _script_module(name: str):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_compare_sweep_modes_f_distribution_and_expected_cells():
+    """The per-cell bar's expectation (issue #37): F(d1, d2)'s CDF against closed forms and a table
+    value, and the expected count of cells at most half as wide at a given pooled width ratio."""
+    m = _script_module("compare_sweep_modes")
+    assert m.f_cdf(2.5, 2, 2) == pytest.approx(2.5 / 3.5, abs=1e-9)  # F(2, 2): x / (1 + x)
+    assert m.f_cdf(1.0, 3, 3) == pytest.approx(0.5, abs=1e-9)  # equal df: the median is 1
+    assert m.f_cdf(9.277, 3, 3) == pytest.approx(0.95, abs=1e-3)  # the 95th percentile of F(3, 3)
+    assert m.f_cdf(0.0, 3, 3) == 0.0 and m.regularized_beta(1.0, 2, 3) == 1.0
+    with pytest.raises(ValueError):
+        m.regularized_beta(0.5, 0.25, 1)
+    rows = [{"n": 4}] * 8
+    # at a pooled ratio of 0.5 half the cells are expected at most half as wide, fewer above it
+    assert m.expected_half_as_wide(0.5, rows, rows) == pytest.approx(4.0, abs=1e-6)
+    assert m.expected_half_as_wide(0.54, rows, rows) < 4.0 < m.expected_half_as_wide(0.3, rows, rows)
+
+
+def test_changing_load_logs_its_phases_and_leaves_nothing_behind(tmp_path):
+    """scripts/changing_load.sh (the neighbour of the 2026-12-05 sweep comparison): a seeded phase
+    schedule, logged; SIGTERM ends it with its busy processes and its timer (no `yes` left)."""
+    import os
+    import signal
+    import time
+
+    log = tmp_path / "phases.txt"
+    p = subprocess.Popen(["bash", str(ROOT / "scripts" / "changing_load.sh"), "8", str(log)],
+                         start_new_session=True)  # seed 8: the first phase runs 2 busy processes
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (log.exists() and log.read_text()):
+            time.sleep(0.1)
+        first = log.read_text().splitlines()[0].split(" ", 1)[1]
+        level, dur = int(first.split()[1]), int(first.split()[3])
+        assert level == 2 and 20 <= dur <= 90, first
+        time.sleep(0.5)
+        group = subprocess.run(["pgrep", "-g", str(p.pid)], capture_output=True, text=True).stdout.split()
+        assert len(group) >= 4, group  # the script, two `yes`, the timer
+    finally:
+        os.kill(p.pid, signal.SIGTERM)
+        assert p.wait(timeout=10) == 0
+    time.sleep(0.5)
+
+    def alive(pid: str) -> bool:  # a killed child may linger as a zombie until its new parent reaps it
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    left = subprocess.run(["pgrep", "-g", str(p.pid)], capture_output=True, text=True).stdout.split()
+    left = [pid for pid in left if alive(pid)]
+    if left:  # the test must not leave them either
+        os.killpg(p.pid, signal.SIGKILL)
+    assert left == []
+    # the same seed, the same schedule: bash's RANDOM seeded as the script seeds it
+    again = subprocess.run(["bash", "-c", "RANDOM=8; echo $((RANDOM % 3)) $((20 + RANDOM % 71))"],
+                           capture_output=True, text=True).stdout.split()
+    assert [int(x) for x in again] == [level, dur]

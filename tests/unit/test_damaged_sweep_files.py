@@ -209,6 +209,12 @@ def _newline_in_config(doc):
     return "configs[1]: 'name' holds the control character \\n ('ngram\\nk2')"
 
 
+def _escape_in_method(doc):
+    i = next(n for n, c in enumerate(doc["configs"]) if c.get("speculative_config"))
+    doc["configs"][i]["speculative_config"]["method"] = "ngram\x1b[2J"
+    return f"configs[{i}]: 'speculative_config.method' holds the control character \\x1b ('ngram\\x1b[2J')"
+
+
 def _negative_startup(doc):
     doc["servers"][0]["startup_seconds"] = -1
     return "servers[0]: 'startup_seconds' -1 is negative"
@@ -330,6 +336,7 @@ CASES = {
     "paired-baseline-batch-1e-300": _damaged(_tiny_paired_baseline, PAIRED),
     "escape-in-a-workload": _damaged(_escape_in_workload),
     "newline-in-a-configuration-name": _damaged(_newline_in_config),
+    "escape-in-a-speculative-method": _damaged(_escape_in_method),
     "negative-start-up-time": _damaged(_negative_startup),
     # not a regular file, too large: usage errors, nothing read
     "fifo": _fifo,

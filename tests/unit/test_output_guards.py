@@ -191,5 +191,5 @@ def test_fit_k_names_each_missing_k_once(tmp_path):
     src = tmp_path / "s.json"
     shutil.copy(OTHER_SWEEP, src)  # runs at k = 2, 4
     r = _invoke(advise, [str(src), "--fit-k", "3,1,3"])
-    assert r.exit_code == 1
+    assert r.exit_code == 2
     assert _one_line_error(r) == f"--fit-k: no finished run at k = 1, 3 in {src} (runs at k = 2, 4)"

@@ -177,7 +177,7 @@ def test_advise_fit_k_without_runs_at_that_k_fails(tmp_path, sweep_doc):
 
     src = _write(tmp_path, sweep_doc)  # runs at k = 1, 2, 4
     r = CliRunner().invoke(advise, [str(src), "--fit-k", "3"])
-    assert r.exit_code == 1, r.output
+    assert r.exit_code == 2, r.output
     assert "no finished run at k = 3" in r.output and "Recommended k" not in r.output
     r = CliRunner().invoke(advise, [str(src), "--fit-k", "abc"])
     assert r.exit_code == 2 and "Usage:" in r.output and "--fit-k" in r.output

@@ -448,8 +448,8 @@ def _advise_from_sweep(result_file: Path, console, *, tolerance, candidates, pri
     if fit_k is not None:
         run_ks = {m.k for m in ms if m.k > 0}
         missing = sorted({k for k in fit_k if k not in run_ks})
-        if missing:
-            raise click.ClickException(
+        if missing:  # a flag the file cannot serve: exit 2, as any other wrong flag
+            raise FlagError(
                 f"--fit-k: no finished run at k = {', '.join(map(str, missing))} in {result_file} "
                 f"(runs at k = {', '.join(map(str, sorted(run_ks))) or 'none'})")
     try:

@@ -366,10 +366,17 @@ def _check_names(rec: Any, keys: Sequence[str], at: str) -> None:
 
 
 def _check_configs(configs: Sequence[SweepConfig], prefix: str) -> dict[str, SweepConfig]:
-    """The configurations by name; refuses a control character in a name and a configuration twice."""
+    """The configurations by name; refuses a control character in a name or in a text value of
+    its ``speculative_config`` (``method``, ``model``: shown by advise and report), and a
+    configuration twice."""
     out: dict[str, SweepConfig] = {}
     for i, cfg in enumerate(configs):
         _check_names(cfg, ("name", "family", "drafter"), f"{prefix}: configs[{i}]")
+        for key, value in (cfg.speculative_config or {}).items():
+            ch = _control_character(value)
+            if ch:
+                raise SweepRecordError(f"{prefix}: configs[{i}]: 'speculative_config.{_shown(str(key))}' holds the "
+                                       f"control character {ch} ('{_shown(value)}')")
         if cfg.name in out:
             raise SweepRecordError(f"{prefix}: configs[{i}]: configuration {cfg.name} appears twice")
         out[cfg.name] = cfg
