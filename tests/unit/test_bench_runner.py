@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import statistics
 import urllib.request
 
 import pytest
@@ -17,6 +18,7 @@ from specwatch.bench.results import latency_stats, percentile
 from specwatch.bench.runner import BenchConfig, BenchConfigError, run_bench, spec_stats
 from specwatch.testing.stubserver import StubConfig, ThreadedStub, prompt_key, token_text
 from specwatch.bench.workloads import WorkloadOptions, equivalence_requests
+from specwatch.specdecode.decision import t975
 from specwatch.specdecode.metrics import parse_metrics
 
 
@@ -163,6 +165,16 @@ def test_baseline_then_speculative_comparison_and_equivalence(tmp_path):
     for r in rows:
         assert r["ratio"] == pytest.approx(r["speculative_output_throughput"] / r["baseline_output_throughput"])
         assert 0 < r["spec_decode_acceptance_rate"] <= 100
+        # the per-batch paired ratio: batch i of both roles, geometric mean and its t interval
+        by = {(b.role, b.batch_index): b.output_throughput for b in res.batches
+              if not b.warmup and b.workload == r["workload"] and b.max_concurrency == r["max_concurrency"]}
+        idx = sorted(i for role, i in by if role == "speculative")
+        logs = [math.log(by[("speculative", i)] / by[("baseline", i)]) for i in idx]
+        half = t975(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+        assert r["paired_batches"] == len(idx) >= 2
+        assert r["paired_ratio"] == pytest.approx(math.exp(statistics.fmean(logs)))
+        assert r["paired_ratio_lower"] == pytest.approx(math.exp(statistics.fmean(logs) - half))
+        assert r["paired_ratio_upper"] == pytest.approx(math.exp(statistics.fmean(logs) + half))
     eq = res.equivalence.to_json()
     assert eq["total"] == 12 and eq["matched"] == 6
     reqs = equivalence_requests(output_len=12)

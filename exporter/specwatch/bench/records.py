@@ -267,6 +267,14 @@ class ComparisonRow(JsonRecord):
     baseline_output_throughput: float | None = jfield("baseline_output_throughput", _NUM)
     speculative_output_throughput: float | None = jfield("speculative_output_throughput", _NUM)
     ratio: float | None = jfield("ratio", _NUM)
+    #: The per-batch paired ratio (batch i of both roles served the same prompts): the geometric
+    #: mean of spec_i / baseline_i and its 95 % interval exp(mean ± t(n−1)·sd/√n) over
+    #: ``paired_batches`` pairs (:func:`specwatch.specdecode.decision.paired_ratio`, the estimator
+    #: advise decides on); absent with fewer than two pairs.
+    paired_ratio: float | None = jfield("paired_ratio", _NUM, omit_none=True)
+    paired_ratio_lower: float | None = jfield("paired_ratio_lower", _NUM, omit_none=True)
+    paired_ratio_upper: float | None = jfield("paired_ratio_upper", _NUM, omit_none=True)
+    paired_batches: int | None = jfield("paired_batches", Int(), omit_none=True)
     acceptance_rate: float | None = jfield("spec_decode_acceptance_rate", Percent())
     acceptance_length: float | None = jfield("spec_decode_acceptance_length", _NUM)
     baseline_failed: float | None = jfield("baseline_failed", _NUM)

@@ -45,7 +45,7 @@ from specwatch.bench import perrequest
 from specwatch.bench.records import (BatchError, BenchBatch, BenchCell, BenchResult, ComparisonRow, Equivalence, PerRequest,
                                      ThroughputInterval, csv_row, csv_text, finite_or_none)
 from specwatch.common.files import atomic_write_text
-from specwatch.specdecode.decision import t975
+from specwatch.specdecode.decision import format_interval, format_ratio, paired_ratio, t975
 from specwatch.specdecode.derive import derive, sum_counters
 from specwatch.specdecode.metrics import SpecDecodeCounters, StepCounters
 from specwatch.specdecode.ragged import draft_width
@@ -309,11 +309,25 @@ def summarize(batches: Iterable[BatchResult]) -> list[CellSummary]:
     return list(cells.values())
 
 
+def _paired(base: CellSummary, spec: CellSummary) -> tuple[float, float, float, int] | None:
+    """(value, lower, upper, pairs) of the per-batch paired ratio speculative / baseline output
+    throughput over the batch indexes both roles measured with a positive throughput
+    (:func:`specwatch.specdecode.decision.paired_ratio`); None with fewer than two pairs."""
+    b = {x.batch_index: x.output_throughput for x in base.batches}
+    s = {x.batch_index: x.output_throughput for x in spec.batches}
+    idx = sorted(i for i in s if i in b and s[i] > 0 and b[i] > 0)
+    if len(idx) < 2:
+        return None
+    r = paired_ratio([s[i] for i in idx], [b[i] for i in idx])
+    return r.value, r.lower, r.upper, len(idx)
+
+
 def compare(cells: Iterable[CellSummary]) -> list[ComparisonRow]:
     """The baseline-vs-speculative rows (:class:`specwatch.bench.records.ComparisonRow`):
-    workload | concurrency | baseline tok/s | spec tok/s | ratio | acceptance, for every
-    (workload, concurrency) measured on both roles. ``ratio`` = speculative / baseline output
-    throughput; the acceptance rate 0–1 (percent in the file)."""
+    workload | concurrency | baseline tok/s | spec tok/s | ratio | per-batch paired ratio [95 %]
+    | acceptance, for every (workload, concurrency) measured on both roles. ``ratio`` =
+    speculative / baseline mean output throughput; the paired ratio and its interval: batch i of
+    both roles (the same prompts), :func:`_paired`; the acceptance rate 0–1 (percent in the file)."""
     by_key: dict[tuple[str, int], dict[str, CellSummary]] = {}
     for c in cells:
         by_key.setdefault((c.workload, c.max_concurrency), {})[c.role] = c
@@ -324,9 +338,13 @@ def compare(cells: Iterable[CellSummary]) -> list[ComparisonRow]:
         base, spec = roles["baseline"], roles["speculative"]
         bt, st = base.output_throughput, spec.output_throughput
         s = spec.spec
+        pr = _paired(base, spec)
         rows.append(ComparisonRow(
             workload=wl, max_concurrency=conc, baseline_output_throughput=bt, speculative_output_throughput=st,
-            ratio=st / bt if bt and st is not None else None, acceptance_rate=s.acceptance_rate,
+            ratio=st / bt if bt and st is not None else None,
+            paired_ratio=None if pr is None else pr[0], paired_ratio_lower=None if pr is None else pr[1],
+            paired_ratio_upper=None if pr is None else pr[2], paired_batches=None if pr is None else pr[3],
+            acceptance_rate=s.acceptance_rate,
             acceptance_length=s.acceptance_length, baseline_failed=sum(b.failed for b in base.batches),
             speculative_failed=sum(b.failed for b in spec.batches)))
     return rows
@@ -407,11 +425,14 @@ def render_tables(batches: Sequence[BatchResult], equivalence: Equivalence | Non
     rows = compare(cells)
     if rows:
         ct = Table(title="baseline vs speculative")
-        for col in ("workload", "concurrency", "baseline tok/s", "spec tok/s", "ratio", "acceptance", "acc. length"):
+        for col in ("workload", "concurrency", "baseline tok/s", "spec tok/s", "ratio",
+                    "per-batch ratio [95 %]", "acceptance", "acc. length"):
             ct.add_column(col, justify="left" if col == "workload" else "right")
         for r in rows:
+            per_batch = ("–" if r.paired_ratio is None else
+                         f"{format_ratio(r.paired_ratio)}× {format_interval(r.paired_ratio_lower, r.paired_ratio_upper)}")
             ct.add_row(r.workload, str(r.max_concurrency), _fmt(r.baseline_output_throughput),
-                       _fmt(r.speculative_output_throughput), _fmt(r.ratio, ".2f", "×"),
+                       _fmt(r.speculative_output_throughput), _fmt(r.ratio, ".2f", "×"), per_batch,
                        _fmt(_percent(r.acceptance_rate), ".1f", " %"), _fmt(r.acceptance_length, ".2f"))
         tables.append(ct)
     exact_rows = []
