@@ -223,15 +223,15 @@ def main(argv: list[str] | None = None) -> int:
     vp, vs = pooled_variance([p[k] for k in keys]), pooled_variance([s[k] for k in keys])
     pooled = None
     if vp and vs and vs[0] > 0:
+        rp, rs = [p[k] for k in keys], [s[k] for k in keys]
         pooled = {"paired_variance": vp[0], "sequential_variance": vs[0], "df": [vp[1], vs[1]],
                   "width_ratio": math.sqrt(vp[0] / vs[0])}
-        pooled["expected_half_as_wide"] = expected_half_as_wide(pooled["width_ratio"], [p[k] for k in keys],
-                                                                [s[k] for k in keys]) if vp[0] > 0 else float(len(keys))
+        pooled["expected_half_as_wide"] = (expected_half_as_wide(pooled["width_ratio"], rp, rs) if vp[0] > 0
+                                           else float(len(keys)))
         print(f"pooled over the {len(keys)} cells, the per-batch log ratio's variance: paired {vp[0]:.4f}, sequential "
               f"{vs[0]:.4f} ({vp[1]} and {vs[1]} degrees of freedom): at the same batches the paired interval is "
               f"{pooled['width_ratio']:.2f} × the sequential one's width (one cell's width, from {keys and p[keys[0]]['n']} "
               "batches, scatters around this by a factor of F(n−1, n−1))")
-        rp, rs = [p[k] for k in keys], [s[k] for k in keys]
         lo, hi = 1e-3, 1.0  # the pooled ratio at which 3 cells in 4 are expected at most half as wide
         for _ in range(40):
             mid = (lo + hi) / 2
