@@ -421,3 +421,71 @@ def test_paired_sweep_salts_each_configurations_prefix_cache(tmp_path, stub, mon
     run_sweep(plan(workloads=("copy",), concs=(1,), paired=False), tmp_path / "s.json", template=template, lock=False,
               progress=False, echo=lambda *a, **k: None)
     assert salts and all(s is None and not p for _, s, p in salts)
+
+
+def test_aa_starts_are_measured_beside_the_baseline_and_widen_the_advice(tmp_path, stub):
+    """--aa-starts N: N more starts of the baseline, each measured beside it in paired rounds like a
+    speculative server (role speculative, k 0, marked aa); advise and report leave them out of the
+    candidates and add their between-starts spread to every interval, and say so."""
+    from specwatch.choosek.cli import advise, report, sweep
+    from specwatch.choosek.resultfile import load_sweep, start_spread
+    template, log = stub
+    out = tmp_path / "sweep.json"
+    r = CliRunner().invoke(sweep, ["--result-file", str(out), "--k", "2", "--workloads", "copy",
+                                   "--concurrency", "1,2", "--output-len", "8", "--num-batches", "3",
+                                   "--max-batches", "3", "--aa-starts", "2", "--server-command", template,
+                                   "--no-lock", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    assert starts(log) == [0, 0, 2, 0]  # the baseline, aa-1 beside it, ngram-k2, aa-2 last
+    doc = load_sweep(out)
+    assert [(c.name, c.k, c.aa) for c in doc.configs] == [("baseline", 0, None), ("aa-1", 0, True),
+                                                         ("ngram-k2", 2, None), ("aa-2", 0, True)]
+    aa = doc.aa_cells()
+    assert len(aa) == 4 and all(c.paired and c.k == 0 for c in aa)
+    assert all(b.role == "speculative" for c in aa for b in c.batches)
+    # the baseline's own cells were served beside aa-1 (the first configuration measured there)
+    assert {c.paired_with for c in doc.cells if c.config == "baseline"} == {"aa-1"}
+    # readers: no A/A start among the measurements; the spread rests on the 4 A/A cells
+    assert {m.config for m in measurements(doc)} == {"baseline", "ngram-k2"}
+    spread = start_spread(doc, str(out))
+    assert spread is not None and spread.cells == 4 and "aa-1, aa-2" in spread.source
+    j = tmp_path / "advice.json"
+    r = CliRunner().invoke(advise, [str(out), "--json", str(j)])
+    assert r.exit_code == 0, r.output
+    assert "between server starts" in " ".join(r.output.split())
+    got = json.loads(j.read_text())
+    assert got["start_spread"]["cells"] == 4
+    recs = json.dumps([f["recommendations"] for f in got["families"]])
+    assert "k=2" in recs and "aa-1" not in recs and "aa-2" not in recs  # never a candidate
+    html = tmp_path / "r.html"
+    r = CliRunner().invoke(report, [str(out), "-o", str(html)])
+    assert r.exit_code == 0, r.output
+    text = html.read_text()
+    assert "between server starts" in text and "aa-2" not in text.split("<h2>Advice</h2>")[1].split("measured by")[0]
+
+
+def test_without_aa_starts_the_advice_says_the_spread_was_not_measured(tmp_path, stub):
+    from specwatch.choosek.cli import advise
+    template, _ = stub
+    out = tmp_path / "sweep.json"
+    r = CliRunner().invoke(sweep_cli(), ["--result-file", str(out), "--k", "2", "--workloads", "copy",
+                                         "--concurrency", "1", "--output-len", "8", "--num-batches", "2",
+                                         "--server-command", template, "--no-lock", "--no-progress"])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(advise, [str(out)])
+    assert "between-start spread not measured" in " ".join(r.output.split())
+    assert "--aa-starts" in r.output
+
+
+def sweep_cli():
+    from specwatch.choosek.cli import sweep
+    return sweep
+
+
+def test_aa_starts_need_the_baseline():
+    with pytest.raises(SweepError, match="needs the baseline"):
+        build_configs((2,), (), False, aa_starts=1)
+    with pytest.raises(SweepError, match="integer >= 0"):
+        build_configs((2,), (), True, aa_starts=-1)
+    names = [c.name for c in build_configs((1, 2), (), True, aa_starts=3)]
+    assert names == ["baseline", "aa-1", "ngram-k1", "ngram-k2", "aa-2", "aa-3"]

@@ -37,12 +37,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.table import Table
 
-from specwatch.specdecode.decision import format_interval, format_ratio
+from specwatch.specdecode.decision import NO_START_SPREAD, StartSpread, format_interval, format_ratio
 from specwatch.choosek import model as kchoice
 from specwatch.choosek.drafterstudy import picks_json, render_picks
 from specwatch.choosek.model import DEFAULT_TOLERANCE, Advice, KChoiceError, speculative_config_advice
 from specwatch.choosek.records import SweepResult
-from specwatch.choosek.resultfile import measurements
+from specwatch.choosek.resultfile import measurements, start_spread
 from specwatch.common.labels import for_terminal
 from specwatch.specdecode.cost import CostModel
 from specwatch.specdecode.costprofile import CostProfile
@@ -98,8 +98,12 @@ def advise_sweep(rec: SweepResult, *, tolerance: float = DEFAULT_TOLERANCE, cand
     of the work for "all workloads" (:func:`specwatch.choosek.model.recommend`); ``measured``: the
     sweep's :func:`specwatch.choosek.resultfile.measurements` when the caller has them already;
     ``source``: the result file's path (names the file of the sweep command that measures a
-    composed table, :func:`measure_command`). Raises KChoiceError if the sweep has no usable
-    speculative run."""
+    composed table, :func:`measure_command`). The sweep's A/A cells (``--aa-starts``), if any,
+    give the between-server-starts term every interval and comparison holds
+    (:func:`specwatch.choosek.resultfile.start_spread`, kept on each advice as ``start_spread``);
+    they are never candidates. Raises KChoiceError if the sweep has no usable speculative run."""
+    spread = start_spread(rec, source)
+    rec = rec.without_aa()
     ms = list(measurements(rec) if measured is None else measured)
     base = [m for m in ms if m.k == 0]
     fams: dict[str, list] = defaultdict(list)
@@ -127,7 +131,8 @@ def advise_sweep(rec: SweepResult, *, tolerance: float = DEFAULT_TOLERANCE, cand
         try:
             a = kchoice.advise(base + spec, tolerance=tolerance, prior=prior, candidates=candidates,
                                base_config=base_cfg, family=fam, fit_ks=fit_ks, acceptance=acceptance,
-                               basis=basis, mix=mix, expected=expected_rows(rec, fam, spec), table_configs=tables)
+                               basis=basis, mix=mix, expected=expected_rows(rec, fam, spec), table_configs=tables,
+                               start_spread=spread)
             if a.candidate_config is not None:
                 compare = [c for n, c in a.config_of.items() if c is not None and n not in tables]
                 a.measure_command = measure_command(rec, [*compare, a.candidate_config], source)
@@ -177,6 +182,16 @@ MODE_LINES = {
                   "re-run without --sequential for paired rounds)",
     "mixed": "measured partly paired, partly sequentially (a resumed sweep switched mode): see each cell's mode",
 }
+
+
+def start_spread_line(spread: StartSpread | None) -> str:
+    """What every interval of a sweep's advice holds beyond its batches: the between-server-starts
+    term measured by the sweep's A/A starts (:class:`specwatch.specdecode.decision.StartSpread`),
+    or that it was not measured (:data:`specwatch.specdecode.decision.NO_START_SPREAD`)."""
+    if spread is None:
+        return NO_START_SPREAD
+    return (f"between server starts: {spread.percent_text()} added to every interval and to every comparison of "
+            f"two starts; measured by {spread.source}")
 
 WIDE_CONSOLE = 160
 
@@ -757,6 +772,11 @@ class SweepAdviceResult:
     #: How the sweep measured its speculative cells (``SweepResult.measurement_mode``).
     mode: str | None = None
 
+    @property
+    def start_spread(self) -> StartSpread | None:
+        """The between-server-starts term the intervals hold (the sweep's A/A cells), None if unmeasured."""
+        return next((a.start_spread for a in self.advices if a.start_spread is not None), None)
+
     def to_json(self) -> dict[str, Any]:
         """The ``--json`` document (``advise_format`` :data:`ADVISE_FORMAT`)."""
         return {"source": self.source, "advise_format": ADVISE_FORMAT, "measurement_mode": self.mode,
@@ -765,7 +785,9 @@ class SweepAdviceResult:
                 "fit_k": None if self.fit_k is None else list(self.fit_k), "acceptance": self.acceptance,
                 "basis": self.basis, "families": [{**a.to_dict(), "engine_formats": engine_formats(
                     a.speculative_config, a.k_by_concurrency)} for a in self.advices],
-                "drafter_picks": picks_json(self.picks)}
+                "drafter_picks": picks_json(self.picks),
+                "start_spread": None if self.start_spread is None else self.start_spread.to_json(),
+                "start_spread_text": start_spread_line(self.start_spread)}
 
 
 @dataclass(frozen=True)
@@ -829,6 +851,7 @@ def _render_sweep(r: SweepAdviceResult, console) -> None:
         console.print(f"[yellow]note: the sweep's status is {r.status!r}: advice from the cells finished so far[/yellow]")
     if r.mode is not None:
         console.print(MODE_LINES.get(r.mode, r.mode), soft_wrap=True)
+    console.print(start_spread_line(r.start_spread), soft_wrap=True, markup=False, highlight=False)
     for a in r.advices:
         if a.family in r.labels:
             console.print(f"[bold]drafter[/bold] {r.labels[a.family]}")

@@ -254,6 +254,11 @@ def _drafter_models(drafters, server_command, model_dir) -> list[tuple[str, str]
               help="Seconds to wait for each server.")
 @click.option("--lock/--no-lock", default=True, show_default=True,
               help="Hold flock /tmp/specwatch-vllm.lock while a template server runs (the embedded one always does).")
+@click.option("--aa-starts", type=click.IntRange(0, 20), default=0, show_default=True,
+              help="A/A check: start the baseline again N more times (aa-1 … aa-N), each measured beside the "
+                   "baseline like a speculative server (true ratio 1). Their spread between starts is added to "
+                   "every interval advise and report give; without it the intervals hold one start of each "
+                   "server only (docs/choosing-k.md). Each costs one configuration's time.")
 @click.option("--sequential", is_flag=True, default=False,
               help="One server at a time, each cell measured alone (for hosts that cannot hold two servers). Default: "
                    "paired — the baseline server stays up beside each speculative one and every cell alternates "
@@ -265,7 +270,7 @@ def _drafter_models(drafters, server_command, model_dir) -> list[tuple[str, str]
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def sweep(result_file, ks, spec_configs, drafters, baseline, workloads, dataset_path, concurrencies, output_len, num_prompts,
           prompts_per_concurrency, num_batches, target_ci, max_batches, warmup_batches, seed, server_command, port, host, model_dir,
-          startup_timeout, lock, sequential, api_key, log_dir, progress) -> None:
+          startup_timeout, lock, aa_starts, sequential, api_key, log_dir, progress) -> None:
     """Run the load generator over server configurations × workloads × concurrencies.
 
     Default: the embedded vLLM (SmolLM2-135M on CPU) as a baseline and with ngram speculation at
@@ -278,7 +283,7 @@ def sweep(result_file, ks, spec_configs, drafters, baseline, workloads, dataset_
         raise FlagError(f"--max-batches ({max_batches}) must be >= --num-batches ({num_batches})")
     drafter_models = _drafter_models(drafters, server_command, model_dir)
     try:
-        configs = build_configs(ks, spec_configs, baseline, drafter_models)
+        configs = build_configs(ks, spec_configs, baseline, drafter_models, aa_starts)
     except SweepError as exc:
         raise click.UsageError(exc.message) from None
     if server_command is not None and any(c.speculative_config for c in configs) and not uses_speculation(server_command):
@@ -545,7 +550,8 @@ def report(result_file: Path, output: Path | None, tolerance: float, candidates:
                                  "(give another --output)", param_hint="--output")
     _check_output(out, "--output")
     try:
-        text = render_report(doc, tolerance=tolerance, candidates=candidates, basis=basis, title=title, measured=usable)
+        text = render_report(doc, tolerance=tolerance, candidates=candidates, basis=basis, title=title, measured=usable,
+                             source=str(result_file))
     except KChoiceError as exc:
         raise click.ClickException(f"{result_file}: {exc}") from None
     except SweepError:
@@ -616,7 +622,8 @@ def calibrate(sweep_file, baseline_url, spec_url, duration, interval, forward_fi
         if sweep_file is not None:
             doc = load_sweep(sweep_file)
             left_out: list[str] = []
-            profile = profile_from_sweep(doc, name=name, source_path=str(sweep_file), provenance=prov, notes=left_out)
+            profile = profile_from_sweep(doc.without_aa(), name=name, source_path=str(sweep_file), provenance=prov,
+                                         notes=left_out)
             for line in left_out:
                 console.print(line, markup=False, highlight=False, soft_wrap=True)
         elif forward_file is not None:

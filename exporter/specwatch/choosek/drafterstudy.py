@@ -281,7 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("usage: python -m specwatch.choosek.drafterstudy RESULT_FILE [K]", file=sys.stderr)
         return 2
     try:
-        doc = load_sweep(args[0])
+        doc = load_sweep(args[0]).without_aa()
     except SweepError as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         return 2

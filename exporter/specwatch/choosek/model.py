@@ -86,13 +86,14 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from specwatch.choosek.measurement import KChoiceError, Measurement
 from specwatch.specdecode.cost import estimated_speedups
 from specwatch.specdecode.cost import CostModel
-from specwatch.specdecode.decision import BASES, OFF, TOLERANCE, Candidate, Pick, decide, ratio_from_logs
+from specwatch.specdecode.decision import BASES, OFF, TOLERANCE, Candidate, Pick, StartSpread, decide, ratio_from_logs
 from specwatch.specdecode.derive import expected_lengths
 
 __all__ = [
@@ -763,13 +764,17 @@ def unpaired_line(notes: Iterable[str]) -> str | None:
 
 
 def cell_candidates(runs: Sequence[Measurement], ps: Mapping[int, ThroughputPrediction], *,
-                    candidates: str = "measured", basis: str = "measured") -> tuple[list[Candidate], list[str]]:
+                    candidates: str = "measured", basis: str = "measured",
+                    start_spread: StartSpread | None = None) -> tuple[list[Candidate], list[str]]:
     """The decision's candidates in one (workload, concurrency) cell and the lines the row must
     say: off, every measured configuration (fixed k and dynamic tables alike) with its paired
     ratio over the baseline (``log_ratios`` kept; never accepted from the counters), and with
     ``candidates="all"`` every what-if k′ from the curve and the measured costs (basis
     calibrated, the interval of the nearest measured k's paired ratio, no log ratios).
     ``basis="model"``: a measured fixed k is scored by its prediction (calibrated) instead.
+    ``start_spread``: the between-server-starts term (A/A, :class:`StartSpread`) added to every
+    measured candidate's interval (each configuration is its own start); a what-if k′ takes the
+    interval of the measured k it is anchored on, that start's term included.
     Returns ([], [reason]) when the cell has no baseline run."""
     base = next((m for m in runs if m.k == 0), None)
     if base is None:
@@ -778,6 +783,7 @@ def cell_candidates(runs: Sequence[Measurement], ps: Mapping[int, ThroughputPred
     notes: list[str] = []
     seen: set[str] = {OFF}
     fixed_iv: dict[int, float] = {}
+    fixed_start: dict[int, str] = {}
     for m in sorted((m for m in runs if m.k > 0), key=lambda m: (m.variable_width, m.k, m.config)):
         name = candidate_name(m)
         if name in seen:
@@ -793,14 +799,17 @@ def cell_candidates(runs: Sequence[Measurement], ps: Mapping[int, ThroughputPred
         else:
             cand = Candidate.from_ratio(name, m.k, ratio_from_logs(logs), log_ratios=logs,
                                         never_accepted=m.never_accepted, table=m.variable_width)
+        cand = cand.with_start_spread(start_spread, m.config)
         if not m.variable_width and cand.has_interval:
             fixed_iv[m.k] = _halfwidth(cand) or 0.0
+            fixed_start[m.k] = m.config
         p = ps.get(m.k)
         if basis == "model" and not m.variable_width and p is not None and p.curve_basis not in ("none", "beyond_curve"):
             v = p.predicted / base.output_throughput
             h = _halfwidth(cand)
             cand = Candidate(name, m.k, v, None if h is None else v * math.exp(-h), None if h is None else v * math.exp(h),
-                             "calibrated", None, m.never_accepted, False, cand.batches)
+                             "calibrated", None, m.never_accepted, False, cand.batches,
+                             start_log_halfwidth=cand.start_log_halfwidth, start=cand.start)
         out.append(cand)
     if candidates == "all" and ps:
         scores = cell_scores(ps, basis)
@@ -814,7 +823,10 @@ def cell_candidates(runs: Sequence[Measurement], ps: Mapping[int, ThroughputPred
             near = min(fixed_iv, key=lambda j: (abs(j - k), j), default=None)
             h = None if near is None else fixed_iv[near]
             out.append(Candidate(f"k={k}", k, v, None if h is None else v * math.exp(-h),
-                                 None if h is None else v * math.exp(h), "calibrated", never_accepted=never))
+                                 None if h is None else v * math.exp(h), "calibrated", never_accepted=never,
+                                 start_log_halfwidth=0.0 if start_spread is None or near is None
+                                 else start_spread.log_halfwidth,
+                                 start=None if near is None else fixed_start.get(near)))
     return out, notes
 
 
@@ -827,6 +839,7 @@ def recommend(
     mix: Mapping[str, float] | None = None,
     expected: Mapping[tuple[str, int], str] | None = None,
     measurements: Sequence[Measurement] | None = None,
+    start_spread: StartSpread | None = None,
 ) -> list[Recommendation]:
     """Per (workload, concurrency) and per concurrency over all workloads ("*"): the pick of the
     one decision rule (:func:`specwatch.specdecode.decision.decide`) among
@@ -838,7 +851,9 @@ def recommend(
     workload → share of the work (default: the same work from every workload). ``expected``:
     every (workload, concurrency) that must get a row, with the reason to give when it cannot
     be scored; "*" is not scored at a concurrency where a workload of the mix has no scored row.
-    Raises KChoiceError for a bad tolerance, candidates, basis or mix."""
+    ``start_spread``: the between-server-starts term (:func:`cell_candidates`); over all
+    workloads it is taken whole (one start serves every workload: its offsets are not assumed to
+    average out). Raises KChoiceError for a bad tolerance, candidates, basis or mix."""
     if not (0.0 <= tolerance < 1.0):
         raise KChoiceError(f"tolerance must be in [0, 1), got {tolerance!r}")
     if candidates not in ("measured", "all"):
@@ -862,7 +877,7 @@ def recommend(
     for wl, c in keys:
         ps = cells.get((wl, c), {})
         runs = runs_by_cell.get((wl, c), [])
-        cands, notes = cell_candidates(runs, ps, candidates=candidates, basis=basis)
+        cands, notes = cell_candidates(runs, ps, candidates=candidates, basis=basis, start_spread=start_spread)
         measured_ks = tuple(sorted({m.k for m in runs}))
         if not any(not x.off for x in cands):
             reason = notes[0] if not cands and runs else (expected or {}).get((wl, c)) or (
@@ -899,13 +914,28 @@ def recommend(
                                       + (f" ({', '.join(left)} only for some)" if left else "")))
             continue
         shares = {wl: weights[wl] / rows[wl][2] for wl in weights}  # the baseline's time per unit of work
-        cands = [combine_ratios_by_time({wl: by_name[wl][n] for wl in weights}, shares, n, by_name[next(iter(weights))][n].k,
-                                        table=by_name[next(iter(weights))][n].table) for n in common]
+        cands = [_with_start(combine_ratios_by_time({wl: by_name[wl][n] for wl in weights}, shares, n,
+                                                    by_name[next(iter(weights))][n].k,
+                                                    table=by_name[next(iter(weights))][n].table),
+                             [by_name[wl][n] for wl in weights], start_spread) for n in common]
         notes = [f"{n}: not measured for every workload of the mix, left out of all workloads" for n in left]
         lb = tuple(sorted({k for wl in weights for k in rows[wl][0].lower_bound_ks}))
         out.append(_recommendation("*", c, cands, tolerance, tuple(sorted({k for wl in weights for k in rows[wl][0].measured_ks})),
                                    notes, lower_bound=lb, combination=how))
     return out
+
+
+def _with_start(comb: Candidate, parts: Sequence[Candidate], spread: StartSpread | None) -> Candidate:
+    """A candidate combined over workloads with the start term of its parts: re-added whole when
+    the combination was rebuilt from per-batch log ratios (which do not hold it), else kept as the
+    parts' propagated intervals carry it (only the fields are set)."""
+    if comb.off or spread is None:
+        return comb
+    start = next((p.start for p in parts if p.start is not None), None)
+    if comb.log_ratios is not None:
+        return comb.with_start_spread(spread, start)
+    h = max((p.start_log_halfwidth for p in parts), default=0.0)
+    return dataclasses.replace(comb, start_log_halfwidth=h, start=start)
 
 
 def _recommendation(wl: str, c: int, cands: Sequence[Candidate], tolerance: float, measured_ks: tuple[int, ...],
@@ -1104,6 +1134,9 @@ class Advice:
     #: interval on the log scale or None, measured batches). Shown beside the fixed k.
     table_throughputs: dict[str, dict[tuple[str, int], tuple[float, tuple[float, float] | None, int]]] = \
         field(default_factory=dict)
+    #: The between-server-starts term every interval holds (the sweep's A/A cells), None when
+    #: the sweep measured none (then the intervals hold one start of each server only).
+    start_spread: StartSpread | None = None
 
     def acceptance_error_over(self, min_drafts: float = 0.0) -> AcceptanceError:
         """Mean and max |relative error| of E(k) over the measured k < K whose run made at least
@@ -1174,6 +1207,7 @@ class Advice:
                                   for n, cells in self.table_throughputs.items()},
             "candidate_to_measure": None if self.candidate_config is None
             else {"speculative_config": self.candidate_config, "command": self.measure_command},
+            "start_spread": None if self.start_spread is None else self.start_spread.to_json(),
         }
 
 
@@ -1229,11 +1263,13 @@ def advise(
     mix: Mapping[str, float] | None = None,
     expected: Mapping[tuple[str, int], str] | None = None,
     table_configs: Mapping[str, Mapping[str, Any]] | None = None,
+    start_spread: StartSpread | None = None,
 ) -> Advice:
     """Run steps 1–6 on the baseline runs and the speculative runs of one family (``fit_ks``,
     ``acceptance``: see :func:`predict_throughputs`; ``basis``, ``mix``, ``expected``: see
     :func:`recommend`; ``table_configs``: candidate name → speculative config of the family's
-    dynamic tables, for :func:`configuration_advice`).
+    dynamic tables, for :func:`configuration_advice`; ``start_spread``: the between-server-starts
+    term of the sweep's A/A cells, :func:`recommend`; kept on the advice as ``start_spread``).
 
     Raises KChoiceError if there is no speculative run or an argument is out of range.
     """
@@ -1242,7 +1278,8 @@ def advise(
         raise KChoiceError("no speculative run to advise from")
     acc = predict_acceptance_lengths(ms)
     preds, fits = predict_throughputs(ms, prior, fit_ks, acceptance)
-    recs = recommend(preds, tolerance, candidates, basis, mix=mix, expected=expected, measurements=ms)
+    recs = recommend(preds, tolerance, candidates, basis, mix=mix, expected=expected, measurements=ms,
+                     start_spread=start_spread)
     ca = configuration_advice(recs, base_config, table_configs or {})
     noises = [m.noise for m in ms if m.noise is not None]
     return Advice(
@@ -1263,6 +1300,7 @@ def advise(
         config_of=ca["config_of"],
         candidate_config=ca["candidate_config"],
         table_throughputs=_table_throughputs(ms),
+        start_spread=start_spread,
     )
 
 

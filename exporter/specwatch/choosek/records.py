@@ -27,7 +27,7 @@ from typing import Any
 
 from specwatch.bench.records import BenchBatch, BenchCell
 from specwatch.common.labels import for_terminal
-from specwatch.common.records import (Anything, Int, JsonRecord, ListOf, Num, Obj, Rec, RecordError, Str, jfield, read_document,
+from specwatch.common.records import (Anything, Bool, Int, JsonRecord, ListOf, Num, Obj, Rec, RecordError, Str, jfield, read_document,
                                       read_json_file)
 
 FORMAT = 1
@@ -136,6 +136,12 @@ class SweepConfig(JsonRecord):
     speculative_config: Mapping[str, Any] | None = jfield("speculative_config", _OBJ)
     #: The --drafter label of a draft_model configuration (optional key).
     drafter: str | None = jfield("drafter", _ANY, omit_none=True)
+    #: An A/A configuration (``--aa-starts``; optional key): another start of the baseline (k 0,
+    #: no speculation) measured beside it like a speculative one, whose true ratio is 1; its
+    #: cells measure the between-starts spread, never a candidate. Readers that do not know the
+    #: key would take it for a second baseline: advise, report and calibrate read
+    #: :meth:`SweepResult.without_aa`.
+    aa: bool | None = jfield("aa", Bool(), omit_none=True)
 
     @property
     def has_speculative_config(self) -> bool:
@@ -379,6 +385,9 @@ def _check_configs(configs: Sequence[SweepConfig], prefix: str) -> dict[str, Swe
                                        f"control character {ch} ('{_shown(value)}')")
         if cfg.name in out:
             raise SweepRecordError(f"{prefix}: configs[{i}]: configuration {cfg.name} appears twice")
+        if cfg.aa and (cfg.k not in (None, 0) or cfg.speculative_config):
+            raise SweepRecordError(f"{prefix}: configs[{i}]: A/A configuration {cfg.name} must run without "
+                                   f"speculation (k 0, no speculative_config), got k {cfg.k}")
         out[cfg.name] = cfg
     return out
 
@@ -524,6 +533,26 @@ class SweepResult(JsonRecord):
 
     def configs_by_name(self) -> dict[str, SweepConfig]:
         return {c.name: c for c in self.configs}
+
+    @property
+    def aa_names(self) -> frozenset[str]:
+        """The names of the A/A configurations (``--aa-starts``: other starts of the baseline)."""
+        return frozenset(c.name for c in self.configs if c.aa)
+
+    def aa_cells(self) -> tuple[SweepCell, ...]:
+        """The cells of the A/A configurations."""
+        names = self.aa_names
+        return tuple(c for c in self.cells if c.config in names)
+
+    def without_aa(self) -> SweepResult:
+        """The document without its A/A configurations, their server starts and cells: what
+        the readers choose k from (an A/A start is k 0 and must not be taken for the baseline)."""
+        names = self.aa_names
+        if not names:
+            return self
+        return self.replace(configs=tuple(c for c in self.configs if c.name not in names),
+                            servers=tuple(s for s in self.servers if s.config not in names),
+                            cells=tuple(c for c in self.cells if c.config not in names))
 
     def workloads(self) -> list[str]:
         """The settings' workloads, then those of the cells, without repeats."""

@@ -20,7 +20,8 @@ import json
 from collections.abc import Sequence
 
 from specwatch.choosek import exactcurves
-from specwatch.choosek.advise import MODE_LINES, VERDICT_TEXT, advise_sweep, pick_label, recommendation_note, speedup_text
+from specwatch.choosek.advise import (MODE_LINES, VERDICT_TEXT, advise_sweep, pick_label, recommendation_note, speedup_text,
+                                      start_spread_line)
 from specwatch.choosek.charts import (
     config_order,
     escape,
@@ -96,10 +97,14 @@ def config_html(a: Advice) -> str:
 
 def render_report(rec: SweepResult, *, tolerance: float = DEFAULT_TOLERANCE, candidates: str = "measured",
                   title: str = "specwatch sweep report", basis: str = "measured",
-                  measured: Sequence[Measurement] | None = None) -> str:
+                  measured: Sequence[Measurement] | None = None, source: str | None = None) -> str:
     """The HTML text of the report for a sweep result (its record; see the
     module docstring). ``measured``: its :func:`specwatch.choosek.resultfile.measurements` when the
-    caller has them already (the document is read into measurements once)."""
+    caller has them already (the document is read into measurements once); ``source``: the
+    file's path (names where the A/A starts were measured). The sweep's A/A starts
+    (``--aa-starts``) are left out of every table and give the advice's between-starts term."""
+    full = rec
+    rec = rec.without_aa()  # the A/A starts give the intervals' between-starts term, never a candidate
     ms = list(measurements(rec) if measured is None else measured)
     servers = rec.servers_by_config()
     order = config_order(ms) or [(c.name, c.k) for c in rec.configs]
@@ -152,7 +157,8 @@ def render_report(rec: SweepResult, *, tolerance: float = DEFAULT_TOLERANCE, can
 
     parts.append("<h2>Advice</h2>")
     try:
-        advices: list[Advice] = advise_sweep(rec, tolerance=tolerance, candidates=candidates, basis=basis, measured=ms)
+        advices: list[Advice] = advise_sweep(full, tolerance=tolerance, candidates=candidates, basis=basis, measured=ms,
+                                             source=source)
     except KChoiceError as exc:
         advices = []
         parts.append(f"<p class='note'>No advice: {escape(exc)}</p>")
@@ -171,6 +177,7 @@ def render_report(rec: SweepResult, *, tolerance: float = DEFAULT_TOLERANCE, can
                                  for p in a.acceptance]))
         parts.append("<p>The pick per cell: the decision rule (docs/choosing-k.md#the-decision-rule) on paired "
                      "per-batch ratios over the baseline; a dynamic table is a configuration of its own.</p>")
+        parts.append(f"<p class='note'>{escape(start_spread_line(a.start_spread))}.</p>")
         parts.append(html_table(
             ["workload", "concurrency", "pick", "speedup vs baseline (paired 95 %)", "verdict", "batches", "confidence / note"],
             [["all workloads" if r.workload == "*" else r.workload, r.concurrency,

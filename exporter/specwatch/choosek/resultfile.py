@@ -22,12 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from specwatch.choosek.measurement import BatchPoint, KChoiceError, Measurement
+from specwatch.choosek.model import paired_logs
 from specwatch.choosek.records import FORMAT, MEASUREMENT_KEYS, SweepError, SweepRecordError, SweepResult
 from specwatch.common.locks import FileLock, LockHeld
+from specwatch.specdecode.decision import StartSpread
 
 __all__ = ["ARITHMETIC_ERRORS", "FORMAT", "batch_points", "MEASUREMENT_KEYS", "SweepError", "SweepRecordError", "SweepResult", "cell_key",
            "NoFinishedCell", "WriteCheckError", "check_dir_writable", "check_writable", "damaged_file_message", "failed_cells",
-           "load_measured", "load_sweep", "measurements", "result_file_lock", "servers_by_config"]
+           "load_measured", "load_sweep", "measurements", "result_file_lock", "servers_by_config", "start_spread"]
 
 
 def _now() -> str:
@@ -73,13 +75,44 @@ def failed_cells(doc: SweepResult) -> list[str]:
 
 def measurements(rec: SweepResult) -> list[Measurement]:
     """One :class:`specwatch.choosek.measurement.Measurement` per finished cell of a sweep result. Left
-    out: cells with no successful request, and cells with failed requests or whose server died (see
-    :func:`failed_cells`). Raises SweepRecordError for a malformed document."""
+    out: cells with no successful request, cells with failed requests or whose server died (see
+    :func:`failed_cells`), and the A/A cells (:func:`start_spread` reads them). Raises
+    SweepRecordError for a malformed document."""
+    aa = rec.aa_names
+    return _measurements(rec, [c for c in rec.cells if c.config not in aa])
+
+
+def start_spread(rec: SweepResult, source: str | None = None) -> StartSpread | None:
+    """The between-server-starts spread of a sweep (:class:`specwatch.specdecode.decision.StartSpread`)
+    from its A/A cells (``--aa-starts``: other starts of the baseline measured beside it, paired
+    by batch with the baseline's batches as a speculative cell is,
+    :func:`specwatch.choosek.model.paired_logs`); None when the sweep has no finished A/A cell
+    with two or more pairs. ``source``: the file, named in the spread's ``source``. Raises
+    SweepRecordError for a malformed document."""
+    aa = rec.aa_names
+    if not aa:
+        return None
+    base = {(m.workload, m.concurrency): m for m in measurements(rec) if m.k == 0}
+    cells, names = [], []
+    for m in _measurements(rec, [c for c in rec.cells if c.config in aa]):
+        b = base.get((m.workload, m.concurrency))
+        if b is None:
+            continue
+        logs, _ = paired_logs(m, b)
+        if len(logs) >= 2:
+            cells.append(logs)
+            names.append(m.config)
+    names = sorted(set(names))
+    where = f"the A/A start{'s' if len(names) != 1 else ''} {', '.join(names)}" + (f" of {source}" if source else "")
+    return StartSpread.from_cells(cells, where)
+
+
+def _measurements(rec: SweepResult, cells) -> list[Measurement]:
     dynamic = {c.name: (c.speculative_config or {}).get("num_speculative_tokens_per_batch_size")
                for c in rec.configs if c.variable_width}
     seed = rec.settings.seed if rec.settings is not None else None
     out = []
-    for cell in rec.cells:
+    for cell in cells:
         s = cell.summary
         if s is None or not s.output_throughput or cell.problem():
             continue

@@ -119,15 +119,25 @@ class ServerConfig:
     speculative_config: dict[str, Any] | None
     #: The drafter's label for method draft_model configurations made by ``--drafter`` (else None).
     drafter: str | None = None
+    #: An A/A start (``--aa-starts``): the baseline again (k 0, no speculation), measured beside
+    #: the baseline as a speculative configuration is; its cells measure the between-starts spread.
+    aa: bool = False
 
     @property
     def family(self) -> str:
         return family_of(self.speculative_config)
 
+    @property
+    def is_baseline(self) -> bool:
+        """The baseline itself (k 0, no speculation, not an A/A start)."""
+        return self.k == 0 and not self.speculative_config and not self.aa
+
     def to_dict(self) -> dict[str, Any]:
         d = {"name": self.name, "k": self.k, "family": self.family, "speculative_config": self.speculative_config}
         if self.drafter is not None:
             d["drafter"] = self.drafter  # optional key (format 1 readers ignore it)
+        if self.aa:
+            d["aa"] = True  # optional key
         return d
 
 
@@ -139,8 +149,10 @@ def default_spec_base() -> dict[str, Any]:
 
 
 def build_configs(ks: Sequence[int], spec_configs: Sequence[str], baseline: bool,
-                  drafters: Sequence[tuple[str, str]] = ()) -> list[ServerConfig]:
-    """The sweep's configurations: the baseline (if ``baseline``), then one ``method: draft_model``
+                  drafters: Sequence[tuple[str, str]] = (), aa_starts: int = 0) -> list[ServerConfig]:
+    """The sweep's configurations: the baseline (if ``baseline``), then ``aa-1`` (the first of
+    ``aa_starts`` A/A starts: the baseline again, measured beside it as a speculative server is;
+    the others ``aa-2`` … come last, so the A/A starts span the sweep), then one ``method: draft_model``
     server per drafter × k of ``ks`` (``drafters``: (label, model path or name) pairs, named
     ``draft-<label>-k<k>``), then one per JSON in ``spec_configs`` (each must give
     ``num_speculative_tokens`` ≥ 1 and ``method`` or ``model``), or, when neither drafters nor
@@ -183,6 +195,13 @@ def build_configs(ks: Sequence[int], spec_configs: Sequence[str], baseline: bool
         unique.append(c if n == 0 else ServerConfig(f"{c.name}-{n + 1}", c.k, c.speculative_config, c.drafter))
     if not unique:
         raise SweepError("nothing to sweep: no baseline and no speculative configuration")
+    if isinstance(aa_starts, bool) or not isinstance(aa_starts, int) or aa_starts < 0:
+        raise SweepError(f"--aa-starts must be an integer >= 0, got {aa_starts!r}")
+    if aa_starts:
+        if not baseline:
+            raise SweepError("--aa-starts needs the baseline (an A/A start is measured beside it): drop --no-baseline")
+        aa = [ServerConfig(f"aa-{i}", 0, None, aa=True) for i in range(1, aa_starts + 1)]
+        unique = unique[:1] + aa[:1] + unique[1:] + aa[1:]
     return unique
 
 
@@ -745,7 +764,7 @@ class _Sweep:
         self.model_dir = model_dir
         self.progress = progress
         self.echo = echo
-        self.base_cfg = next((cfg for cfg in plan.configs if cfg.k == 0 and not cfg.speculative_config), None)
+        self.base_cfg = next((cfg for cfg in plan.configs if cfg.is_baseline), None)
         self.spec_cfgs = [cfg for cfg in plan.configs if cfg is not self.base_cfg]
         self.paired = plan.paired and self.base_cfg is not None and bool(self.spec_cfgs)
 
@@ -833,7 +852,7 @@ class _Sweep:
         plan = self.plan
         try:
             bcfg = BenchConfig(
-                base_url=srv.base_url, role="baseline" if cfg.k == 0 else "speculative",
+                base_url=srv.base_url, role="baseline" if cfg.is_baseline else "speculative",
                 baseline_url=None if baseline_srv is None else baseline_srv.base_url, paired=baseline_srv is not None,
                 served_model_name=getattr(srv, "served_model_name", None),
                 workloads=(wl,), concurrencies=(c,), num_prompts=plan.prompts_for(c),

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 #: Relative tolerance: a smaller k within 2 % of the best speedup wins (the one constant; the
@@ -238,6 +238,85 @@ def unpaired_ratio(a: Estimate, b: Estimate) -> PairedRatio:
 
 
 # ------------------------------------------------------------------------------------------------
+# Between server starts: what a paired interval does not contain
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StartSpread:
+    """The spread of a ratio between two *starts* of servers, beyond its paired interval
+    (docs/choosing-k.md#what-a-paired-interval-does-not-contain-the-server-start).
+
+    A paired ratio compares one start of a speculative server with one start of the baseline;
+    its interval holds the batch-to-batch noise of those two processes, not the offset a new
+    start of either would bring (measured on the 2-core VM: ≈ 6 % sd per cell). An A/A check
+    measures it: a second start of the *same* server (no speculation) measured beside the running
+    baseline exactly as a speculative configuration is (``specwatch sweep --aa-starts N``), whose
+    true ratio is 1. Per A/A cell i (≥ 2 paired batches) m_i = mean log ratio and se_i² = its
+    sample variance / n_i; the between-starts variance is the excess τ² = max(0, mean m_i² −
+    mean se_i²) (method of moments, the true log ratio being 0), ``cells`` = the number of A/A
+    cells (its degrees of freedom).
+
+    ``log_sd``: τ (log scale, ≥ 0); ``cells``: A/A cells it rests on (≥ 1); ``covered``: of those,
+    how many had a paired 95 % interval holding 1; ``source``: where it was measured (the A/A
+    configurations and the file). :attr:`log_halfwidth` = t975(cells) · τ is added in quadrature
+    to every measured ratio over the baseline and to every comparison of two configurations
+    measured on different starts (:class:`Candidate` ``start_log_halfwidth``). Raises ValueError
+    for a negative or non-finite τ or fewer than one cell."""
+
+    log_sd: float
+    cells: int
+    covered: int
+    source: str
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.log_sd, (int, float)) and math.isfinite(self.log_sd) and self.log_sd >= 0):
+            raise ValueError(f"log_sd must be a finite number >= 0, got {self.log_sd!r}")
+        if isinstance(self.cells, bool) or not isinstance(self.cells, int) or self.cells < 1:
+            raise ValueError(f"cells must be an integer >= 1, got {self.cells!r}")
+        if not 0 <= self.covered <= self.cells:
+            raise ValueError(f"covered must be in [0, {self.cells}], got {self.covered!r}")
+
+    @property
+    def log_halfwidth(self) -> float:
+        """The 95 % half-width it adds (log scale): t975(cells) · τ."""
+        return t975(self.cells) * self.log_sd
+
+    def percent_text(self) -> str:
+        """``±9.8 % (sd 3.5 % over 4 A/A cells; their paired intervals held 1 in 2 of 4)``."""
+        return (f"±{(math.exp(self.log_halfwidth) - 1) * 100:.1f} % (sd {(math.exp(self.log_sd) - 1) * 100:.1f} % "
+                f"over {self.cells} A/A cell{'s' if self.cells != 1 else ''}; their paired 95 % intervals held 1 in "
+                f"{self.covered} of {self.cells})")
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"log_sd", "cells", "covered", "log_halfwidth", "source"}``."""
+        return {"log_sd": self.log_sd, "cells": self.cells, "covered": self.covered,
+                "log_halfwidth": self.log_halfwidth, "source": self.source}
+
+    @classmethod
+    def from_cells(cls, cells: Sequence[Sequence[float]], source: str) -> "StartSpread | None":
+        """From the per-batch log ratios of each A/A cell (a second start over the first, batch i
+        of both on the same prompts); cells with fewer than two pairs are left out; None when no
+        cell is left. Raises ValueError for a non-finite log ratio."""
+        used = [[float(x) for x in c] for c in cells if len(c) >= 2]
+        if not used:
+            return None
+        ms, se2, covered = [], [], 0
+        for logs in used:
+            r = ratio_from_logs(logs)
+            ms.append(math.fsum(logs) / len(logs))
+            se2.append(statistics.variance(logs) / len(logs))
+            covered += int(r.lower <= 1.0 <= r.upper)
+        excess = math.fsum(m * m for m in ms) / len(ms) - math.fsum(se2) / len(se2)
+        return cls(math.sqrt(max(0.0, excess)), len(used), covered, source)
+
+
+NO_START_SPREAD = ("between-start spread not measured: each interval holds one start of each server only "
+                   "(a new start moved a ratio by ≈ 6 % sd on a 2-core VM; measure yours with "
+                   "specwatch sweep --aa-starts 2)")
+
+
+# ------------------------------------------------------------------------------------------------
 # The one decision rule
 # ------------------------------------------------------------------------------------------------
 
@@ -276,11 +355,18 @@ class Candidate:
     #: Its ``log_ratios`` are then the anchor's shifted by log R, so a comparison with the anchor
     #: is paired and this error is added to it in quadrature. 0 for a measured candidate.
     model_log_halfwidth: float = 0.0
+    #: The between-server-starts term (:class:`StartSpread` ``log_halfwidth``) already in this
+    #: candidate's interval over the baseline; 0 when none was measured. ``start``: the server
+    #: start it was measured on (its configuration; a what-if k′ carries its anchor's), so two
+    #: candidates of one start are compared without it and two of different starts with it.
+    start_log_halfwidth: float = 0.0
+    start: str | None = None
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.model_log_halfwidth) and self.model_log_halfwidth >= 0):
-            raise ValueError(f"{self.name}: model_log_halfwidth must be a finite number >= 0, "
-                             f"got {self.model_log_halfwidth!r}")
+        for name in ("model_log_halfwidth", "start_log_halfwidth"):
+            h = getattr(self, name)
+            if not (isinstance(h, (int, float)) and math.isfinite(h) and h >= 0):
+                raise ValueError(f"{self.name}: {name} must be a finite number >= 0, got {h!r}")
         if not _positive(self.value):
             raise ValueError(f"{self.name}: value must be a finite number > 0, got {self.value!r}")
         for end in (self.lower, self.upper):
@@ -322,6 +408,22 @@ class Candidate:
                    None if log_ratios is None else tuple(float(x) for x in log_ratios),
                    never_accepted, table, ratio.n if ratio.paired else None)
 
+    def with_start_spread(self, spread: "StartSpread | None", start: str | None = None) -> "Candidate":
+        """This candidate with the between-starts term of ``spread`` added in quadrature to its
+        interval over the baseline (log scale; the batch spread ``log_ratios`` is kept), measured
+        on ``start`` (default: its name). Unchanged for off, for ``spread`` None or 0, and without
+        an interval (one batch: there is nothing to widen)."""
+        if self.off or spread is None:
+            return self
+        h = spread.log_halfwidth
+        where = start if start is not None else self.name
+        if h <= 0.0 or not self.has_interval:
+            return replace(self, start=where)
+        h_batches = max(math.log(self.upper / self.value), math.log(self.value / self.lower))
+        hw = combine_log_halfwidths([h_batches, h])
+        return replace(self, lower=self.value * math.exp(-hw), upper=self.value * math.exp(hw),
+                       start_log_halfwidth=h, start=where)
+
     @classmethod
     def from_estimate(cls, name: str, k: int, e: Estimate, **kw: Any) -> "Candidate":
         """A candidate from an :class:`Estimate` (its basis and interval)."""
@@ -355,6 +457,9 @@ class Pick:
     excluded: tuple[tuple[str, str], ...]
     candidates: tuple[Candidate, ...]
     tolerance: float
+    #: Not separated, and the between-starts term alone (with any model error) is as large as the
+    #: gap between pick and runner-up: more batches cannot separate them, new server starts can.
+    start_limited: bool = False
 
     @property
     def certain(self) -> bool:
@@ -386,6 +491,7 @@ class Pick:
                 "runner_up": None if self.runner_up is None else self.runner_up.name,
                 "versus_runner_up": None if v is None else v.to_json(), "more_batches": self.more_batches,
                 "excluded": [{"name": n, "reason": r} for n, r in self.excluded], "tolerance": self.tolerance,
+                "start_limited": self.start_limited,
                 "text": self.confidence_text()}
 
 
@@ -407,15 +513,31 @@ def _widened(r: PairedRatio, model_h: float) -> PairedRatio:
     return PairedRatio(r.value, r.value * math.exp(-h), r.value * math.exp(h), r.n, r.log_sd, r.paired)
 
 
+def _start_term(a: Candidate, b: Candidate) -> float:
+    """The between-starts half-width of a / b: the other's term against off (the baseline is one
+    start, the candidate another); none between two candidates of one start; else the larger term
+    (two starts against each other: the same A/A offset)."""
+    if a.off or b.off:
+        return b.start_log_halfwidth if a.off else a.start_log_halfwidth
+    if a.start is not None and a.start == b.start:
+        return 0.0
+    return max(a.start_log_halfwidth, b.start_log_halfwidth)
+
+
+def _extra_halfwidth(a: Candidate, b: Candidate) -> float:
+    """What more batches cannot remove from a / b: the model errors and the between-starts term."""
+    return combine_log_halfwidths([a.model_log_halfwidth, b.model_log_halfwidth, _start_term(a, b)])
+
+
 def _versus(a: Candidate, b: Candidate) -> PairedRatio | None:
     if a.log_ratios is not None and b.log_ratios is not None and len(a.log_ratios) == len(b.log_ratios) \
             and a.log_ratios:
         r = ratio_from_logs([x - y for x, y in zip(a.log_ratios, b.log_ratios, strict=True)])
-        return _widened(r, combine_log_halfwidths([a.model_log_halfwidth, b.model_log_halfwidth]))
+        return _widened(r, _extra_halfwidth(a, b))
     if b.off and a.log_ratios:
-        return _widened(ratio_from_logs(a.log_ratios), a.model_log_halfwidth)
+        return _widened(ratio_from_logs(a.log_ratios), _extra_halfwidth(a, b))
     if a.off and b.log_ratios:
-        return _widened(ratio_from_logs([-x for x in b.log_ratios]), b.model_log_halfwidth)
+        return _widened(ratio_from_logs([-x for x in b.log_ratios]), _extra_halfwidth(a, b))
     if a.has_interval and b.has_interval:
         return unpaired_ratio(Estimate(a.value, min(a.lower, a.value), max(a.upper, a.value), a.basis),
                               Estimate(b.value, min(b.lower, b.value), max(b.upper, b.value), b.basis))
@@ -455,15 +577,17 @@ def decide(candidates: Sequence[Candidate], tolerance: float = TOLERANCE) -> Pic
     runner = others[0] if others else None
     vs = None if runner is None else _versus(pick, runner)
     more = None
+    start_limited = False
     if runner is None:
         separated = True
     elif vs is None:
         separated = False
     else:
         separated = vs.has_interval and vs.lower > 1.0
-        model_h = combine_log_halfwidths([pick.model_log_halfwidth, runner.model_log_halfwidth])
-        if not separated and vs.paired and model_h < abs(math.log(vs.value)):
-            more = vs.more_batches()  # more batches cannot remove a model error as large as the gap
+        extra = _extra_halfwidth(pick, runner)
+        if not separated and vs.paired and extra < abs(math.log(vs.value)):
+            more = vs.more_batches()  # more batches cannot remove a model error or a start offset as large as the gap
+        start_limited = (not separated and _start_term(pick, runner) > 0.0 and extra >= abs(math.log(vs.value)))
     if pick.off:
         spec = [c for c in cands if not c.off]
         if spec and all(c.verdict == LOSES for c in spec):
@@ -474,7 +598,8 @@ def decide(candidates: Sequence[Candidate], tolerance: float = TOLERANCE) -> Pic
             v = LOSES if all(c.verdict == LOSES for c in spec) else CANNOT_TELL
     else:
         v = pick.verdict
-    return Pick(pick, v, runner, vs, separated, more, pick is not best, best, excluded, tuple(cands), tolerance)
+    return Pick(pick, v, runner, vs, separated, more, pick is not best, best, excluded, tuple(cands), tolerance,
+                start_limited)
 
 
 def format_ratio(x: float | None, *, against: float = 1.0) -> str:
@@ -518,6 +643,8 @@ def confidence_text(p: Pick) -> str:
     more = ("" if p.more_batches is None
             else f"; about {p.more_batches} more paired batch{'es' if p.more_batches > 1 else ''} at this spread"
             if p.more_batches > 0 else "")
+    if p.start_limited:
+        more = "; the server-start spread is as large as the gap: more batches cannot separate them"
     tie = f" (within {p.tolerance * 100:g} %: the smaller k wins)" if p.tie else ""
     return f"{r} within {iv}{label}: cannot tell them apart{tie}{more}"
 
@@ -533,6 +660,7 @@ def disagreement(measured: Estimate | None, calibrated: Estimate | None) -> str 
             "measured rules (both servers live)")
 
 
-__all__ = ["BASES", "CANNOT_TELL", "Candidate", "Estimate", "LOSES", "OFF", "PAYS", "Pick", "PairedRatio",
-           "TOLERANCE", "VERDICTS", "Z95", "combine_log_halfwidths", "confidence_text", "decide", "disagreement",
-           "format_interval", "format_ratio", "paired_ratio", "ratio_from_logs", "t975", "unpaired_ratio", "verdict"]
+__all__ = ["BASES", "CANNOT_TELL", "Candidate", "Estimate", "LOSES", "NO_START_SPREAD", "OFF", "PAYS", "Pick",
+           "PairedRatio", "StartSpread", "TOLERANCE", "VERDICTS", "Z95", "combine_log_halfwidths", "confidence_text",
+           "decide", "disagreement", "format_interval", "format_ratio", "paired_ratio", "ratio_from_logs", "t975",
+           "unpaired_ratio", "verdict"]
