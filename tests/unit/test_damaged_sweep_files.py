@@ -222,6 +222,18 @@ def _aa_with_speculation(doc):
             f"speculative_config), got k {doc['configs'][i]['k']}")
 
 
+def _aa_flag_dropped(doc):
+    # an A/A start without its flag is a second baseline: it must not silently replace the first
+    doc["configs"].insert(1, {"name": "aa-1", "k": 0, "family": "", "speculative_config": None})
+    return "configs[1]: aa-1 is a second configuration without speculation beside baseline (one baseline per " \
+           "sweep; an A/A start is marked \"aa\": true)"
+
+
+def _aa_without_baseline(doc):
+    doc["configs"][0]["aa"] = True  # the baseline itself marked A/A: no baseline left
+    return f"A/A start {doc['configs'][0]['name']} but no baseline configuration (k 0, no speculation) to measure them against"
+
+
 def _aa_not_a_boolean(doc):
     doc["configs"][0]["aa"] = "yes"
     return "configs[0]: 'aa' is not true or false"
@@ -352,6 +364,8 @@ CASES = {
     "negative-start-up-time": _damaged(_negative_startup),
     "speculative-aa-start": _damaged(_aa_with_speculation),
     "aa-not-a-boolean": _damaged(_aa_not_a_boolean),
+    "aa-flag-dropped": _damaged(_aa_flag_dropped),
+    "aa-without-a-baseline": _damaged(_aa_without_baseline),
     # not a regular file, too large: usage errors, nothing read
     "fifo": _fifo,
     "dev-zero": _dev_zero,

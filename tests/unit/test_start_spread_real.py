@@ -74,3 +74,59 @@ def test_the_cli_says_it_on_both_surfaces(tmp_path):
     assert "between server starts" in html
     # the A/A starts are not configurations of the report's tables
     assert "<td>aa-1</td>" not in html
+
+
+def _edited(tmp_path, edit) -> Path:
+    doc = json.loads(SWEEP.read_text())
+    edit(doc)
+    out = tmp_path / "s.json"
+    out.write_text(json.dumps(doc))
+    return out
+
+
+def test_aa_starts_without_a_usable_cell_are_named_not_hidden(tmp_path):
+    def one_batch(doc):
+        for c in doc["cells"]:
+            if c["config"].startswith("aa-"):
+                c["batches"] = [b for b in c["batches"] if b["warmup"] or b["batch_index"] == 1]
+    f = _edited(tmp_path, one_batch)
+    r = CliRunner().invoke(advise, [str(f)])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "the A/A starts aa-1, aa-2 of this sweep have no finished cell with two or more paired batches" in text
+    assert "--aa-starts 2)" not in text  # not told to do what the sweep already did
+
+
+def test_a_paired_aa_cell_needs_only_the_baseline_batches_beside_it(rec, tmp_path):
+    def drop_baseline_copy(doc):
+        doc["cells"] = [c for c in doc["cells"] if not (c["config"] == "baseline" and c["workload"] == "copy")]
+    got = start_spread(load_sweep(_edited(tmp_path, drop_baseline_copy)))
+    assert got.cells == 8 and got.log_sd == start_spread(rec).log_sd
+
+
+def test_no_spread_beyond_the_intervals_is_said_as_such(tmp_path):
+    def aa_exactly_like_the_baseline(doc):  # every A/A batch equal to the baseline batch beside it: no offset
+        for c in doc["cells"]:
+            if c["config"].startswith("aa-"):
+                beside = {b["batch_index"]: b["output_throughput"] for b in c["baseline_batches"]}
+                for b in c["batches"]:
+                    b["output_throughput"] = beside[b["batch_index"]]
+    f = _edited(tmp_path, aa_exactly_like_the_baseline)
+    r = CliRunner().invoke(advise, [str(f)])
+    text = " ".join(r.output.split())
+    assert "between server starts: none seen beyond the paired intervals over 8 A/A cells" in text
+    assert "nothing added" in text and "±0.0 %" not in text
+
+
+def test_the_report_comparison_holds_the_term_and_a_composed_table_command_keeps_the_aa_starts(rec, tmp_path):
+    from specwatch.choosek.report import comparison_rows
+    spread = start_spread(rec)
+    ms = measurements(rec)
+    head, rows = comparison_rows(ms, spread)
+    plain_head, plain_rows = comparison_rows(ms)
+    assert "between-starts" in head[5] and "between-starts" not in plain_head[5]
+    k4 = next(r for r, p in zip(rows, plain_rows) if r[0] == "copy" and r[1] == 1 and r[3] == 4)
+    assert k4[5] == "2.98× [2.81–3.16]"  # as advise prints it
+    from specwatch.choosek.advise import measure_command
+    assert "--aa-starts 2" in measure_command(rec.without_aa(), [{"method": "ngram", "num_speculative_tokens": 2}],
+                                              "s.json", 2)

@@ -103,6 +103,7 @@ def advise_sweep(rec: SweepResult, *, tolerance: float = DEFAULT_TOLERANCE, cand
     (:func:`specwatch.choosek.resultfile.start_spread`, kept on each advice as ``start_spread``);
     they are never candidates. Raises KChoiceError if the sweep has no usable speculative run."""
     spread = start_spread(rec, source)
+    aa_starts = tuple(sorted(rec.aa_names))
     rec = rec.without_aa()
     ms = list(measurements(rec) if measured is None else measured)
     base = [m for m in ms if m.k == 0]
@@ -133,9 +134,10 @@ def advise_sweep(rec: SweepResult, *, tolerance: float = DEFAULT_TOLERANCE, cand
                                base_config=base_cfg, family=fam, fit_ks=fit_ks, acceptance=acceptance,
                                basis=basis, mix=mix, expected=expected_rows(rec, fam, spec), table_configs=tables,
                                start_spread=spread)
+            a.aa_starts = aa_starts
             if a.candidate_config is not None:
                 compare = [c for n, c in a.config_of.items() if c is not None and n not in tables]
-                a.measure_command = measure_command(rec, [*compare, a.candidate_config], source)
+                a.measure_command = measure_command(rec, [*compare, a.candidate_config], source, len(aa_starts))
             out.append(a)
         except KChoiceError as exc:
             if len(fams) == 1:
@@ -145,11 +147,12 @@ def advise_sweep(rec: SweepResult, *, tolerance: float = DEFAULT_TOLERANCE, cand
 
 
 def measure_command(rec: SweepResult, configs: Sequence[Mapping[str, Any]],
-                    source: str | None = None) -> str:
+                    source: str | None = None, aa_starts: int = 0) -> str:
     """The ``specwatch sweep`` command that measures ``configs`` (e.g. the fixed-k picks and a
     table composed from them) beside a baseline with the sweep's own settings (workloads,
     concurrencies, output length, prompts, batches, seed; its server command template when it
-    used one), into a new result file beside ``source`` (``<stem>-table.json``)."""
+    used one; ``--aa-starts`` when the sweep had A/A starts, ``aa_starts`` of them), into a new
+    result file beside ``source`` (``<stem>-table.json``)."""
     st = rec.settings.to_json() if rec.settings is not None else {}
     stem = (source or "specwatch-sweep.json").rsplit(".json", 1)[0]
     parts = ["specwatch sweep", f"--result-file {shlex.quote(stem + '-table.json')}"]
@@ -168,6 +171,8 @@ def measure_command(rec: SweepResult, configs: Sequence[Mapping[str, Any]],
             parts.append(f"{flag} {shlex.quote(str(v))}")
     if rec.server is not None and rec.server.kind == "template" and rec.server.command_template:
         parts.append(f"--server-command {shlex.quote(rec.server.command_template)}")
+    if aa_starts:
+        parts.append(f"--aa-starts {aa_starts}")
     for c in configs:
         parts.append("--speculative-config " + shlex.quote(json.dumps(dict(c), separators=(",", ":"))))
     return " ".join(parts)
@@ -184,12 +189,19 @@ MODE_LINES = {
 }
 
 
-def start_spread_line(spread: StartSpread | None) -> str:
+def start_spread_line(spread: StartSpread | None, aa_starts: Sequence[str] = ()) -> str:
     """What every interval of a sweep's advice holds beyond its batches: the between-server-starts
     term measured by the sweep's A/A starts (:class:`specwatch.specdecode.decision.StartSpread`),
-    or that it was not measured (:data:`specwatch.specdecode.decision.NO_START_SPREAD`)."""
+    or that it was not measured (:data:`specwatch.specdecode.decision.NO_START_SPREAD`; when the
+    sweep has A/A starts ``aa_starts`` but no usable cell of theirs, says so)."""
+    if spread is None and aa_starts:
+        return (f"between-start spread not measured: the A/A start{'s' if len(aa_starts) > 1 else ''} "
+                f"{', '.join(aa_starts)} of this sweep have no finished cell with two or more paired batches; each "
+                "interval holds one start of each server only (resume the sweep to measure them)")
     if spread is None:
         return NO_START_SPREAD
+    if spread.log_sd == 0.0:
+        return f"between server starts: {spread.percent_text()}; measured by {spread.source}"
     return (f"between server starts: {spread.percent_text()} added to every interval and to every comparison of "
             f"two starts; measured by {spread.source}")
 
@@ -777,6 +789,11 @@ class SweepAdviceResult:
         """The between-server-starts term the intervals hold (the sweep's A/A cells), None if unmeasured."""
         return next((a.start_spread for a in self.advices if a.start_spread is not None), None)
 
+    @property
+    def aa_starts(self) -> tuple[str, ...]:
+        """The sweep's A/A configurations (``--aa-starts``)."""
+        return next((a.aa_starts for a in self.advices if a.aa_starts), ())
+
     def to_json(self) -> dict[str, Any]:
         """The ``--json`` document (``advise_format`` :data:`ADVISE_FORMAT`)."""
         return {"source": self.source, "advise_format": ADVISE_FORMAT, "measurement_mode": self.mode,
@@ -787,7 +804,7 @@ class SweepAdviceResult:
                     a.speculative_config, a.k_by_concurrency)} for a in self.advices],
                 "drafter_picks": picks_json(self.picks),
                 "start_spread": None if self.start_spread is None else self.start_spread.to_json(),
-                "start_spread_text": start_spread_line(self.start_spread)}
+                "start_spread_text": start_spread_line(self.start_spread, self.aa_starts)}
 
 
 @dataclass(frozen=True)
@@ -851,7 +868,7 @@ def _render_sweep(r: SweepAdviceResult, console) -> None:
         console.print(f"[yellow]note: the sweep's status is {r.status!r}: advice from the cells finished so far[/yellow]")
     if r.mode is not None:
         console.print(MODE_LINES.get(r.mode, r.mode), soft_wrap=True)
-    console.print(start_spread_line(r.start_spread), soft_wrap=True, markup=False, highlight=False)
+    console.print(start_spread_line(r.start_spread, r.aa_starts), soft_wrap=True, markup=False, highlight=False)
     for a in r.advices:
         if a.family in r.labels:
             console.print(f"[bold]drafter[/bold] {r.labels[a.family]}")

@@ -1137,6 +1137,8 @@ class Advice:
     #: The between-server-starts term every interval holds (the sweep's A/A cells), None when
     #: the sweep measured none (then the intervals hold one start of each server only).
     start_spread: StartSpread | None = None
+    #: The sweep's A/A configurations (``--aa-starts``), whether or not their cells were usable.
+    aa_starts: tuple[str, ...] = ()
 
     def acceptance_error_over(self, min_drafts: float = 0.0) -> AcceptanceError:
         """Mean and max |relative error| of E(k) over the measured k < K whose run made at least

@@ -386,9 +386,19 @@ def _check_configs(configs: Sequence[SweepConfig], prefix: str) -> dict[str, Swe
         if cfg.name in out:
             raise SweepRecordError(f"{prefix}: configs[{i}]: configuration {cfg.name} appears twice")
         if cfg.aa and (cfg.k not in (None, 0) or cfg.speculative_config):
+            got = f"k {cfg.k}" if cfg.k not in (None, 0) else "a speculative_config"
             raise SweepRecordError(f"{prefix}: configs[{i}]: A/A configuration {cfg.name} must run without "
-                                   f"speculation (k 0, no speculative_config), got k {cfg.k}")
+                                   f"speculation (k 0, no speculative_config), got {got}")
         out[cfg.name] = cfg
+    plain = [(i, c) for i, c in enumerate(configs) if not c.aa and c.k in (None, 0) and not c.speculative_config]
+    if len(plain) > 1:  # one baseline: a second one would silently replace it in every reader
+        i, c = plain[1]
+        raise SweepRecordError(f"{prefix}: configs[{i}]: {c.name} is a second configuration without speculation "
+                               f"beside {plain[0][1].name} (one baseline per sweep; an A/A start is marked \"aa\": true)")
+    aa = [c.name for c in configs if c.aa]
+    if aa and not plain:
+        raise SweepRecordError(f"{prefix}: A/A start{'s' if len(aa) > 1 else ''} {', '.join(aa)} but no baseline "
+                               "configuration (k 0, no speculation) to measure them against")
     return out
 
 

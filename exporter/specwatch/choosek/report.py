@@ -37,18 +37,21 @@ from specwatch.choosek.charts import (
 from specwatch.choosek.drafterstudy import report_sections
 from specwatch.choosek.model import (UNPAIRED_NOTE, DEFAULT_TOLERANCE, Advice, KChoiceError, Measurement, candidate_name,
                                      paired_logs, unpaired_line)
-from specwatch.specdecode.decision import format_interval, format_ratio, ratio_from_logs
+from specwatch.specdecode.decision import Candidate, StartSpread, format_interval, format_ratio, ratio_from_logs
 from specwatch.choosek.records import SweepResult
-from specwatch.choosek.resultfile import measurements
+from specwatch.choosek.resultfile import measurements, start_spread
 
 
-def comparison_rows(ms: Sequence[Measurement]) -> tuple[list[str], list[list[str]]]:
+def comparison_rows(ms: Sequence[Measurement], spread: StartSpread | None = None) -> tuple[list[str], list[list[str]]]:
     """The comparison table: one row per (workload, concurrency, configuration) — a dynamic table
     is a row of its own — with throughput, the paired ratio to the baseline with its 95 %
-    interval (log scale), TPOT, TTFT, acceptance rate and mean acceptance length."""
+    interval (log scale; with ``spread``, the sweep's between-starts term added as the advice adds
+    it, :meth:`specwatch.specdecode.decision.Candidate.with_start_spread`), TPOT, TTFT,
+    acceptance rate and mean acceptance length."""
     base = {(m.workload, m.concurrency): m for m in ms if m.k == 0}
-    head = ["workload", "concurrency", "configuration", "k", "output tok/s", "vs baseline (paired 95 %)", "mean TPOT ms",
-            "mean TTFT ms", "acceptance", "acc. length"]
+    head = ["workload", "concurrency", "configuration", "k", "output tok/s",
+            "vs baseline (paired 95 %" + (", with the between-starts term)" if spread is not None else ")"),
+            "mean TPOT ms", "mean TTFT ms", "acceptance", "acc. length"]
     rows = []
     for m in sorted(ms, key=lambda m: (m.workload, m.concurrency, m.k, m.variable_width, m.config)):
         b = base.get((m.workload, m.concurrency))
@@ -56,7 +59,7 @@ def comparison_rows(ms: Sequence[Measurement]) -> tuple[list[str], list[list[str
         if b is not None and m.k > 0:
             logs, _ = paired_logs(m, b)
             if logs:
-                r = ratio_from_logs(logs)
+                r = Candidate.from_ratio(m.config, m.k, ratio_from_logs(logs), log_ratios=logs).with_start_spread(spread)
                 ratio = f"{format_ratio(r.value)}× {format_interval(r.lower, r.upper)}"
             else:
                 ratio = f"{format_ratio(m.output_throughput / b.output_throughput)}× (not paired)"
@@ -152,7 +155,7 @@ def render_report(rec: SweepResult, *, tolerance: float = DEFAULT_TOLERANCE, can
     parts.append(exactcurves.render_html(rec))
 
     parts.append("<h2>Comparison</h2>")
-    head, rows = comparison_rows(ms)
+    head, rows = comparison_rows(ms, start_spread(full, source))
     parts.append(html_table(head, rows, "comparison"))
 
     parts.append("<h2>Advice</h2>")
@@ -177,7 +180,7 @@ def render_report(rec: SweepResult, *, tolerance: float = DEFAULT_TOLERANCE, can
                                  for p in a.acceptance]))
         parts.append("<p>The pick per cell: the decision rule (docs/choosing-k.md#the-decision-rule) on paired "
                      "per-batch ratios over the baseline; a dynamic table is a configuration of its own.</p>")
-        parts.append(f"<p class='note'>{escape(start_spread_line(a.start_spread))}.</p>")
+        parts.append(f"<p class='note'>{escape(start_spread_line(a.start_spread, a.aa_starts))}.</p>")
         parts.append(html_table(
             ["workload", "concurrency", "pick", "speedup vs baseline (paired 95 %)", "verdict", "batches", "confidence / note"],
             [["all workloads" if r.workload == "*" else r.workload, r.concurrency,

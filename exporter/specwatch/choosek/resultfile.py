@@ -103,11 +103,14 @@ def start_spread(rec: SweepResult, source: str | None = None) -> StartSpread | N
     cells, names = [], []
     for m in aa_measurements(rec):
         b = base.get((m.workload, m.concurrency))
-        if b is None:
+        if b is None and not m.paired_baseline:  # a sequential A/A cell with no baseline cell to pair with
+            cells.append([])
             continue
-        logs, _ = paired_logs(m, b)
+        # a paired A/A cell pairs with the baseline batches measured beside it (paired_logs), even
+        # when the baseline's own cell is missing
+        logs, _ = paired_logs(m, b if b is not None else m)
+        cells.append(logs)
         if len(logs) >= 2:
-            cells.append(logs)
             names.append(m.config)
     names = sorted(set(names))
     where = f"the A/A start{'s' if len(names) != 1 else ''} {', '.join(names)}" + (f" of {source}" if source else "")

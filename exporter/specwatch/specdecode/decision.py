@@ -269,6 +269,8 @@ class StartSpread:
     cells: int
     covered: int
     source: str
+    #: A/A cells of the source left out (fewer than two paired batches, no baseline beside them).
+    left_out: int = 0
 
     def __post_init__(self) -> None:
         if not (isinstance(self.log_sd, (int, float)) and math.isfinite(self.log_sd) and self.log_sd >= 0):
@@ -284,14 +286,20 @@ class StartSpread:
         return t975(self.cells) * self.log_sd
 
     def percent_text(self) -> str:
-        """``±9.8 % (sd 3.5 % over 4 A/A cells; their paired intervals held 1 in 2 of 4)``."""
+        """``±9.8 % (sd 3.5 % over 4 A/A cells; their paired 95 % intervals held 1 in 2 of 4)``;
+        with τ = 0, that the A/A cells showed no spread beyond their own intervals (not a measured
+        zero: too small to see at that noise)."""
+        cells = f"{self.cells} A/A cell{'s' if self.cells != 1 else ''}"
+        held = (f"their paired 95 % intervals held 1 in {self.covered} of {self.cells}"
+                + (f"; {self.left_out} more left out: fewer than two paired batches" if self.left_out else ""))
+        if self.log_sd == 0.0:
+            return f"none seen beyond the paired intervals over {cells} ({held}): nothing added"
         return (f"±{(math.exp(self.log_halfwidth) - 1) * 100:.1f} % (sd {(math.exp(self.log_sd) - 1) * 100:.1f} % "
-                f"over {self.cells} A/A cell{'s' if self.cells != 1 else ''}; their paired 95 % intervals held 1 in "
-                f"{self.covered} of {self.cells})")
+                f"over {cells}; {held})")
 
     def to_json(self) -> dict[str, Any]:
-        """``{"log_sd", "cells", "covered", "log_halfwidth", "source"}``."""
-        return {"log_sd": self.log_sd, "cells": self.cells, "covered": self.covered,
+        """``{"log_sd", "cells", "covered", "left_out", "log_halfwidth", "source"}``."""
+        return {"log_sd": self.log_sd, "cells": self.cells, "covered": self.covered, "left_out": self.left_out,
                 "log_halfwidth": self.log_halfwidth, "source": self.source}
 
     @classmethod
@@ -302,6 +310,7 @@ class StartSpread:
         used = [[float(x) for x in c] for c in cells if len(c) >= 2]
         if not used:
             return None
+        left_out = len(cells) - len(used)
         ms, se2, covered = [], [], 0
         for logs in used:
             r = ratio_from_logs(logs)
@@ -309,7 +318,7 @@ class StartSpread:
             se2.append(statistics.variance(logs) / len(logs))
             covered += int(r.lower <= 1.0 <= r.upper)
         excess = math.fsum(m * m for m in ms) / len(ms) - math.fsum(se2) / len(se2)
-        return cls(math.sqrt(max(0.0, excess)), len(used), covered, source)
+        return cls(math.sqrt(max(0.0, excess)), len(used), covered, source, left_out)
 
 
 NO_START_SPREAD = ("between-start spread not measured: each interval holds one start of each server only "
