@@ -125,8 +125,9 @@ def test_the_report_comparison_holds_the_term_and_a_composed_table_command_keeps
     head, rows = comparison_rows(ms, spread)
     plain_head, plain_rows = comparison_rows(ms)
     assert "between-starts" in head[5] and "between-starts" not in plain_head[5]
-    k4 = next(r for r, p in zip(rows, plain_rows) if r[0] == "copy" and r[1] == 1 and r[3] == 4)
-    assert k4[5] == "2.98× [2.81–3.16]"  # as advise prints it
+    i = next(i for i, r in enumerate(rows) if r[0] == "copy" and r[1] == 1 and r[3] == 4)
+    assert rows[i][5] == "2.98× [2.81–3.16]"  # as advise prints it
+    assert plain_rows[i][5] == "2.98× [2.91–3.06]"  # one start each
     from specwatch.choosek.advise import measure_command
     assert "--aa-starts 2" in measure_command(rec.without_aa(), [{"method": "ngram", "num_speculative_tokens": 2}],
                                               "s.json", 2)
