@@ -131,3 +131,16 @@ def test_the_report_comparison_holds_the_term_and_a_composed_table_command_keeps
     from specwatch.choosek.advise import measure_command
     assert "--aa-starts 2" in measure_command(rec.without_aa(), [{"method": "ngram", "num_speculative_tokens": 2}],
                                               "s.json", 2)
+
+
+def test_calibrate_adds_the_between_starts_sd_to_every_curves_spread(rec):
+    from specwatch.choosek.calibrate import profile_from_sweep
+    tau = start_spread(rec).log_sd
+    with_term = profile_from_sweep(rec, name="a", source_path="s.json")
+    without = profile_from_sweep(rec.without_aa(), name="b", source_path="s.json")
+    assert [c.k for c in with_term.speculative] == [c.k for c in without.speculative] == [2, 4]  # no A/A curve
+    assert len(with_term.plain) == len(without.plain) == 4  # the A/A starts are not plain points
+    for a, b in zip(with_term.speculative, without.speculative, strict=True):
+        assert a.spread == pytest.approx(math.hypot(b.spread, tau), abs=1e-4)  # the profile keeps 4 decimals
+        assert [p.cost_ratio for p in a.points] == [p.cost_ratio for p in b.points]
+    assert "between-starts sd" in with_term.provenance["how"] and "aa-1, aa-2" in with_term.provenance["how"]

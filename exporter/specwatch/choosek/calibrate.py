@@ -40,7 +40,7 @@ import requests
 
 from specwatch.choosek.records import SweepCell, SweepResult
 from specwatch.common.records import read_json_file
-from specwatch.choosek.resultfile import measurements
+from specwatch.choosek.resultfile import measurements, start_spread
 from specwatch.specdecode.costprofile import (
     CostProfile,
     CostProfileError,
@@ -159,7 +159,14 @@ def profile_from_sweep(rec: SweepResult, *, name: str, source_path: str,
     is a second configuration with the same (method, drafter, k) — never a refusal of the file;
     each gets one line in ``notes`` (when given) and in the provenance's ``how``.
 
+    A sweep with A/A starts (``--aa-starts``): they are never a baseline or a curve; the
+    between-starts spread they measure (:func:`specwatch.choosek.resultfile.start_spread`, τ) is
+    added in quadrature to every curve's spread, since a live server is another start than the
+    two a relative cost was measured on; the provenance's ``how`` says so.
+
     Raises CalibrationError when the sweep has no finished baseline cell or no step times."""
+    starts = start_spread(rec, source_path)
+    rec = rec.without_aa()
     ms = measurements(rec)
     cells = rec.cells
     base_cells = {(c.workload, c.max_concurrency): c for c in cells if c.k == 0}
@@ -209,6 +216,8 @@ def profile_from_sweep(rec: SweepResult, *, name: str, source_path: str,
         if not pts or k is None:
             continue
         spread = max(SPREAD_FLOOR, math.sqrt(statistics.fmean(v * v for v in sds))) if sds else None
+        if spread is not None and starts is not None and starts.log_sd > 0.0:
+            spread = math.hypot(spread, starts.log_sd)  # a live server is another start (A/A: τ)
         cfg = configs.get(cfg_name)
         method, drafter = method_of(None if cfg is None else cfg.speculative_config)
         label = None if cfg is None else cfg.drafter
@@ -236,6 +245,10 @@ def profile_from_sweep(rec: SweepResult, *, name: str, source_path: str,
            + (f"paired rounds' spread of the relative cost (sd of ln(step_i / plain step_i), batch i of both measured "
               f"side by side; {paired_cells} paired cells) and of the batch-to-batch relative standard deviations of "
               "any sequential cells" if paired_cells else "batch-to-batch relative standard deviations")
+           + ("" if starts is None else
+              f", with the between-starts sd {starts.log_sd:.4f} in quadrature (from {starts.cells} A/A cells: "
+              f"{starts.source})" if starts.log_sd > 0.0 else
+              f"; the A/A starts ({starts.source}) showed no spread beyond their intervals: nothing added")
            + "".join(f"; {line}" for line in left_out))
     if notes is not None:
         notes.extend(left_out)

@@ -622,8 +622,7 @@ def calibrate(sweep_file, baseline_url, spec_url, duration, interval, forward_fi
         if sweep_file is not None:
             doc = load_sweep(sweep_file)
             left_out: list[str] = []
-            profile = profile_from_sweep(doc.without_aa(), name=name, source_path=str(sweep_file), provenance=prov,
-                                         notes=left_out)
+            profile = profile_from_sweep(doc, name=name, source_path=str(sweep_file), provenance=prov, notes=left_out)
             for line in left_out:
                 console.print(line, markup=False, highlight=False, soft_wrap=True)
         elif forward_file is not None:
