@@ -21,6 +21,11 @@ configuration measured there (``paired_with``). **Sequential** (``--sequential``
 cannot hold two servers; every file written before paired mode): one server at a time, each cell
 measured alone; the cells carry no ``mode``.
 
+**A/A starts** (``--aa-starts N``, issue #37): ``aa-1`` … ``aa-N`` are the baseline started
+again and measured beside it exactly as a speculative configuration is (``aa-1`` right after the
+baseline, the others last); their true ratio is 1, and their cells give the between-starts spread
+advise, report and calibrate add to their intervals (:func:`specwatch.choosek.resultfile.start_spread`).
+
 Servers come from the embedded vLLM (:mod:`specwatch.localvllm.server`, the default; it holds
 ``flock /tmp/specwatch-vllm.lock`` while it runs) or from a command template
 (``--server-command 'vllm serve MODEL --port {port} {spec_args}'``) for a GPU host.
@@ -33,7 +38,8 @@ Results: one JSON document (``specwatch_sweep_format`` 1; held and written as it
      "settings": {...measurement settings...},
      "server": {"kind": "embedded" | "template", "command_template": <redacted template> | null},
      "configs": [{"name", "k", "family", "speculative_config", "drafter" (optional: the --drafter
-                  label of a draft_model configuration; readers that do not know it ignore it)}],
+                  label of a draft_model configuration; readers that do not know it ignore it),
+                  "aa" (optional: true on an A/A start)}],
      "servers": [{"config", "k", "started_at", "startup_seconds", "kv_cache_tokens",
                   "num_gpu_blocks", "block_size", "command"}],
      "cells": [{"config", "k", "family", "workload", "max_concurrency", "finished_at",
