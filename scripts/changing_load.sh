@@ -4,13 +4,16 @@
 # (`yes > /dev/null`), drawn from a seeded generator so a run can be repeated. On average it is
 # one busy process, as the steady hog of the other benchmarks (`yes > /dev/null` alone).
 #
-#   scripts/changing_load.sh [SEED] [LOG]
+#   scripts/changing_load.sh [SEED] [LOG] [CPUS]
 #
 # Each phase is logged to LOG (default: standard output) as "HH:MM:SS level N for S s".
+# CPUS (a taskset list, e.g. 0): pin the busy processes there, e.g. on the core the embedded vLLM
+# binds its compute thread to (its log: "core ids=[0]"), as a neighbour sharing that core would.
 # Runs until killed (SIGTERM/SIGINT); its busy processes end with it.
 set -u
 RANDOM=${1:-7}
 log=${2:-/dev/stdout}
+cpus=${3:-}
 pids=()
 nap=
 stop_busy() {
@@ -26,7 +29,11 @@ while :; do
   dur=$((20 + RANDOM % 71))
   echo "$(date -u +%T) level $level for $dur s" >> "$log"
   for ((i = 0; i < level; i++)); do
-    yes > /dev/null &
+    if [ -n "$cpus" ]; then
+      taskset -c "$cpus" yes > /dev/null &
+    else
+      yes > /dev/null &
+    fi
     pids+=($!)
   done
   sleep "$dur" &

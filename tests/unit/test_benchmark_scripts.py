@@ -92,6 +92,41 @@ def test_compare_sweep_modes_f_distribution_and_expected_cells():
     assert m.expected_half_as_wide(0.54, rows, rows) < 4.0 < m.expected_half_as_wide(0.3, rows, rows)
 
 
+def test_changing_load_pins_its_busy_processes_where_it_is_told(tmp_path):
+    """scripts/changing_load.sh SEED LOG CPUS: the busy processes run only on CPUS (taskset)."""
+    import os
+    import signal
+    import time
+
+    log = tmp_path / "phases.txt"
+    p = subprocess.Popen(["bash", str(ROOT / "scripts" / "changing_load.sh"), "8", str(log), "0"],
+                         start_new_session=True)  # seed 8: the first phase runs 2 busy processes
+    try:
+        busy: list[str] = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(busy) < 2:
+            busy = subprocess.run(["pgrep", "-g", str(p.pid), "-x", "yes"], capture_output=True, text=True).stdout.split()
+            time.sleep(0.1)
+        assert len(busy) == 2, busy
+        assert all(os.sched_getaffinity(int(pid)) == {0} for pid in busy)
+    finally:
+        os.kill(p.pid, signal.SIGTERM)  # as the other test: the script ends its busy processes itself
+        assert p.wait(timeout=10) == 0
+    time.sleep(0.5)
+
+    def alive(pid: str) -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    left = [pid for pid in subprocess.run(["pgrep", "-g", str(p.pid)], capture_output=True, text=True).stdout.split()
+            if alive(pid)]
+    if left:
+        os.killpg(p.pid, signal.SIGKILL)
+    assert left == []
+
+
 def test_changing_load_logs_its_phases_and_leaves_nothing_behind(tmp_path):
     """scripts/changing_load.sh (the neighbour of the 2026-12-05 sweep comparison): a seeded phase
     schedule, logged; SIGTERM ends it with its busy processes and its timer (no `yes` left)."""
