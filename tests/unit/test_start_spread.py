@@ -93,3 +93,36 @@ def test_more_batches_counts_the_term_batches_cannot_shrink():
     spread = StartSpread(0.04 / t975(8), 8, 6, "x")
     p = decide([_cand("k=2", 2, logs).with_start_spread(spread, "ngram-k2")])
     assert not p.separated and not p.start_limited and p.more_batches == with_term
+
+
+def test_over_all_workloads_the_term_is_taken_whole_whatever_the_batch_counts():
+    """Two workloads with 3 and 4 batches (no batch-by-batch combination): the combined interval
+    holds the start term once and whole, not the parts' terms shrunk by the propagation."""
+    from specwatch.choosek.model import _with_start, combine_ratios_by_time
+    spread = StartSpread(0.06, 8, 6, "x")
+    parts = {"copy": _cand("k=2", 2, [0.10, 0.12, 0.11]).with_start_spread(spread, "ngram-k2"),
+             "explain": _cand("k=2", 2, [0.11, 0.10, 0.12, 0.11]).with_start_spread(spread, "ngram-k2")}
+    assert all(p.verdict == CANNOT_TELL for p in parts.values())
+    comb = _with_start(combine_ratios_by_time({w: p.without_start() for w, p in parts.items()},
+                                              {"copy": 1.0, "explain": 1.0}, "k=2", 2),
+                       list(parts.values()), spread)
+    assert comb.log_ratios is None  # propagated, not rebuilt batch by batch
+    assert math.log(comb.upper / comb.value) >= spread.log_halfwidth
+    assert comb.verdict == CANNOT_TELL and comb.start == "ngram-k2"
+
+
+def test_an_unpaired_comparison_counts_the_term_once_and_not_within_one_start():
+    spread = StartSpread(0.06, 8, 6, "x")
+    k2 = _cand("k=2", 2, [0.30, 0.33, 0.31, 0.32]).with_start_spread(spread, "ngram-k2")
+    h_batches = math.log(k2.without_start().upper / k2.value)
+    # a what-if k=3 with k2's interval, computed from k2's start (no batches of its own: unpaired)
+    k3 = Candidate("k=3", 3, k2.value * 1.05, k2.lower * 1.05, k2.upper * 1.05, "calibrated",
+                   start_log_halfwidth=k2.start_log_halfwidth, start="ngram-k2")
+    from specwatch.specdecode.decision import _versus
+    vs = _versus(k3, k2)
+    assert not vs.paired
+    assert math.log(vs.upper / vs.value) == pytest.approx(math.sqrt(2) * h_batches)  # the same start: no term
+    k4 = _cand("k=4", 4, [0.40, 0.41, 0.39, 0.42]).with_start_spread(spread, "ngram-k4")
+    vs = _versus(k3, k4)  # another start: the term once
+    h4 = math.log(k4.without_start().upper / k4.value)
+    assert math.log(vs.upper / vs.value) == pytest.approx(math.sqrt(h_batches ** 2 + h4 ** 2 + spread.log_halfwidth ** 2))

@@ -55,9 +55,18 @@ def test_advise_widens_every_measured_interval_and_keeps_every_pick(rec):
             h, h0 = math.log(c.upper / c.value), math.log(o.upper / o.value)
             if a.workload != "*":  # per cell: exactly the two in quadrature
                 assert h == pytest.approx(math.hypot(h0, spread.log_halfwidth))
-            assert h >= h0
+            assert h >= h0 and h >= spread.log_halfwidth * (1 - 1e-12)  # the term whole, over all workloads too
         names = {c.name for c in a.pick.candidates}
         assert not any(n.startswith("aa-") for n in names)
+
+
+@pytest.mark.parametrize("kw", [{"candidates": "all"}, {"basis": "model"}])
+def test_the_term_is_whole_in_every_row_with_what_ifs_and_the_model_basis(rec, kw):
+    spread = start_spread(rec)
+    for r in advise_sweep(rec, **kw)[0].recommendations:
+        for c in () if r.pick is None else r.pick.candidates:
+            if not c.off and c.has_interval:
+                assert math.log(c.upper / c.value) >= spread.log_halfwidth * (1 - 1e-12), (r.workload, c.name)
 
 
 def test_the_cli_says_it_on_both_surfaces(tmp_path):

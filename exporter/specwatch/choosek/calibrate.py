@@ -185,6 +185,7 @@ def profile_from_sweep(rec: SweepResult, *, name: str, source_path: str,
     left_out: list[str] = []
     keys: dict[tuple[str, str | None, int], str] = {}
     paired_cells = 0
+    with_starts: list[str] = []
     for cfg_name in dict.fromkeys(c.config for c in cells if c.k > 0):
         cfg0 = configs.get(cfg_name)
         if cfg0 is not None and cfg0.variable_width:
@@ -218,6 +219,7 @@ def profile_from_sweep(rec: SweepResult, *, name: str, source_path: str,
         spread = max(SPREAD_FLOOR, math.sqrt(statistics.fmean(v * v for v in sds))) if sds else None
         if spread is not None and starts is not None and starts.log_sd > 0.0:
             spread = math.hypot(spread, starts.log_sd)  # a live server is another start (A/A: τ)
+            with_starts.append(cfg_name)
         cfg = configs.get(cfg_name)
         method, drafter = method_of(None if cfg is None else cfg.speculative_config)
         label = None if cfg is None else cfg.drafter
@@ -246,9 +248,12 @@ def profile_from_sweep(rec: SweepResult, *, name: str, source_path: str,
               f"side by side; {paired_cells} paired cells) and of the batch-to-batch relative standard deviations of "
               "any sequential cells" if paired_cells else "batch-to-batch relative standard deviations")
            + ("" if starts is None else
-              f", with the between-starts sd {starts.log_sd:.4f} in quadrature (from {starts.cells} A/A cells: "
-              f"{starts.source})" if starts.log_sd > 0.0 else
-              f"; the A/A starts ({starts.source}) showed no spread beyond their intervals: nothing added")
+              f", with the between-starts sd {starts.log_sd:.4f} in quadrature for {', '.join(with_starts)} (from "
+              f"{starts.cells} A/A cells: {starts.source})" if with_starts else
+              f"; the A/A starts ({starts.source}) showed no spread beyond their intervals: nothing added"
+              if starts.log_sd == 0.0 else
+              f"; the A/A starts ({starts.source}) gave a between-starts sd of {starts.log_sd:.4f}, but no curve has "
+              "a spread to add it to")
            + "".join(f"; {line}" for line in left_out))
     if notes is not None:
         notes.extend(left_out)

@@ -914,7 +914,7 @@ def recommend(
                                       + (f" ({', '.join(left)} only for some)" if left else "")))
             continue
         shares = {wl: weights[wl] / rows[wl][2] for wl in weights}  # the baseline's time per unit of work
-        cands = [_with_start(combine_ratios_by_time({wl: by_name[wl][n] for wl in weights}, shares, n,
+        cands = [_with_start(combine_ratios_by_time({wl: by_name[wl][n].without_start() for wl in weights}, shares, n,
                                                     by_name[next(iter(weights))][n].k,
                                                     table=by_name[next(iter(weights))][n].table),
                              [by_name[wl][n] for wl in weights], start_spread) for n in common]
@@ -926,16 +926,16 @@ def recommend(
 
 
 def _with_start(comb: Candidate, parts: Sequence[Candidate], spread: StartSpread | None) -> Candidate:
-    """A candidate combined over workloads with the start term of its parts: re-added whole when
-    the combination was rebuilt from per-batch log ratios (which do not hold it), else kept as the
-    parts' propagated intervals carry it (only the fields are set)."""
+    """A candidate combined over workloads (from its parts with their start term taken out,
+    :meth:`Candidate.without_start`) with the start term added back whole, once: one start serves
+    every workload, so its offsets are not assumed to average out (whether the combination was
+    rebuilt from per-batch log ratios or propagated from the parts' intervals)."""
     if comb.off or spread is None:
         return comb
     start = next((p.start for p in parts if p.start is not None), None)
-    if comb.log_ratios is not None:
+    if any(p.start_log_halfwidth > 0.0 for p in parts) or comb.log_ratios is not None:
         return comb.with_start_spread(spread, start)
-    h = max((p.start_log_halfwidth for p in parts), default=0.0)
-    return dataclasses.replace(comb, start_log_halfwidth=h, start=start)
+    return dataclasses.replace(comb, start=start)
 
 
 def _recommendation(wl: str, c: int, cands: Sequence[Candidate], tolerance: float, measured_ks: tuple[int, ...],

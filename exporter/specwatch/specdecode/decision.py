@@ -421,8 +421,8 @@ class Candidate:
     def with_start_spread(self, spread: "StartSpread | None", start: str | None = None) -> "Candidate":
         """This candidate with the between-starts term of ``spread`` added in quadrature to its
         interval over the baseline (log scale; the batch spread ``log_ratios`` is kept), measured
-        on ``start`` (default: its name). Unchanged for off, for ``spread`` None or 0, and without
-        an interval (one batch: there is nothing to widen)."""
+        on ``start`` (default: its name). Unchanged for off and for ``spread`` None; with a term of
+        0 or without an interval (one batch: nothing to widen) only ``start`` is set."""
         if self.off or spread is None:
             return self
         h = spread.log_halfwidth
@@ -433,6 +433,18 @@ class Candidate:
         hw = combine_log_halfwidths([h_batches, h])
         return replace(self, lower=self.value * math.exp(-hw), upper=self.value * math.exp(hw),
                        start_log_halfwidth=h, start=where)
+
+    def without_start(self) -> "Candidate":
+        """This candidate with its between-starts term taken out of its interval again (log
+        half-width √(h² − h_start²), symmetric), for arithmetic that must add it once itself
+        (a combination over workloads, an unpaired comparison). Unchanged without a term."""
+        h_start = self.start_log_halfwidth
+        if h_start <= 0.0 or not self.has_interval:
+            return self
+        h = max(math.log(self.upper / self.value), math.log(self.value / self.lower))
+        rest = math.sqrt(max(0.0, h * h - h_start * h_start))
+        return replace(self, lower=self.value * math.exp(-rest), upper=self.value * math.exp(rest),
+                       start_log_halfwidth=0.0)
 
     @classmethod
     def from_estimate(cls, name: str, k: int, e: Estimate, **kw: Any) -> "Candidate":
@@ -549,8 +561,11 @@ def _versus(a: Candidate, b: Candidate) -> PairedRatio | None:
     if a.off and b.log_ratios:
         return _widened(ratio_from_logs([-x for x in b.log_ratios]), _extra_halfwidth(a, b))
     if a.has_interval and b.has_interval:
-        return unpaired_ratio(Estimate(a.value, min(a.lower, a.value), max(a.upper, a.value), a.basis),
-                              Estimate(b.value, min(b.lower, b.value), max(b.upper, b.value), b.basis))
+        # each interval holds its start term: take it out of both and add the comparison's once
+        sa, sb = a.without_start(), b.without_start()
+        r = unpaired_ratio(Estimate(sa.value, min(sa.lower, sa.value), max(sa.upper, sa.value), sa.basis),
+                           Estimate(sb.value, min(sb.lower, sb.value), max(sb.upper, sb.value), sb.basis))
+        return _widened(r, _start_term(a, b))
     return None
 
 
