@@ -10,9 +10,8 @@ from specwatch.choosek.sweep import SweepPlan, build_configs, run_sweep
 from records import sweep_record
 
 
-@pytest.mark.realvllm
-def test_tiny_sweep_on_the_real_embedded_vllm(tmp_path):
-    """Baseline + ngram k=2, copy, concurrency 1, a few prompts, on the real vLLM (holds the lock)."""
+def _need_real_vllm() -> None:
+    """Skip unless a real vLLM can run here and the embedded model is prepared."""
     import realstack
 
     reason = realstack.skip_real_reason()
@@ -22,6 +21,12 @@ def test_tiny_sweep_on_the_real_embedded_vllm(tmp_path):
 
     if not model_dir_is_complete(default_model_dir()):
         pytest.skip("the embedded model is not prepared (specwatch prepare-model)")
+
+
+@pytest.mark.realvllm
+def test_tiny_sweep_on_the_real_embedded_vllm(tmp_path):
+    """Baseline + ngram k=2, copy, concurrency 1, a few prompts, on the real vLLM (holds the lock)."""
+    _need_real_vllm()
     out = tmp_path / "real.json"
     p = SweepPlan(build_configs((2,), (), True), ("copy",), (1,), 32, 2, 1, 1, 1, 0)
     doc = run_sweep(p, out, progress=False, echo=lambda *a, **k: None).to_json()
@@ -44,16 +49,9 @@ def test_an_aa_start_on_the_real_embedded_vllm(tmp_path):
     """--aa-starts 1 with no speculative configuration: the baseline, and aa-1 (the same server
     started again, no speculation) measured beside it in paired rounds; its cell gives the
     between-starts spread and is never a measurement of its own."""
-    import realstack
-
-    reason = realstack.skip_real_reason()
-    if reason:
-        pytest.skip(reason)
+    _need_real_vllm()
     from specwatch.choosek.resultfile import aa_measurements, start_spread
-    from specwatch.localvllm.model import default_model_dir, model_dir_is_complete
 
-    if not model_dir_is_complete(default_model_dir()):
-        pytest.skip("the embedded model is not prepared (specwatch prepare-model)")
     out = tmp_path / "aa.json"
     p = SweepPlan(build_configs((), (), True, aa_starts=1), ("copy",), (1,), 32, 2, 1, 2, 1, 0)
     rec = sweep_record(run_sweep(p, out, progress=False, echo=lambda *a, **k: None).to_json())

@@ -14,10 +14,9 @@ how often they hold 1, against the plain paired intervals.
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 
+import analyse  # the A/A reader beside this file
 from specwatch.choosek.model import paired_logs
 from specwatch.choosek.resultfile import aa_measurements, load_sweep, measurements
 from specwatch.specdecode.decision import Candidate, StartSpread, format_interval, ratio_from_logs
@@ -28,19 +27,9 @@ SWEEP = HERE.parent / "sweep-aa-2026-12-05" / "paired.json"
 
 
 def cells(path: Path, sign: float = 1.0) -> dict[tuple[str, int], list[float]]:
-    """Per (workload, concurrency) of one bench result: the per-pair log ratios (speculative role
-    over baseline role), times ``sign`` (-1: the roles were swapped, so B/A is the inverse)."""
-    doc = json.loads(path.read_text())
-    by: dict[tuple[str, int], dict[str, dict[int, float]]] = {}
-    for b in doc["batches"]:
-        if not b.get("warmup"):
-            by.setdefault((b["workload"], b["max_concurrency"]), {}).setdefault(b["role"], {})[b["batch_index"]] = (
-                b["output_throughput"])
-    out = {}
-    for key, roles in sorted(by.items()):
-        idx = sorted(set(roles["speculative"]) & set(roles["baseline"]))
-        out[key] = [sign * math.log(roles["speculative"][i] / roles["baseline"][i]) for i in idx]
-    return out
+    """:func:`analyse.cells` of one bench result times ``sign`` (-1: the roles were swapped, so
+    B/A is the inverse)."""
+    return {key: [sign * x for x in logs] for key, logs in analyse.cells(path).items()}
 
 
 def rounds() -> dict[str, list[tuple[str, list[float]]]]:

@@ -741,9 +741,7 @@ def log_throughput_interval(m: Measurement) -> tuple[float, float] | None:
 
 
 def _halfwidth(c: Candidate) -> float | None:
-    if not c.has_interval:
-        return None
-    return max(math.log(c.upper / c.value), math.log(c.value / c.lower))
+    return c.log_halfwidth
 
 
 #: The tail of a note on batches that could not be paired (:func:`unpaired_line` gathers them).

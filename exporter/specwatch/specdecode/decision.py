@@ -395,6 +395,13 @@ class Candidate:
         return self.lower is not None and self.upper is not None
 
     @property
+    def log_halfwidth(self) -> float | None:
+        """The larger side of its interval on the log scale, None without an interval."""
+        if not self.has_interval:
+            return None
+        return max(math.log(self.upper / self.value), math.log(self.value / self.lower))
+
+    @property
     def verdict(self) -> str:
         """Against the baseline: ``pays`` (lower > 1), ``loses`` (upper < 1, or drafts never
         accepted), else ``cannot_tell`` (also without an interval)."""
@@ -429,8 +436,7 @@ class Candidate:
         where = start if start is not None else self.name
         if h <= 0.0 or not self.has_interval:
             return replace(self, start=where)
-        h_batches = max(math.log(self.upper / self.value), math.log(self.value / self.lower))
-        hw = combine_log_halfwidths([h_batches, h])
+        hw = combine_log_halfwidths([self.log_halfwidth, h])
         return replace(self, lower=self.value * math.exp(-hw), upper=self.value * math.exp(hw),
                        start_log_halfwidth=h, start=where)
 
@@ -441,7 +447,7 @@ class Candidate:
         h_start = self.start_log_halfwidth
         if h_start <= 0.0 or not self.has_interval:
             return self
-        h = max(math.log(self.upper / self.value), math.log(self.value / self.lower))
+        h = self.log_halfwidth
         rest = math.sqrt(max(0.0, h * h - h_start * h_start))
         return replace(self, lower=self.value * math.exp(-rest), upper=self.value * math.exp(rest),
                        start_log_halfwidth=0.0)
